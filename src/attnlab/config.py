@@ -1,0 +1,329 @@
+"""Typed, frozen configuration: one dataclass per concern, loaded from TOML plus dotted overrides.
+
+A run is fully described by a :class:`Config`. It is written to every run folder as
+``config.toml`` and travels inside every checkpoint, so a model can always be rebuilt.
+
+Overrides look like ``train.lr=3e-4`` or ``model.num_layers=3``; each value is parsed
+according to the field's declared type. An unknown section or key is a :class:`ConfigError`
+that lists the valid names — a typo never passes silently (STYLE.md habit 3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MODEL_KINDS = ("seq2seq", "bahdanau", "transformer", "decoder-only")
+DATASETS = ("fra-eng", "numbers")
+TOKENIZERS = ("word", "bpe")
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is wrong; the message says which and how to fix it."""
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    _check(value in choices, f"{name}={value!r} is not valid; choose one of: {', '.join(choices)}")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    dataset: str = "fra-eng"
+    data_path: str | None = None  # a zip, a fra.txt or a folder; else $ATTNLAB_DATA_DIR, then the cache
+    num_steps: int = 32  # max tokens per side including <eos> (the notes' num_steps); longer pairs are truncated and counted
+    min_freq: int = 2  # word tokenizer: tokens seen fewer times become <unk>
+    tokenizer: str = "word"  # "word" (D2L) or "bpe" (HF tokenizers, shared subword model)
+    bpe_vocab_size: int = 8000
+    max_pairs: int = 0  # 0 = all; else keep the first N pairs (quick experiments)
+    valid_frac: float = 0.02  # share of distinct English sources in the validation split
+    test_frac: float = 0.03  # share of distinct English sources in the test split
+    numbers_size: int = 20000  # pairs generated for the offline `numbers` task
+    batch_tokens: int = 4096  # token budget per batch: batch_size * max(padded src, padded tgt)
+    max_batch_size: int = 512
+
+    def __post_init__(self) -> None:
+        _choice("data.dataset", self.dataset, DATASETS)
+        _choice("data.tokenizer", self.tokenizer, TOKENIZERS)
+        _check(2 <= self.num_steps <= 1024, f"data.num_steps={self.num_steps} must be between 2 and 1024")
+        _check(self.min_freq >= 1, f"data.min_freq={self.min_freq} must be >= 1")
+        _check(self.bpe_vocab_size >= 100, f"data.bpe_vocab_size={self.bpe_vocab_size} must be >= 100")
+        _check(self.max_pairs >= 0, f"data.max_pairs={self.max_pairs} must be >= 0 (0 means all)")
+        _check(0 < self.valid_frac < 0.5 and 0 < self.test_frac < 0.5,
+               "data.valid_frac and data.test_frac must each lie in (0, 0.5)")
+        _check(self.numbers_size >= 100, f"data.numbers_size={self.numbers_size} must be >= 100")
+        _check(self.batch_tokens >= self.num_steps,
+               f"data.batch_tokens={self.batch_tokens} must be at least data.num_steps={self.num_steps}")
+        _check(self.max_batch_size >= 1, "data.max_batch_size must be >= 1")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    kind: str = "transformer"
+    num_hiddens: int = 256  # d_model for Transformers; GRU hidden size for seq2seq/bahdanau
+    embed_size: int = 256  # GRU models' embedding size (Transformers use num_hiddens)
+    num_layers: int = 2  # layers per stack (encoder and decoder each)
+    num_heads: int = 4
+    ffn_num_hiddens: int = 1024
+    dropout: float = 0.1
+    positional: str = "sinusoidal"  # or "learned"
+    max_positions: int = 1024
+    norm_first: bool = True  # pre-norm (Add&Norm after the residual when False, as in the notes' §17)
+    tie_embeddings: bool = True  # share the target embedding with the output layer W_o
+    scratch_gru: bool = False  # use the from-scratch GRU cell (exposes z, r, h~) instead of nn.GRU
+
+    def __post_init__(self) -> None:
+        _choice("model.kind", self.kind, MODEL_KINDS)
+        _choice("model.positional", self.positional, ("sinusoidal", "learned"))
+        _check(self.num_hiddens >= 2, "model.num_hiddens must be >= 2")
+        _check(self.embed_size >= 1, "model.embed_size must be >= 1")
+        _check(self.num_layers >= 1, "model.num_layers must be >= 1")
+        _check(self.num_heads >= 1 and self.num_hiddens % self.num_heads == 0,
+               f"model.num_hiddens={self.num_hiddens} must be divisible by model.num_heads={self.num_heads}")
+        _check(self.ffn_num_hiddens >= 1, "model.ffn_num_hiddens must be >= 1")
+        _check(0.0 <= self.dropout < 1.0, f"model.dropout={self.dropout} must lie in [0, 1)")
+        _check(self.max_positions >= 2, "model.max_positions must be >= 2")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    lr: float = 1e-3
+    warmup_steps: int = 400
+    schedule: str = "inverse_sqrt"  # "constant", "inverse_sqrt", "cosine" (cosine needs max_steps)
+    min_lr_ratio: float = 0.05  # cosine floor as a share of lr
+    optimizer: str = "adamw"  # "adam" or "adamw"
+    betas: tuple[float, float] = (0.9, 0.98)
+    weight_decay: float = 0.01
+    label_smoothing: float = 0.1
+    clip_grad_norm: float = 1.0  # 0 disables clipping
+    max_steps: int = 0  # 0 = no step limit
+    max_minutes: float = 0.0  # 0 = no time limit
+    max_epochs: int = 0  # 0 = no epoch limit
+    eval_every: int = 500  # steps between validations
+    eval_max_sentences: int = 500  # validation BLEU sample size (loss uses the whole split)
+    save_every: int = 500
+    keep_checkpoints: int = 2  # step checkpoints kept besides `best` and `last`
+    log_every: int = 20
+    seed: int = 42
+    threads: int = 0  # torch intra-op threads; 0 = leave PyTorch's default
+    device: str = "auto"  # "auto", "cpu", "cuda", "cuda:N"
+    amp: bool = True  # bf16 autocast on CUDA (ignored on CPU)
+    max_nonfinite: int = 5  # consecutive non-finite losses tolerated (steps skipped) before stopping
+    probe_sentences: tuple[str, ...] = ("go .", "i lost .", "he's calm .", "i'm home .")
+
+    def __post_init__(self) -> None:
+        _check(self.lr > 0, f"train.lr={self.lr} must be > 0")
+        _check(self.warmup_steps >= 0, "train.warmup_steps must be >= 0")
+        _choice("train.schedule", self.schedule, ("constant", "inverse_sqrt", "cosine"))
+        _choice("train.optimizer", self.optimizer, ("adam", "adamw"))
+        _check(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing must lie in [0, 1)")
+        _check(self.clip_grad_norm >= 0, "train.clip_grad_norm must be >= 0 (0 disables)")
+        for name in ("max_steps", "max_epochs", "eval_every", "save_every", "keep_checkpoints", "log_every",
+                     "threads", "max_nonfinite", "eval_max_sentences"):
+            _check(getattr(self, name) >= 0, f"train.{name} must be >= 0")
+        _check(self.max_minutes >= 0, "train.max_minutes must be >= 0")
+        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "train.betas must be two numbers in [0, 1)")
+        _check(self.schedule != "cosine" or self.max_steps > 0, "train.schedule='cosine' needs train.max_steps > 0")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    beam_size: int = 1  # 1 = greedy
+    length_penalty: float = 1.0  # GNMT alpha: score / ((5 + len) / 6) ** alpha
+    nbest: int = 1
+    max_len_a: float = 1.5  # output at most a * source_len + b tokens
+    max_len_b: int = 10
+    batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        _check(self.beam_size >= 1, f"decode.beam_size={self.beam_size} must be >= 1")
+        _check(1 <= self.nbest <= self.beam_size,
+               f"decode.nbest={self.nbest} must lie between 1 and decode.beam_size={self.beam_size}")
+        _check(self.length_penalty >= 0, "decode.length_penalty must be >= 0")
+        _check(self.max_len_a >= 0 and self.max_len_b >= 1, "decode.max_len_a >= 0 and decode.max_len_b >= 1")
+        _check(self.batch_size >= 1, "decode.batch_size must be >= 1")
+
+
+@dataclass(frozen=True)
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+SECTIONS: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig, "decode": DecodeConfig}
+
+
+# ----------------------------------------------------------------------------------------------
+# Typed parsing of values
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Convert a TOML value or a command-line string to the declared type ``tp``."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "")):
+            return None
+        return _coerce(value, args[0], where)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",")] if value.strip() else []
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where} expects a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0], where) for v in value)
+        if len(value) != len(args):
+            raise ConfigError(f"{where} expects {len(args)} values, got {len(value)}: {value!r}")
+        return tuple(_coerce(v, a, where) for v, a in zip(value, args))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(f"{where} expects true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where} expects an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                f = float(value)
+            except ValueError:
+                f = None
+            if f is not None and f.is_integer():
+                return int(f)
+        raise ConfigError(f"{where} expects an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where} expects a number, got {value!r}")
+        if isinstance(value, int | float):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{where} expects a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where} expects a string, got {value!r}")
+    raise ConfigError(f"{where}: unsupported type {tp}")  # pragma: no cover
+
+
+def _build_section(name: str, values: dict[str, Any], base: Any) -> Any:
+    cls = SECTIONS[name]
+    types_ = _field_types(cls)
+    kwargs = {}
+    for key, value in values.items():
+        if key not in types_:
+            raise ConfigError(f"unknown key {name}.{key}; valid keys in [{name}]: {', '.join(sorted(types_))}")
+        kwargs[key] = _coerce(value, types_[key], f"{name}.{key}")
+    try:
+        return dataclasses.replace(base, **kwargs)
+    except TypeError as e:  # pragma: no cover - replace only fails on unknown names, handled above
+        raise ConfigError(str(e)) from None
+
+
+def from_dict(raw: dict[str, Any], base: Config | None = None) -> Config:
+    """Build a Config from nested dicts (as read from TOML); unknown sections/keys are errors."""
+    base = base or Config()
+    sections = {}
+    for name, values in raw.items():
+        if name not in SECTIONS:
+            raise ConfigError(f"unknown config section [{name}]; valid sections: {', '.join(SECTIONS)}")
+        if not isinstance(values, dict):
+            raise ConfigError(f"config section [{name}] must be a table of key = value pairs")
+        sections[name] = _build_section(name, values, getattr(base, name))
+    return dataclasses.replace(base, **sections)
+
+
+def to_dict(cfg: Config) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name in SECTIONS:
+        sec = dataclasses.asdict(getattr(cfg, name))
+        out[name] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in sec.items()}
+    return out
+
+
+def load_toml(path: str | Path, base: Config | None = None) -> Config:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist; check the path given to --config") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {path} cannot be read: {e}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+    try:
+        return from_dict(raw, base)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def apply_overrides(cfg: Config, overrides: list[str] | tuple[str, ...]) -> Config:
+    """Apply ``section.key=value`` strings, each parsed according to the field's type."""
+    grouped: dict[str, dict[str, Any]] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like section.key=value, e.g. train.lr=3e-4")
+        dotted, value = item.split("=", 1)
+        if "." not in dotted:
+            raise ConfigError(
+                f"override {item!r} must name a section, e.g. train.{dotted}=...; sections: {', '.join(SECTIONS)}")
+        section, key = dotted.strip().split(".", 1)
+        grouped.setdefault(section, {})[key.strip()] = value.strip()
+    return from_dict(grouped, cfg)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(v)  # pragma: no cover
+
+
+def dumps_toml(cfg: Config) -> str:
+    lines = []
+    for name, sec in to_dict(cfg).items():
+        lines.append(f"[{name}]")
+        for k, v in sec.items():
+            if v is None:
+                continue  # TOML has no null: an absent optional key means None
+            lines.append(f"{k} = {_toml_value(v)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def loads_toml(text: str) -> Config:
+    return from_dict(tomllib.loads(text))
