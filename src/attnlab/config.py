@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.errors import AttnlabError
+
 MODEL_KINDS = ("seq2seq", "bahdanau", "transformer", "decoder-only")
 DATASETS = ("fra-eng", "numbers")
 TOKENIZERS = ("word", "bpe")
 
 
-class ConfigError(ValueError):
+class ConfigError(AttnlabError, ValueError):
     """A configuration value or key is wrong; the message says which and how to fix it."""
 
 
@@ -327,3 +329,24 @@ def dumps_toml(cfg: Config) -> str:
 
 def loads_toml(text: str) -> Config:
     return from_dict(tomllib.loads(text))
+
+
+# ----------------------------------------------------------------------------------------------
+# Presets: sensible starting points per model kind (measured choices are recorded in bench/RESULTS.md)
+
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "seq2seq": {"model": {"num_hiddens": 256, "embed_size": 256, "num_layers": 2, "dropout": 0.2},
+                "train": {"lr": 2e-3, "warmup_steps": 100, "schedule": "inverse_sqrt", "label_smoothing": 0.0}},
+    "bahdanau": {"model": {"num_hiddens": 256, "embed_size": 256, "num_layers": 2, "dropout": 0.2},
+                 "train": {"lr": 2e-3, "warmup_steps": 100, "schedule": "inverse_sqrt", "label_smoothing": 0.0}},
+    "transformer": {"model": {"num_hiddens": 256, "num_layers": 2, "num_heads": 4, "ffn_num_hiddens": 1024,
+                              "dropout": 0.1}},
+    "decoder-only": {"model": {"num_hiddens": 256, "num_layers": 4, "num_heads": 4, "ffn_num_hiddens": 1024,
+                               "dropout": 0.1}},
+}
+
+
+def preset(kind: str) -> Config:
+    """The default Config for ``kind`` (an unknown kind is a ConfigError listing the valid ones)."""
+    _choice("model.kind", kind, MODEL_KINDS)
+    return from_dict({**PRESETS[kind], "model": {**PRESETS[kind].get("model", {}), "kind": kind}})

@@ -1,0 +1,84 @@
+"""`attnlab evaluate`: sacreBLEU/chrF on a split with all references, by length, and the notes' examples.
+
+Tatoeba gives many English sentences several French translations; the split keeps every one of
+them as a reference of its source, so a correct translation that differs from the first reference
+is not punished. Single-reference figures are printed beside, for comparison with papers and peers.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from attnlab.data.text import detokenize, tokenize
+from attnlab.evaluation.bleu import bleu_by_length, corpus_scores, d2l_bleu
+from attnlab.io import atomic_write_json, atomic_write_text
+from attnlab.translator import Translator, decode_many
+
+# The notes' example sentences (§3, §4, §22) and D2L's reference translations.
+NOTES_EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("go .", "va !"),
+    ("i lost .", "j'ai perdu ."),
+    ("he's calm .", "il est calme ."),
+    ("i'm home .", "je suis chez moi ."),
+)
+
+
+def notes_examples(translator: Translator, beam_size: int = 1) -> list[dict[str, Any]]:
+    """Translate the notes' sentences and score each with D2L's BLEU (k = 2)."""
+    outs = translator.translate([src for src, _ in NOTES_EXAMPLES], beam_size=beam_size)
+    rows = []
+    for (src, ref), out in zip(NOTES_EXAMPLES, outs):
+        pred = out[0].text
+        rows.append({"source": src, "reference": ref, "translation": pred,
+                     "d2l_bleu": d2l_bleu(tokenize(pred), tokenize(ref), k=2)})
+    return rows
+
+
+def evaluate_split(translator: Translator, split, beam_size: int = 1, batch_size: int | None = None,
+                   max_sentences: int = 0) -> dict[str, Any]:
+    """Translate ``split`` (a prepared data split) and score it; returns a JSON-ready dict."""
+    n = len(split.src) if not max_sentences else min(max_sentences, len(split.src))
+    src = [s[: translator.max_src_tokens] for s in split.src[:n]]
+    t0 = time.perf_counter()
+    hyps = decode_many(translator.model, src, translator.cfg.decode, translator.device, beam_size=beam_size,
+                       batch_size=batch_size)
+    seconds = time.perf_counter() - t0
+    texts = [translator.tgt_tok.decode(h[0].tokens) for h in hyps]
+    refs = [[detokenize(r.split(), "fr") for r in rs] for rs in split.references[:n]]
+    scores = corpus_scores(texts, refs)
+    by_len = bleu_by_length(texts, refs, [len(s) for s in src])
+    return {"sentences": n, "beam_size": beam_size, "seconds": seconds, "sentences_per_s": n / max(seconds, 1e-9),
+            **scores, "by_length": by_len, "hypotheses": texts,
+            "sources": [detokenize(s.split(), "en") for s in split.src_text[:n]]}
+
+
+def write_report(run_dir: Path, split_name: str, result: dict[str, Any], examples: list[dict[str, Any]]) -> Path:
+    """Write eval-<split>.json (figures, signatures) and the hypotheses, atomically."""
+    hyps = result.pop("hypotheses")
+    sources = result.pop("sources")
+    atomic_write_text(run_dir / f"hyps-{split_name}.txt", "\n".join(hyps) + "\n")
+    atomic_write_text(run_dir / f"src-{split_name}.txt", "\n".join(sources) + "\n")
+    report = {**result, "split": split_name, "notes_examples": examples}
+    path = run_dir / f"eval-{split_name}.json"
+    atomic_write_json(path, report)
+    result["hypotheses"], result["sources"] = hyps, sources
+    return path
+
+
+def format_report(result: dict[str, Any], examples: list[dict[str, Any]]) -> str:
+    lines = [
+        f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  (all references, {result['sentences']} sentences, "
+        f"beam {result['beam_size']}, {result['sentences_per_s']:.1f} sentences/s)",
+        f"single-reference: BLEU {result['bleu_single']:.2f}  chrF {result['chrf_single']:.2f}",
+        f"signature: {result['bleu_signature']}",
+        f"           {result['chrf_signature']}",
+        "BLEU by source length (tokens):",
+    ]
+    for row in result["by_length"]:
+        lines.append(f"  {row['bucket']:>8}  n={row['sentences']:<6d} BLEU {row['bleu']:.2f}")
+    lines.append("the notes' examples (D2L BLEU, k=2):")
+    for ex in examples:
+        lines.append(f"  {ex['source']:<14} => {ex['translation']:<24} bleu {ex['d2l_bleu']:.3f}  (ref: {ex['reference']})")
+    return "\n".join(lines)

@@ -1,0 +1,60 @@
+"""Matplotlib helpers (object API, Agg backend, imported lazily so the core never needs a display)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def new_figure(figsize=(8, 5)):
+    """A Figure on the Agg canvas (no pyplot state, safe in servers and threads)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save_figure(fig, path_stem: Path, formats=("png", "svg")) -> list[Path]:
+    """Save ``fig`` as ``path_stem.png`` / ``.svg`` atomically; returns the written paths."""
+    import io
+
+    from attnlab.io import atomic_write_bytes
+
+    written = []
+    for fmt in formats:
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=120)
+        path = path_stem.with_suffix("." + fmt)
+        atomic_write_bytes(path, buf.getvalue())
+        written.append(path)
+    return written
+
+
+def plot_curves(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
+    """curves.png/svg: training and validation loss, validation BLEU and the learning rate."""
+    from attnlab.training.checkpoint import read_metrics
+
+    run_dir = Path(run_dir)
+    recs = read_metrics(run_dir)
+    train = [r for r in recs if r.get("event") == "train"]
+    valid = [r for r in recs if r.get("event") == "valid" and "valid_loss" in r]
+    if not train and not valid:
+        return []
+    fig = new_figure((11, 4))
+    ax_loss, ax_bleu, ax_lr = fig.subplots(1, 3)
+    if train:
+        ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train (per token)", lw=1)
+        ax_lr.plot([r["step"] for r in train], [r["lr"] for r in train], color="tab:green")
+    if valid:
+        ax_loss.plot([r["step"] for r in valid], [r["valid_loss"] for r in valid], "o-", label="valid", ms=3)
+        vb = [r for r in valid if "valid_bleu" in r]
+        ax_bleu.plot([r["step"] for r in vb], [r["valid_bleu"] for r in vb], "o-", color="tab:red", ms=3)
+    ax_loss.set(title="cross-entropy", xlabel="step", ylabel="loss")
+    ax_loss.legend()
+    ax_bleu.set(title="validation BLEU (greedy)", xlabel="step", ylabel="BLEU")
+    ax_lr.set(title="learning rate", xlabel="step", ylabel="lr")
+    for ax in (ax_loss, ax_bleu, ax_lr):
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"run {run_dir.name}")
+    return save_figure(fig, Path(out or run_dir) / "curves")

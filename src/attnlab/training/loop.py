@@ -1,0 +1,447 @@
+"""`attnlab train`: a plain, visible training loop (STYLE.md habit 5; the notes' §3, §10, §21).
+
+One step = teacher forcing (decoder input ``<bos> y…``, labels ``y… <eos>``) → cross-entropy over
+non-pad target tokens (label smoothing optional) → backward → gradient clipping → Adam(W) step →
+warmup schedule. Validation (loss over the whole split, greedy BLEU on a sample, attention of the
+probe sentences) runs every ``eval_every`` steps; checkpoints every ``save_every`` steps and at the end.
+Ctrl-C / SIGTERM finish the current step, save ``last`` atomically and return; ``--resume`` then
+continues exactly where it stopped (same batches, same RNG, same optimizer state).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import random
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnlab import __version__
+from attnlab import config as config_mod
+from attnlab.config import Config
+from attnlab.data import corpus
+from attnlab.data.batching import TokenBatchSampler, collate
+from attnlab.data.vocab import load_tokenizer
+from attnlab.device import autocast, pick_device, set_threads
+from attnlab.errors import AttnlabError
+from attnlab.io import atomic_write_json, atomic_write_text
+from attnlab.models import build_model
+from attnlab.training import checkpoint as ckpt
+from attnlab.training import distributed as D
+from attnlab.training.losses import sequence_loss
+from attnlab.training.schedules import make_scheduler
+
+
+class NonFiniteLossError(AttnlabError):
+    """Several consecutive steps produced a non-finite loss; the run stopped."""
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    step: int
+    epoch: int
+    stopped_by: str  # "max_steps", "max_minutes", "max_epochs", "signal"
+    best_bleu: float
+    last_valid: dict[str, Any] = field(default_factory=dict)
+    tokens_per_s: float = 0.0
+
+
+def versions() -> dict[str, str]:
+    import numpy
+    import sacrebleu
+    import safetensors
+
+    return {"attnlab": __version__, "python": platform.python_version(), "torch": torch.__version__,
+            "numpy": numpy.__version__, "sacrebleu": sacrebleu.__version__, "safetensors": safetensors.__version__,
+            "platform": platform.platform()}
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def make_optimizer(model: nn.Module, cfg: config_mod.TrainConfig) -> torch.optim.Optimizer:
+    # Weight decay on matrices only: decaying biases, LayerNorm gains and embeddings
+    # hurts small models (and AdamW's decay is decoupled, so the split matters).
+    decay, no_decay = [], []
+    seen = set()
+    for name, p in model.named_parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        (decay if p.dim() >= 2 and "embedding" not in name else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    if cls is torch.optim.Adam:
+        groups = [{"params": decay + no_decay, "weight_decay": 0.0}]
+    kwargs: dict[str, Any] = {"lr": cfg.lr, "betas": tuple(cfg.betas)}
+    if torch.cuda.is_available() and any(p.is_cuda for p in decay + no_decay):
+        kwargs["fused"] = True
+    return cls(groups, **kwargs)
+
+
+class _StopFlag:
+    """Turns SIGINT/SIGTERM into a flag the loop checks between steps (a step is never torn)."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self):
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):  # noqa: ARG002
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C means "now"
+        self.signal = signum
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
+
+
+def _batches_of(split, sampler: TokenBatchSampler, epoch: int):
+    for idx in sampler.epoch(epoch):
+        yield collate([split.src[i] for i in idx], [split.tgt[i] for i in idx], idx)
+
+
+def validation_loss(model: nn.Module, split, cfg: Config, device: torch.device) -> dict[str, float]:
+    """Plain (unsmoothed) cross-entropy per token and perplexity over the whole split."""
+    if not split.src:
+        return {"valid_loss": float("nan"), "valid_ppl": float("nan"), "valid_acc": float("nan")}
+    sampler = TokenBatchSampler([len(s) for s in split.src], [len(t) for t in split.tgt],
+                                cfg.data.batch_tokens * 2, cfg.data.max_batch_size, shuffle=False, seed=0)
+    was_training = model.training
+    model.eval()
+    nll, ntok, correct = 0.0, 0, 0
+    with torch.inference_mode(), autocast(device, cfg.train.amp):
+        for batch in _batches_of(split, sampler, 0):
+            out = sequence_loss(model, batch.to(device), 0.0)
+            nll += float(out.nll_sum)
+            ntok += out.num_tokens
+            correct += out.num_correct
+    model.train(was_training)
+    loss = nll / max(ntok, 1)
+    return {"valid_loss": loss, "valid_ppl": math.exp(min(loss, 50)), "valid_acc": correct / max(ntok, 1)}
+
+
+def validation_bleu(model: nn.Module, prepared, cfg: Config, device: torch.device) -> dict[str, Any]:
+    from attnlab.evaluation.bleu import corpus_scores
+    from attnlab.translator import decode_many
+
+    split = prepared.splits["valid"]
+    n = min(cfg.train.eval_max_sentences, len(split.src))
+    if n == 0:
+        return {}
+    hyps = decode_many(model, split.src[:n], cfg.decode, device, beam_size=1)
+    texts = [prepared.tgt_tok.decode(h[0].tokens) for h in hyps]
+    refs = [list(r) for r in split.references[:n]]
+    scores = corpus_scores(texts, refs)
+    return {"valid_bleu": scores["bleu"], "valid_chrf": scores["chrf"]}
+
+
+def record_probes(model: nn.Module, prepared, cfg: Config, device: torch.device, run_dir: Path, step: int) -> None:
+    """Attention of the probe sentences at this step (inspection: `attnlab attention --timeline`)."""
+    from attnlab.translator import decode_many
+
+    sentences = [s for s in cfg.train.probe_sentences if s.strip()]
+    if not sentences:
+        return
+    src = [prepared.src_tok.encode(s)[: cfg.data.num_steps - 1] for s in sentences]
+    hyps = decode_many(model, src, cfg.decode, device, beam_size=1, need_weights=True)
+    records = []
+    for s, ids, h in zip(sentences, src, hyps):
+        hyp = h[0]
+        att = {}
+        for kind, w in (hyp.attention or {}).items():
+            att[kind] = torch.round(w.float().mean(dim=1), decimals=4).tolist()  # (layers, T_out, keys): heads averaged
+        records.append({
+            "step": step, "sentence": s,
+            "src_tokens": [prepared.src_tok.id_to_token(i) for i in ids] + ["<eos>"],
+            "tgt_tokens": [prepared.tgt_tok.id_to_token(i) for i in hyp.tokens] + (["<eos>"] if hyp.finished else []),
+            "translation": prepared.tgt_tok.decode(hyp.tokens), "attention": att,
+        })
+    with open(run_dir / "probes.jsonl", "a", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool) -> None:
+    if resume:
+        if not (out_dir / "checkpoints" / "LAST").is_file():
+            raise AttnlabError(f"--resume: {out_dir} holds no checkpoint to resume from; drop --resume to start a new run")
+        return
+    if (out_dir / "checkpoints").exists() and any((out_dir / "checkpoints").iterdir()):
+        raise AttnlabError(f"{out_dir} already holds a run; add --resume to continue it or choose another --out")
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool = True,
+          prepared=None, argv: list[str] | None = None) -> TrainResult:
+    """Train ``cfg`` into ``out_dir`` (a new run, or the continuation of one with ``resume``)."""
+    out_dir = Path(out_dir)
+    main = D.is_main()
+    if main:
+        prepare_run_dir(cfg, out_dir, resume)
+    D.barrier()
+    tc = cfg.train
+    set_threads(tc.threads)
+    device = pick_device(tc.device)
+    seed_everything(tc.seed)
+
+    saved_toks = None
+    if resume:
+        saved_toks = ckpt.read_run(out_dir).tokenizers
+    if prepared is None:
+        toks = None
+        if saved_toks is not None:
+            toks = (load_tokenizer(saved_toks["src"]), load_tokenizer(saved_toks["tgt"]))
+        prepared = corpus.prepare(cfg.data, tokenizers=toks)
+    src_tok, tgt_tok = prepared.src_tok, prepared.tgt_tok
+    train_split = prepared.splits["train"]
+    if not train_split.src:
+        raise AttnlabError("the training split is empty; raise data.max_pairs or check the corpus")
+
+    model = build_model(cfg.model, len(src_tok), len(tgt_tok)).to(device)
+    optimizer = make_optimizer(model, tc)
+    scheduler = make_scheduler(optimizer, tc)
+    train_model: nn.Module = model
+    if D.is_distributed():
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        train_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    sampler = TokenBatchSampler([len(s) for s in train_split.src], [len(t) for t in train_split.tgt],
+                                cfg.data.batch_tokens, cfg.data.max_batch_size, shuffle=True, seed=tc.seed,
+                                rank=D.rank(), world_size=D.world_size())
+    step, epoch, pos, best_bleu, tokens_seen = 0, 0, 0, -1.0, 0
+    elapsed_before = 0.0
+    if resume:
+        path = ckpt.resolve_checkpoint(out_dir, "last")
+        ckpt.load_weights(path, model)
+        st = ckpt.load_state(path)
+        optimizer.load_state_dict(st["optimizer"])
+        scheduler.load_state_dict(st["scheduler"])
+        step, epoch, pos = st["step"], st["epoch"], st["batch_in_epoch"]
+        best_bleu, tokens_seen = st["best_bleu"], st["tokens_seen"]
+        elapsed_before = st.get("elapsed_s", 0.0)
+        rngs = st["rng"]
+        _set_rng_state(rngs[D.rank()] if isinstance(rngs, list) and D.rank() < len(rngs) else
+                       rngs[0] if isinstance(rngs, list) else rngs)
+
+    if main:
+        atomic_write_text(out_dir / ckpt.CONFIG, config_mod.dumps_toml(cfg))
+        atomic_write_json(out_dir / ckpt.TOKENIZERS, {"src": src_tok.to_json(), "tgt": tgt_tok.to_json()})
+        meta = {"seed": tc.seed, "versions": versions(), "device": str(device), "threads": torch.get_num_threads(),
+                "world_size": D.world_size(), "argv": argv or sys.argv, "data_stats": prepared.stats,
+                "model_parameters": sum(p.numel() for p in model.parameters()),
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        atomic_write_json(out_dir / ckpt.META, meta)
+
+    def state_dict() -> dict[str, Any]:
+        rng = _rng_state()
+        if D.is_distributed():
+            gathered: list[Any] = [None] * D.world_size()
+            torch.distributed.all_gather_object(gathered, rng)
+            rng = gathered
+        return {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "step": step,
+                "epoch": epoch, "batch_in_epoch": pos, "best_bleu": best_bleu, "tokens_seen": tokens_seen,
+                "elapsed_s": elapsed_before + (time.monotonic() - t_start), "rng": rng}
+
+    def save(is_best: bool = False) -> None:
+        st = state_dict()  # collective when distributed: every rank calls it
+        if main:
+            ckpt.save_checkpoint(out_dir, step, model, st, keep=tc.keep_checkpoints, best=is_best)
+        D.barrier()
+
+    def validate() -> dict[str, Any]:
+        nonlocal best_bleu
+        rec: dict[str, Any] = {"event": "valid", "step": step, "epoch": epoch}
+        if main:
+            rec.update(validation_loss(model, prepared.splits["valid"], cfg, device))
+            rec.update(validation_bleu(model, prepared, cfg, device))
+            record_probes(model, prepared, cfg, device, out_dir, step)
+        is_best = main and rec.get("valid_bleu", -1.0) > best_bleu
+        if is_best:
+            best_bleu = rec["valid_bleu"]
+        if main:
+            ckpt.append_metrics(out_dir, rec)
+        flag = torch.tensor([1 if is_best else 0])
+        D.all_reduce_sum(flag)
+        save(is_best=bool(flag.item()))
+        return rec
+
+    bar = None
+    if progress and main:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=tc.max_steps or None, initial=step, desc=f"train {cfg.model.kind}", unit="step",
+                   dynamic_ncols=True, file=sys.stderr)
+
+    model.train()
+    t_start = time.monotonic()
+    t_log, tok_log, loss_log, ntok_log = time.monotonic(), 0, 0.0, 0
+    last_valid: dict[str, Any] = {}
+    stopped_by = ""
+    nonfinite = 0
+    first_bad: str | None = None
+    world = D.world_size()
+    if step == 0 and not resume and main:
+        record_probes(model, prepared, cfg, device, out_dir, 0)  # attention before any training
+
+    with _StopFlag() as stop:
+        while not stopped_by:
+            if tc.max_epochs and epoch >= tc.max_epochs:
+                stopped_by = "max_epochs"
+                break
+            batches = sampler.epoch(epoch)
+            while pos < len(batches):
+                if tc.max_steps and step >= tc.max_steps:
+                    stopped_by = "max_steps"
+                    break
+                elapsed = elapsed_before + time.monotonic() - t_start
+                if tc.max_minutes and elapsed >= tc.max_minutes * 60:
+                    stopped_by = "max_minutes"
+                    break
+                if stop.signal is not None:
+                    stopped_by = "signal"
+                    break
+                idx = batches[pos]
+                batch = collate([train_split.src[i] for i in idx], [train_split.tgt[i] for i in idx], idx)
+                batch = batch.to(device, non_blocking=True)
+                ntok = torch.tensor([batch.num_tgt_tokens], dtype=torch.float64)
+                D.all_reduce_sum(ntok)  # normalise by the global token count, not per-rank means
+                with autocast(device, tc.amp):
+                    out = sequence_loss(train_model, batch, tc.label_smoothing)
+                loss = out.loss_sum * (world / float(ntok.item()))  # DDP averages grads over ranks
+                optimizer.zero_grad(set_to_none=True)
+                finite = bool(torch.isfinite(loss))
+                if finite:
+                    loss.backward()
+                    if tc.clip_grad_norm:
+                        gnorm = nn.utils.clip_grad_norm_(model.parameters(), tc.clip_grad_norm)
+                        finite = bool(torch.isfinite(gnorm))
+                if not finite:
+                    # Skip the update: weights stay as they were (the notes' §10: a diverging loss
+                    # means lr too high). Several in a row stop the run with the first culprit named.
+                    nonfinite += 1
+                    if first_bad is None:
+                        first_bad = _first_nonfinite(model, loss)
+                    print(f"warning: step {step}: non-finite loss/gradient ({first_bad}); update skipped",
+                          file=sys.stderr)
+                    optimizer.zero_grad(set_to_none=True)
+                    if nonfinite >= max(tc.max_nonfinite, 1):
+                        save()
+                        raise NonFiniteLossError(
+                            f"{nonfinite} consecutive non-finite steps (first: {first_bad}); the run stopped at "
+                            f"step {step}. Lower train.lr (now {tc.lr}) or raise train.warmup_steps")
+                    pos += 1
+                    continue
+                nonfinite, first_bad = 0, None
+                optimizer.step()
+                scheduler.step()
+                step += 1
+                pos += 1
+                tokens_seen += int(ntok.item())
+                tok_log += int(ntok.item())
+                loss_log += float(out.nll_sum)
+                ntok_log += out.num_tokens
+                if bar is not None:
+                    bar.update(1)
+                if tc.log_every and step % tc.log_every == 0:
+                    now = time.monotonic()
+                    tps = tok_log / max(now - t_log, 1e-9)
+                    rec = {"event": "train", "step": step, "epoch": epoch, "loss": loss_log / max(ntok_log, 1),
+                           "lr": scheduler.get_last_lr()[0], "tokens_per_s": tps, "tokens_seen": tokens_seen,
+                           "elapsed_s": elapsed_before + now - t_start}
+                    if main:
+                        ckpt.append_metrics(out_dir, rec)
+                    if bar is not None:
+                        bar.set_postfix(loss=f"{rec['loss']:.3f}", lr=f"{rec['lr']:.2e}", tok_s=f"{tps:,.0f}")
+                    t_log, tok_log, loss_log, ntok_log = now, 0, 0.0, 0
+                if tc.eval_every and step % tc.eval_every == 0:
+                    last_valid = validate()
+                    if bar is not None and "valid_bleu" in last_valid:
+                        bar.write(f"step {step}: valid loss {last_valid['valid_loss']:.3f}  "
+                                  f"BLEU {last_valid['valid_bleu']:.1f}")
+                elif tc.save_every and step % tc.save_every == 0:
+                    save()
+            else:
+                epoch += 1
+                pos = 0
+                continue
+            break
+
+        if bar is not None:
+            bar.close()
+        # Final validation + checkpoint (skipped if this exact step was just validated).
+        if not last_valid or last_valid.get("step") != step:
+            if stopped_by == "signal":
+                save()
+            else:
+                last_valid = validate()
+        else:
+            save()
+
+    elapsed = elapsed_before + time.monotonic() - t_start
+    result = TrainResult(out_dir, step, epoch, stopped_by, best_bleu, last_valid,
+                         tokens_seen / max(elapsed, 1e-9))
+    if main:
+        meta_path = out_dir / ckpt.META
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, ValueError):
+            meta = {}
+        meta.update({"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "steps": step, "epochs_done": epoch,
+                     "stopped_by": stopped_by, "elapsed_s": elapsed, "tokens_seen": tokens_seen,
+                     "mean_tokens_per_s": result.tokens_per_s, "best_valid_bleu": best_bleu,
+                     "last_valid": last_valid})
+        atomic_write_json(meta_path, meta)
+        try:
+            from attnlab.inspection.plots import plot_curves
+
+            plot_curves(out_dir)
+        except ImportError:
+            pass
+    return result
+
+
+def _first_nonfinite(model: nn.Module, loss: torch.Tensor) -> str:
+    for name, p in model.named_parameters():
+        if not torch.isfinite(p).all():
+            return f"parameter {name}"
+    for name, p in model.named_parameters():
+        if p.grad is not None and not torch.isfinite(p.grad).all():
+            return f"gradient of {name}"
+    return "loss" if not torch.isfinite(loss) else "gradient norm"
