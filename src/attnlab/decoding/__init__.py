@@ -1,0 +1,12 @@
+"""Greedy and beam search through the model protocol (``encode`` / ``init_state`` / ``step``), notes §22.
+
+One implementation serves every model kind (STYLE.md habit 6). Both searches are batched, run under
+``torch.inference_mode()``, drop finished rows with ``DecoderState.select``, never emit
+``<pad> <bos> <unk>``, and return :class:`Hypothesis` objects (ids without ``<bos>``/``<eos>``).
+"""
+
+from attnlab.decoding.beam import beam_search
+from attnlab.decoding.greedy import greedy_search
+from attnlab.decoding.hypothesis import BANNED_IDS, Hypothesis, gnmt_length_penalty, max_lengths
+
+__all__ = ["BANNED_IDS", "Hypothesis", "beam_search", "gnmt_length_penalty", "greedy_search", "max_lengths"]
