@@ -1,0 +1,118 @@
+"""BPE subword tokenizer (Hugging Face ``tokenizers``) with the same protocol and special ids as :class:`Vocab`.
+
+One model per language, trained on the *preprocessed* training split only (so validation and test
+text never shapes the vocabulary). The special tokens are registered first, in
+:data:`attnlab.data.vocab.SPECIALS` order, so ``<unk>=0 <pad>=1 <bos>=2 <eos>=3`` as for words.
+
+Word boundaries are kept with a Metaspace pre-tokenizer and decoder (``▁`` marks a word start, as
+in SentencePiece), so for preprocessed text ``x`` made of characters seen in training,
+``decode(encode(x)) == detokenize(x.split(), lang)`` — the BPE round trip is exact up to the
+same detokenisation the word vocabulary applies. Characters never seen in training become ``<unk>``.
+Text that itself contains ``▁`` (U+2581) is the one thing that does not round-trip: it reads back as a space.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from attnlab.data.text import detokenize, preprocess
+from attnlab.data.vocab import SPECIALS, _check_lang, _content_ids
+
+__all__ = ["BPETokenizer"]
+
+_METASPACE = "▁"
+
+
+class BPETokenizer:
+    """Byte-pair-encoding subwords for one language; implements :class:`attnlab.data.vocab.Tokenizer`.
+
+    Build one with :meth:`train`; ``to_json()`` embeds the whole HF tokenizer JSON string so a run
+    folder is self-contained.
+    """
+
+    kind = "bpe"
+
+    def __init__(self, tokenizer: HFTokenizer, lang: str) -> None:
+        _check_lang(lang)
+        for i, special in enumerate(SPECIALS):
+            if tokenizer.token_to_id(special) != i:
+                raise ValueError(
+                    f"BPE tokenizer must map {special} to id {i}, got {tokenizer.token_to_id(special)}"
+                )
+        self._tok = tokenizer
+        self.lang = lang
+
+    @classmethod
+    def train(
+        cls, texts: Iterable[str], vocab_size: int, lang: str, preprocessed: bool = False
+    ) -> BPETokenizer:
+        """Learn BPE merges from ``texts`` (training split only), up to ``vocab_size`` entries in total."""
+        _check_lang(lang)
+        if vocab_size < len(SPECIALS) + 1:
+            raise ValueError(f"vocab_size={vocab_size} is too small for the {len(SPECIALS)} special tokens")
+        tok = HFTokenizer(models.BPE(unk_token=SPECIALS[0]))
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=_METASPACE, prepend_scheme="always")
+        tok.decoder = decoders.Metaspace(replacement=_METASPACE, prepend_scheme="always")
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, special_tokens=list(SPECIALS), show_progress=False
+        )
+        if not preprocessed:
+            texts = (preprocess(t) for t in texts)
+        tok.train_from_iterator(texts, trainer=trainer)
+        return cls(tok, lang)
+
+    def __len__(self) -> int:
+        return self._tok.get_vocab_size()
+
+    def tokens(self, text: str) -> list[str]:
+        """Subword pieces of ``preprocess(text)`` (``▁`` starts a word; unseen characters are ``<unk>``)."""
+        return self._tok.encode(preprocess(text), add_special_tokens=False).tokens
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``preprocess(text)``'s pieces; no ``<eos>`` is added."""
+        return self._tok.encode(preprocess(text), add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str], preprocessed: bool = False) -> list[list[int]]:
+        """``[encode(t) for t in texts]``, encoded in parallel by the Rust library."""
+        texts = list(texts) if preprocessed else [preprocess(t) for t in texts]
+        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+
+    def id_to_token(self, i: int) -> str:
+        """The piece for id ``i``; raises ``IndexError`` outside ``[0, len(self))``."""
+        token = self._tok.id_to_token(i) if 0 <= i < len(self) else None
+        if token is None:
+            raise IndexError(f"token id {i} is outside the vocabulary of size {len(self)}")
+        return token
+
+    def decode(self, ids: Iterable[int], keep_unk: bool = False) -> str:
+        """Text for ``ids``: stops at ``<eos>``, drops ``<pad>``/``<bos>`` (and ``<unk>`` unless
+        ``keep_unk``), joins pieces at ``▁`` boundaries and detokenises for ``self.lang``."""
+        content = _content_ids(ids, keep_unk)
+        for i in content:
+            self.id_to_token(i)  # range check with a clear message
+        text = self._tok.decode(content, skip_special_tokens=False)
+        return detokenize(text.split(), self.lang)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "lang": self.lang,
+            "vocab_size": len(self),
+            "tokenizer": self._tok.to_str(),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> BPETokenizer:
+        spec = d["tokenizer"]
+        try:
+            tok = HFTokenizer.from_str(spec)
+        except Exception as e:  # the Rust library raises a bare Exception for malformed JSON
+            raise ValueError(f"saved BPE tokenizer cannot be parsed: {e}") from None
+        return cls(tok, d["lang"])
+
+    def __repr__(self) -> str:
+        return f"BPETokenizer(lang={self.lang!r}, size={len(self)})"
