@@ -7,6 +7,7 @@ exits with code 2; an interrupted command exits 130. Anything else is a bug and 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -240,12 +241,23 @@ def make_parser() -> argparse.ArgumentParser:
     m.add_argument("--threads", type=int, default=0)
     m.set_defaults(func=cmd_demo)
 
-    for module in _EXTRA_COMMANDS:
+    for name in _EXTRA_COMMANDS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            continue  # that part of attnlab is not installed in this build
         module.register(sub)
     return p
 
 
-_EXTRA_COMMANDS: list = []
+# Modules that add subcommands: each defines register(subparsers) (plain list, no registry magic).
+_EXTRA_COMMANDS = [
+    "attnlab.inspection.commands_views",  # attention, explain, params, positional, selfcheck
+    "attnlab.inspection.commands_analysis",  # doctor, sweep, heads, compare
+    "attnlab.web.commands",  # serve
+]
 
 
 def main(argv: list[str] | None = None) -> int:
