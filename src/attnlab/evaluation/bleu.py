@@ -1,0 +1,182 @@
+"""Translation scores: the notes' BLEU formula (D2L's, §22) and sacreBLEU's BLEU and chrF with signatures.
+
+Two different things are called BLEU here:
+
+- :func:`d2l_bleu` is D2L's sentence-level formula, used by the notes to score one translation of one
+  sentence against one label: a brevity penalty times the matched n-gram precisions, longer n-grams
+  weighted more (``p_n ** (1 / 2**n)``). It is for teaching and for the notes' examples.
+- :func:`corpus_scores` is what a paper would report: sacreBLEU's corpus BLEU and chrF on detokenised
+  text, with the signature that makes the figure reproducible (STYLE.md habit 14), computed against
+  **all** the references of each source sentence (Tatoeba often gives one English sentence several
+  French translations) and, beside it, against the first reference only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from sacrebleu.metrics import BLEU, CHRF
+
+__all__ = ["DEFAULT_BUCKETS", "bleu_by_length", "corpus_scores", "d2l_bleu", "reference_streams"]
+
+DEFAULT_BUCKETS: tuple[tuple[int, int], ...] = ((1, 4), (5, 8), (9, 12), (13, 16), (17, 10**9))
+
+
+def d2l_bleu(pred_tokens: Sequence[str], label_tokens: Sequence[str], k: int = 2) -> float:
+    """D2L's BLEU of one prediction against one label, in ``[0, 1]``:
+
+    ``exp(min(0, 1 - len_label / len_pred)) * prod_{n=1..k} p_n ** (1 / 2**n)``, where ``p_n`` is the
+    share of the prediction's n-grams found in the label (each label n-gram matched at most as often as
+    it occurs there). The first factor punishes predictions shorter than the label, which would
+    otherwise get high precisions by saying little.
+
+    D2L's code divides by zero when the prediction is empty or shorter than ``n`` tokens; here such a
+    prediction has no n-grams of that order to match, so its precision — and the score — is 0
+    (as unsmoothed BLEU has it).
+
+    Raises:
+        ValueError: if ``k < 1``.
+    """
+    if k < 1:
+        raise ValueError(f"k={k} must be >= 1 (the longest n-gram order)")
+    len_pred, len_label = len(pred_tokens), len(label_tokens)
+    if len_pred == 0:
+        return 0.0
+    score = math.exp(min(0.0, 1.0 - len_label / len_pred))
+    for n in range(1, k + 1):
+        if len_pred < n:
+            return 0.0
+        label_subs = Counter(tuple(label_tokens[i : i + n]) for i in range(len_label - n + 1))
+        num_matches = 0
+        for i in range(len_pred - n + 1):
+            gram = tuple(pred_tokens[i : i + n])
+            if label_subs[gram] > 0:
+                num_matches += 1
+                label_subs[gram] -= 1
+        score *= math.pow(num_matches / (len_pred - n + 1), math.pow(0.5, n))
+    return score
+
+
+def reference_streams(refs: Sequence[Sequence[str]]) -> list[list[str | None]]:
+    """Transpose per-sentence reference lists into sacreBLEU's reference streams.
+
+    ``refs[i]`` holds every reference of sentence ``i``; stream ``j`` holds the ``j``-th reference of
+    every sentence, ``None`` where a sentence has fewer than ``j + 1``. sacreBLEU skips ``None``
+    (a variable number of references; its signature then says ``nrefs:var``). An empty string would
+    instead count as a real, empty reference, whose length 0 can become the "closest reference
+    length" of a short hypothesis and cancel its brevity penalty.
+    """
+    width = max((len(r) for r in refs), default=0)
+    return [[r[j] if j < len(r) else None for r in refs] for j in range(width)]
+
+
+def _check(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
+    if len(hyps) != len(refs):
+        raise ValueError(
+            f"{len(hyps)} hypotheses but {len(refs)} reference lists; give one list per hypothesis"
+        )
+    if not hyps:
+        raise ValueError("no hypotheses to score")
+    for i, r in enumerate(refs):
+        if isinstance(r, str):
+            raise ValueError(
+                f"refs[{i}] is a string; each entry must be the list of references of a sentence"
+            )
+        if len(r) == 0:
+            raise ValueError(f"sentence {i} has no reference; every sentence needs at least one")
+
+
+def corpus_scores(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """sacreBLEU corpus BLEU and chrF of detokenised hypotheses, against all references and against the first.
+
+    Args:
+        hyps: one detokenised hypothesis per sentence.
+        refs: ``refs[i]`` lists every detokenised reference of sentence ``i`` (at least one).
+
+    Returns:
+        A JSON-ready dict: ``bleu``, ``chrf`` (0–100, all references) and their ``bleu_signature``,
+        ``chrf_signature``; ``bleu_single``, ``chrf_single`` and signatures (first reference only);
+        ``bleu_precisions`` (1- to 4-gram, %), ``bleu_bp``, ``hyp_len``, ``ref_len`` (all references);
+        ``bleu_verbose`` (sacreBLEU's one-line detail); ``references_per_sentence`` (mean) and
+        ``max_references``.
+
+    Raises:
+        ValueError: on no hypotheses, a length mismatch, or a sentence without a reference.
+    """
+    _check(hyps, refs)
+    hyps = list(hyps)
+    streams = reference_streams(refs)
+    single = [[r[0] for r in refs]]
+    bleu, chrf = BLEU(), CHRF()
+    b = bleu.corpus_score(hyps, streams)
+    c = chrf.corpus_score(hyps, streams)
+    bleu1, chrf1 = BLEU(), CHRF()
+    b1 = bleu1.corpus_score(hyps, single)
+    c1 = chrf1.corpus_score(hyps, single)
+    return {
+        "bleu": float(b.score),
+        "chrf": float(c.score),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+        "bleu_single": float(b1.score),
+        "chrf_single": float(c1.score),
+        "bleu_single_signature": str(bleu1.get_signature()),
+        "chrf_single_signature": str(chrf1.get_signature()),
+        "bleu_precisions": [float(p) for p in b.precisions],
+        "bleu_bp": float(b.bp),
+        "hyp_len": int(b.sys_len),
+        "ref_len": int(b.ref_len),
+        "bleu_verbose": b.format(width=2, score_only=False),
+        "references_per_sentence": sum(len(r) for r in refs) / len(refs),
+        "max_references": len(streams),
+    }
+
+
+def bleu_by_length(
+    hyps: Sequence[str],
+    refs: Sequence[Sequence[str]],
+    src_lens: Sequence[int],
+    buckets: Sequence[tuple[int, int]] = DEFAULT_BUCKETS,
+) -> list[dict[str, Any]]:
+    """Multi-reference BLEU and chrF per source-length bucket (the notes' §10 and §26 questions: do long
+    sentences suffer, and does attention help them?).
+
+    Args:
+        hyps, refs: as for :func:`corpus_scores`.
+        src_lens: the source length of each sentence, in tokens (the caller's unit, e.g. without ``<eos>``).
+        buckets: inclusive ``(lo, hi)`` length ranges; a last ``hi`` of ``10**9`` or more reads "lo+".
+
+    Returns:
+        One row per non-empty bucket, in bucket order: ``bucket`` (label such as ``"5-8"`` or ``"17+"``),
+        ``lo``, ``hi``, ``sentences``, ``bleu``, ``chrf``. Sentences whose length falls in no bucket are
+        left out; empty buckets give no row (a score of nothing would read as a real 0).
+
+    Raises:
+        ValueError: as :func:`corpus_scores`, or if ``src_lens`` has the wrong length or a bucket has
+            ``lo > hi``.
+    """
+    _check(hyps, refs)
+    if len(src_lens) != len(hyps):
+        raise ValueError(f"{len(src_lens)} source lengths for {len(hyps)} hypotheses")
+    rows = []
+    for lo, hi in buckets:
+        if lo > hi:
+            raise ValueError(f"bucket ({lo}, {hi}) has lo > hi")
+        idx = [i for i, n in enumerate(src_lens) if lo <= n <= hi]
+        if not idx:
+            continue
+        sub_hyps, streams = [hyps[i] for i in idx], reference_streams([refs[i] for i in idx])
+        rows.append(
+            {
+                "bucket": f"{lo}+" if hi >= 10**9 else f"{lo}-{hi}",
+                "lo": lo,
+                "hi": hi,
+                "sentences": len(idx),
+                "bleu": float(BLEU().corpus_score(sub_hyps, streams).score),
+                "chrf": float(CHRF().corpus_score(sub_hyps, streams).score),
+            }
+        )
+    return rows
