@@ -1,0 +1,490 @@
+"""The two datasets: Tatoeba fra-eng (find, verify, download, parse) and the offline ``numbers`` task.
+
+``prepare(cfg)`` is the one entry point the trainer and the CLI use: it reads (or generates) the
+pairs, splits them by English source, builds the tokenizers from the training split only, encodes,
+truncates to ``num_steps - 1`` tokens (so ``<eos>`` fits, the notes' §4) and reports every
+truncation and dropped pair in ``Prepared.stats`` — nothing is lost silently.
+
+Where the corpus is looked for (first hit wins), see :func:`locate_fra_eng`:
+``--data PATH`` (a zip, a ``fra.txt`` or a folder holding one), ``$ATTNLAB_DATA_DIR``, the user
+cache ``$XDG_CACHE_HOME/attnlab`` (default ``~/.cache/attnlab``), and finally a download of D2L's
+copy into that cache, kept only if its sha256 matches. ``ATTNLAB_OFFLINE=1`` forbids the download.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import random
+import urllib.error
+import urllib.request
+import zipfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnlab.config import DataConfig
+from attnlab.data.text import preprocess
+from attnlab.data.vocab import UNK, Tokenizer, Vocab
+from attnlab.errors import AttnlabError
+from attnlab.io import atomic_write_bytes
+
+__all__ = [
+    "CorpusError",
+    "FRA_ENG_URL",
+    "FRA_ENG_SHA256",
+    "Split",
+    "Prepared",
+    "cache_dir",
+    "locate_fra_eng",
+    "read_pairs",
+    "numbers_pairs",
+    "split_by_source",
+    "prepare",
+]
+
+FRA_ENG_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"
+FRA_ENG_SHA256 = "b0ace3af111f771f8bfadb44b83fbdb24ef5bc252d014f080fe4e3e8f0b3650b"
+FRA_ENG_ZIP = "fra-eng.zip"
+_CANDIDATES = ("fra-eng.zip", "fra.txt", "fra-eng/fra.txt")  # looked for, in this order, inside a folder
+_DOWNLOAD_TIMEOUT_S = 15.0
+_SPLIT_SALT = b"attnlab-split-v1\x00"  # bump to re-draw every split (changes all test sets!)
+NUMBERS_SEED = 0  # the numbers task is the same for every run, so its test scores are comparable
+NUMBERS_MAX = 99_999
+SPLITS = ("train", "valid", "test")
+
+
+class CorpusError(AttnlabError):
+    """The corpus cannot be found, fetched or parsed; the message names the file (and line) and the fix."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Finding (and fetching) fra-eng
+
+
+def cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/attnlab``, else ``~/.cache/attnlab`` (where downloads are kept)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "attnlab"
+
+
+def _find_in(folder: Path) -> Path | None:
+    for name in _CANDIDATES:
+        p = folder / name
+        if p.is_file():
+            return p
+    return None
+
+
+def _download(dest: Path) -> str | None:
+    """Fetch :data:`FRA_ENG_URL` to ``dest`` if its sha256 is :data:`FRA_ENG_SHA256`; None on success, else why not."""
+    url, sha256 = FRA_ENG_URL, FRA_ENG_SHA256  # read at call time so tests can point them elsewhere
+    try:
+        with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as resp:
+            data = resp.read()
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        return f"download from {url} failed ({getattr(e, 'reason', e)})"
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        return f"download from {url} has sha256 {digest[:12]}..., expected {sha256[:12]}... (not kept)"
+    try:
+        atomic_write_bytes(dest, data)  # a crash mid-write never leaves a truncated zip in the cache
+    except OSError as e:
+        return f"cannot write {dest} ({e.strerror or e})"
+    return None
+
+
+def locate_fra_eng(data_path: str | os.PathLike[str] | None = None) -> Path:
+    """Return the path of a fra-eng zip or ``fra.txt``, fetching it into the cache if needed.
+
+    Looks, in order, at ``data_path`` (a file, or a folder holding ``fra-eng.zip``, ``fra.txt`` or
+    ``fra-eng/fra.txt``), ``$ATTNLAB_DATA_DIR`` (same rules), the cache folder (:func:`cache_dir`),
+    then downloads :data:`FRA_ENG_URL` into the cache and keeps it only if its sha256 is
+    :data:`FRA_ENG_SHA256` (skipped when ``ATTNLAB_OFFLINE=1``).
+
+    Raises :class:`CorpusError` if ``data_path`` names something that does not exist (a typo must
+    not silently fall back to another copy), or, when every place fails, with one line naming all
+    places looked and the fix.
+    """
+    looked: list[str] = []
+    if data_path is not None and str(data_path) != "":
+        p = Path(data_path).expanduser()
+        if p.is_file():
+            return p
+        if not p.exists():
+            raise CorpusError(
+                f"data path {p} does not exist; pass --data a fra-eng.zip, a fra.txt or a folder with one"
+            )
+        found = _find_in(p)
+        if found:
+            return found
+        looked.append(f"{p} (--data)")
+    env = os.environ.get("ATTNLAB_DATA_DIR")
+    if env:
+        p = Path(env).expanduser()
+        found = p if p.is_file() else _find_in(p)
+        if found:
+            return found
+        looked.append(f"{p} ($ATTNLAB_DATA_DIR)")
+    else:
+        looked.append("$ATTNLAB_DATA_DIR (unset)")
+    cache = cache_dir()
+    found = _find_in(cache)
+    if found:
+        return found
+    looked.append(f"{cache} (cache)")
+    if os.environ.get("ATTNLAB_OFFLINE", "") not in ("", "0"):
+        looked.append("no download (ATTNLAB_OFFLINE is set)")
+    else:
+        why = _download(cache / FRA_ENG_ZIP)
+        if why is None:
+            return cache / FRA_ENG_ZIP
+        looked.append(why)
+    raise CorpusError(
+        "fra-eng corpus not found; looked in: "
+        + "; ".join(looked)
+        + f". Fix: pass --data PATH (a {FRA_ENG_ZIP} or fra.txt, e.g. from {FRA_ENG_URL}) or set ATTNLAB_DATA_DIR to its folder"
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Parsing
+
+
+def _zip_member(zf: zipfile.ZipFile, path: Path) -> str:
+    names = zf.namelist()
+    if "fra-eng/fra.txt" in names:
+        return "fra-eng/fra.txt"
+    for name in names:
+        if name == "fra.txt" or name.endswith("/fra.txt"):
+            return name
+    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+    raise CorpusError(f"{path}: the zip holds no fra.txt (members: {shown or 'none'}); use D2L's fra-eng.zip")
+
+
+def _read_bytes(path: Path) -> tuple[bytes, str]:
+    """The raw bytes of ``fra.txt`` and a display name (``archive.zip:member`` for a zip)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+            is_zip = head.startswith(b"PK") or path.suffix.lower() == ".zip"
+            if not is_zip:
+                return head + f.read(), str(path)
+    except IsADirectoryError:
+        found = _find_in(path)
+        if found is None:
+            raise CorpusError(f"{path} is a folder without {' or '.join(_CANDIDATES)}") from None
+        return _read_bytes(found)
+    except FileNotFoundError:
+        raise CorpusError(f"{path} does not exist; pass --data a fra-eng.zip or fra.txt") from None
+    except OSError as e:
+        raise CorpusError(f"{path} cannot be read: {e.strerror or e}") from None
+    try:
+        with zipfile.ZipFile(path) as zf:
+            member = _zip_member(zf, path)
+            return zf.read(member), f"{path}:{member}"
+    except CorpusError:
+        raise
+    except Exception as e:  # BadZipFile, EOFError, zlib.error, a CRC mismatch: a corrupt or truncated archive
+        raise CorpusError(
+            f"{path} is not a readable zip (corrupt or truncated: {type(e).__name__}: {e}); "
+            "delete it and download it again"
+        ) from None
+
+
+def read_pairs(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
+    """Raw ``(english, french)`` pairs from a fra-eng zip, a ``fra.txt`` or a folder holding one.
+
+    Accepts D2L's two-column ``english<TAB>french`` lines and manythings' three-column lines (the
+    third column, the attribution, is ignored). Blank lines are skipped; ``\\r\\n`` endings and a
+    UTF-8 BOM are accepted. Raises :class:`CorpusError` naming the file and line for: a missing,
+    corrupt or truncated file, bytes that are not UTF-8, a line with the wrong number of columns or
+    an empty side, and a file with no pairs at all.
+    """
+    path = Path(path)
+    data, name = _read_bytes(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise CorpusError(
+            f"{name} line {line}: byte 0x{data[e.start]:02x} at column {col} is not UTF-8; fra-eng must be UTF-8 text"
+        ) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    pairs: list[tuple[str, str]] = []
+    append = pairs.append
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if line.endswith("\r"):
+            line = line[:-1]
+        if not line or (line.isspace() and "\t" not in line):  # blank lines are harmless
+            continue
+        cols = line.split("\t")
+        if not 2 <= len(cols) <= 3:
+            preview = line if len(line) <= 60 else line[:57] + "..."
+            raise CorpusError(
+                f"{name} line {lineno}: expected 2 or 3 tab-separated columns (english, french[, attribution]), "
+                f"got {len(cols)}: {preview!r}"
+            )
+        en, fr = cols[0].strip(), cols[1].strip()
+        if not en or not fr:
+            raise CorpusError(f"{name} line {lineno}: the {'English' if not en else 'French'} side is empty")
+        append((en, fr))
+    if not pairs:
+        raise CorpusError(f"{name} holds no sentence pairs (empty file); expected english<TAB>french lines")
+    return pairs
+
+
+# ----------------------------------------------------------------------------------------------
+# The offline numbers task
+
+
+@functools.cache
+def _number_words(k: int) -> tuple[str, str]:
+    from num2words import num2words  # imported lazily: only the numbers task needs it
+
+    return preprocess(num2words(k, lang="en")), preprocess(num2words(k, lang="fr"))
+
+
+def numbers_pairs(n: int, seed: int = NUMBERS_SEED) -> list[tuple[str, str]]:
+    """``n`` distinct numbers in ``0..99,999`` as (English words, French words), D2L-preprocessed.
+
+    E.g. ``21345`` → ``("twenty-one thousand , three hundred and forty-five",
+    "vingt et un mille trois cent quarante-cinq")``. Numbers are drawn deterministically from
+    ``random.Random(seed)`` with an equal share per digit count (1 to 5 digits; a share a bucket
+    cannot fill moves to the longer ones), so short numbers are not drowned out by the 90,000
+    five-digit ones. The result is shuffled, so the first ``k`` pairs are a fair sample too.
+    Raises ``ValueError`` unless ``1 <= n <= 100,000``.
+    """
+    if not 1 <= n <= NUMBERS_MAX + 1:
+        raise ValueError(f"numbers task size n={n} must lie between 1 and {NUMBERS_MAX + 1}")
+    rng = random.Random(seed)
+    buckets = [
+        range(0, 10),
+        range(10, 100),
+        range(100, 1000),
+        range(1000, 10_000),
+        range(10_000, NUMBERS_MAX + 1),
+    ]
+    chosen: list[int] = []
+    left = n
+    for i, bucket in enumerate(buckets):
+        share = -(-left // (len(buckets) - i))  # ceil: spread what is left over the remaining buckets
+        take = min(share, len(bucket))
+        chosen.extend(rng.sample(bucket, take))
+        left -= take
+    rng.shuffle(chosen)
+    return [_number_words(k) for k in chosen]
+
+
+# ----------------------------------------------------------------------------------------------
+# Splitting by source
+
+
+def _bucket(source: str) -> float:
+    """A uniform number in [0, 1) fixed by the (preprocessed) source text alone."""
+    digest = hashlib.sha256(_SPLIT_SALT + source.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def _split_of(source: str, valid_frac: float, test_frac: float) -> str:
+    u = _bucket(source)
+    return "test" if u < test_frac else "valid" if u < test_frac + valid_frac else "train"
+
+
+def split_by_source(
+    pairs: list[tuple[str, str]], valid_frac: float, test_frac: float, preprocessed: bool = False
+) -> dict[str, list[int]]:
+    """Indices of ``pairs`` per split (``train``, ``valid``, ``test``), grouped by English source.
+
+    Each distinct preprocessed English source is hashed (sha256 of a fixed salt + the text, read
+    as a number ``u`` in [0, 1)): ``u < test_frac`` → test, ``u < test_frac + valid_frac`` → valid,
+    else train. So every translation of a source lands in the same split (no English sentence is
+    in two splits; each test source keeps all its references), and a source's split never depends
+    on the other sentences, the file order, ``max_pairs``, the Python process or the machine. Split
+    sizes are the fractions in expectation, not exactly. Indices keep the input order.
+    ``preprocessed=True`` skips re-normalising sources that are already preprocessed.
+    """
+    if not (0 <= valid_frac and 0 <= test_frac and valid_frac + test_frac < 1):
+        raise ValueError(f"valid_frac={valid_frac} and test_frac={test_frac} must be >= 0 with a sum below 1")
+    memo: dict[str, str] = {}
+    out: dict[str, list[int]] = {name: [] for name in SPLITS}
+    for i, (src, _) in enumerate(pairs):
+        key = src if preprocessed else preprocess(src)
+        name = memo.get(key)
+        if name is None:
+            name = memo[key] = _split_of(key, valid_frac, test_frac)
+        out[name].append(i)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Prepared data
+
+
+@dataclass
+class Split:
+    """One split, all lists aligned: ``src[i]``/``tgt[i]`` are the ids (no ``<eos>``, at most
+    ``num_steps - 1`` tokens) of ``src_text[i]``/``tgt_text[i]`` (preprocessed, untruncated), and
+    ``references[i]`` holds every distinct preprocessed French translation of ``src_text[i]`` in
+    the corpus (its own ``tgt_text[i]`` included), for multi-reference BLEU."""
+
+    src: list[list[int]] = field(default_factory=list)
+    tgt: list[list[int]] = field(default_factory=list)
+    src_text: list[str] = field(default_factory=list)
+    tgt_text: list[str] = field(default_factory=list)
+    references: list[list[str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def unique_sources(self) -> list[int]:
+        """Index of the first pair of each distinct source, in order (evaluate each source once)."""
+        seen: set[str] = set()
+        out = []
+        for i, s in enumerate(self.src_text):
+            if s not in seen:
+                seen.add(s)
+                out.append(i)
+        return out
+
+
+@dataclass
+class Prepared:
+    """What :func:`prepare` returns: the two tokenizers, the splits and the statistics."""
+
+    src_tok: Tokenizer
+    tgt_tok: Tokenizer
+    splits: dict[str, Split]
+    stats: dict[str, Any]
+
+
+def _histogram(lengths: list[int]) -> list[int]:
+    counts = Counter(lengths)
+    return [counts.get(k, 0) for k in range(max(counts, default=-1) + 1)]
+
+
+def _build_tokenizers(
+    cfg: DataConfig, src_texts: list[str], tgt_texts: list[str]
+) -> tuple[Tokenizer, Tokenizer]:
+    if cfg.tokenizer == "bpe":
+        from attnlab.data.subword import BPETokenizer
+
+        return (
+            BPETokenizer.train(src_texts, cfg.bpe_vocab_size, lang="en", preprocessed=True),
+            BPETokenizer.train(tgt_texts, cfg.bpe_vocab_size, lang="fr", preprocessed=True),
+        )
+    return (
+        Vocab.build((t.split() for t in src_texts), lang="en", min_freq=cfg.min_freq),
+        Vocab.build((t.split() for t in tgt_texts), lang="fr", min_freq=cfg.min_freq),
+    )
+
+
+def prepare(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = None) -> Prepared:
+    """Read or generate ``cfg.dataset``, split it, build or reuse tokenizers, encode and truncate.
+
+    * ``fra-eng``: :func:`locate_fra_eng` + :func:`read_pairs`; ``numbers``: :func:`numbers_pairs`
+      with ``cfg.numbers_size`` pairs and the fixed seed :data:`NUMBERS_SEED`.
+    * ``cfg.max_pairs > 0`` keeps the first ``max_pairs`` pairs of the file.
+    * Pairs whose source or target preprocesses to nothing are dropped and counted.
+    * Tokenizers are built from the **training split only** unless ``tokenizers=(src_tok, tgt_tok)``
+      is given (a trained run passes its saved ones so ids match the model).
+    * Sequences longer than ``cfg.num_steps - 1`` tokens are cut to that length so ``<eos>`` fits
+      in ``num_steps``; every cut is counted per split in ``stats``.
+
+    ``stats`` (JSON-serialisable): ``dataset``, ``source``, ``tokenizer``, ``num_steps``,
+    ``pairs_read``, ``pairs_used`` (after ``max_pairs``), ``dropped_empty``, ``distinct_sources``,
+    ``splits[name]`` = ``{pairs, sources, truncated, truncated_src, truncated_tgt, unk_src, unk_tgt}``,
+    ``vocab`` = ``{src, tgt}`` sizes and ``length_histogram`` = ``{src, tgt}`` lists where entry
+    ``k`` counts sentences of ``k`` tokens (all pairs, before truncation).
+    Raises :class:`CorpusError` when the corpus cannot be found or parsed.
+    """
+    if cfg.dataset == "numbers":
+        if cfg.numbers_size > NUMBERS_MAX + 1:
+            raise CorpusError(
+                f"data.numbers_size={cfg.numbers_size} exceeds the {NUMBERS_MAX + 1} distinct numbers 0..{NUMBERS_MAX}; "
+                "lower it"
+            )
+        raw = numbers_pairs(cfg.numbers_size, NUMBERS_SEED)
+        source = f"numbers (num2words, n={cfg.numbers_size}, seed={NUMBERS_SEED})"
+    else:
+        path = locate_fra_eng(cfg.data_path)
+        raw = read_pairs(path)
+        source = str(path)
+    pairs_read = len(raw)
+    if cfg.max_pairs:
+        raw = raw[: cfg.max_pairs]
+    pairs: list[tuple[str, str]] = []
+    for en, fr in raw:
+        en, fr = preprocess(en), preprocess(fr)
+        if en and fr:
+            pairs.append((en, fr))
+    dropped_empty = len(raw) - len(pairs)
+
+    by_split = split_by_source(pairs, cfg.valid_frac, cfg.test_frac, preprocessed=True)
+    if tokenizers is None:
+        train = by_split["train"]
+        if not train:
+            raise CorpusError(
+                f"{source}: the training split is empty ({len(pairs)} usable pairs); use more data"
+            )
+        src_tok, tgt_tok = _build_tokenizers(cfg, [pairs[i][0] for i in train], [pairs[i][1] for i in train])
+    else:
+        src_tok, tgt_tok = tokenizers
+
+    refs: dict[str, list[str]] = {}
+    for en, fr in pairs:
+        group = refs.setdefault(en, [])
+        if fr not in group:
+            group.append(fr)
+
+    limit = cfg.num_steps - 1  # room for <eos> (the notes' §4: "... <eos> <pad> ...")
+    splits: dict[str, Split] = {}
+    split_stats: dict[str, dict[str, int]] = {}
+    src_lengths: list[int] = []
+    tgt_lengths: list[int] = []
+    for name in SPLITS:
+        idx = by_split[name]
+        src_text = [pairs[i][0] for i in idx]
+        tgt_text = [pairs[i][1] for i in idx]
+        src_ids = src_tok.encode_batch(src_text, preprocessed=True)
+        tgt_ids = tgt_tok.encode_batch(tgt_text, preprocessed=True)
+        src_lens = [len(x) for x in src_ids]
+        tgt_lens = [len(x) for x in tgt_ids]
+        src_lengths += src_lens
+        tgt_lengths += tgt_lens
+        cut_src = sum(n > limit for n in src_lens)
+        cut_tgt = sum(n > limit for n in tgt_lens)
+        cut_any = sum(s > limit or t > limit for s, t in zip(src_lens, tgt_lens))
+        if cut_src:
+            src_ids = [x[:limit] for x in src_ids]
+        if cut_tgt:
+            tgt_ids = [x[:limit] for x in tgt_ids]
+        splits[name] = Split(src_ids, tgt_ids, src_text, tgt_text, [refs[s] for s in src_text])
+        split_stats[name] = {
+            "pairs": len(idx),
+            "sources": len(set(src_text)),
+            "truncated": cut_any,
+            "truncated_src": cut_src,
+            "truncated_tgt": cut_tgt,
+            "unk_src": sum(x.count(UNK) for x in src_ids),
+            "unk_tgt": sum(x.count(UNK) for x in tgt_ids),
+        }
+
+    stats: dict[str, Any] = {
+        "dataset": cfg.dataset,
+        "source": source,
+        "tokenizer": getattr(src_tok, "kind", type(src_tok).__name__),
+        "num_steps": cfg.num_steps,
+        "pairs_read": pairs_read,
+        "pairs_used": len(pairs),
+        "dropped_empty": dropped_empty,
+        "distinct_sources": len(refs),
+        "splits": split_stats,
+        "vocab": {"src": len(src_tok), "tgt": len(tgt_tok)},
+        "length_histogram": {"src": _histogram(src_lengths), "tgt": _histogram(tgt_lengths)},
+    }
+    return Prepared(src_tok, tgt_tok, splits, stats)
