@@ -13,7 +13,15 @@ from attnlab.data.text import detokenize, preprocess, tokenize
 from attnlab.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, Tokenizer, Vocab, load_tokenizer
 
 EN = ["I'm home.", "I'm cold.", "Go home.", "He's calm.", "I lost.", "Go.", "Go now!"]
-FR = ["Je suis chez moi.", "J'ai froid.", "Rentre à la maison.", "Il est calme.", "J'ai perdu.", "Va !", "Va !"]
+FR = [
+    "Je suis chez moi.",
+    "J'ai froid.",
+    "Rentre à la maison.",
+    "Il est calme.",
+    "J'ai perdu.",
+    "Va !",
+    "Va !",
+]
 
 
 def test_special_ids_are_d2l_and_the_notes():
@@ -31,7 +39,9 @@ def test_vocab_orders_by_frequency_then_token_and_applies_min_freq():
     assert v.tokens("I'm calm.") == ["i'm", "<unk>", "."]
     assert v.encode("I'm calm.") == [7, UNK, 4]
     # same text in another order -> same ids (determinism)
-    assert Vocab.build([tokenize(s) for s in reversed(EN)], lang="en", min_freq=2).idx_to_token == v.idx_to_token
+    assert (
+        Vocab.build([tokenize(s) for s in reversed(EN)], lang="en", min_freq=2).idx_to_token == v.idx_to_token
+    )
 
 
 def test_vocab_does_not_duplicate_special_spellings():

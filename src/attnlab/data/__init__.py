@@ -1,0 +1,43 @@
+"""Data: D2L preprocessing, vocabularies (word and BPE), the fra-eng and numbers corpora, batching.
+
+See docs/DESIGN.md § data/. ``attnlab.data.subword`` (BPE, needs ``tokenizers``) is imported on demand.
+"""
+
+from attnlab.data.batching import Batch, TokenBatchSampler, collate
+from attnlab.data.corpus import (
+    CorpusError,
+    Prepared,
+    Split,
+    locate_fra_eng,
+    numbers_pairs,
+    prepare,
+    read_pairs,
+    split_by_source,
+)
+from attnlab.data.text import detokenize, preprocess, tokenize
+from attnlab.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, Tokenizer, Vocab, load_tokenizer
+
+__all__ = [
+    "BOS",
+    "EOS",
+    "PAD",
+    "SPECIALS",
+    "UNK",
+    "Batch",
+    "CorpusError",
+    "Prepared",
+    "Split",
+    "Tokenizer",
+    "TokenBatchSampler",
+    "Vocab",
+    "collate",
+    "detokenize",
+    "load_tokenizer",
+    "locate_fra_eng",
+    "numbers_pairs",
+    "prepare",
+    "preprocess",
+    "read_pairs",
+    "split_by_source",
+    "tokenize",
+]
