@@ -60,7 +60,7 @@ def test_preprocess_is_total_and_idempotent(s):
 
 
 @settings(max_examples=300, deadline=None)
-@given(SENTENCE_LIKE, st.sampled_from(["en", "fr"]))
+@given(SENTENCE_LIKE | ANY_TEXT, st.sampled_from(["en", "fr"]))
 def test_detokenize_inverts_up_to_preprocessing(s, lang):
     tokens = tokenize(s)
     assert preprocess(detokenize(tokens, lang)) == " ".join(tokens)

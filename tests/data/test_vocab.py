@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,6 +55,7 @@ def test_decode_stops_at_eos_and_drops_specials():
     ids = [BOS, *v.encode("Je suis chez moi."), EOS, *v.encode("Va !"), PAD, PAD]
     assert v.decode(ids) == "je suis chez moi."
     assert v.decode([*v.encode("Va !"), PAD]) == "va !"  # French keeps the space before "!"
+    assert v.decode(torch.tensor(ids)) == "je suis chez moi."  # a row of a model's output works too
     assert v.decode([v["je"], UNK, v["."]]) == "je."
     assert v.decode([v["je"], UNK, v["."]], keep_unk=True) == "je <unk>."
     with pytest.raises(IndexError, match="outside the vocabulary"):
