@@ -47,7 +47,7 @@ def decode_many(model: nn.Module, src_seqs: list[list[int]], dcfg: DecodeConfig,
             batch = collate([src_seqs[i] for i in idx], [[] for _ in idx], idx)
             src = batch.src.to(device)
             valid = batch.src_valid_lens.to(device)
-            limit = max_lengths(valid, dcfg.max_len_a, dcfg.max_len_b, cap=_length_cap(model))
+            limit = max_lengths(valid, dcfg.max_len_a, dcfg.max_len_b, cap=_length_cap(model, src.shape[1]))
             if beam == 1 and nbest == 1:
                 hyps = [[h] for h in greedy_search(model, src, valid, limit, need_weights=need_weights)]
             else:
@@ -59,9 +59,13 @@ def decode_many(model: nn.Module, src_seqs: list[list[int]], dcfg: DecodeConfig,
     return results
 
 
-def _length_cap(model: nn.Module) -> int:
-    cfg = getattr(model, "cfg", None)
-    return int(getattr(cfg, "max_positions", 1024)) if cfg is not None else 1024
+def _length_cap(model: nn.Module, src_len: int = 0) -> int:
+    """Most output tokens the model's position table allows (decoder-only: after the source)."""
+    cfg = getattr(model, "config", None)
+    max_pos = int(getattr(cfg, "max_positions", 1024))
+    if getattr(cfg, "kind", "") == "decoder-only":
+        return max(1, max_pos - src_len - 1)
+    return max_pos
 
 
 @dataclass
@@ -93,7 +97,7 @@ class Translator:
         self.device = device or next(model.parameters()).device
         self.run_dir, self.checkpoint = run_dir, checkpoint
         # Longest source accepted: what the positional table and the output bound allow.
-        cap = _length_cap(model)
+        cap = _length_cap(model, 0)
         a, b = cfg.decode.max_len_a, cfg.decode.max_len_b
         self.max_src_tokens = max(1, min(512, int((cap - b - 2) / (1 + a)) if cfg.model.kind == "decoder-only"
                                          else cap - 2))
