@@ -1,13 +1,49 @@
-"""Thin helpers over ``torch.distributed`` so the training loop reads the same with 1 or N processes.
+"""Data parallelism on PyTorch's own engine: ``torch.distributed`` + ``torchrun`` (DDP), kept thin.
 
-Everything degrades to the single-process case when no process group is initialised.
+Everything degrades to the single-process case when no process group is initialised, so the
+training loop reads the same with 1 or N processes.
+
+How the data is shared (the contract the tests check):
+
+* The **global batch** of a step is cut by :class:`~attnlab.data.batching.TokenBatchSampler`
+  with the budget ``batch_tokens * world_size`` (and ``max_batch_size * world_size`` pairs);
+  :func:`shard` gives rank ``r`` the rows ``r, r + world_size, …`` of it (the rows are length
+  sorted, so striding gives every rank similar lengths). ``data.batch_tokens`` is therefore the
+  budget **per process**, and N processes with ``batch_tokens = B`` see exactly the batches of one
+  process with ``batch_tokens = N * B``, in the same order. A rank's share can exceed ``B`` by at
+  most one row.
+* Losses are summed over tokens and divided by the **global** token count (an all-reduce before
+  the forward pass); since DDP averages gradients over ranks, each rank scales by ``world_size``.
+  The update is then the gradient of the mean over every target token of the global batch — the
+  same as one process with the whole batch (not a mean of per-rank means of unequal counts).
+* A global batch with fewer pairs than ranks (only the epoch's short remainder can be) leaves some
+  ranks without a pair: those run the first pair with weight 0 so every rank joins the gradient
+  all-reduce, and the pair is not counted.
+* The data position is the number of **global** batches done in the epoch. A resume with another
+  number of processes cannot continue the same batch list (the budget changed), so it marks the
+  pairs already consumed in the epoch and cuts the rest of the epoch afresh
+  (:func:`epoch_batches` with ``exclude``): each pair is still seen exactly once per epoch.
 """
 
 from __future__ import annotations
 
+import datetime
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 import torch
 import torch.distributed as dist
 
+from attnlab.data.batching import TokenBatchSampler
+from attnlab.errors import AttnlabError
+
+DEFAULT_TIMEOUT_S = 1800.0  # torch's own default for gloo/nccl collectives
+_TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+# ------------------------------------------------------------------------------------ who am I
 
 def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
@@ -25,12 +61,181 @@ def is_main() -> bool:
     return rank() == 0
 
 
-def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+def local_rank() -> int:
+    """This process's index on its machine (``LOCAL_RANK`` from torchrun; 0 otherwise)."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def local_world_size() -> int:
+    """Processes on this machine (``LOCAL_WORLD_SIZE`` from torchrun; 1 otherwise)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
+def launched_by_torchrun() -> bool:
+    """True when torchrun (or any launcher that sets the same variables) started this process."""
+    return all(v in os.environ for v in _TORCHRUN_VARS)
+
+
+def restart_count() -> int:
+    """How many times torchrun's elastic agent restarted the workers (``--max-restarts``)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
+def timeout() -> datetime.timedelta:
+    """Collective timeout from ``$ATTNLAB_DIST_TIMEOUT`` (seconds; default 1800).
+
+    A collective that waits longer (a hung or stopped peer) raises, so the job exits non-zero
+    instead of hanging. It must exceed the longest time one rank works alone: rank 0 validates
+    while the others wait at a barrier. Raises :class:`AttnlabError` for a value that is not a
+    positive number.
+    """
+    raw = os.environ.get("ATTNLAB_DIST_TIMEOUT", "").strip()
+    if not raw:
+        return datetime.timedelta(seconds=DEFAULT_TIMEOUT_S)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise AttnlabError(f"ATTNLAB_DIST_TIMEOUT={raw!r} is not a positive number of seconds; "
+                           "set e.g. ATTNLAB_DIST_TIMEOUT=600 or unset it (default 1800)")
+    return datetime.timedelta(seconds=seconds)
+
+
+# ----------------------------------------------------------------------------- set up, tear down
+
+def setup(device: torch.device) -> tuple[torch.device, bool]:
+    """Join the process group described by torchrun's environment, if any.
+
+    Returns ``(device, created)``: on CUDA the device becomes ``cuda:LOCAL_RANK`` (when no index
+    was asked for) and the backend is ``nccl``; on CPU the backend is ``gloo``. ``created`` is
+    True when this call initialised the group (the caller then calls :func:`teardown`). Without
+    torchrun's variables, or when a group already exists, nothing changes.
+    """
+    if not launched_by_torchrun() or is_distributed():
+        return device, False
+    if device.type == "cuda":
+        if device.index is None:
+            device = torch.device("cuda", local_rank())
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", timeout=timeout(), device_id=device)
+    else:
+        dist.init_process_group("gloo", timeout=timeout())
+    return device, True
+
+
+def teardown() -> None:
     if is_distributed():
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        dist.destroy_process_group()
+
+
+def threads_per_process() -> int:
+    """``cores // local processes`` (at least 1): ranks on one machine share its cores."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(local_world_size(), 1))
+
+
+# ----------------------------------------------------------------------------------- collectives
+
+def _collective_device() -> torch.device:
+    if is_distributed() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    """Sum ``t`` over ranks in place (moving it to the backend's device and back when needed)."""
+    if is_distributed():
+        dev = _collective_device()
+        if t.device != dev:
+            tmp = t.to(dev)
+            dist.all_reduce(tmp, op=dist.ReduceOp.SUM)
+            t.copy_(tmp)
+        else:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t
+
+
+def sum_floats(*values: float) -> list[float]:
+    """Sum a few Python numbers over ranks in one float64 all-reduce (exact for counts < 2**53)."""
+    if not is_distributed():
+        return [float(v) for v in values]
+    t = torch.tensor(values, dtype=torch.float64)
+    return all_reduce_sum(t).tolist()
 
 
 def barrier() -> None:
     if is_distributed():
-        dist.barrier()
+        if dist.get_backend() == "nccl":
+            dist.barrier(device_ids=[torch.cuda.current_device()])
+        else:
+            dist.barrier()
+
+
+def broadcast_object(obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank (picklable objects; small ones — this is not a tensor path)."""
+    if not is_distributed():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order, on every rank."""
+    if not is_distributed():
+        return [obj]
+    out: list[Any] = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+# ------------------------------------------------------------------------------ data sharding
+
+def epoch_batches(src_lens: Sequence[int], tgt_lens: Sequence[int], batch_tokens: int, max_batch_size: int,
+                  seed: int, epoch: int, world: int, exclude: np.ndarray | None = None) -> list[list[int]]:
+    """The global batches of ``epoch`` for ``world`` processes (lists of split indices).
+
+    Deterministic in ``(seed, epoch, world, exclude)``; equal to one process's batches with
+    ``batch_tokens * world``. ``exclude`` (bool ``(N,)``, True = already consumed this epoch)
+    drops pairs and cuts the rest afresh (a resume with another number of processes).
+    Raises ``ValueError`` when one pair is wider than the per-process ``batch_tokens``.
+    """
+    n = len(src_lens)
+    widest = max((max(s, t) + 1 for s, t in zip(src_lens, tgt_lens)), default=0)
+    if widest > batch_tokens:
+        raise ValueError(f"a pair needs {widest} tokens per row, more than data.batch_tokens={batch_tokens}; "
+                         "raise data.batch_tokens or truncate to a smaller data.num_steps")
+    keep = np.arange(n) if exclude is None else np.flatnonzero(~np.asarray(exclude, dtype=bool))
+    if len(keep) == 0:
+        return []
+    sampler = TokenBatchSampler([src_lens[i] for i in keep.tolist()], [tgt_lens[i] for i in keep.tolist()],
+                                batch_tokens * world, max_batch_size * world, shuffle=True, seed=seed)
+    batches = sampler.global_batches(epoch)
+    if exclude is None:
+        return batches
+    return [keep[b].tolist() for b in batches]  # subset positions -> split indices
+
+
+def consumed_mask(n: int, batches: Sequence[Sequence[int]], upto: int, exclude: np.ndarray | None = None) -> np.ndarray:
+    """Bool ``(n,)``: pairs consumed this epoch once the first ``upto`` of ``batches`` are done."""
+    mask = np.zeros(n, dtype=bool) if exclude is None else np.asarray(exclude, dtype=bool).copy()
+    for b in batches[:upto]:
+        mask[list(b)] = True
+    return mask
+
+
+def shard(batch: Sequence[int], rank_: int, world: int) -> tuple[list[int], bool]:
+    """Rank ``rank_``'s rows of a global batch: ``(indices, real)``.
+
+    Rows ``rank_, rank_ + world, …``. When the batch has fewer rows than ranks, a rank left
+    without one gets ``([batch[0]], False)``: run it with weight 0 (DDP needs every rank in the
+    gradient all-reduce) and do not count it.
+    """
+    part = list(batch[rank_::world])
+    if part:
+        return part, True
+    return [batch[0]], False

@@ -6,6 +6,12 @@ warmup schedule. Validation (loss over the whole split, greedy BLEU on a sample,
 probe sentences) runs every ``eval_every`` steps; checkpoints every ``save_every`` steps and at the end.
 Ctrl-C / SIGTERM finish the current step, save ``last`` atomically and return; ``--resume`` then
 continues exactly where it stopped (same batches, same RNG, same optimizer state).
+
+Under torchrun the same loop runs on every rank (DDP, see ``distributed.py`` for how batches are
+shared and the loss normalised); only rank 0 validates and writes. ``--resume`` with another
+number of processes continues the epoch on the pairs not yet seen and reseeds the per-rank RNG
+deterministically; after an elastic restart (``TORCHELASTIC_RESTART_COUNT > 0``) the workers
+resume from ``last`` by themselves.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -53,6 +60,7 @@ class TrainResult:
     best_bleu: float
     last_valid: dict[str, Any] = field(default_factory=dict)
     tokens_per_s: float = 0.0
+    examples_seen: int = 0  # training pairs consumed over all ranks since step 0 (weight-0 fillers excluded)
 
 
 def versions() -> dict[str, str]:
@@ -197,7 +205,13 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool) -> None:
+def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = False) -> None:
+    """Check that ``out_dir`` suits a new run (or holds one to resume); ``restarted``: torchrun restarted
+    this job before its first checkpoint, so the folder's files are this job's own and start over."""
+    if restarted and not resume:
+        for name in (ckpt.METRICS, "probes.jsonl"):
+            (out_dir / name).unlink(missing_ok=True)
+        return
     if resume:
         if not (out_dir / "checkpoints" / "LAST").is_file():
             raise AttnlabError(f"--resume: {out_dir} holds no checkpoint to resume from; drop --resume to start a new run")
@@ -207,17 +221,56 @@ def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
 
 
+def _drop_records_after(path: Path, step: int) -> None:
+    """Forget log lines of steps after ``step`` (work lost with a killed process, redone on resume)."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            if json.loads(line).get("step", 0) > step:
+                continue
+        except (ValueError, AttributeError):
+            continue  # a torn last line
+        kept.append(line)
+    atomic_write_text(path, "".join(x + "\n" for x in kept))
+
+
+def _rank_seed(seed: int, step: int, rank: int) -> int:
+    """Deterministic per-rank seed for a resume whose world size differs from the checkpoint's."""
+    return (seed * 1_000_003 + step * 7_919 + rank * 104_729) % (2**63)
+
+
 def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool = True,
           prepared=None, argv: list[str] | None = None) -> TrainResult:
-    """Train ``cfg`` into ``out_dir`` (a new run, or the continuation of one with ``resume``)."""
-    out_dir = Path(out_dir)
+    """Train ``cfg`` into ``out_dir`` (a new run, or the continuation of one with ``resume``).
+
+    Launched by torchrun (its ``RANK``/``WORLD_SIZE``/… variables are set) it joins the process
+    group first (gloo on CPU, nccl on GPU, timeout ``$ATTNLAB_DIST_TIMEOUT``) and leaves it at the end.
+    """
+    device = pick_device(cfg.train.device)
+    device, own_group = D.setup(device)
+    try:
+        return _train(cfg, Path(out_dir), resume, progress, prepared, argv, device)
+    finally:
+        if own_group:
+            D.teardown()
+
+
+def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, argv, device) -> TrainResult:
     main = D.is_main()
+    restarted = D.is_distributed() and D.restart_count() > 0
+    if restarted and not resume:
+        # An elastic restart reruns the same command line: continue from `last` if there is one.
+        resume = bool(D.broadcast_object((out_dir / "checkpoints" / "LAST").is_file() if main else None))
     if main:
-        prepare_run_dir(cfg, out_dir, resume)
+        prepare_run_dir(cfg, out_dir, resume, restarted=restarted)
     D.barrier()
     tc = cfg.train
-    set_threads(tc.threads)
-    device = pick_device(tc.device)
+    if tc.threads > 0:
+        set_threads(tc.threads)
+    elif D.is_distributed():
+        torch.set_num_threads(D.threads_per_process())  # ranks on one machine share its cores
     seed_everything(tc.seed)
 
     saved_toks = None
@@ -242,10 +295,26 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
 
         train_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
-    sampler = TokenBatchSampler([len(s) for s in train_split.src], [len(t) for t in train_split.tgt],
-                                cfg.data.batch_tokens, cfg.data.max_batch_size, shuffle=True, seed=tc.seed,
-                                rank=D.rank(), world_size=D.world_size())
-    step, epoch, pos, best_bleu, tokens_seen = 0, 0, 0, -1.0, 0
+    world, my_rank = D.world_size(), D.rank()
+    src_lens, tgt_lens = [len(s) for s in train_split.src], [len(t) for t in train_split.tgt]
+    n_train = len(src_lens)
+    if n_train < world:
+        raise AttnlabError(f"the training split has {n_train} pairs, fewer than the {world} processes; "
+                           "use fewer processes or more data")
+
+    def plan(e: int, exclude=None, for_world: int = world) -> list[list[int]]:
+        """The global batches of epoch ``e`` (see distributed.py); this rank takes its share of each."""
+        try:
+            return D.epoch_batches(src_lens, tgt_lens, cfg.data.batch_tokens, cfg.data.max_batch_size,
+                                   tc.seed, e, for_world, exclude)
+        except ValueError as err:
+            raise AttnlabError(str(err)) from None
+
+    if my_rank:
+        torch.manual_seed(_rank_seed(tc.seed, 0, my_rank))  # dropout differs per rank; init came from rank 0
+        random.seed(_rank_seed(tc.seed, 0, my_rank))
+    step, epoch, pos, best_bleu, tokens_seen, examples_seen = 0, 0, 0, -1.0, 0, 0
+    exclude = None  # pairs of the current epoch consumed before a resume with another world size
     elapsed_before = 0.0
     if resume:
         path = ckpt.resolve_checkpoint(out_dir, "last")
@@ -255,10 +324,27 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
         scheduler.load_state_dict(st["scheduler"])
         step, epoch, pos = st["step"], st["epoch"], st["batch_in_epoch"]
         best_bleu, tokens_seen = st["best_bleu"], st["tokens_seen"]
+        examples_seen = st.get("examples_seen", 0)
         elapsed_before = st.get("elapsed_s", 0.0)
+        saved_world = st.get("world_size", 1)
+        exclude = st.get("epoch_exclude")
+        exclude = None if exclude is None else exclude.numpy().astype(bool)
         rngs = st["rng"]
-        _set_rng_state(rngs[D.rank()] if isinstance(rngs, list) and D.rank() < len(rngs) else
-                       rngs[0] if isinstance(rngs, list) else rngs)
+        if saved_world != world:
+            # Another number of processes: the epoch's batch list changes (the global budget is
+            # batch_tokens * world), so mark what was consumed and cut the rest of the epoch afresh.
+            exclude = D.consumed_mask(n_train, plan(epoch, exclude, saved_world), pos, exclude)
+            pos = 0
+            # Per-rank RNG streams cannot be mapped onto a different set of ranks: reseed, deterministically.
+            torch.manual_seed(_rank_seed(tc.seed, step, my_rank))
+            random.seed(_rank_seed(tc.seed, step, my_rank))
+        else:
+            _set_rng_state(rngs[my_rank] if isinstance(rngs, list) else rngs)
+        if main:
+            for name in (ckpt.METRICS, "probes.jsonl"):
+                _drop_records_after(out_dir / name, step)
+            ckpt.append_metrics(out_dir, {"event": "resume", "step": step, "epoch": epoch, "world_size": world,
+                                          "saved_world_size": saved_world, "restart": D.restart_count()})
 
     if main:
         atomic_write_text(out_dir / ckpt.CONFIG, config_mod.dumps_toml(cfg))
@@ -275,8 +361,12 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
             gathered: list[Any] = [None] * D.world_size()
             torch.distributed.all_gather_object(gathered, rng)
             rng = gathered
+        # Data position: `batch_in_epoch` counts global batches of the plan made for `world_size`
+        # processes minus `epoch_exclude` (pairs consumed before a resume with another world size).
         return {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "step": step,
                 "epoch": epoch, "batch_in_epoch": pos, "best_bleu": best_bleu, "tokens_seen": tokens_seen,
+                "examples_seen": examples_seen, "world_size": world,
+                "epoch_exclude": None if exclude is None else torch.from_numpy(exclude.astype(np.uint8)),
                 "elapsed_s": elapsed_before + (time.monotonic() - t_start), "rng": rng}
 
     def save(is_best: bool = False) -> None:
@@ -288,6 +378,8 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     def validate() -> dict[str, Any]:
         nonlocal best_bleu
         rec: dict[str, Any] = {"event": "valid", "step": step, "epoch": epoch}
+        # Once over the whole split, on rank 0 (the same figures as one process); the other ranks
+        # wait in the broadcast below — within $ATTNLAB_DIST_TIMEOUT.
         if main:
             rec.update(validation_loss(model, prepared.splits["valid"], cfg, device))
             rec.update(validation_bleu(model, prepared, cfg, device))
@@ -297,9 +389,8 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
             best_bleu = rec["valid_bleu"]
         if main:
             ckpt.append_metrics(out_dir, rec)
-        flag = torch.tensor([1 if is_best else 0])
-        D.all_reduce_sum(flag)
-        save(is_best=bool(flag.item()))
+        rec, is_best, best_bleu = D.broadcast_object((rec, is_best, best_bleu))
+        save(is_best=is_best)
         return rec
 
     bar = None
@@ -316,7 +407,6 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     stopped_by = ""
     nonfinite = 0
     first_bad: str | None = None
-    world = D.world_size()
     if step == 0 and not resume and main:
         record_probes(model, prepared, cfg, device, out_dir, 0)  # attention before any training
 
@@ -325,28 +415,32 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
             if tc.max_epochs and epoch >= tc.max_epochs:
                 stopped_by = "max_epochs"
                 break
-            batches = sampler.epoch(epoch)
+            batches = plan(epoch, exclude)
             while pos < len(batches):
                 if tc.max_steps and step >= tc.max_steps:
                     stopped_by = "max_steps"
                     break
                 elapsed = elapsed_before + time.monotonic() - t_start
-                if tc.max_minutes and elapsed >= tc.max_minutes * 60:
-                    stopped_by = "max_minutes"
-                    break
-                if stop.signal is not None:
-                    stopped_by = "signal"
-                    break
-                idx = batches[pos]
+                time_up = bool(tc.max_minutes and elapsed >= tc.max_minutes * 60)
+                idx, real = D.shard(batches[pos], my_rank, world)
                 batch = collate([train_split.src[i] for i in idx], [train_split.tgt[i] for i in idx], idx)
                 batch = batch.to(device, non_blocking=True)
-                ntok = torch.tensor([batch.num_tgt_tokens], dtype=torch.float64)
-                D.all_reduce_sum(ntok)  # normalise by the global token count, not per-rank means
+                # One all-reduce: the global token and pair counts (the loss normaliser: not a mean of
+                # per-rank means over unequal counts) and the stop votes, so every rank stops at the
+                # same step (clocks and signals differ between processes).
+                g_tok, g_pairs, g_time, g_sig = D.sum_floats(
+                    batch.num_tgt_tokens if real else 0, len(idx) if real else 0, time_up, stop.signal is not None)
+                if g_time or g_sig:
+                    stopped_by = "max_minutes" if g_time else "signal"
+                    break
                 with autocast(device, tc.amp):
                     out = sequence_loss(train_model, batch, tc.label_smoothing)
-                loss = out.loss_sum * (world / float(ntok.item()))  # DDP averages grads over ranks
+                # DDP averages gradients over ranks, hence `* world`; a rank without a real pair adds 0.
+                loss = out.loss_sum * ((world if real else 0.0) / g_tok)
                 optimizer.zero_grad(set_to_none=True)
                 finite = bool(torch.isfinite(loss))
+                if world > 1:  # skip on every rank or on none: a lone skipper would stall DDP's all-reduce
+                    finite = D.sum_floats(not finite)[0] == 0
                 if finite:
                     loss.backward()
                     if tc.clip_grad_norm:
@@ -373,15 +467,19 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
                 scheduler.step()
                 step += 1
                 pos += 1
-                tokens_seen += int(ntok.item())
-                tok_log += int(ntok.item())
-                loss_log += float(out.nll_sum)
-                ntok_log += out.num_tokens
+                tokens_seen += int(g_tok)
+                examples_seen += int(g_pairs)
+                tok_log += int(g_tok)
+                if real:
+                    loss_log += float(out.nll_sum)
+                    ntok_log += out.num_tokens
                 if bar is not None:
                     bar.update(1)
                 if tc.log_every and step % tc.log_every == 0:
                     now = time.monotonic()
                     tps = tok_log / max(now - t_log, 1e-9)
+                    if world > 1:  # the logged loss is over every rank's tokens
+                        loss_log, ntok_log = D.sum_floats(loss_log, ntok_log)
                     rec = {"event": "train", "step": step, "epoch": epoch, "loss": loss_log / max(ntok_log, 1),
                            "lr": scheduler.get_last_lr()[0], "tokens_per_s": tps, "tokens_seen": tokens_seen,
                            "elapsed_s": elapsed_before + now - t_start}
@@ -400,6 +498,7 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
             else:
                 epoch += 1
                 pos = 0
+                exclude = None
                 continue
             break
 
@@ -416,7 +515,7 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
 
     elapsed = elapsed_before + time.monotonic() - t_start
     result = TrainResult(out_dir, step, epoch, stopped_by, best_bleu, last_valid,
-                         tokens_seen / max(elapsed, 1e-9))
+                         tokens_seen / max(elapsed, 1e-9), examples_seen)
     if main:
         meta_path = out_dir / ckpt.META
         try:
