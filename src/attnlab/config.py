@@ -44,7 +44,7 @@ class DataConfig:
     data_path: str | None = None  # a zip, a fra.txt or a folder; else $ATTNLAB_DATA_DIR, then the cache
     num_steps: int = 32  # max tokens per side including <eos> (the notes' num_steps); longer pairs are truncated and counted
     min_freq: int = 2  # word tokenizer: tokens seen fewer times become <unk>
-    tokenizer: str = "word"  # "word" (D2L) or "bpe" (HF tokenizers, shared subword model)
+    tokenizer: str = "word"  # "word" (D2L) or "bpe" (HF tokenizers, one subword model per language)
     bpe_vocab_size: int = 8000
     max_pairs: int = 0  # 0 = all; else keep the first N pairs (quick experiments)
     valid_frac: float = 0.02  # share of distinct English sources in the validation split

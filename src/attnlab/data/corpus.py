@@ -488,3 +488,29 @@ def prepare(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = No
         "length_histogram": {"src": _histogram(src_lengths), "tgt": _histogram(tgt_lengths)},
     }
     return Prepared(src_tok, tgt_tok, splits, stats)
+
+
+def format_stats(prepared: Prepared) -> str:
+    """Human-readable corpus statistics for `attnlab data` (pairs read/kept/truncated, vocabularies, lengths)."""
+    st = prepared.stats
+    lines = [
+        f"dataset {st['dataset']}" + (f" from {st['source']}" if st.get("source") else ""),
+        f"pairs read {st['pairs_read']:,}, used {st['pairs_used']:,} (empty dropped {st.get('dropped_empty', 0):,}), "
+        f"distinct English sources {st['distinct_sources']:,}",
+        f"tokenizer {st['tokenizer']}; vocabulary: source {st['vocab']['src']:,}, target {st['vocab']['tgt']:,} "
+        f"(incl. <unk> <pad> <bos> <eos>)",
+        f"{'split':<6} {'pairs':>8} {'sources':>8} {'truncated':>10} (num_steps={st['num_steps']}, <eos> included)",
+    ]
+    for name, s in st["splits"].items():
+        lines.append(f"{name:<6} {s['pairs']:>8,} {s['sources']:>8,} {s['truncated']:>10,}")
+    for side, label in (("src", "English"), ("tgt", "French")):
+        hist = st["length_histogram"][side]
+        total = sum(hist) or 1
+        # Compact histogram in buckets of 4 tokens, bars scaled to the largest bucket.
+        buckets = [sum(hist[i:i + 4]) for i in range(0, len(hist), 4)]
+        top = max(buckets) or 1
+        lines.append(f"{label} length (tokens, without <eos>):")
+        for i, n in enumerate(buckets):
+            if n:
+                lines.append(f"  {4 * i:>3}-{4 * i + 3:<3} {n:>8,} {100 * n / total:5.1f}% {'#' * max(1, round(30 * n / top))}")
+    return "\n".join(lines)
