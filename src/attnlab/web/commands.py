@@ -1,0 +1,107 @@
+"""`attnlab serve`: the attention explorer (page + HTTP API) over one or more trained runs."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+
+from attnlab.errors import AttnlabError
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def cmd_serve(args) -> int:
+    try:
+        import uvicorn
+
+        from attnlab.web.server import Limits, create_app
+    except ModuleNotFoundError as e:
+        raise AttnlabError(
+            f"`attnlab serve` needs the web extra ({e.name} is missing); "
+            "install it with `pip install 'attnlab[web]'`"
+        ) from None
+    import torch
+
+    # Model work runs in `--workers` threads; PyTorch's intra-op pool is shared by all of them, so
+    # split the cores instead of letting each worker ask for all of them.
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.workers)
+    torch.set_num_threads(threads)
+    limits = Limits(
+        max_chars=args.max_chars,
+        workers=args.workers,
+        max_pending=max(args.max_pending, args.workers),
+        deadline_s=args.deadline,
+        max_beam=args.max_beam,
+    )
+    app = create_app(args.runs, limits, which=args.checkpoint, device=args.device)
+    if not _is_loopback(args.host):
+        print(
+            f"warning: serving on {args.host}: anyone who can reach this machine can use the models",
+            file=sys.stderr,
+        )
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    names = ", ".join(f"{n} ({r.info['model_kind']})" for n, r in app.state.runs.items())
+    print(
+        f"attention explorer: http://{shown}:{args.port}/  (runs: {names}; API reference at /docs)",
+        file=sys.stderr,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    return 0
+
+
+def register(sub) -> None:
+    """Add `serve` to the `attnlab` subcommands (called by `attnlab.cli`)."""
+    s = sub.add_parser(
+        "serve",
+        help="the attention explorer: a web page and HTTP API over trained runs",
+        description="Serve a page that translates and shows every attention map, plus its JSON API. "
+        "Runs are named after their folder, or NAME=PATH.",
+    )
+    s.add_argument("runs", nargs="+", metavar="RUN", help="run folder, or NAME=PATH (e.g. bahdanau=runs/b)")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--checkpoint", default="best", help="best, last or step-N (for every run)")
+    s.add_argument("--device", default="cpu", help="cpu, cuda, auto")
+    s.add_argument("--workers", type=_positive, default=2, help="threads running models")
+    s.add_argument(
+        "--threads", type=_positive, default=None, help="PyTorch intra-op threads (default: cores / workers)"
+    )
+    s.add_argument(
+        "--max-pending",
+        type=_positive,
+        default=8,
+        dest="max_pending",
+        help="translations admitted at once; more get 429",
+    )
+    s.add_argument(
+        "--max-chars", type=_positive, default=300, dest="max_chars", help="longest input accepted"
+    )
+    s.add_argument("--max-beam", type=_positive, default=8, dest="max_beam")
+    s.add_argument("--deadline", type=float, default=30.0, help="seconds per translation before 504")
+    s.add_argument(
+        "--log-level",
+        default="info",
+        dest="log_level",
+        choices=("critical", "error", "warning", "info", "debug"),
+    )
+    s.set_defaults(func=cmd_serve)
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be >= 1")
+    return v

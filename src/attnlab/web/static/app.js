@@ -1,0 +1,557 @@
+// attnlab attention explorer: plain JS, no dependencies. Every label is set with textContent (never
+// innerHTML), so tokens coming from a model cannot inject markup.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+const el = (tag, cls, text) => {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+};
+const SVG_NS = "http://www.w3.org/2000/svg";
+const svgEl = (tag, attrs) => {
+  const e = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  return e;
+};
+
+const KIND_NOTES = {
+  cross: "Cross-attention (notes §3, §25): each row is one generated French token; it shows how much the decoder looked at each English source token when producing it. A good model draws a near-diagonal alignment.",
+  enc_self: "Encoder self-attention (notes §12, §23): every source token looks at every source token, in both directions. Padding would get no weight.",
+  dec_self: "Decoder masked self-attention (notes §18, §24): a token may only look at itself and earlier tokens, so the map is lower-triangular.",
+  self: "Decoder-only self-attention (notes §28): one causal map over “source <eos> <bos> target”; the target rows reading the source columns play the role of cross-attention.",
+};
+const KIND_SHORT = { cross: "cross", enc_self: "encoder self", dec_self: "decoder self (masked)", self: "self (decoder-only)" };
+
+// A perceptual blue ramp (ColorBrewer Blues, light → dark).
+const RAMP = [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
+function color(w) {
+  const x = Math.max(0, Math.min(1, w)) * (RAMP.length - 1);
+  const i = Math.min(RAMP.length - 2, Math.floor(x));
+  const t = x - i;
+  const c = RAMP[i].map((v, k) => Math.round(v + (RAMP[i + 1][k] - v) * t));
+  return `rgb(${c[0]}, ${c[1]}, ${c[2]})`;
+}
+
+const state = {
+  runs: [], limits: {}, result: null, kind: null, layer: 0, head: "mean", step: 0, playing: null,
+  probes: null, probePlaying: null, requestId: 0,
+};
+
+// ------------------------------------------------------------------------------------------ API
+
+async function api(path, body) {
+  const opts = body === undefined ? {} : {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+  };
+  const res = await fetch(path, opts);
+  let data = null;
+  try { data = await res.json(); } catch (e) { data = null; }
+  if (!res.ok) {
+    const d = data && data.detail;
+    let msg = `${res.status} ${res.statusText}`;
+    if (Array.isArray(d)) msg = d.map((x) => `${(x.loc || []).filter((p) => p !== "body").join(".") || "request"}: ${x.msg}`).join("; ");
+    else if (typeof d === "string") msg = d;
+    throw new Error(msg);
+  }
+  return data;
+}
+
+function setStatus(text, kind) {
+  const s = $("#status");
+  s.textContent = text || "";
+  s.className = "status" + (kind ? " " + kind : "");
+  s.setAttribute("role", kind === "error" ? "alert" : "status");
+}
+
+// ------------------------------------------------------------------------------------- matrices
+
+// weights[kind] is (layers, heads, queries, keys); head "mean" averages the heads.
+function matrixOf(att, layer, head) {
+  const L = att.weights[Math.min(layer, att.layers - 1)];
+  if (head !== "mean") return L[Math.min(head, att.heads - 1)];
+  const H = L.length;
+  return L[0].map((row, q) => row.map((_, k) => L.reduce((s, h) => s + h[q][k], 0) / H));
+}
+
+function rowLabels(att) {
+  // Cross rows are named by the token they produced; self-attention rows by the query token itself.
+  if (att.outputs && !att.keys.every((k, i) => k === att.queries[i])) return att.outputs.map((o, i) => o || att.queries[i]);
+  return att.queries;
+}
+
+// --------------------------------------------------------------------------------------- heatmap
+
+// Draws a grid: one .hm-row per query (role=row) holding one .hm-cell per key (role=gridcell).
+function renderHeatmap(box, m, rows, cols, opts) {
+  opts = opts || {};
+  box.replaceChildren();
+  const nk = cols.length;
+  const cell = opts.cell || Math.max(16, Math.min(46, Math.floor(520 / Math.max(1, nk))));
+  box.style.setProperty("--cell", cell + "px");
+  const head = el("div", "hm-colheads");
+  head.setAttribute("role", "row");
+  head.appendChild(el("div", "hm-corner", opts.corner || ""));
+  cols.forEach((c, j) => {
+    const h = el("div", "hm-colhead", c);
+    h.setAttribute("role", "columnheader");
+    h.dataset.col = j;
+    h.title = c;
+    head.appendChild(h);
+  });
+  box.appendChild(head);
+  m.forEach((r, i) => {
+    const row = el("div", "hm-row");
+    row.setAttribute("role", "row");
+    row.dataset.row = i;
+    row.dataset.token = rows[i];
+    const lab = el("div", "hm-label", rows[i]);
+    lab.setAttribute("role", "rowheader");
+    lab.title = rows[i];
+    row.appendChild(lab);
+    r.forEach((w, j) => {
+      const c = el("div", "hm-cell");
+      c.setAttribute("role", "gridcell");
+      c.dataset.row = i;
+      c.dataset.col = j;
+      c.dataset.weight = w.toFixed(4);
+      c.style.background = color(w);
+      if (w > 0.55) c.classList.add("dark");
+      c.setAttribute("aria-label", `${rows[i]} → ${cols[j]}: ${w.toFixed(2)}`);
+      if (opts.numbers && cell >= 26) c.textContent = Math.round(w * 100);
+      if (opts.tooltip !== false) {
+        c.addEventListener("mouseenter", (ev) => showTip(ev, rows[i], cols[j], w, opts.describe && opts.describe(i, j)));
+        c.addEventListener("mouseleave", hideTip);
+      }
+      row.appendChild(c);
+    });
+    box.appendChild(row);
+  });
+}
+
+function showTip(ev, q, k, w, extra) {
+  const tip = $("#tooltip");
+  tip.replaceChildren(
+    el("span", "tip-q", q), el("span", "tip-arrow", " → "), el("span", "tip-k", k),
+    el("span", "tip-w", `  ${(w * 100).toFixed(1)}%`),
+  );
+  if (extra) tip.appendChild(el("div", "tip-extra", extra));
+  tip.hidden = false;
+  const r = ev.target.getBoundingClientRect();
+  const x = Math.min(window.innerWidth - tip.offsetWidth - 8, r.left + r.width / 2 - tip.offsetWidth / 2);
+  tip.style.left = Math.max(8, x) + window.scrollX + "px";
+  tip.style.top = r.top + window.scrollY - tip.offsetHeight - 8 + "px";
+}
+function hideTip() { $("#tooltip").hidden = true; }
+
+// ------------------------------------------------------------------------------------- alignment
+
+// bertviz-style head view: queries on the left, keys on the right, one line per pair.
+function renderAlignment(svg, m, rows, cols, onlyRow) {
+  svg.replaceChildren();
+  const lineH = 24, top = 30, width = 360, xl = 120, xr = width - 120;
+  const n = Math.max(rows.length, cols.length);
+  const height = top + n * lineH + 10;
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.setAttribute("height", height);
+  svg.appendChild(svgEl("text", { x: xl - 8, y: 14, "text-anchor": "end", class: "al-head" })).textContent = "query";
+  svg.appendChild(svgEl("text", { x: xr + 8, y: 14, class: "al-head" })).textContent = "key";
+  const yq = (i) => top + i * lineH + lineH / 2;
+  const yk = (j) => top + j * lineH + lineH / 2;
+  const lines = svgEl("g", { class: "al-lines" });
+  svg.appendChild(lines);
+  m.forEach((r, i) => r.forEach((w, j) => {
+    if (w < 0.02) return;
+    const line = svgEl("line", {
+      x1: xl, y1: yq(i), x2: xr, y2: yk(j), "stroke-width": (0.6 + 7 * w).toFixed(2),
+      "stroke-opacity": Math.min(1, 0.12 + w).toFixed(3), "data-row": i, "data-col": j, class: "al-line",
+    });
+    if (onlyRow !== null && onlyRow !== undefined && i !== onlyRow) line.classList.add("faded");
+    lines.appendChild(line);
+  }));
+  const words = svgEl("g", { class: "al-words" });
+  svg.appendChild(words);
+  const focus = (attr, idx) => {
+    lines.querySelectorAll(".al-line").forEach((l) => l.classList.toggle("faded", l.dataset[attr] !== String(idx)));
+  };
+  const reset = () => {
+    lines.querySelectorAll(".al-line").forEach((l) => l.classList.toggle(
+      "faded", onlyRow !== null && onlyRow !== undefined && l.dataset.row !== String(onlyRow)));
+  };
+  rows.forEach((t, i) => {
+    const tx = svgEl("text", { x: xl - 8, y: yq(i) + 4, "text-anchor": "end", class: "al-word al-q", tabindex: 0 });
+    tx.textContent = t;
+    if (onlyRow === i) tx.classList.add("current");
+    tx.addEventListener("mouseenter", () => focus("row", i));
+    tx.addEventListener("focus", () => focus("row", i));
+    tx.addEventListener("mouseleave", reset);
+    tx.addEventListener("blur", reset);
+    words.appendChild(tx);
+  });
+  cols.forEach((t, j) => {
+    const tx = svgEl("text", { x: xr + 8, y: yk(j) + 4, class: "al-word al-k", tabindex: 0 });
+    tx.textContent = t;
+    tx.addEventListener("mouseenter", () => focus("col", j));
+    tx.addEventListener("focus", () => focus("col", j));
+    tx.addEventListener("mouseleave", reset);
+    tx.addEventListener("blur", reset);
+    words.appendChild(tx);
+  });
+}
+
+// --------------------------------------------------------------------------------------- overview
+
+function renderOverview(att) {
+  const box = $("#overview");
+  box.replaceChildren();
+  box.style.setProperty("--heads", att.heads);
+  const corner = el("div", "ov-corner");
+  box.appendChild(corner);
+  for (let h = 0; h < att.heads; h++) box.appendChild(el("div", "ov-colhead", `head ${h + 1}`));
+  for (let l = 0; l < att.layers; l++) {
+    box.appendChild(el("div", "ov-rowhead", `layer ${l + 1}`));
+    for (let h = 0; h < att.heads; h++) {
+      const m = att.weights[l][h];
+      const btn = el("button", "ov-cell");
+      btn.type = "button";
+      btn.dataset.layer = l;
+      btn.dataset.head = h;
+      btn.setAttribute("aria-label", `open layer ${l + 1}, head ${h + 1}`);
+      if (l === state.layer && String(h) === String(state.head)) btn.classList.add("selected");
+      const cv = document.createElement("canvas");
+      const nq = m.length, nk = m[0] ? m[0].length : 0;
+      const px = Math.max(2, Math.floor(96 / Math.max(nq, nk, 1)));
+      cv.width = nk * px; cv.height = nq * px;
+      const ctx = cv.getContext("2d");
+      m.forEach((r, i) => r.forEach((w, j) => { ctx.fillStyle = color(w); ctx.fillRect(j * px, i * px, px, px); }));
+      btn.appendChild(cv);
+      btn.addEventListener("click", () => {
+        state.layer = l; state.head = h;
+        $("#layer").value = l; $("#head").value = h;
+        draw();
+      });
+      box.appendChild(btn);
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------------------- result
+
+function fillSelect(sel, items, value) {
+  sel.replaceChildren();
+  for (const [v, label] of items) {
+    const o = el("option", "", label);
+    o.value = v;
+    sel.appendChild(o);
+  }
+  if (value !== undefined && items.some(([v]) => String(v) === String(value))) sel.value = value;
+}
+
+function showResult(res) {
+  state.result = res;
+  $("#result").hidden = false;
+  $("#source-echo").textContent = res.src_tokens.filter((t) => t !== "<eos>").join(" ");
+  const kinds = Object.keys(res.attention);
+  const order = ["cross", "self", "enc_self", "dec_self"];
+  kinds.sort((a, b) => order.indexOf(a) - order.indexOf(b));
+  if (!kinds.includes(state.kind)) state.kind = kinds[0] || null;
+  fillSelect($("#kind"), kinds.map((k) => [k, KIND_SHORT[k] || k]), state.kind);
+  const meta = [`${res.run} · ${res.model_kind}`, `beam ${res.beam_size}`, `${res.elapsed_ms} ms`];
+  if (res.unknown_words.length) meta.push(`unknown to the model: ${res.unknown_words.join(", ")}`);
+  if (res.truncated) meta.push("input truncated to the model's longest source");
+  $("#result-meta").textContent = meta.join("  ·  ");
+  state.step = 0;
+  stopPlaying();
+  setupKind();
+}
+
+function setupKind() {
+  const res = state.result;
+  const att = state.kind ? res.attention[state.kind] : null;
+  const has = !!att;
+  for (const id of ["#kind", "#layer", "#head", "#step", "#step-prev", "#step-next", "#step-play"]) $(id).disabled = !has;
+  if (!has) {
+    $("#kind-note").textContent = "This model has no attention: the decoder sees one fixed context vector (notes §1–2). Try a Bahdanau or Transformer run.";
+    $("#heatmap").replaceChildren();
+    $("#alignment").replaceChildren();
+    $("#overview").replaceChildren();
+    $("#translation").textContent = res.translation;
+    return;
+  }
+  state.layer = Math.min(state.layer, att.layers - 1);
+  fillSelect($("#layer"), [...Array(att.layers).keys()].map((l) => [l, `${l + 1} of ${att.layers}`]), state.layer);
+  const heads = [...Array(att.heads).keys()].map((h) => [h, `${h + 1} of ${att.heads}`]);
+  if (att.heads > 1) heads.unshift(["mean", "mean of heads"]);
+  if (att.heads === 1) state.head = 0;
+  else if (state.head !== "mean" && state.head >= att.heads) state.head = "mean";
+  fillSelect($("#head"), heads, state.head);
+  $("#kind-note").textContent = KIND_NOTES[state.kind] || "";
+  const stepRows = decodingRows(att);
+  $("#step").max = stepRows.length;
+  $("#step").value = Math.min(state.step, stepRows.length);
+  renderOverview(att);
+  draw();
+}
+
+// Rows that are decoding steps: every row for cross/dec_self; the target rows for decoder-only self.
+function decodingRows(att) {
+  if (state.kind === "enc_self") return [];
+  if (state.kind === "self") return att.outputs.map((o, i) => (o ? i : -1)).filter((i) => i >= 0);
+  return att.queries.map((_, i) => i);
+}
+
+function draw() {
+  const res = state.result;
+  const att = res.attention[state.kind];
+  if (!att) return;
+  const m = matrixOf(att, state.layer, state.head);
+  const rows = rowLabels(att);
+  const steps = decodingRows(att);
+  const step = Number($("#step").value);
+  const cur = step > 0 && steps.length ? steps[step - 1] : null;
+  renderHeatmap($("#heatmap"), m, rows, att.keys, {
+    numbers: $("#numbers").checked, corner: state.kind === "cross" ? "out ＼ src" : "",
+    describe: (i) => (att.outputs && att.outputs[i] && att.outputs[i] !== att.queries[i]
+      ? `query “${att.queries[i]}” produced “${att.outputs[i]}”` : ""),
+  });
+  if (cur !== null) {
+    $("#heatmap").querySelectorAll(".hm-row").forEach((r) => {
+      const i = Number(r.dataset.row);
+      r.classList.toggle("current", i === cur);
+      r.classList.toggle("future", steps.includes(i) && i > cur);
+    });
+  }
+  renderAlignment($("#alignment"), m, rows, att.keys, cur);
+  // The translation, built up to the current step when stepping.
+  const out = $("#translation");
+  out.replaceChildren();
+  const toks = res.tgt_tokens;
+  const upto = cur === null ? toks.length : steps.indexOf(cur) + 1;
+  toks.forEach((t, i) => {
+    const s = el("span", "tok" + (i === upto - 1 && cur !== null ? " current" : "") + (i >= upto ? " hidden-tok" : ""), t);
+    out.appendChild(s);
+    out.appendChild(document.createTextNode(" "));
+  });
+  if (cur === null) out.replaceChildren(document.createTextNode(res.translation || "(empty)"));
+  $("#step-text").textContent = cur === null
+    ? `all ${steps.length} steps` : `step ${step} of ${steps.length}: “${toks[step - 1] || ""}”`;
+  $("#overview").querySelectorAll(".ov-cell").forEach((b) => b.classList.toggle(
+    "selected", Number(b.dataset.layer) === state.layer && String(b.dataset.head) === String(state.head)));
+}
+
+function stopPlaying() {
+  if (state.playing) clearInterval(state.playing);
+  state.playing = null;
+  $("#step-play").textContent = "▶ play";
+}
+
+function togglePlay() {
+  if (state.playing) return stopPlaying();
+  const max = Number($("#step").max);
+  if (!max) return;
+  if (Number($("#step").value) >= max) $("#step").value = 0;
+  $("#step-play").textContent = "❚❚ pause";
+  state.playing = setInterval(() => {
+    const v = Number($("#step").value) + 1;
+    if (v > max) return stopPlaying();
+    $("#step").value = v;
+    draw();
+  }, 900);
+}
+
+// ----------------------------------------------------------------------------------------- actions
+
+async function translate(ev) {
+  if (ev) ev.preventDefault();
+  const text = $("#sentence").value;
+  if (!text.trim()) { setStatus("Type a sentence first.", "error"); return; }
+  const id = ++state.requestId;
+  $("#translate").disabled = true;
+  setStatus("Translating…", "busy");
+  try {
+    const res = await api("/api/translate", { text, beam_size: Number($("#beam").value), run: $("#run").value });
+    if (id !== state.requestId) return;
+    setStatus("");
+    showResult(res);
+  } catch (e) {
+    if (id === state.requestId) setStatus(e.message, "error");
+  } finally {
+    if (id === state.requestId) $("#translate").disabled = false;
+  }
+}
+
+async function compareRuns() {
+  const text = $("#sentence").value;
+  const box = $("#compare-out");
+  if (!text.trim()) { setStatus("Type a sentence first, then compare.", "error"); return; }
+  box.replaceChildren();
+  for (const r of state.runs) {
+    const card = el("div", "cmp");
+    card.dataset.run = r.name;
+    card.appendChild(el("h3", "", `${r.name}`));
+    card.appendChild(el("p", "cmp-kind", `${r.model_kind} · ${r.parameters.toLocaleString()} parameters`));
+    const body = el("div", "cmp-body", "translating…");
+    card.appendChild(body);
+    box.appendChild(card);
+    api("/api/translate", { text, beam_size: Number($("#beam").value), run: r.name }).then((res) => {
+      body.replaceChildren(el("p", "cmp-translation", res.translation || "(empty)"));
+      const att = res.attention.cross || res.attention.self;
+      if (!att) { body.appendChild(el("p", "note", "no attention (fixed context)")); return; }
+      const m = matrixOf(att, att.layers - 1, "mean");
+      const rows = rowLabels(att);
+      const hm = el("div", "heatmap small");
+      hm.setAttribute("role", "grid");
+      hm.setAttribute("aria-label", `${r.name} cross-attention`);
+      body.appendChild(hm);
+      renderHeatmap(hm, m, rows, att.keys, { cell: 22 });
+    }).catch((e) => { body.replaceChildren(el("p", "status error", e.message)); });
+  }
+}
+
+// -------------------------------------------------------------------------------------- timeline
+
+async function loadProbes() {
+  const run = $("#run").value;
+  state.probes = null;
+  stopProbe();
+  try {
+    const data = await api(`/api/probes?run=${encodeURIComponent(run)}`);
+    if (run !== $("#run").value) return;
+    state.probes = data;
+  } catch (e) {
+    state.probes = { sentences: [] };
+  }
+  const ss = state.probes.sentences;
+  $("#timeline-card").classList.toggle("empty", !ss.length);
+  fillSelect($("#probe-sentence"), ss.map((s, i) => [i, s.sentence]), ss.findIndex((s) => s.sentence === "i'm home ."));
+  for (const id of ["#probe-sentence", "#probe-layer", "#probe-step", "#probe-play"]) $(id).disabled = !ss.length;
+  if (!ss.length) {
+    $("#probe-translation").textContent = "This run has no probe recordings (probes.jsonl): they are written at each validation while training.";
+    $("#probe-heatmap").replaceChildren();
+    $("#probe-step-label").textContent = "";
+    return;
+  }
+  setupProbe(true);
+}
+
+function probeKind(rec) {
+  for (const k of ["cross", "self"]) if (rec.attention[k]) return k;
+  return Object.keys(rec.attention)[0];
+}
+
+function setupProbe(toEnd) {
+  const s = state.probes.sentences[Number($("#probe-sentence").value) || 0];
+  const last = s.steps[s.steps.length - 1];
+  const kind = probeKind(last);
+  const layers = kind ? last.attention[kind].length : 0;
+  fillSelect($("#probe-layer"), [...Array(layers).keys()].map((l) => [l, `${l + 1} of ${layers}`]), layers - 1);
+  $("#probe-step").max = s.steps.length - 1;
+  if (toEnd) $("#probe-step").value = s.steps.length - 1;
+  drawProbe();
+}
+
+function drawProbe() {
+  const s = state.probes.sentences[Number($("#probe-sentence").value) || 0];
+  const rec = s.steps[Math.min(Number($("#probe-step").value), s.steps.length - 1)];
+  const kind = probeKind(rec);
+  $("#probe-step-label").textContent = `step ${rec.step.toLocaleString()}  (${Number($("#probe-step").value) + 1} of ${s.steps.length})`;
+  $("#probe-translation").replaceChildren(el("span", "lang", "FR"), document.createTextNode(" " + (rec.translation || "(empty)")));
+  if (!kind) { $("#probe-heatmap").replaceChildren(); return; }
+  const A = rec.attention[kind];
+  const m = A[Math.min(Number($("#probe-layer").value), A.length - 1)];
+  let keys = rec.src_tokens;
+  if (kind === "self") keys = rec.src_tokens.concat(["<bos>"], rec.tgt_tokens.slice(0, -1));  // keys: source <bos> y1 …
+  const nk = m.length ? m[0].length : 0;
+  keys = keys.slice(0, nk);
+  while (keys.length < nk) keys.push("·");
+  const rows = rec.tgt_tokens.slice(0, m.length);
+  while (rows.length < m.length) rows.push("·");
+  renderHeatmap($("#probe-heatmap"), m, rows, keys, { cell: 34, corner: "heads averaged" });
+}
+
+function stopProbe() {
+  if (state.probePlaying) clearInterval(state.probePlaying);
+  state.probePlaying = null;
+  $("#probe-play").textContent = "▶ play";
+}
+
+function toggleProbe() {
+  if (state.probePlaying) return stopProbe();
+  const sl = $("#probe-step");
+  if (Number(sl.value) >= Number(sl.max)) sl.value = 0;
+  $("#probe-play").textContent = "❚❚ pause";
+  state.probePlaying = setInterval(() => {
+    if (Number(sl.value) >= Number(sl.max)) return stopProbe();
+    sl.value = Number(sl.value) + 1;
+    drawProbe();
+  }, 500);
+}
+
+// ------------------------------------------------------------------------------------------- start
+
+function showRunFacts() {
+  const r = state.runs.find((x) => x.name === $("#run").value);
+  if (!r) return;
+  const bits = [`${r.model_kind}`, `${r.parameters.toLocaleString()} parameters`];
+  if (r.kinds.length > 1 || r.num_heads > 1) bits.push(`${r.num_layers} layers × ${r.num_heads} heads`);
+  bits.push(`${r.dataset} · ${r.tokenizer} tokens · checkpoint ${r.checkpoint || "?"}`);
+  if (r.test && typeof r.test.bleu === "number") bits.push(`test BLEU ${r.test.bleu.toFixed(1)}`);
+  $("#run-facts").textContent = bits.join("  ·  ");
+}
+
+async function start() {
+  let info;
+  try {
+    info = await api("/api/runs");
+  } catch (e) {
+    setStatus(`Cannot reach the server: ${e.message}`, "error");
+    return;
+  }
+  state.runs = info.runs;
+  state.limits = info.limits;
+  fillSelect($("#run"), info.runs.map((r) => [r.name, `${r.name} (${r.model_kind})`]), info.default);
+  $("#sentence").maxLength = info.limits.max_chars;
+  [...$("#beam").options].forEach((o) => { o.disabled = Number(o.value) > info.limits.max_beam; });
+  const examples = new Set(["i'm home .", "go .", "he's calm .", "i lost ."]);
+  info.runs.forEach((r) => (r.probe_sentences || []).forEach((s) => examples.add(s)));
+  const chips = $("#examples");
+  for (const s of [...examples].slice(0, 8)) {
+    const b = el("button", "chip", s);
+    b.type = "button";
+    b.addEventListener("click", () => { $("#sentence").value = s; translate(); });
+    chips.appendChild(b);
+  }
+  $("#compare-card").hidden = info.runs.length < 2;
+  showRunFacts();
+  loadProbes();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("#form").addEventListener("submit", translate);
+  $("#run").addEventListener("change", () => {
+    showRunFacts();
+    loadProbes();
+    if (state.result && $("#sentence").value.trim()) translate();
+  });
+  $("#beam").addEventListener("change", () => { if (state.result) translate(); });
+  $("#kind").addEventListener("change", () => { state.kind = $("#kind").value; state.step = 0; $("#step").value = 0; stopPlaying(); setupKind(); });
+  $("#layer").addEventListener("change", () => { state.layer = Number($("#layer").value); draw(); });
+  $("#head").addEventListener("change", () => {
+    const v = $("#head").value;
+    state.head = v === "mean" ? "mean" : Number(v);
+    draw();
+  });
+  $("#numbers").addEventListener("change", draw);
+  $("#step").addEventListener("input", () => { stopPlaying(); draw(); });
+  $("#step-prev").addEventListener("click", () => { stopPlaying(); $("#step").value = Math.max(0, Number($("#step").value) - 1); draw(); });
+  $("#step-next").addEventListener("click", () => { stopPlaying(); $("#step").value = Math.min(Number($("#step").max), Number($("#step").value) + 1); draw(); });
+  $("#step-play").addEventListener("click", togglePlay);
+  $("#compare").addEventListener("click", compareRuns);
+  $("#probe-sentence").addEventListener("change", () => { stopProbe(); setupProbe(true); });
+  $("#probe-layer").addEventListener("change", drawProbe);
+  $("#probe-step").addEventListener("input", () => { stopProbe(); drawProbe(); });
+  $("#probe-play").addEventListener("click", toggleProbe);
+  window.addEventListener("scroll", hideTip, { passive: true });
+  start();
+});
