@@ -262,7 +262,15 @@ _EXTRA_COMMANDS = [
 
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser()
-    args = parser.parse_args(argv)
+    # argparse stops filling a trailing `nargs="*"` positional once an option follows it
+    # (`translate RUN --beam 4 "text"`); leftovers go back to that positional list.
+    args, rest = parser.parse_known_args(argv)
+    if rest:
+        slot = next((n for n in ("text", "overrides") if isinstance(getattr(args, n, None), list)), None)
+        bad = [r for r in rest if r.startswith("-") and r != "-"]
+        if slot is None or bad:
+            parser.error(f"unrecognized arguments: {' '.join(bad or rest)}")
+        getattr(args, slot).extend(rest)
     try:
         return int(args.func(args) or 0)
     except AttnlabError as e:
