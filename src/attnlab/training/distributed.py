@@ -45,6 +45,7 @@ _TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_POR
 
 # ------------------------------------------------------------------------------------ who am I
 
+
 def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
@@ -97,12 +98,15 @@ def timeout() -> datetime.timedelta:
     except ValueError:
         seconds = -1.0
     if not seconds > 0:
-        raise AttnlabError(f"ATTNLAB_DIST_TIMEOUT={raw!r} is not a positive number of seconds; "
-                           "set e.g. ATTNLAB_DIST_TIMEOUT=600 or unset it (default 1800)")
+        raise AttnlabError(
+            f"ATTNLAB_DIST_TIMEOUT={raw!r} is not a positive number of seconds; "
+            "set e.g. ATTNLAB_DIST_TIMEOUT=600 or unset it (default 1800)"
+        )
     return datetime.timedelta(seconds=seconds)
 
 
 # ----------------------------------------------------------------------------- set up, tear down
+
 
 def setup(device: torch.device) -> tuple[torch.device, bool]:
     """Join the process group described by torchrun's environment, if any.
@@ -139,6 +143,7 @@ def threads_per_process() -> int:
 
 
 # ----------------------------------------------------------------------------------- collectives
+
 
 def _collective_device() -> torch.device:
     if is_distributed() and dist.get_backend() == "nccl":
@@ -195,8 +200,17 @@ def gather_objects(obj: Any) -> list[Any]:
 
 # ------------------------------------------------------------------------------ data sharding
 
-def epoch_batches(src_lens: Sequence[int], tgt_lens: Sequence[int], batch_tokens: int, max_batch_size: int,
-                  seed: int, epoch: int, world: int, exclude: np.ndarray | None = None) -> list[list[int]]:
+
+def epoch_batches(
+    src_lens: Sequence[int],
+    tgt_lens: Sequence[int],
+    batch_tokens: int,
+    max_batch_size: int,
+    seed: int,
+    epoch: int,
+    world: int,
+    exclude: np.ndarray | None = None,
+) -> list[list[int]]:
     """The global batches of ``epoch`` for ``world`` processes (lists of split indices).
 
     Deterministic in ``(seed, epoch, world, exclude)``; equal to one process's batches with
@@ -207,20 +221,30 @@ def epoch_batches(src_lens: Sequence[int], tgt_lens: Sequence[int], batch_tokens
     n = len(src_lens)
     widest = max((max(s, t) + 1 for s, t in zip(src_lens, tgt_lens)), default=0)
     if widest > batch_tokens:
-        raise ValueError(f"a pair needs {widest} tokens per row, more than data.batch_tokens={batch_tokens}; "
-                         "raise data.batch_tokens or truncate to a smaller data.num_steps")
+        raise ValueError(
+            f"a pair needs {widest} tokens per row, more than data.batch_tokens={batch_tokens}; "
+            "raise data.batch_tokens or truncate to a smaller data.num_steps"
+        )
     keep = np.arange(n) if exclude is None else np.flatnonzero(~np.asarray(exclude, dtype=bool))
     if len(keep) == 0:
         return []
-    sampler = TokenBatchSampler([src_lens[i] for i in keep.tolist()], [tgt_lens[i] for i in keep.tolist()],
-                                batch_tokens * world, max_batch_size * world, shuffle=True, seed=seed)
+    sampler = TokenBatchSampler(
+        [src_lens[i] for i in keep.tolist()],
+        [tgt_lens[i] for i in keep.tolist()],
+        batch_tokens * world,
+        max_batch_size * world,
+        shuffle=True,
+        seed=seed,
+    )
     batches = sampler.global_batches(epoch)
     if exclude is None:
         return batches
     return [keep[b].tolist() for b in batches]  # subset positions -> split indices
 
 
-def consumed_mask(n: int, batches: Sequence[Sequence[int]], upto: int, exclude: np.ndarray | None = None) -> np.ndarray:
+def consumed_mask(
+    n: int, batches: Sequence[Sequence[int]], upto: int, exclude: np.ndarray | None = None
+) -> np.ndarray:
     """Bool ``(n,)``: pairs consumed this epoch once the first ``upto`` of ``batches`` are done."""
     mask = np.zeros(n, dtype=bool) if exclude is None else np.asarray(exclude, dtype=bool).copy()
     for b in batches[:upto]:
@@ -239,3 +263,23 @@ def shard(batch: Sequence[int], rank_: int, world: int) -> tuple[list[int], bool
     if part:
         return part, True
     return [batch[0]], False
+
+
+# --------------------------------------------------------------------------------------- DDP
+
+
+def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """``model`` inside DistributedDataParallel (rank 0's weights are broadcast to every rank).
+
+    The wrapper forwards ``.output`` (the notes' ``W_o``) to the model: the loss path projects only
+    the non-pad rows through it *after* ``forward`` (losses.py). That is safe under DDP: gradients
+    are all-reduced by hooks on each parameter, wherever in the graph it was used.
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    class _DDP(DistributedDataParallel):
+        @property
+        def output(self) -> torch.nn.Module:
+            return self.module.output
+
+    return _DDP(model, device_ids=[device.index] if device.type == "cuda" else None)

@@ -291,9 +291,7 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
     scheduler = make_scheduler(optimizer, tc)
     train_model: nn.Module = model
     if D.is_distributed():
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        train_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        train_model = D.wrap_ddp(model, device)
 
     world, my_rank = D.world_size(), D.rank()
     src_lens, tgt_lens = [len(s) for s in train_split.src], [len(t) for t in train_split.tgt]

@@ -1,0 +1,341 @@
+"""Data-parallel training (DDP under torchrun): batch sharding, equivalence with one process, elastic restart.
+
+The slow tests start real torchrun jobs: 2 CPU processes, gloo, tiny configs on the `numbers` task.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from attnlab import config as config_mod
+from attnlab.data import corpus
+from attnlab.data.batching import TokenBatchSampler
+from attnlab.errors import AttnlabError
+from attnlab.training import checkpoint as ckpt
+from attnlab.training import distributed as D
+from attnlab.training import launch
+from attnlab.training.loop import train
+from tests.conftest import tiny_config
+
+# ------------------------------------------------------------------------------- sharding (fast)
+
+rng = np.random.default_rng(0)
+SRC = rng.integers(1, 12, size=157).tolist()
+TGT = rng.integers(1, 14, size=157).tolist()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_global_batches_are_one_process_batches_with_world_times_the_budget(world):
+    single = TokenBatchSampler(SRC, TGT, 40 * world, 8 * world, shuffle=True, seed=5)
+    for e in range(3):
+        assert D.epoch_batches(SRC, TGT, 40, 8, 5, e, world) == single.global_batches(e)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_every_pair_is_seen_exactly_once_per_epoch_across_ranks(world):
+    for e in range(3):
+        seen: list[int] = []
+        for batch in D.epoch_batches(SRC, TGT, 40, 8, 5, e, world):
+            parts = [D.shard(batch, r, world) for r in range(world)]
+            assert sum(real for _, real in parts) == min(world, len(batch))  # fillers only when short
+            for idx, real in parts:
+                if real:
+                    seen += idx
+                    widths = [max(SRC[i], TGT[i]) + 1 for i in idx]
+                    assert len(idx) * max(widths) <= 40 + max(widths)  # per-rank budget, at most one row over
+        assert sorted(seen) == list(range(len(SRC)))
+
+
+@pytest.mark.parametrize("worlds", [(2, 1), (1, 3), (3, 2, 4)])
+def test_resume_with_another_world_size_still_sees_each_pair_once(worlds):
+    """Stop after a few global batches, resume with another world size (twice for the 3-tuple)."""
+    n, e, exclude, seen = len(SRC), 1, None, []
+    for world in worlds[:-1]:
+        batches = D.epoch_batches(SRC, TGT, 40, 8, 5, e, world, exclude)
+        done = 2
+        seen += [i for b in batches[:done] for i in b]
+        exclude = D.consumed_mask(n, batches, done, exclude)
+        assert exclude.sum() == len(seen)
+    rest = D.epoch_batches(SRC, TGT, 40, 8, 5, e, worlds[-1], exclude)
+    seen += [i for b in rest for i in b]
+    assert sorted(seen) == list(range(n))
+
+
+def test_a_pair_wider_than_the_per_process_budget_is_refused():
+    with pytest.raises(ValueError, match="batch_tokens=10"):
+        D.epoch_batches([3, 20], [3, 4], 10, 8, 0, 0, world=2)
+
+
+def test_single_process_helpers_degrade_gracefully():
+    assert not D.is_distributed() and D.rank() == 0 and D.world_size() == 1 and D.is_main()
+    assert D.sum_floats(3, 4.5) == [3.0, 4.5]
+    assert D.broadcast_object({"a": 1}) == {"a": 1} and D.gather_objects(7) == [7]
+    t = torch.tensor([2.0])
+    assert D.all_reduce_sum(t) is t and t.item() == 2.0
+    dev, created = D.setup(torch.device("cpu"))  # no torchrun variables: nothing to join
+    assert dev == torch.device("cpu") and not created
+
+
+def test_timeout_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv("ATTNLAB_DIST_TIMEOUT", raising=False)
+    assert D.timeout() == datetime.timedelta(seconds=1800)
+    monkeypatch.setenv("ATTNLAB_DIST_TIMEOUT", "7.5")
+    assert D.timeout() == datetime.timedelta(seconds=7.5)
+    for bad in ("soon", "0", "-3"):
+        monkeypatch.setenv("ATTNLAB_DIST_TIMEOUT", bad)
+        with pytest.raises(AttnlabError, match="ATTNLAB_DIST_TIMEOUT"):
+            D.timeout()
+
+
+def test_threads_are_shared_among_local_processes(monkeypatch):
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert D.threads_per_process() == max(1, cores // 2)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(4 * cores))
+    assert D.threads_per_process() == 1
+
+
+def test_launcher_command_line(monkeypatch):
+    argv = ["train", "--nproc", "2", "--model", "transformer", "--out", "r", "--nproc=3", "train.lr=1e-3"]
+    assert launch.strip_nproc(argv) == ["train", "--model", "transformer", "--out", "r", "train.lr=1e-3"]
+    cmd = launch.torchrun_command(2, argv, max_restarts=1)
+    assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert "--standalone" in cmd and "--nproc-per-node=2" in cmd and "--max-restarts=1" in cmd
+    assert cmd[cmd.index("-m", 3) + 1 :] == ["attnlab", *launch.strip_nproc(argv)]
+    with pytest.raises(AttnlabError, match="at least 1"):
+        launch.launch_nproc(0, argv)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    with pytest.raises(AttnlabError, match="torchrun worker"):
+        launch.launch_nproc(2, argv)
+
+
+# ------------------------------------------------------------------------- real torchrun jobs (slow)
+
+ENV = {**os.environ, "ATTNLAB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def _write_config(cfg, path: Path) -> Path:
+    path.write_text(config_mod.dumps_toml(cfg))
+    return path
+
+
+def _attnlab_train(cfg, out: Path, tmp: Path, *, nproc: int = 0, resume: bool = False) -> list[str]:
+    args = [
+        "train",
+        "--config",
+        str(_write_config(cfg, tmp / f"{out.name}.toml")),
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    if not resume:
+        args += ["--model", cfg.model.kind]
+    else:
+        args += ["--resume"]
+    return args + ([f"--nproc={nproc}"] if nproc else [])
+
+
+def _torchrun(args: list[str], *, max_restarts: int = 0) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        f"--max-restarts={max_restarts}",
+        "-m",
+        "attnlab",
+        *args,
+    ]
+
+
+def _run(cmd: list[str], timeout: float = 120, env=None) -> subprocess.CompletedProcess:
+    res = subprocess.run(cmd, env=env or ENV, capture_output=True, text=True, timeout=timeout)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
+    return res
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(ckpt.resolve_checkpoint(run, "last") / ckpt.WEIGHTS))
+
+
+def _train_losses(run: Path) -> list[float]:
+    return [r["loss"] for r in ckpt.read_metrics(run) if r.get("event") == "train"]
+
+
+@pytest.mark.slow
+def test_two_processes_with_batch_b_equal_one_process_with_batch_2b(tmp_path):
+    from attnlab.evaluation.evaluate import evaluate_split
+    from attnlab.translator import Translator
+
+    # Bahdanau, not the Transformer: a Transformer's key-projection bias has an exactly-zero gradient
+    # (softmax ignores a shift shared by all of a query's scores), so Adam turns the rounding noise of
+    # the summation order into lr-sized steps there and only there — a property of Adam, not of DDP.
+    extra = (
+        "model.dropout=0",
+        "train.max_steps=8",
+        "train.log_every=2",
+        "train.eval_every=4",
+        "train.lr=1e-2",
+    )
+    one = tiny_config("bahdanau", "data.batch_tokens=600", *extra)
+    two = tiny_config("bahdanau", "data.batch_tokens=300", *extra)
+    train(one, tmp_path / "one", progress=False)
+    _run([sys.executable, "-m", "attnlab", *_attnlab_train(two, tmp_path / "two", tmp_path, nproc=2)])
+
+    meta = ckpt.read_run(tmp_path / "two").meta
+    assert meta["world_size"] == 2 and meta["steps"] == 8
+    a, b = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-5, msg=k)
+    torch.testing.assert_close(
+        _train_losses(tmp_path / "two"), _train_losses(tmp_path / "one"), rtol=1e-5, atol=0
+    )
+    va = [r for r in ckpt.read_metrics(tmp_path / "one") if r["event"] == "valid"]
+    vb = [r for r in ckpt.read_metrics(tmp_path / "two") if r["event"] == "valid"]
+    assert [r["step"] for r in va] == [r["step"] for r in vb] == [4, 8]  # once per validation, rank 0 only
+    for ra, rb in zip(va, vb):
+        assert rb["valid_bleu"] == ra["valid_bleu"] and rb["valid_chrf"] == ra["valid_chrf"]
+        assert rb["valid_loss"] == pytest.approx(ra["valid_loss"], rel=1e-5)
+    assert vb[-1]["valid_chrf"] > 0  # the figures compared are not vacuous
+
+    prepared = corpus.prepare(one.data)
+    ta = evaluate_split(Translator.from_run(tmp_path / "one", "last"), prepared.splits["test"])
+    tb = evaluate_split(Translator.from_run(tmp_path / "two", "last"), prepared.splits["test"])
+    assert tb["hypotheses"] == ta["hypotheses"] and tb["bleu"] == ta["bleu"] and tb["chrf"] == ta["chrf"]
+
+
+@pytest.mark.slow
+def test_resume_on_one_process_finishes_the_epoch_started_on_two(tmp_path):
+    """2 processes stop mid-epoch; 1 process resumes: every training pair seen exactly once in the epoch."""
+    cfg = tiny_config("transformer", "data.batch_tokens=300", "train.max_steps=2")
+    run = tmp_path / "run"
+    _run(_torchrun(_attnlab_train(cfg, run, tmp_path)))
+    st = ckpt.load_state(ckpt.resolve_checkpoint(run, "last"))
+    assert st["world_size"] == 2 and st["epoch"] == 0 and st["batch_in_epoch"] == 2
+    assert len(st["rng"]) == 2  # one RNG state per rank
+    train_split = corpus.prepare(cfg.data).splits["train"]
+    n = len(train_split.src)
+    first = D.epoch_batches(
+        [len(s) for s in train_split.src],
+        [len(t) for t in train_split.tgt],
+        300,
+        cfg.data.max_batch_size,
+        cfg.train.seed,
+        0,
+        2,
+    )
+    assert st["examples_seen"] == len(first[0]) + len(first[1]) < n
+
+    res = train(
+        tiny_config("transformer", "data.batch_tokens=300", "train.max_epochs=1"),
+        run,
+        resume=True,
+        progress=False,
+    )
+    assert res.stopped_by == "max_epochs" and res.epoch == 1
+    assert res.examples_seen == n
+    st = ckpt.load_state(ckpt.resolve_checkpoint(run, "last"))
+    assert st["tokens_seen"] == sum(len(t) + 1 for t in train_split.tgt)  # each target once, with its <eos>
+    resumes = [r for r in ckpt.read_metrics(run) if r.get("event") == "resume"]
+    assert resumes == [
+        {"event": "resume", "step": 2, "epoch": 0, "world_size": 1, "saved_world_size": 2, "restart": 0}
+    ]
+
+
+def _workers(agent_pid: int) -> dict[int, int]:
+    """rank -> pid of the worker processes torchrun (pid ``agent_pid``) started."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid != agent_pid:
+                continue
+            env = dict(kv.split("=", 1) for kv in (entry / "environ").read_text().split("\0") if "=" in kv)
+        except (OSError, ValueError, IndexError):
+            continue
+        if "RANK" in env:
+            out[int(env["RANK"])] = int(entry.name)
+    return out
+
+
+def _start_and_wait_for_checkpoint(
+    cmd: list[str], run: Path, env=None
+) -> tuple[subprocess.Popen, dict[int, int]]:
+    proc = subprocess.Popen(cmd, env=env or ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not (run / "checkpoints" / "LAST").is_file():
+        assert proc.poll() is None, proc.communicate()[0][-5000:]
+        assert time.monotonic() < deadline, "no checkpoint after 60 s"
+        time.sleep(0.02)
+    workers = _workers(proc.pid)
+    assert sorted(workers) == [0, 1], workers
+    return proc, workers
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the workers through /proc")
+def test_killed_worker_restarts_from_the_last_checkpoint_and_finishes(tmp_path):
+    from attnlab.translator import Translator
+
+    cfg = tiny_config(
+        "transformer",
+        "data.batch_tokens=300",
+        "train.max_steps=400",
+        "train.save_every=40",
+        "train.log_every=20",
+    )
+    run = tmp_path / "run"
+    proc, workers = _start_and_wait_for_checkpoint(
+        _torchrun(_attnlab_train(cfg, run, tmp_path), max_restarts=1), run
+    )
+    os.kill(workers[1], signal.SIGKILL)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out[-5000:]
+
+    metrics = ckpt.read_metrics(run)
+    resumes = [r for r in metrics if r.get("event") == "resume"]
+    assert len(resumes) == 1 and resumes[0]["restart"] == 1 and resumes[0]["world_size"] == 2
+    assert 40 <= resumes[0]["step"] < 400 and resumes[0]["step"] % 40 == 0  # from a saved step, mid-run
+    steps = [r["step"] for r in metrics if r.get("event") == "train"]
+    assert steps == list(range(20, 401, 20))  # work lost with the killed worker is logged once, redone
+    meta = ckpt.read_run(run).meta
+    assert meta["steps"] == 400 and meta["stopped_by"] == "max_steps"
+    tr = Translator.from_run(run, "last")
+    assert ckpt.verify_checkpoint(tr.checkpoint)["step"] == 400
+    assert len(tr.translate(["twenty one"])) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the workers through /proc")
+def test_a_hung_peer_makes_the_job_fail_within_the_timeout(tmp_path):
+    cfg = tiny_config("transformer", "data.batch_tokens=300", "train.max_steps=100000", "train.save_every=40")
+    run = tmp_path / "run"
+    env = {**ENV, "ATTNLAB_DIST_TIMEOUT": "6"}
+    proc, workers = _start_and_wait_for_checkpoint(_torchrun(_attnlab_train(cfg, run, tmp_path)), run, env)
+    os.kill(workers[1], signal.SIGSTOP)  # hung: alive, holding its sockets, never answering
+    t0 = time.monotonic()
+    try:
+        while Path(f"/proc/{workers[0]}").exists() and time.monotonic() - t0 < 40:
+            time.sleep(0.1)
+        waited = time.monotonic() - t0
+    finally:
+        os.kill(workers[1], signal.SIGCONT)  # let torchrun's SIGTERM through so the job ends quickly
+    out, _ = proc.communicate(timeout=60)
+    assert waited < 40, "rank 0 did not give up on its stopped peer"
+    assert proc.returncode != 0
+    assert "Timed out" in out or "timed out" in out.lower(), out[-3000:]
