@@ -1,0 +1,139 @@
+"""Quality under a wall-clock budget: train each model on fra-eng for M minutes, then score the test split.
+
+    python bench/quality.py --minutes 15 --models transformer,bahdanau,decoder-only,seq2seq
+    python bench/quality.py --minutes 60 --models transformer --tag 60min
+
+Each model trains with its preset (`attnlab.config.PRESETS`, the settings the package ships) plus
+any `--set section.key=value`. Test BLEU/chrF are sacreBLEU on detokenised text against all references
+of each source (single-reference beside). The table goes to bench/RESULTS.md under `## Quality`
+(one row per model and budget, replaced when rerun), with the exact command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from attnlab import config as C  # noqa: E402
+from attnlab.data import corpus  # noqa: E402
+from attnlab.evaluation.evaluate import evaluate_split, notes_examples, write_report  # noqa: E402
+from attnlab.training.loop import train  # noqa: E402
+from attnlab.translator import Translator  # noqa: E402
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_one(kind: str, minutes: float, out: Path, data: str | None, threads: int, overrides: list[str],
+            beam: int) -> dict:
+    cfg = C.apply_overrides(C.preset(kind), [f"train.max_minutes={minutes}", f"train.threads={threads}",
+                                             "data.dataset=fra-eng", *([f"data.data_path={data}"] if data else []),
+                                             *overrides])
+    run = out / f"{kind}-{minutes:g}min"
+    if run.exists():
+        import shutil
+
+        shutil.rmtree(run)
+    t0 = time.time()
+    res = train(cfg, run, progress=False)
+    train_s = time.time() - t0
+    tr = Translator.from_run(run, which="best")
+    prepared = corpus.prepare(tr.cfg.data, tokenizers=(tr.src_tok, tr.tgt_tok))
+    greedy = evaluate_split(tr, prepared.splits["test"], beam_size=1)
+    beamed = evaluate_split(tr, prepared.splits["test"], beam_size=beam) if beam > 1 else greedy
+    examples = notes_examples(tr, beam_size=beam)
+    write_report(run, "test", dict(beamed), examples)
+    meta = json.loads((run / "meta.json").read_text())
+    return {"model": kind, "minutes": minutes, "updates": res.step, "epochs": round(meta.get("tokens_seen", 0) /
+            max(1, sum(len(t) + 1 for t in prepared.splits["train"].tgt)), 2),
+            "tokens_per_s": res.tokens_per_s, "train_s": train_s, "params": meta.get("model_parameters"),
+            "bleu_greedy": greedy["bleu"], "bleu": beamed["bleu"], "chrf": beamed["chrf"],
+            "bleu_single": beamed["bleu_single"], "beam": beam, "signature": beamed["bleu_signature"],
+            "by_length": beamed["by_length"], "examples": examples,
+            "valid_bleu_best": res.best_bleu, "run": str(run)}
+
+
+def write_results(rows: list[dict], cmd: str) -> None:
+    path = ROOT / "bench" / "RESULTS.md"
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    section = "## Quality"
+    head = (f"{section}\n\nTest split of fra-eng (3,507 English sources, all their references), sacreBLEU on "
+            "detokenised lowercase text. Each model trained under a wall-clock budget on this machine; "
+            "rows are replaced when rerun.\n\n"
+            "| model | budget | params | updates | epochs | target tok/s | BLEU greedy | BLEU beam | chrF | "
+            "BLEU 1-ref | date, commit, machine | command |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    old_rows: dict[tuple[str, str], str] = {}
+    m = re.search(rf"{section}\n(.*?)(?=\n## |\Z)", text, flags=re.S)
+    if m:
+        for line in m.group(1).splitlines():
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if line.startswith("| ") and len(cells) >= 3 and cells[0] not in ("model", "---"):
+                old_rows[(cells[0], cells[1])] = line
+    machine = f"{platform.machine()}, {os.cpu_count()} cores"
+    for r in rows:
+        old_rows[(r["model"], f"{r['minutes']:g} min")] = (
+            f"| {r['model']} | {r['minutes']:g} min | {r['params']:,} | {r['updates']:,} | {r['epochs']} | "
+            f"{r['tokens_per_s']:,.0f} | {r['bleu_greedy']:.1f} | {r['bleu']:.1f} (beam {r['beam']}) | "
+            f"{r['chrf']:.1f} | {r['bleu_single']:.1f} | {time.strftime('%Y-%m-%d')}, {commit()}, {machine} | "
+            f"`{cmd}` |")
+    body = head + "\n".join(old_rows.values()) + "\n"
+    extra = []
+    for r in rows:
+        extra.append(f"\n### {r['model']}, {r['minutes']:g} min\n\nsignature: `{r['signature']}`\n\n"
+                     "| source length | sentences | BLEU |\n|---|---|---|\n"
+                     + "\n".join(f"| {b['bucket']} | {b['sentences']} | {b['bleu']:.1f} |" for b in r["by_length"])
+                     + "\n\n| notes' example | translation | D2L BLEU |\n|---|---|---|\n"
+                     + "\n".join(f"| {e['source']} | {e['translation']} | {e['d2l_bleu']:.3f} |" for e in r["examples"])
+                     + "\n")
+    details_key = "<!-- quality details -->"
+    new_section = body + f"\n{details_key}\n" + "".join(extra)
+    if m:
+        old_details = m.group(1).split(details_key, 1)[1] if details_key in m.group(1) else ""
+        kept = [blk for blk in re.split(r"(?=\n### )", old_details) if blk.strip() and not any(
+            blk.strip().startswith(f"### {r['model']}, {r['minutes']:g} min") for r in rows)]
+        new_section = body + f"\n{details_key}\n" + "".join(kept) + "".join(extra)
+        text = text[:m.start()] + new_section + text[m.end():]
+    else:
+        text = text.rstrip("\n") + "\n\n" + new_section
+    path.write_text(text)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="transformer,bahdanau,decoder-only,seq2seq")
+    p.add_argument("--minutes", type=float, default=15.0)
+    p.add_argument("--data", default=os.environ.get("ATTNLAB_DATA_DIR"))
+    p.add_argument("--out", default="runs/quality")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--set", action="append", default=[], dest="overrides", metavar="section.key=value")
+    p.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
+    args = p.parse_args()
+    rows = []
+    for kind in args.models.split(","):
+        row = run_one(kind.strip(), args.minutes, Path(args.out), args.data, args.threads, args.overrides, args.beam)
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k not in ("by_length",)}, ensure_ascii=False), flush=True)
+    if not args.no_write:
+        cmd = "python bench/quality.py " + " ".join(sys.argv[1:])
+        write_results(rows, cmd)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
