@@ -88,7 +88,7 @@ function renderHeatmap(box, m, rows, cols, opts) {
   opts = opts || {};
   box.replaceChildren();
   const nk = cols.length;
-  const cell = opts.cell || Math.max(16, Math.min(46, Math.floor(520 / Math.max(1, nk))));
+  const cell = opts.cell || Math.max(16, Math.min(52, Math.floor(520 / Math.max(1, nk))));
   box.style.setProperty("--cell", cell + "px");
   const head = el("div", "hm-colheads");
   head.setAttribute("role", "row");
@@ -251,7 +251,7 @@ function fillSelect(sel, items, value) {
 function showResult(res) {
   state.result = res;
   $("#result").hidden = false;
-  $("#source-echo").textContent = res.src_tokens.filter((t) => t !== "<eos>").join(" ");
+  $("#source-echo").textContent = res.source;
   const kinds = Object.keys(res.attention);
   const order = ["cross", "self", "enc_self", "dec_self"];
   kinds.sort((a, b) => order.indexOf(a) - order.indexOf(b));
@@ -311,7 +311,7 @@ function draw() {
   const step = Number($("#step").value);
   const cur = step > 0 && steps.length ? steps[step - 1] : null;
   renderHeatmap($("#heatmap"), m, rows, att.keys, {
-    numbers: $("#numbers").checked, corner: state.kind === "cross" ? "out ＼ src" : "",
+    numbers: $("#numbers").checked, corner: state.kind === "cross" ? "out ↓ src →" : "",
     describe: (i) => (att.outputs && att.outputs[i] && att.outputs[i] !== att.queries[i]
       ? `query “${att.queries[i]}” produced “${att.outputs[i]}”` : ""),
   });
@@ -467,7 +467,7 @@ function drawProbe() {
   while (keys.length < nk) keys.push("·");
   const rows = rec.tgt_tokens.slice(0, m.length);
   while (rows.length < m.length) rows.push("·");
-  renderHeatmap($("#probe-heatmap"), m, rows, keys, { cell: 34, corner: "heads averaged" });
+  renderHeatmap($("#probe-heatmap"), m, rows, keys, { cell: 34, corner: "mean of heads" });
 }
 
 function stopProbe() {
