@@ -41,7 +41,7 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, create_model, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -634,10 +634,10 @@ def create_app(
                 },
             )
         t0 = time.perf_counter()
-        cfut = pool.submit(_work, r, req.text, req.beam_size)
+        cfut = pool.submit(_work, r, req.text, req.beam_size, t0)
         cfut.add_done_callback(admission.release)
         try:
-            payload = await asyncio.wait_for(asyncio.wrap_future(cfut), timeout=limits.deadline_s)
+            body = await asyncio.wait_for(asyncio.wrap_future(cfut), timeout=limits.deadline_s)
         except TimeoutError:
             cfut.cancel()  # frees the slot at once if the work had not started
             return JSONResponse(
@@ -649,13 +649,7 @@ def create_app(
             )
         except AttnlabError as e:
             return _error(422, ["body", "text"], str(e), "value_error")
-        payload.update(
-            run=name,
-            model_kind=r.info.get("model_kind"),
-            beam_size=req.beam_size,
-            elapsed_ms=round(1000 * (time.perf_counter() - t0), 1),
-        )
-        return JSONResponse(payload, headers={"Cache-Control": "no-store"})
+        return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
 
     # The body model is built at run time (it carries the limits), so annotate after the fact:
     # with `from __future__ import annotations` a local name would not resolve.
@@ -685,10 +679,14 @@ def create_app(
     return app
 
 
-def _work(r: LoadedRun, text: str, beam_size: int) -> dict[str, Any]:
-    """Runs in a model thread: one translation with its attention, as JSON-ready data."""
+def _work(r: LoadedRun, text: str, beam_size: int, t0: float) -> bytes:
+    """Runs in a model thread: one translation with its attention, encoded as JSON here too, so that
+    serialising a large payload never holds up the event loop (and /health)."""
     res = r.translator.attention(text, beam_size=beam_size)
-    return {
+    payload = {
+        "run": r.name,
+        "model_kind": r.info.get("model_kind"),
+        "beam_size": beam_size,
         "source": res.source,
         "translation": res.translation,
         "src_tokens": list(res.src_tokens),
@@ -698,6 +696,8 @@ def _work(r: LoadedRun, text: str, beam_size: int) -> dict[str, Any]:
         "unknown_words": unknown_words(r.translator, text, res.src_tokens),
         "attention": attention_payload(res),
     }
+    payload["elapsed_ms"] = round(1000 * (time.perf_counter() - t0), 1)
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def unknown_words(tr: Any, text: str, src_tokens: Sequence[str]) -> list[str]:
