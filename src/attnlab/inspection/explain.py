@@ -1,0 +1,416 @@
+"""One sentence followed through a trained model, in words and shapes (notes §4–9).
+
+:func:`explain` returns the text that ``attnlab explain RUN "i'm home ."`` prints:
+
+1. tokens → ids (§4), with ``<eos>`` and the valid length;
+2. the embedding rows those ids select and the resulting shapes (§5);
+3. the path through the network: every module in call order with its output shape — per layer
+   for a Transformer — recorded by forward hooks on a teacher-forced pass;
+4. for GRU models, the update gate z and reset gate r at every step (§6–7), read from the
+   from-scratch GRU (the same weights loaded into ``scratch_gru=True``; it is checked to give the
+   same logits as the trained model);
+5. greedy decoding step by step (§3, §22): the attention over the source and the top-k logits with
+   their probabilities (§8);
+6. with a reference: the teacher-forced cross-entropy, token by token, and the sentence BLEU (§21);
+7. the §9 tables: which things are parameters (with shapes) and which are computed values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.data.batching import collate
+from attnlab.data.text import tokenize
+from attnlab.data.vocab import BOS, EOS
+from attnlab.decoding.greedy import max_lengths
+from attnlab.decoding.hypothesis import step_log_probs
+from attnlab.errors import AttnlabError
+from attnlab.inspection.params import parameter_report
+from attnlab.translator import Translator
+
+__all__ = ["explain", "scratch_gru_copy"]
+
+_GRU_KINDS = ("seq2seq", "bahdanau")
+
+
+def _fmt_shape(x: Any) -> str:
+    if isinstance(x, Tensor):
+        return "(" + ", ".join(map(str, x.shape)) + ")"
+    return type(x).__name__
+
+
+def _fmt_output(out: Any) -> str:
+    if isinstance(out, Tensor):
+        return _fmt_shape(out)
+    if isinstance(out, tuple | list):
+        parts = [_fmt_shape(o) for o in out if isinstance(o, Tensor)]
+        return " + ".join(parts) if parts else type(out).__name__
+    return type(out).__name__
+
+
+def _vec(t: Tensor, n: int = 4) -> str:
+    vals = ", ".join(f"{v:+.3f}" for v in t[:n].tolist())
+    return f"[{vals}{', …' if t.numel() > n else ''}]"
+
+
+def _recording_gru_class():
+    from attnlab.models.gru import ScratchGRU
+
+    class RecordingGRU(ScratchGRU):
+        """A :class:`ScratchGRU` that keeps the gates of every call (same parameters, same results)."""
+
+        def __init__(self, like: ScratchGRU) -> None:
+            super().__init__(like.input_size, like.hidden_size, like.num_layers, like.dropout.p, like.bias)
+            self.gates: list[Any] = []
+
+        def forward(self, x, h0=None, valid_lens=None, return_gates=False):
+            out, h, gates = super().forward(x, h0, valid_lens, return_gates=True)
+            self.gates.append(gates)  # GRUGates of (B, L, T, D)
+            return (out, h, gates) if return_gates else (out, h)
+
+    return RecordingGRU
+
+
+def scratch_gru_copy(translator: Translator) -> nn.Module:
+    """The translator's GRU model rebuilt with the from-scratch GRU, recording its gates, and the same
+    weights (the scratch GRU names its parameters like ``nn.GRU``, so the state dict loads as is).
+
+    ``model.encoder.rnn.gates`` and ``model.decoder.gates`` collect one ``GRUGates`` per call.
+    """
+    from attnlab.models import build_model
+
+    cfg = replace(translator.cfg.model, scratch_gru=True)
+    model = build_model(cfg, len(translator.src_tok), len(translator.tgt_tok))
+    recording = _recording_gru_class()
+    model.encoder.rnn = recording(model.encoder.rnn)
+    model.decoder = recording(model.decoder)
+    model.load_state_dict(translator.model.state_dict())
+    return model.to(translator.device).eval()
+
+
+def _record_modules(model: nn.Module, run) -> list[tuple[str, str, str, int]]:
+    """Run ``run()`` with forward hooks; returns ``(name, class, output shape, calls)`` in call order."""
+    from attnlab.models.gru import ScratchGRU
+
+    keep = (nn.Embedding, nn.Linear, nn.LayerNorm, nn.GRU, ScratchGRU)
+    order: dict[str, list[Any]] = {}
+    handles = []
+    for name, module in model.named_modules():
+        if not name or isinstance(module, nn.Dropout | nn.Identity | nn.ModuleList):
+            continue
+        cls = type(module).__name__
+        interesting = isinstance(module, keep) or cls in (
+            "MultiHeadAttention",
+            "AdditiveAttention",
+            "PositionWiseFFN",
+            "EncoderBlock",
+            "DecoderBlock",
+            "GRUEncoder",
+            "SinusoidalPositionalEncoding",
+            "LearnedPositionalEncoding",
+        )
+        if not interesting or name.count(".") > 3:
+            continue
+
+        def hook(mod, args, out, name=name, cls=cls):
+            rec = order.setdefault(name, [cls, _fmt_output(out), 0])
+            rec[2] += 1
+
+        handles.append(module.register_forward_hook(hook))
+    try:
+        run()
+    finally:
+        for h in handles:
+            h.remove()
+    return [(n, r[0], r[1], r[2]) for n, r in order.items()]
+
+
+def explain(translator: Translator, sentence: str, reference: str | None = None, top_k: int = 5) -> str:
+    """The §4–9 walk-through of ``sentence`` as text (see the module docstring).
+
+    Raises:
+        AttnlabError: when the sentence (or the reference) has no token after preprocessing.
+    """
+    tr = translator
+    kind = tr.cfg.model.kind
+    ids, truncated = tr.encode_source(sentence)
+    if not ids:
+        raise AttnlabError(f"{sentence!r} has no token after preprocessing; give an English sentence")
+    model = scratch_gru_copy(tr) if kind in _GRU_KINDS else tr.model
+    recorders: dict[str, Any] = {}
+    if kind in _GRU_KINDS:
+        recorders = {"encoder": model.encoder.rnn, "decoder": model.decoder}
+    model.eval()
+    dev = tr.device
+    lines: list[str] = []
+    out = lines.append
+    src_tok, tgt_tok = tr.src_tok, tr.tgt_tok
+    D = tr.cfg.model.num_hiddens
+    E = tr.cfg.model.embed_size if kind in _GRU_KINDS else D
+
+    # 1. tokens -> ids (§4)
+    seq = ids + [EOS]
+    shown = [src_tok.id_to_token(i) for i in seq]
+    out(f"== 1. tokens → ids (notes §4) — {kind} model, source vocabulary of {len(src_tok)} entries")
+    out(f"  sentence     : {sentence!r}")
+    out(f"  tokens       : {' '.join(shown)}" + ("   (truncated to fit the model)" if truncated else ""))
+    out(f"  ids  X       : {seq}   shape ({len(seq)},), valid_len = {len(seq)}")
+    unk = [t for t, i in zip(src_tok.tokens(sentence), ids) if i == 0]
+    if unk:
+        out(f"  unknown words became <unk> (id 0): {', '.join(unk)}")
+    out("  ids are row numbers in the vocabulary, not quantities: 86 is not 'more' than 37.")
+
+    # 2. embedding rows (§5)
+    emb = model.src_embedding if hasattr(model, "src_embedding") else model.encoder.embedding
+    V_src = emb.weight.shape[0]
+    out(f"\n== 2. embedding (§5): a trainable lookup table of shape ({V_src}, {E}); each id selects one row")
+    with torch.inference_mode():
+        for tok, i in zip(shown, seq):
+            out(f"  {tok:>12} → row {i:>5} = {_vec(emb.weight[i].float().cpu())}")
+    out(f"  → source embeddings of shape (1, {len(seq)}, {E}) (batch, steps, embed size)")
+    if kind not in _GRU_KINDS:
+        out(
+            f"  Transformer input: embedding × √D (√{D} = {math.sqrt(D):.2f}) + positional encoding P[0:{len(seq)}] "
+            f"(§13–15) → (1, {len(seq)}, {D})"
+        )
+
+    # 5 (decoding) first, so the teacher-forced pass in 3 can follow the model's own output
+    steps, hyp = _greedy_steps(model, kind, seq, tr, top_k)
+    enc_gates = recorders["encoder"].gates[0] if recorders else None
+    dec_gates = list(recorders["decoder"].gates) if recorders else []
+
+    # 3. modules in call order (teacher-forced over the model's translation)
+    batch = collate([ids], [hyp], [0])
+    T = batch.tgt_in.shape[1]
+    with torch.inference_mode():
+        holder: dict[str, Any] = {}
+
+        def run():
+            holder["out"] = model(
+                batch.src.to(dev), batch.src_valid_lens.to(dev), batch.tgt_in.to(dev), need_weights=True
+            )
+
+        modules = _record_modules(model, run)
+    fwd = holder["out"]
+    out(
+        f"\n== 3. through the network (teacher-forced over its own output: decoder input <bos> y…, {T} steps)"
+    )
+    width = max(len(n) for n, *_ in modules)
+    for name, cls, shape, calls in modules:
+        extra = (
+            f"   ×{calls} calls" + (" (one per decoding step)" if calls == T and name != "positional" else "")
+            if calls > 1
+            else ""
+        )
+        out(f"  {name:<{width}}  {cls:<28} → {shape}{extra}")
+    for k, w in fwd.attention.items():
+        out(f"  attention weights {k:<8} (batch, layers, heads, queries, keys) = {_fmt_shape(w)}")
+
+    # 4. GRU gates (§6–7)
+    if recorders:
+        out(
+            "\n== 4. GRU gates (§6–7; from-scratch GRU with the trained weights). z: update gate — near 1 keeps "
+            "the old state, near 0 takes the candidate h̃; r: reset gate — how much of the old state the "
+            "candidate reads. Means over the hidden units, top layer:"
+        )
+        out(
+            f"  scratch GRU reproduces the trained model's logits: max |Δ| = {_scratch_gap(tr, model, batch):.1e}"
+        )
+        out("  encoder:")
+        for t, tok in enumerate(shown):
+            z, r = enc_gates.z[0, -1, t], enc_gates.r[0, -1, t]  # (D,)
+            out(
+                f"    step {t + 1:>2} {tok:>12}: mean z = {float(z.mean()):.3f}  mean r = {float(r.mean()):.3f}"
+            )
+        out("  decoder (one call per generated token):")
+        for t, g in enumerate(dec_gates[: len(steps)]):
+            z, r = g.z[0, -1, 0], g.r[0, -1, 0]
+            out(
+                f"    step {t + 1:>2} in {steps[t]['input']:>12}: mean z = {float(z.mean()):.3f}  "
+                f"mean r = {float(r.mean()):.3f}"
+            )
+
+    # 5. decoding step by step (§3, §8, §22)
+    out(
+        f"\n== 5. greedy decoding, one step at a time (§22): attention over the source, then logits = W_o s + b_o "
+        f"(§8), shape (1, {len(tgt_tok)}), softmax → probabilities; top {top_k} shown"
+    )
+    for t, st in enumerate(steps):
+        out(f"  step {t + 1}: input {st['input']!r}")
+        if st["attention"] is not None:
+            att = ", ".join(f"{tok} {w:.2f}" for tok, w in st["attention"])
+            out(f"    attention ({st['attention_kind']}): {att}")
+        out("    top: " + "  ".join(f"{tok} {p:.3f}" for tok, p in st["top"]))
+        out(f"    → chooses {st['chosen']!r} (p = {st['p_chosen']:.3f})")
+    translation = tgt_tok.decode(hyp)
+    out(f"  translation: {translation!r}")
+
+    # 6. loss against a reference (§3, §21)
+    loss_line = None
+    if reference is not None:
+        loss_line = _loss_section(model, tr, ids, reference, translation, out)
+
+    # 7. the §9 tables
+    _tables(tr, model, seq, fwd, T, loss_line is not None, out)
+    return "\n".join(lines)
+
+
+def _greedy_steps(
+    model, kind: str, seq: list[int], tr: Translator, top_k: int
+) -> tuple[list[dict], list[int]]:
+    """Greedy decoding through ``model.step`` with weights; what each step looked at and predicted."""
+    dev, tgt_tok, src_tok = tr.device, tr.tgt_tok, tr.src_tok
+    src = torch.tensor([seq], device=dev)
+    valid = torch.tensor([len(seq)], device=dev)
+    limit = int(
+        max_lengths(
+            valid,
+            tr.cfg.decode.max_len_a,
+            tr.cfg.decode.max_len_b,
+            cap=int(getattr(model.config, "max_positions", 1024)),
+        )[0]
+    )
+    src_labels = [src_tok.id_to_token(i) for i in seq]
+    steps: list[dict[str, Any]] = []
+    hyp: list[int] = []
+    with torch.inference_mode():
+        state = model.init_state(model.encode(src, valid), valid)
+        token = torch.tensor([BOS], device=dev)
+        for _ in range(limit):
+            o = model.step(token, state, need_weights=True)
+            state = o.state
+            probs = torch.softmax(o.logits[0].float(), dim=-1).cpu()  # (V,) the model's own distribution
+            top = probs.topk(min(top_k, probs.numel()))
+            chosen = int(step_log_probs(o.logits)[0].argmax())  # as greedy search: specials banned
+            att, att_kind = None, None
+            for name in ("cross", "self"):
+                if name in o.attention:
+                    w = (
+                        o.attention[name][0, -1].float().mean(dim=0)[-1, : len(seq)].cpu()
+                    )  # last layer, heads averaged
+                    order = w.argsort(descending=True)[:3].tolist()
+                    att = [(src_labels[i], float(w[i])) for i in order]
+                    att_kind = (
+                        "top 3 source tokens"
+                        if kind == "bahdanau"
+                        else f"{name}, last layer, heads averaged, top 3 source tokens"
+                    )
+            steps.append(
+                {
+                    "input": tgt_tok.id_to_token(int(token[0])),
+                    "top": [(tgt_tok.id_to_token(int(i)), float(p)) for p, i in zip(top.values, top.indices)],
+                    "chosen": tgt_tok.id_to_token(chosen),
+                    "p_chosen": float(probs[chosen]),
+                    "attention": att,
+                    "attention_kind": att_kind,
+                }
+            )
+            if chosen == EOS:
+                break
+            hyp.append(chosen)
+            token = torch.tensor([chosen], device=dev)
+    return steps, hyp
+
+
+def _scratch_gap(tr: Translator, scratch: nn.Module, batch) -> float:
+    dev = tr.device
+    args = (batch.src.to(dev), batch.src_valid_lens.to(dev), batch.tgt_in.to(dev))
+    with torch.inference_mode():
+        a = tr.model(*args).logits
+        b = scratch(*args).logits
+    return float((a - b).abs().max())
+
+
+def _loss_section(model, tr: Translator, ids: list[int], reference: str, translation: str, out) -> str:
+    from attnlab.evaluation.bleu import d2l_bleu
+
+    ref_ids = tr.tgt_tok.encode(reference)
+    if not ref_ids:
+        raise AttnlabError(
+            f"--reference {reference!r} has no token after preprocessing; give a French sentence"
+        )
+    b = collate([ids], [ref_ids], [0])
+    dev = tr.device
+    with torch.inference_mode():
+        logits = model(b.src.to(dev), b.src_valid_lens.to(dev), b.tgt_in.to(dev)).logits[0].float().cpu()
+    log_probs = torch.log_softmax(logits, dim=-1)  # (T, V)
+    labels = b.tgt_out[0]
+    nll = -log_probs.gather(1, labels[:, None])[:, 0]  # (T,)
+    out(
+        "\n== 6. loss against the reference (§3, §21): teacher forcing feeds <bos> + reference, labels are "
+        "reference + <eos>; cross-entropy = mean of −log p(label)"
+    )
+    for t in range(labels.numel()):
+        inp = tr.tgt_tok.id_to_token(int(b.tgt_in[0, t]))
+        lab = tr.tgt_tok.id_to_token(int(labels[t]))
+        out(
+            f"  input {inp:>14} → label {lab:>14}: p = {math.exp(-float(nll[t])):.3f}, −log p = {float(nll[t]):.3f}"
+        )
+    loss = float(nll.mean())
+    out(
+        f"  loss = {loss:.3f} per token over {labels.numel()} tokens (perplexity {math.exp(min(loss, 50)):.2f})"
+    )
+    bleu = d2l_bleu(tokenize(translation), tokenize(reference), k=2)
+    out(f"  sentence BLEU (D2L formula, k=2) of {translation!r} against {reference!r}: {bleu:.3f}")
+    return f"{loss:.3f}"
+
+
+def _tables(tr: Translator, model: nn.Module, seq: list[int], fwd, T: int, has_loss: bool, out) -> None:
+    kind = tr.cfg.model.kind
+    report = parameter_report(model)
+    out("\n== 7. what is a parameter and what is computed (§9)")
+    out(f"  parameters: learned by backpropagation, saved in the checkpoint — {report.total:,} numbers")
+    for g in report.groups:
+        shapes = ", ".join(f"{n} {'×'.join(map(str, s))}" for n, s in g.tensors[:3])
+        more = f", … ({len(g.tensors) - 3} more tensors)" if len(g.tensors) > 3 else ""
+        tied = f" [+ {', '.join(a for a, _ in g.tied)} tied, counted once]" if g.tied else ""
+        out(f"    {g.name:<30} {g.count:>10,}  {shapes}{more}{tied}")
+    S, V, D = len(seq), len(tr.tgt_tok), tr.cfg.model.num_hiddens
+    out("  computed values: recomputed for every sentence, never saved, not learned")
+    rows = [
+        ("token ids X", f"({S},)", "integers, row numbers in the vocabulary (§4)"),
+        (
+            "source embeddings",
+            f"(1, {S}, {tr.cfg.model.embed_size if kind in _GRU_KINDS else D})",
+            "rows of the embedding table (§5)",
+        ),
+    ]
+    if kind in _GRU_KINDS:
+        rows += [
+            ("encoder hidden states h_t", f"(1, {S}, {D})", "GRU states, one per source step (§6)"),
+            ("gates z, r and candidate h̃", f"(1, {tr.cfg.model.num_layers}, steps, {D})", "per step (§7)"),
+            ("decoder states s_t'", f"({tr.cfg.model.num_layers}, 1, {D}) per step", "(§6)"),
+        ]
+    elif kind == "decoder-only":
+        rows += [
+            ("hidden states", f"(1, {S} + {T}, {D}) per layer", "source and target in one sequence (§28)")
+        ]
+    else:
+        rows += [
+            ("encoder states (memory)", f"(1, {S}, {D})", "keys and values of the cross-attention (§17)"),
+            ("decoder states", f"(1, {T}, {D})", "(§18)"),
+        ]
+    for k, w in fwd.attention.items():
+        rows.append((f"attention weights {k}", _fmt_shape(w), "softmax of scores: rows sum to 1 (§12)"))
+    rows += [
+        ("logits", f"(1, {T}, {V})", "W_o s + b_o (§8)"),
+        ("probabilities", f"(1, {T}, {V})", "softmax of the logits"),
+    ]
+    if has_loss:
+        rows.append(("loss", "scalar", "cross-entropy against the reference (§21)"))
+    rows.append(("BLEU", "scalar", "a score of the output text, not differentiable (§21)"))
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    for name, shape, note in rows:
+        out(f"    {name:<{w0}}  {shape:<{w1}}  {note}")
+    m = tr.cfg.model
+    out(
+        f"  hyperparameters (set by you, neither learned nor computed, §10): num_hiddens={m.num_hiddens}, "
+        f"num_layers={m.num_layers}, num_heads={m.num_heads}, dropout={m.dropout}, lr={tr.cfg.train.lr}, "
+        f"num_steps={tr.cfg.data.num_steps}"
+    )
