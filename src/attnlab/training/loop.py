@@ -150,6 +150,7 @@ def validation_loss(model: nn.Module, split, cfg: Config, device: torch.device) 
 
 
 def validation_bleu(model: nn.Module, prepared, cfg: Config, device: torch.device) -> dict[str, Any]:
+    from attnlab.data.text import detokenize
     from attnlab.evaluation.bleu import corpus_scores
     from attnlab.translator import decode_many
 
@@ -159,7 +160,7 @@ def validation_bleu(model: nn.Module, prepared, cfg: Config, device: torch.devic
         return {}
     hyps = decode_many(model, split.src[:n], cfg.decode, device, beam_size=1)
     texts = [prepared.tgt_tok.decode(h[0].tokens) for h in hyps]
-    refs = [list(r) for r in split.references[:n]]
+    refs = [[detokenize(r.split(), "fr") for r in rs] for rs in split.references[:n]]  # as `attnlab evaluate`
     scores = corpus_scores(texts, refs)
     return {"valid_bleu": scores["bleu"], "valid_chrf": scores["chrf"]}
 
