@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import threading
 import time
 import unicodedata
@@ -269,13 +268,6 @@ def _unpad_probe(kind: str, maps: Any, n_src: int) -> Any:
 # ---------------------------------------------------------------------------------------- payloads
 
 
-def _round(x: Any, decimals: int) -> Any:
-    if isinstance(x, list):
-        return [_round(v, decimals) for v in x]
-    v = float(x)
-    return round(v, decimals) if math.isfinite(v) else 0.0
-
-
 def attention_payload(result: Any, decimals: int = 4) -> dict[str, Any]:
     """Token labels and weights of every attention kind in a :class:`~attnlab.translator.AttentionResult`.
 
@@ -285,6 +277,8 @@ def attention_payload(result: Any, decimals: int = 4) -> dict[str, Any]:
     the encoder's self-attention. The decoder-only ``self`` map runs over ``source <bos> target``.
     """
     src, tgt, inputs = list(result.src_tokens), list(result.tgt_tokens), list(result.tgt_inputs)
+    import torch  # rounding in torch, not Python loops: less time holding the GIL the event loop needs
+
     out: dict[str, Any] = {}
     for kind, w in result.attention.items():
         w = w.float()
@@ -312,7 +306,7 @@ def attention_payload(result: Any, decimals: int = 4) -> dict[str, Any]:
             "outputs": outputs[:nq] if outputs is not None else None,
             "layers": int(w.shape[0]),
             "heads": int(w.shape[1]),
-            "weights": _round(w.tolist(), decimals),
+            "weights": torch.round(torch.nan_to_num(w.double(), nan=0.0), decimals=decimals).tolist(),
         }
     return out
 
