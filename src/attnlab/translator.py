@@ -169,5 +169,7 @@ class Translator:
                 maps["cross"] = maps["cross"][..., :n, :]  # (L, H, n, S)
             if "dec_self" in maps:
                 maps["dec_self"] = maps["dec_self"][..., :n, :n]  # (L, H, n, n)
+            if "self" in maps:  # decoder-only: source + <bos> y1..yn, the last input predicts nothing kept
+                maps["self"] = maps["self"][..., :-1, :-1]  # (L, H, S+n, S+n)
         return AttentionResult(sentence, self.tgt_tok.decode(hyp_tokens), src_tokens, tgt_tokens, tgt_inputs,
                                maps, truncated)
