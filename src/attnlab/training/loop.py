@@ -47,6 +47,9 @@ from attnlab.training.losses import sequence_loss
 from attnlab.training.schedules import make_scheduler
 
 
+NUMBERS_PROBES = ("twenty-one", "three hundred and five", "one thousand two hundred and thirty-four")
+
+
 class NonFiniteLossError(AttnlabError):
     """Several consecutive steps produced a non-finite loss; the run stopped."""
 
@@ -170,6 +173,8 @@ def record_probes(model: nn.Module, prepared, cfg: Config, device: torch.device,
     from attnlab.translator import decode_many
 
     sentences = [s for s in cfg.train.probe_sentences if s.strip()]
+    if cfg.data.dataset == "numbers" and tuple(cfg.train.probe_sentences) == config_mod.TrainConfig().probe_sentences:
+        sentences = list(NUMBERS_PROBES)  # the notes' English examples are all <unk> on the numbers task
     if not sentences:
         return
     src = [prepared.src_tok.encode(s)[: cfg.data.num_steps - 1] for s in sentences]
