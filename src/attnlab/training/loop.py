@@ -178,7 +178,8 @@ def record_probes(model: nn.Module, prepared, cfg: Config, device: torch.device,
     if not sentences:
         return
     src = [prepared.src_tok.encode(s)[: cfg.data.num_steps - 1] for s in sentences]
-    hyps = decode_many(model, src, cfg.decode, device, beam_size=1, need_weights=True)
+    # One sentence at a time: a batch would pad the keys (in the middle of the decoder-only sequence).
+    hyps = [decode_many(model, [ids], cfg.decode, device, beam_size=1, need_weights=True)[0] for ids in src]
     records = []
     for s, ids, h in zip(sentences, src, hyps):
         hyp = h[0]
