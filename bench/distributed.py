@@ -99,7 +99,8 @@ def main() -> None:
         f"| distributed (DDP, torchrun) | {one['tokens_per_s']:,.0f} tok/s on 1 process, "
         f"{two['tokens_per_s']:,.0f} tok/s on 2 (x{two['tokens_per_s'] / one['tokens_per_s']:.2f}) | "
         f"transformer d=128 L=2, numbers, batch_tokens={args.batch_tokens}/process, {args.steps} steps, "
-        f"{one['device']}, {cores} cores, gloo |"
+        f"{one['device']}, {cores} cores, gloo, threads/process {one['threads']} vs {two['threads']}, "
+        f"load average {os.getloadavg()[0]:.1f} (other jobs share the cores: figures are noisy) |"
     )
 
 
