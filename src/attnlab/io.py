@@ -34,12 +34,17 @@ def _umask() -> int:
 _UMASK = _umask()  # read once at import: os.umask is process-wide and not thread-safe to probe
 
 
+def usual_mode(is_dir: bool = False) -> int:
+    """The mode ``open()``/``mkdir()`` would give under the current umask (mkstemp/mkdtemp give 0600/0700)."""
+    return (0o777 if is_dir else 0o666) & ~_UMASK
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the mode open() would
+        os.fchmod(fd, usual_mode())  # mkstemp makes 0600; give the file the mode open() would
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

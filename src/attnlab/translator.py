@@ -70,10 +70,14 @@ def _length_cap(model: nn.Module, src_len: int = 0) -> int:
 
 @dataclass
 class Translation:
+    """One hypothesis. ``truncated``: the source was longer than :attr:`Translator.max_src_tokens` and
+    only its first ``max_src_tokens`` tokens were translated (the caller should say so)."""
+
     text: str
     tokens: list[str]
     score: float
     finished: bool
+    truncated: bool = False
 
 
 @dataclass
@@ -121,19 +125,24 @@ class Translator:
 
     def translate(self, sentences: list[str], beam_size: int | None = None, nbest: int = 1,
                   length_penalty: float | None = None) -> list[list[Translation]]:
-        """Translate each sentence; returns ``nbest`` translations per sentence, best first."""
+        """Translate each sentence; returns ``nbest`` translations per sentence, best first.
+
+        Never raises on text: any ``str`` (emoji, CJK, control characters, lone surrogates) is
+        preprocessed (unknown words become ``<unk>``); a sentence with no tokens left gets one empty
+        translation; a source over :attr:`max_src_tokens` is cut and flagged ``truncated``.
+        """
         dcfg = self.cfg.decode
         if length_penalty is not None:
             dcfg = DecodeConfig(**{**dcfg.__dict__, "length_penalty": length_penalty})
         beam = beam_size or dcfg.beam_size
         nbest = min(nbest, beam)
         out: list[list[Translation]] = [[] for _ in sentences]
-        todo = [(i, self.encode_source(s)[0]) for i, s in enumerate(sentences)]
-        todo = [(i, ids) for i, ids in todo if ids]
+        encoded = [self.encode_source(s) for s in sentences]
+        todo = [(i, ids) for i, (ids, _) in enumerate(encoded) if ids]
         hyps = decode_many(self.model, [ids for _, ids in todo], dcfg, self.device, beam_size=beam, nbest=nbest)
         for (i, _), hs in zip(todo, hyps):
             out[i] = [Translation(self.tgt_tok.decode(h.tokens), [self.tgt_tok.id_to_token(t) for t in h.tokens],
-                                  float(h.score), bool(h.finished)) for h in hs]
+                                  float(h.score), bool(h.finished), encoded[i][1]) for h in hs]
         for i, _s in enumerate(sentences):
             if not out[i]:
                 out[i] = [Translation("", [], 0.0, True)]

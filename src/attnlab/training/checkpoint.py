@@ -17,14 +17,25 @@ A checkpoint folder is written under a temporary name, fsynced and renamed into 
 leaves the previous ``LAST`` intact and loadable. Weights are safetensors (no code execution on
 load); the training state is loaded with ``torch.load(weights_only=True)``; both are verified
 against the manifest's sha256 before anything is read.
+
+The manifest also records what the weights were trained *with*: the model config (all but
+``dropout``) and a fingerprint of each tokenizer's vocabulary. A checkpoint inside a run folder whose
+``config.toml`` or ``tokenizers.json`` no longer match is refused — same-sized but different
+vocabularies would otherwise load silently and translate nonsense. A save that fails (disk full, a
+file-size limit, no permission) raises :class:`CheckpointError` naming the folder and the cause, and
+leaves every earlier checkpoint untouched.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import hashlib
+import io
 import json
 import os
 import shutil
+import struct
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,12 +43,13 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
 from attnlab import config as config_mod
 from attnlab.errors import CheckpointError
-from attnlab.io import atomic_write_json, atomic_write_text, fsync_dir
+from attnlab.io import atomic_write_json, atomic_write_text, fsync_dir, usual_mode
 
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
@@ -56,8 +68,10 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as f:
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
         os.fsync(f.fileno())
 
 
@@ -67,39 +81,141 @@ def model_state_for_saving(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu").contiguous().clone() for k, v in module.state_dict().items()}
 
 
+_FULL_DISK = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def _save_failed(ckpt_root: Path, name: str, err: OSError) -> CheckpointError:
+    cause = err.strerror or str(err) or type(err).__name__
+    if err.errno in _FULL_DISK:
+        fix = "free some space (or lift the file-size limit) or choose another --out"
+    elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "make the folder writable or choose another --out"
+    else:
+        fix = "check the disk and the folder"
+    return CheckpointError(f"could not save checkpoint {name} in {ckpt_root}: {cause}; {fix} "
+                           "(the earlier checkpoints are untouched)")
+
+
 def save_checkpoint(run_dir: str | Path, step: int, model: nn.Module, state: dict[str, Any] | None,
                     keep: int = 2, best: bool = False) -> Path:
     """Write ``checkpoints/step-N`` atomically, point ``LAST`` (and ``BEST`` if ``best``) at it, rotate.
 
     ``keep`` step folders are kept besides the one ``BEST`` points to. Returns the folder.
+    Raises :class:`CheckpointError` when the disk refuses the write (full, size limit, permissions);
+    the half-written folder is removed and ``LAST``/``BEST`` still name the previous checkpoint.
     """
     ckpt_root = Path(run_dir) / "checkpoints"
-    ckpt_root.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:07d}"
     final = ckpt_root / name
-    if not final.exists():
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=ckpt_root))
-        try:
-            save_file(model_state_for_saving(model), str(tmp / WEIGHTS), metadata={"step": str(step)})
-            files = [WEIGHTS]
+    try:
+        ckpt_root.mkdir(parents=True, exist_ok=True)
+        if not final.exists():
+            # Serialise in memory first: the writes below are then plain file writes, whose failures
+            # are OSErrors with an errno (safetensors/torch writers report a full disk less clearly).
+            blobs = {WEIGHTS: safetensors_bytes(model_state_for_saving(model), metadata={"step": str(step)})}
             if state is not None:
-                torch.save(state, tmp / STATE)
-                files.append(STATE)
-            for f in files:
-                _fsync_file(tmp / f)
-            manifest = {"step": step, "files": {f: sha256_file(tmp / f) for f in files}}
-            atomic_write_json(tmp / MANIFEST, manifest)
-            fsync_dir(tmp)
-            os.replace(tmp, final)
-            fsync_dir(ckpt_root)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    atomic_write_text(ckpt_root / "LAST", name + "\n")
-    if best:
-        atomic_write_text(ckpt_root / "BEST", name + "\n")
+                buf = io.BytesIO()
+                torch.save(state, buf)
+                blobs[STATE] = buf.getvalue()
+            manifest: dict[str, Any] = {"step": step,
+                                        "files": {f: hashlib.sha256(b).hexdigest() for f, b in blobs.items()}}
+            manifest.update(_run_fingerprint(Path(run_dir)))
+            tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=ckpt_root))
+            try:
+                os.chmod(tmp, usual_mode(is_dir=True))  # mkdtemp makes 0700: readable like the run's other files
+                for fname, data in blobs.items():
+                    _write_synced(tmp / fname, data)
+                atomic_write_json(tmp / MANIFEST, manifest)
+                fsync_dir(tmp)
+                os.replace(tmp, final)
+                fsync_dir(ckpt_root)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+        atomic_write_text(ckpt_root / "LAST", name + "\n")
+        if best:
+            atomic_write_text(ckpt_root / "BEST", name + "\n")
+    except OSError as e:
+        raise _save_failed(ckpt_root, name, e) from None
     _rotate(ckpt_root, keep)
     return final
+
+
+# ------------------------------------------------------------------------------------------------
+# What a checkpoint was trained with: the model config and the vocabularies
+
+
+def _model_fingerprint(cfg: config_mod.Config) -> dict[str, Any]:
+    # Dropout does not change what the weights compute at inference, and a resumed run may change it.
+    return {k: (list(v) if isinstance(v, tuple) else v)
+            for k, v in dataclasses.asdict(cfg.model).items() if k != "dropout"}
+
+
+def _vocab_fingerprint(tok_json: Any) -> dict[str, Any]:
+    """Size and sha256 of a tokenizer's id -> token table (what the embedding rows mean)."""
+    from attnlab.data.vocab import load_tokenizer
+
+    tok = load_tokenizer(tok_json)
+    table = [tok.id_to_token(i) for i in range(len(tok))]
+    digest = hashlib.sha256(json.dumps(table, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
+    return {"size": len(tok), "sha256": digest}
+
+
+_FP_CACHE: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+
+def _tokenizers_fingerprint(tpath: Path) -> dict[str, Any]:
+    st = tpath.stat()
+    key = (str(tpath.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _FP_CACHE:
+        toks = json.loads(tpath.read_text(encoding="utf-8"))
+        _FP_CACHE.clear()
+        _FP_CACHE[key] = {side: _vocab_fingerprint(toks[side]) for side in ("src", "tgt")}
+    return _FP_CACHE[key]
+
+
+def _run_fingerprint(run_dir: Path) -> dict[str, Any]:
+    """Manifest entries tying a checkpoint to its run's config and tokenizers (empty outside a run folder)."""
+    out: dict[str, Any] = {}
+    try:
+        out["model"] = _model_fingerprint(config_mod.load_toml(run_dir / CONFIG))
+    except config_mod.ConfigError:
+        pass  # a bare folder (tests, tools): nothing to tie the weights to
+    try:
+        out["vocab"] = _tokenizers_fingerprint(run_dir / TOKENIZERS)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return out
+
+
+def check_run_matches(path: Path, manifest: dict[str, Any], run_dir: Path) -> None:
+    """Refuse a checkpoint whose recorded model config or vocabularies differ from ``run_dir``'s files.
+
+    Checkpoints written before these were recorded (no ``model``/``vocab`` in the manifest) pass.
+    """
+    files = read_run(run_dir)
+    saved_model = manifest.get("model")
+    if isinstance(saved_model, dict):
+        current = _model_fingerprint(files.config)
+        diff = sorted(k for k in set(saved_model) | set(current) if saved_model.get(k) != current.get(k))
+        if diff:
+            k = diff[0]
+            raise CheckpointError(
+                f"{path} was trained with model.{k}={saved_model.get(k)!r} but {run_dir / CONFIG} says "
+                f"{current.get(k)!r}; restore the run's config.toml or use the run folder the checkpoint came from")
+    saved_vocab = manifest.get("vocab")
+    if isinstance(saved_vocab, dict):
+        for side, lang in (("src", "source"), ("tgt", "target")):
+            try:
+                now = _vocab_fingerprint(files.tokenizers[side])
+            except ValueError as e:
+                raise CheckpointError(f"{run_dir / TOKENIZERS} is corrupt: {e}") from None
+            was = saved_vocab.get(side)
+            if isinstance(was, dict) and was != now:
+                raise CheckpointError(
+                    f"{path} was trained with another {lang} vocabulary ({was.get('size')} tokens) than "
+                    f"{run_dir / TOKENIZERS} holds ({now['size']} tokens, different ids); use the run folder "
+                    "the checkpoint came from")
 
 
 def _pointer(ckpt_root: Path, which: str) -> str | None:
@@ -161,7 +277,42 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
             raise CheckpointError(f"{fpath} is missing from the checkpoint")
         if sha256_file(fpath) != digest:
             raise CheckpointError(f"{fpath} does not match its sha256 in {MANIFEST}: the file is corrupt or was changed")
+    if path.parent.name == "checkpoints" and (path.parent.parent / CONFIG).is_file():
+        check_run_matches(path, manifest, path.parent.parent)
     return manifest
+
+
+def check_safetensors_header(wpath: Path) -> None:
+    """Refuse a safetensors header that names a tensor twice (the library silently keeps the last one)."""
+    try:
+        with open(wpath, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise CheckpointError(f"{wpath} is not a valid safetensors file (shorter than its 8-byte header "
+                                      "length); it was not loaded")
+            (n,) = struct.unpack("<Q", head)
+            size = os.fstat(f.fileno()).st_size
+            if n > min(size - 8, 100 * 2**20):
+                raise CheckpointError(f"{wpath} is not a valid safetensors file (its header claims {n} bytes, "
+                                      f"the file has {size}); it was not loaded")
+            raw = f.read(n)
+    except OSError as e:
+        raise CheckpointError(f"{wpath} cannot be read: {e.strerror or e}") from None
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in seen:
+                raise CheckpointError(f"{wpath} is not a valid safetensors file (its header names the tensor "
+                                      f"{k!r} twice); it was not loaded")
+            seen[k] = v
+        return seen
+
+    try:
+        json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates)
+    except (UnicodeDecodeError, ValueError):
+        raise CheckpointError(f"{wpath} is not a valid safetensors file (its header is not JSON); "
+                              "it was not loaded") from None
 
 
 def load_weights(path: Path, model: nn.Module, verify: bool = True) -> None:
@@ -169,6 +320,7 @@ def load_weights(path: Path, model: nn.Module, verify: bool = True) -> None:
     if verify:
         verify_checkpoint(path)
     wpath = path / WEIGHTS
+    check_safetensors_header(wpath)
     try:
         tensors = load_file(str(wpath))
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
