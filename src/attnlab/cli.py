@@ -99,6 +99,8 @@ def cmd_train(args) -> int:
 
         return launch_nproc(args.nproc, sys.argv[1:])
     res = train(cfg, out, resume=args.resume, progress=not args.quiet, argv=sys.argv)
+    if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
+        return 130 if res.stopped_by == "signal" else 0
     v = res.last_valid
     line = (f"stopped by {res.stopped_by} at step {res.step} (epoch {res.epoch}); "
             f"{res.tokens_per_s:,.0f} target tokens/s")
