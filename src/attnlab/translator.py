@@ -28,9 +28,16 @@ from attnlab.models import build_model
 from attnlab.training import checkpoint as ckpt
 
 
-def decode_many(model: nn.Module, src_seqs: list[list[int]], dcfg: DecodeConfig, device: torch.device,
-                beam_size: int | None = None, nbest: int = 1, need_weights: bool = False,
-                batch_size: int | None = None) -> list[list[Any]]:
+def decode_many(
+    model: nn.Module,
+    src_seqs: list[list[int]],
+    dcfg: DecodeConfig,
+    device: torch.device,
+    beam_size: int | None = None,
+    nbest: int = 1,
+    need_weights: bool = False,
+    batch_size: int | None = None,
+) -> list[list[Any]]:
     """Translate id sequences (no ``<eos>``); returns, per input and in input order, a list of hypotheses.
 
     Inputs are sorted by length so each batch holds similar lengths (less padding), then restored.
@@ -43,7 +50,7 @@ def decode_many(model: nn.Module, src_seqs: list[list[int]], dcfg: DecodeConfig,
     model.eval()
     with torch.inference_mode():
         for start in range(0, len(order), bs):
-            idx = order[start:start + bs]
+            idx = order[start : start + bs]
             batch = collate([src_seqs[i] for i in idx], [[] for _ in idx], idx)
             src = batch.src.to(device)
             valid = batch.src_valid_lens.to(device)
@@ -51,8 +58,16 @@ def decode_many(model: nn.Module, src_seqs: list[list[int]], dcfg: DecodeConfig,
             if beam == 1 and nbest == 1:
                 hyps = [[h] for h in greedy_search(model, src, valid, limit, need_weights=need_weights)]
             else:
-                hyps = beam_search(model, src, valid, beam, limit, dcfg.length_penalty, nbest=nbest,
-                                   need_weights=need_weights)
+                hyps = beam_search(
+                    model,
+                    src,
+                    valid,
+                    beam,
+                    limit,
+                    dcfg.length_penalty,
+                    nbest=nbest,
+                    need_weights=need_weights,
+                )
             for i, h in zip(idx, hyps):
                 results[i] = h
     model.train(was_training)
@@ -94,8 +109,16 @@ class AttentionResult:
 
 
 class Translator:
-    def __init__(self, model: nn.Module, src_tok, tgt_tok, cfg: Config, device: torch.device | None = None,
-                 run_dir: Path | None = None, checkpoint: Path | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        src_tok,
+        tgt_tok,
+        cfg: Config,
+        device: torch.device | None = None,
+        run_dir: Path | None = None,
+        checkpoint: Path | None = None,
+    ) -> None:
         self.model = model.eval()
         self.src_tok, self.tgt_tok, self.cfg = src_tok, tgt_tok, cfg
         self.device = device or next(model.parameters()).device
@@ -103,8 +126,9 @@ class Translator:
         # Longest source accepted: what the positional table and the output bound allow.
         cap = _length_cap(model, 0)
         a, b = cfg.decode.max_len_a, cfg.decode.max_len_b
-        self.max_src_tokens = max(1, min(512, int((cap - b - 2) / (1 + a)) if cfg.model.kind == "decoder-only"
-                                         else cap - 2))
+        self.max_src_tokens = max(
+            1, min(512, int((cap - b - 2) / (1 + a)) if cfg.model.kind == "decoder-only" else cap - 2)
+        )
 
     @classmethod
     def from_run(cls, run_dir: str | Path, which: str = "best", device: str = "cpu") -> Translator:
@@ -123,8 +147,13 @@ class Translator:
         truncated = len(ids) > self.max_src_tokens
         return ids[: self.max_src_tokens], truncated
 
-    def translate(self, sentences: list[str], beam_size: int | None = None, nbest: int = 1,
-                  length_penalty: float | None = None) -> list[list[Translation]]:
+    def translate(
+        self,
+        sentences: list[str],
+        beam_size: int | None = None,
+        nbest: int = 1,
+        length_penalty: float | None = None,
+    ) -> list[list[Translation]]:
         """Translate each sentence; returns ``nbest`` translations per sentence, best first.
 
         Never raises on text: any ``str`` (emoji, CJK, control characters, lone surrogates) is
@@ -139,10 +168,20 @@ class Translator:
         out: list[list[Translation]] = [[] for _ in sentences]
         encoded = [self.encode_source(s) for s in sentences]
         todo = [(i, ids) for i, (ids, _) in enumerate(encoded) if ids]
-        hyps = decode_many(self.model, [ids for _, ids in todo], dcfg, self.device, beam_size=beam, nbest=nbest)
+        hyps = decode_many(
+            self.model, [ids for _, ids in todo], dcfg, self.device, beam_size=beam, nbest=nbest
+        )
         for (i, _), hs in zip(todo, hyps):
-            out[i] = [Translation(self.tgt_tok.decode(h.tokens), [self.tgt_tok.id_to_token(t) for t in h.tokens],
-                                  float(h.score), bool(h.finished), encoded[i][1]) for h in hs]
+            out[i] = [
+                Translation(
+                    self.tgt_tok.decode(h.tokens),
+                    [self.tgt_tok.id_to_token(t) for t in h.tokens],
+                    float(h.score),
+                    bool(h.finished),
+                    encoded[i][1],
+                )
+                for h in hs
+            ]
         for i, _s in enumerate(sentences):
             if not out[i]:
                 out[i] = [Translation("", [], 0.0, True)]
@@ -160,13 +199,21 @@ class Translator:
         from attnlab.data.vocab import BOS
 
         ids, truncated = self.encode_source(sentence)
-        hyp = decode_many(self.model, [ids], self.cfg.decode, self.device, beam_size=beam_size)[0][0] if ids else None
+        hyp = (
+            decode_many(self.model, [ids], self.cfg.decode, self.device, beam_size=beam_size)[0][0]
+            if ids
+            else None
+        )
         hyp_tokens = list(hyp.tokens) if hyp is not None else []
         finished = bool(hyp.finished) if hyp is not None else True
         batch = collate([ids], [hyp_tokens], [0])
         with torch.inference_mode():
-            out = self.model(batch.src.to(self.device), batch.src_valid_lens.to(self.device),
-                             batch.tgt_in.to(self.device), need_weights=True)
+            out = self.model(
+                batch.src.to(self.device),
+                batch.src_valid_lens.to(self.device),
+                batch.tgt_in.to(self.device),
+                need_weights=True,
+            )
         maps = {k: v[0].float().cpu() for k, v in (out.attention or {}).items()}  # (layers, heads, Q, K)
         src_tokens = [self.src_tok.id_to_token(i) for i in ids] + ["<eos>"]
         tgt_tokens = [self.tgt_tok.id_to_token(i) for i in hyp_tokens] + (["<eos>"] if finished else [])
@@ -180,5 +227,6 @@ class Translator:
                 maps["dec_self"] = maps["dec_self"][..., :n, :n]  # (L, H, n, n)
             if "self" in maps:  # decoder-only: source + <bos> y1..yn, the last input predicts nothing kept
                 maps["self"] = maps["self"][..., :-1, :-1]  # (L, H, S+n, S+n)
-        return AttentionResult(sentence, self.tgt_tok.decode(hyp_tokens), src_tokens, tgt_tokens, tgt_inputs,
-                               maps, truncated)
+        return AttentionResult(
+            sentence, self.tgt_tok.decode(hyp_tokens), src_tokens, tgt_tokens, tgt_inputs, maps, truncated
+        )

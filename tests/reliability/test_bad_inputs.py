@@ -84,7 +84,12 @@ def _write_lines(path, lines: list[str]) -> None:
 def test_cli_file_mode_keeps_empty_lines_and_odd_text(tiny_runs, tmp_path):
     """Pass: exit 0; exactly one output line per input line, in order; empty and whitespace-only lines
     give empty lines; no special token in the output; invalid UTF-8 and surrogate bytes do not crash."""
-    lines = [x for x in ODD_TEXT if "\n" not in x] + ["twenty one", "", "  ", "three\x0bfour\x0c\x1c\x85\u2028x"]
+    lines = [x for x in ODD_TEXT if "\n" not in x] + [
+        "twenty one",
+        "",
+        "  ",
+        "three\x0bfour\x0c\x1c\x85\u2028x",
+    ]
     f = tmp_path / "in.txt"
     _write_lines(f, lines)
     with open(f, "ab") as fh:
@@ -97,13 +102,20 @@ def test_cli_file_mode_keeps_empty_lines_and_odd_text(tiny_runs, tmp_path):
         assert_no_specials(got)
         if not src.strip() or src == "\ud83d":
             assert got == "", (src, got)
-    assert out[lines.index("twenty one")] == attnlab("translate", str(tiny_runs("transformer")), "--checkpoint",
-                                                     "last", "twenty one").stdout.strip()
+    assert (
+        out[lines.index("twenty one")]
+        == attnlab(
+            "translate", str(tiny_runs("transformer")), "--checkpoint", "last", "twenty one"
+        ).stdout.strip()
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="cli.py cmd_translate opens --file/stdin with universal newlines, so a "
-                   "bare \\r inside a line splits it in two (needs newline='\\n'); cli.py is not owned here")
+@pytest.mark.xfail(
+    strict=True,
+    reason="cli.py cmd_translate opens --file/stdin with universal newlines, so a "
+    "bare \\r inside a line splits it in two (needs newline='\\n'); cli.py is not owned here",
+)
 def test_cli_bare_carriage_return_stays_in_its_line(tiny_runs, tmp_path):
     """Pass: a line holding a bare CR (old Mac line end, pasted text) still gives exactly one output line."""
     f = tmp_path / "in.txt"
@@ -116,9 +128,22 @@ def test_cli_bare_carriage_return_stays_in_its_line(tiny_runs, tmp_path):
 @pytest.mark.slow
 def test_cli_arguments_with_undecodable_bytes(tiny_runs):
     """Pass: argv bytes that are not UTF-8 (Python hands them over as lone surrogates) translate, exit 0."""
-    proc = subprocess.run([sys.executable, "-m", "attnlab", "translate", str(tiny_runs("transformer")),
-                           "--checkpoint", "last", b"twenty \xff one", b"\xed\xa0\x80"],
-                          capture_output=True, env={**os.environ, "ATTNLAB_OFFLINE": "1"}, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnlab",
+            "translate",
+            str(tiny_runs("transformer")),
+            "--checkpoint",
+            "last",
+            b"twenty \xff one",
+            b"\xed\xa0\x80",
+        ],
+        capture_output=True,
+        env={**os.environ, "ATTNLAB_OFFLINE": "1"},
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.decode("utf-8").split("\n")
     assert len(out) == 3 and out[1] == "" and out[2] == ""
@@ -169,8 +194,10 @@ def test_malicious_pickle_through_the_cli(tiny_runs, tmp_path):
     good = last_checkpoint(tiny_runs("transformer"))
     (last_checkpoint(run) / ckpt.WEIGHTS).write_bytes((good / ckpt.WEIGHTS).read_bytes())
     rehash(last_checkpoint(run))
-    assert_one_line_error(attnlab("train", "--resume", "--out", str(run), "--max-steps", "50", "--quiet"),
-                          "state.pt was refused")
+    assert_one_line_error(
+        attnlab("train", "--resume", "--out", str(run), "--max-steps", "50", "--quiet"),
+        "state.pt was refused",
+    )
     assert not marker.exists()
 
 
@@ -210,8 +237,13 @@ def test_damaged_safetensors_headers(tiny_runs, tmp_path, damage):
     path = last_checkpoint(run)
     w = path / ckpt.WEIGHTS
     data = w.read_bytes()
-    w.write_bytes({"short": data[:5], "header_len": struct.pack("<Q", 10**12) + data[8:],
-                   "header_json": data[:8] + b"\xff" * (len(data) - 8)}[damage])
+    w.write_bytes(
+        {
+            "short": data[:5],
+            "header_len": struct.pack("<Q", 10**12) + data[8:],
+            "header_json": data[:8] + b"\xff" * (len(data) - 8),
+        }[damage]
+    )
     rehash(path)
     tr = Translator.from_run(tiny_runs("transformer"), "last")
     with pytest.raises(CheckpointError, match="model.safetensors is not a valid safetensors file") as e:
@@ -338,6 +370,10 @@ def test_config_files_through_the_cli(tmp_path, case):
     f = tmp_path / "bad.toml"
     f.write_bytes(content if isinstance(content, bytes) else content.encode())
     out = tmp_path / "run"
-    assert_one_line_error(attnlab("train", "--model", "transformer", "--dataset", "numbers", "--out", str(out),
-                                  "--config", str(f)), needle)
+    assert_one_line_error(
+        attnlab(
+            "train", "--model", "transformer", "--dataset", "numbers", "--out", str(out), "--config", str(f)
+        ),
+        needle,
+    )
     assert not out.exists()

@@ -74,8 +74,12 @@ def test_sigkill_during_save_twenty_times(tmp_path):
     run = tmp_path / "run"
     last, torn = 0, 0
     for _ in range(20):
-        proc = subprocess.Popen([sys.executable, "-c", SAVER, str(run), str(last + 1)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=ENV)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SAVER, str(run), str(last + 1)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=ENV,
+        )
         assert proc.stdout.readline().strip() == b"ready", proc.stderr.read()
         time.sleep(rng.uniform(0.02, 0.6))
         proc.send_signal(signal.SIGKILL)
@@ -119,8 +123,9 @@ def test_disk_full_while_saving(tmp_path):
     """Pass: the save raises CheckpointError whose one line names the folder and the cause; the earlier
     checkpoint is byte-for-byte untouched and still LAST/BEST; no half-written folder remains."""
     run = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-c", DISK_FULL, str(run)], capture_output=True, text=True, env=ENV,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", DISK_FULL, str(run)], capture_output=True, text=True, env=ENV, timeout=120
+    )
     assert proc.returncode == 3, proc.stderr
     msg = proc.stdout.strip()
     assert "\n" not in msg
@@ -151,10 +156,28 @@ def test_disk_full_during_attnlab_train(tiny_runs, tmp_path):
     files = {f: (before / f).read_bytes() for f in (ckpt.WEIGHTS, ckpt.STATE, ckpt.MANIFEST)}
     limit = 100_000  # above every log/config file of a tiny run, below its model.safetensors
     assert len(files[ckpt.WEIGHTS]) > limit > max(p.stat().st_size for p in run.glob("*.json*"))
-    proc = subprocess.run([sys.executable, "-m", "attnlab", "train", "--resume", "--out", str(run), "--quiet",
-                           "--max-steps", "44"], capture_output=True, text=True, env=ENV, timeout=300,
-                          preexec_fn=_limit_file_size(limit))
-    assert_one_line_error(proc, f"could not save checkpoint step-0000044 in {run / 'checkpoints'}: File too large")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnlab",
+            "train",
+            "--resume",
+            "--out",
+            str(run),
+            "--quiet",
+            "--max-steps",
+            "44",
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+        preexec_fn=_limit_file_size(limit),
+    )
+    assert_one_line_error(
+        proc, f"could not save checkpoint step-0000044 in {run / 'checkpoints'}: File too large"
+    )
     assert ckpt.resolve_checkpoint(run, "last") == before
     assert {f: (before / f).read_bytes() for f in files} == files
     assert not list((run / "checkpoints").glob(".step-*"))
@@ -206,8 +229,13 @@ def test_signal_during_train_then_resume_equals_uninterrupted(straight_run, tmp_
     straight, cfg_file = straight_run
     run = tmp_path / "run"
     base = [sys.executable, "-m", "attnlab", "train", "--out", str(run), "--quiet"]
-    proc = subprocess.Popen([*base, "--model", "transformer", "--config", str(cfg_file)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV)
+    proc = subprocess.Popen(
+        [*base, "--model", "transformer", "--config", str(cfg_file)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     deadline = time.monotonic() + 240
     while _logged_step(run) < 5:
         assert proc.poll() is None, proc.communicate()

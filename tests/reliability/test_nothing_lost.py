@@ -69,9 +69,27 @@ def test_bleu_equals_the_sacrebleu_command_line(scoring_run, tmp_path):
             f = tmp_path / f"{name}{j}.txt"
             f.write_text("".join((r or "") + "\n" for r in stream), encoding="utf-8")
             files.append(str(f))
-        out = subprocess.run([sys.executable, "-m", "sacrebleu", *files, "-i", str(scoring_run / "hyps-test.txt"),
-                              "-m", "bleu", "chrf", "-w", "6", "-f", "json"], capture_output=True, text=True,
-                             check=True, timeout=120).stdout
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sacrebleu",
+                *files,
+                "-i",
+                str(scoring_run / "hyps-test.txt"),
+                "-m",
+                "bleu",
+                "chrf",
+                "-w",
+                "6",
+                "-f",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
         return {m["name"]: m["score"] for m in json.loads(out)}
 
     single = cli([[r[0] for r in refs]], "ref")

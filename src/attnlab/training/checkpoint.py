@@ -92,12 +92,20 @@ def _save_failed(ckpt_root: Path, name: str, err: OSError) -> CheckpointError:
         fix = "make the folder writable or choose another --out"
     else:
         fix = "check the disk and the folder"
-    return CheckpointError(f"could not save checkpoint {name} in {ckpt_root}: {cause}; {fix} "
-                           "(the earlier checkpoints are untouched)")
+    return CheckpointError(
+        f"could not save checkpoint {name} in {ckpt_root}: {cause}; {fix} "
+        "(the earlier checkpoints are untouched)"
+    )
 
 
-def save_checkpoint(run_dir: str | Path, step: int, model: nn.Module, state: dict[str, Any] | None,
-                    keep: int = 2, best: bool = False) -> Path:
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    model: nn.Module,
+    state: dict[str, Any] | None,
+    keep: int = 2,
+    best: bool = False,
+) -> Path:
     """Write ``checkpoints/step-N`` atomically, point ``LAST`` (and ``BEST`` if ``best``) at it, rotate.
 
     ``keep`` step folders are kept besides the one ``BEST`` points to. Returns the folder.
@@ -117,12 +125,16 @@ def save_checkpoint(run_dir: str | Path, step: int, model: nn.Module, state: dic
                 buf = io.BytesIO()
                 torch.save(state, buf)
                 blobs[STATE] = buf.getvalue()
-            manifest: dict[str, Any] = {"step": step,
-                                        "files": {f: hashlib.sha256(b).hexdigest() for f, b in blobs.items()}}
+            manifest: dict[str, Any] = {
+                "step": step,
+                "files": {f: hashlib.sha256(b).hexdigest() for f, b in blobs.items()},
+            }
             manifest.update(_run_fingerprint(Path(run_dir)))
             tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=ckpt_root))
             try:
-                os.chmod(tmp, usual_mode(is_dir=True))  # mkdtemp makes 0700: readable like the run's other files
+                os.chmod(
+                    tmp, usual_mode(is_dir=True)
+                )  # mkdtemp makes 0700: readable like the run's other files
                 for fname, data in blobs.items():
                     _write_synced(tmp / fname, data)
                 atomic_write_json(tmp / MANIFEST, manifest)
@@ -147,8 +159,11 @@ def save_checkpoint(run_dir: str | Path, step: int, model: nn.Module, state: dic
 
 def _model_fingerprint(cfg: config_mod.Config) -> dict[str, Any]:
     # Dropout does not change what the weights compute at inference, and a resumed run may change it.
-    return {k: (list(v) if isinstance(v, tuple) else v)
-            for k, v in dataclasses.asdict(cfg.model).items() if k != "dropout"}
+    return {
+        k: (list(v) if isinstance(v, tuple) else v)
+        for k, v in dataclasses.asdict(cfg.model).items()
+        if k != "dropout"
+    }
 
 
 def _vocab_fingerprint(tok_json: Any) -> dict[str, Any]:
@@ -157,7 +172,9 @@ def _vocab_fingerprint(tok_json: Any) -> dict[str, Any]:
 
     tok = load_tokenizer(tok_json)
     table = [tok.id_to_token(i) for i in range(len(tok))]
-    digest = hashlib.sha256(json.dumps(table, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
+    digest = hashlib.sha256(
+        json.dumps(table, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    ).hexdigest()
     return {"size": len(tok), "sha256": digest}
 
 
@@ -202,7 +219,8 @@ def check_run_matches(path: Path, manifest: dict[str, Any], run_dir: Path) -> No
             k = diff[0]
             raise CheckpointError(
                 f"{path} was trained with model.{k}={saved_model.get(k)!r} but {run_dir / CONFIG} says "
-                f"{current.get(k)!r}; restore the run's config.toml or use the run folder the checkpoint came from")
+                f"{current.get(k)!r}; restore the run's config.toml or use the run folder the checkpoint came from"
+            )
     saved_vocab = manifest.get("vocab")
     if isinstance(saved_vocab, dict):
         for side, lang in (("src", "source"), ("tgt", "target")):
@@ -215,7 +233,8 @@ def check_run_matches(path: Path, manifest: dict[str, Any], run_dir: Path) -> No
                 raise CheckpointError(
                     f"{path} was trained with another {lang} vocabulary ({was.get('size')} tokens) than "
                     f"{run_dir / TOKENIZERS} holds ({now['size']} tokens, different ids); use the run folder "
-                    "the checkpoint came from")
+                    "the checkpoint came from"
+                )
 
 
 def _pointer(ckpt_root: Path, which: str) -> str | None:
@@ -232,7 +251,7 @@ def _rotate(ckpt_root: Path, keep: int) -> None:
     removable = [p for p in steps if p.name not in protected]
     # keep the newest `keep` step folders besides the protected ones
     excess = len(removable) - max(keep - 1, 0)
-    for p in removable[:max(excess, 0)]:
+    for p in removable[: max(excess, 0)]:
         shutil.rmtree(p, ignore_errors=True)
     for p in ckpt_root.glob(".step-*"):  # leftovers of a save that was killed
         shutil.rmtree(p, ignore_errors=True)
@@ -242,7 +261,9 @@ def resolve_checkpoint(run_dir: str | Path, which: str = "best") -> Path:
     """Map ``best``/``last``/``step-N``/a folder path to a checkpoint folder, with clear errors."""
     run_dir = Path(run_dir)
     if not run_dir.exists():
-        raise CheckpointError(f"run folder {run_dir} does not exist; give the --out folder of an `attnlab train` run")
+        raise CheckpointError(
+            f"run folder {run_dir} does not exist; give the --out folder of an `attnlab train` run"
+        )
     if not run_dir.is_dir():
         raise CheckpointError(f"{run_dir} is not a folder; give the --out folder of an `attnlab train` run")
     ckpt_root = run_dir / "checkpoints"
@@ -256,8 +277,10 @@ def resolve_checkpoint(run_dir: str | Path, which: str = "best") -> Path:
     else:
         path = ckpt_root / which if (ckpt_root / which).is_dir() else Path(which)
     if not path.is_dir():
-        raise CheckpointError(f"checkpoint {path} is missing; use best, last or one of: "
-                              + ", ".join(sorted(p.name for p in ckpt_root.glob("step-*"))))
+        raise CheckpointError(
+            f"checkpoint {path} is missing; use best, last or one of: "
+            + ", ".join(sorted(p.name for p in ckpt_root.glob("step-*")))
+        )
     return path
 
 
@@ -276,7 +299,9 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
         if not fpath.is_file():
             raise CheckpointError(f"{fpath} is missing from the checkpoint")
         if sha256_file(fpath) != digest:
-            raise CheckpointError(f"{fpath} does not match its sha256 in {MANIFEST}: the file is corrupt or was changed")
+            raise CheckpointError(
+                f"{fpath} does not match its sha256 in {MANIFEST}: the file is corrupt or was changed"
+            )
     if path.parent.name == "checkpoints" and (path.parent.parent / CONFIG).is_file():
         check_run_matches(path, manifest, path.parent.parent)
     return manifest
@@ -288,13 +313,17 @@ def check_safetensors_header(wpath: Path) -> None:
         with open(wpath, "rb") as f:
             head = f.read(8)
             if len(head) < 8:
-                raise CheckpointError(f"{wpath} is not a valid safetensors file (shorter than its 8-byte header "
-                                      "length); it was not loaded")
+                raise CheckpointError(
+                    f"{wpath} is not a valid safetensors file (shorter than its 8-byte header "
+                    "length); it was not loaded"
+                )
             (n,) = struct.unpack("<Q", head)
             size = os.fstat(f.fileno()).st_size
             if n > min(size - 8, 100 * 2**20):
-                raise CheckpointError(f"{wpath} is not a valid safetensors file (its header claims {n} bytes, "
-                                      f"the file has {size}); it was not loaded")
+                raise CheckpointError(
+                    f"{wpath} is not a valid safetensors file (its header claims {n} bytes, "
+                    f"the file has {size}); it was not loaded"
+                )
             raw = f.read(n)
     except OSError as e:
         raise CheckpointError(f"{wpath} cannot be read: {e.strerror or e}") from None
@@ -303,16 +332,19 @@ def check_safetensors_header(wpath: Path) -> None:
         seen: dict[str, Any] = {}
         for k, v in pairs:
             if k in seen:
-                raise CheckpointError(f"{wpath} is not a valid safetensors file (its header names the tensor "
-                                      f"{k!r} twice); it was not loaded")
+                raise CheckpointError(
+                    f"{wpath} is not a valid safetensors file (its header names the tensor "
+                    f"{k!r} twice); it was not loaded"
+                )
             seen[k] = v
         return seen
 
     try:
         json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates)
     except (UnicodeDecodeError, ValueError):
-        raise CheckpointError(f"{wpath} is not a valid safetensors file (its header is not JSON); "
-                              "it was not loaded") from None
+        raise CheckpointError(
+            f"{wpath} is not a valid safetensors file (its header is not JSON); it was not loaded"
+        ) from None
 
 
 def load_weights(path: Path, model: nn.Module, verify: bool = True) -> None:
@@ -325,17 +357,23 @@ def load_weights(path: Path, model: nn.Module, verify: bool = True) -> None:
         tensors = load_file(str(wpath))
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CheckpointError(f"{wpath} is not a valid safetensors file ({reason}); it was not loaded") from None
+        raise CheckpointError(
+            f"{wpath} is not a valid safetensors file ({reason}); it was not loaded"
+        ) from None
     module = getattr(model, "module", model)
     own = module.state_dict()
     missing = sorted(set(own) - set(tensors))
     unexpected = sorted(set(tensors) - set(own))
     if missing or unexpected:
-        raise CheckpointError(f"{wpath} does not fit this model: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        raise CheckpointError(
+            f"{wpath} does not fit this model: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
     for k, v in tensors.items():
         if tuple(v.shape) != tuple(own[k].shape):
-            raise CheckpointError(f"{wpath}: tensor {k} has shape {tuple(v.shape)}, the model expects "
-                                  f"{tuple(own[k].shape)} (config or vocabulary mismatch)")
+            raise CheckpointError(
+                f"{wpath}: tensor {k} has shape {tuple(v.shape)}, the model expects "
+                f"{tuple(own[k].shape)} (config or vocabulary mismatch)"
+            )
     module.load_state_dict(tensors, strict=True)
 
 
@@ -361,7 +399,9 @@ def read_run(run_dir: str | Path) -> RunFiles:
     """Read a run folder's config, tokenizers and meta, with one clear line on any problem."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise CheckpointError(f"run folder {run_dir} does not exist; give the --out folder of an `attnlab train` run")
+        raise CheckpointError(
+            f"run folder {run_dir} does not exist; give the --out folder of an `attnlab train` run"
+        )
     try:
         cfg = config_mod.load_toml(run_dir / CONFIG)
     except config_mod.ConfigError as e:
