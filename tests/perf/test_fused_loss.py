@@ -1,0 +1,87 @@
+"""The fused loss path (training/losses.py) equals the textbook F.cross_entropy definition."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.data.batching import collate
+from attnlab.models import build_model
+from attnlab.training.losses import reference_loss, sequence_loss, smoothed_cross_entropy
+from tests.conftest import tiny_config
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_loss_nll_and_gradient_equal_cross_entropy(eps):
+    torch.manual_seed(0)
+    logits = torch.randn(40, 57, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 57, (40,))
+    labels[:5] = logits.detach()[:5].argmax(-1)  # some rows correct for sure
+    loss, nll, correct = smoothed_cross_entropy(logits, labels, eps)
+    (loss * 0.37).backward()
+    grad = logits.grad.clone()
+    logits.grad = None
+    ref_loss, ref_nll = reference_loss(logits.double(), labels, eps)
+    want = F.cross_entropy(logits, labels, label_smoothing=eps, reduction="sum")
+    (want * 0.37).backward()
+    torch.testing.assert_close(loss, want)
+    torch.testing.assert_close(nll.double(), F.cross_entropy(logits.detach(), labels, reduction="sum"))
+    torch.testing.assert_close(grad, logits.grad)
+    assert int(correct) == int((logits.detach().argmax(-1) == labels).sum())
+    assert ref_loss.item() == pytest.approx(want.item(), rel=1e-5)
+    assert not nll.requires_grad and not correct.requires_grad
+
+
+def test_gradcheck():
+    torch.manual_seed(1)
+    x = torch.randn(6, 11, dtype=torch.float64, requires_grad=True)
+    y = torch.randint(0, 11, (6,))
+    assert torch.autograd.gradcheck(lambda t: smoothed_cross_entropy(t, y, 0.2)[0], (x,))
+
+
+def test_bf16_logits_give_float32_loss_and_bf16_grad():
+    torch.manual_seed(2)
+    logits = torch.randn(8, 30).to(torch.bfloat16).requires_grad_()
+    labels = torch.randint(0, 30, (8,))
+    loss, _, _ = smoothed_cross_entropy(logits, labels, 0.1)
+    assert loss.dtype == torch.float32
+    loss.backward()
+    assert logits.grad.dtype == torch.bfloat16
+    want = torch.func.grad(lambda t: F.cross_entropy(t, labels, label_smoothing=0.1, reduction="sum"))(
+        logits.detach().float()
+    )
+    torch.testing.assert_close(logits.grad.float(), want, atol=1e-2, rtol=1e-2)
+
+
+def test_no_gradient_buffer_under_inference_mode():
+    logits = torch.randn(4, 9, requires_grad=True)
+    with torch.inference_mode():
+        loss, nll, correct = smoothed_cross_entropy(logits, torch.tensor([0, 1, 2, 3]), 0.1)
+    assert loss.item() == pytest.approx(
+        F.cross_entropy(
+            logits.detach(), torch.tensor([0, 1, 2, 3]), label_smoothing=0.1, reduction="sum"
+        ).item(),
+        rel=1e-6,
+    )
+
+
+@pytest.mark.parametrize("kind", ["transformer", "bahdanau"])
+def test_sequence_loss_equals_full_logits_cross_entropy(kind):
+    """Projecting only non-pad rows + the fused loss == cross-entropy over all logits ignoring <pad>."""
+    torch.manual_seed(3)
+    model = build_model(tiny_config(kind).model, 23, 29).train(False)
+    batch = collate([[4, 5, 6], [7, 8], [9]], [[10, 11], [12, 13, 14, 15], [16]], [0, 1, 2])
+    out = sequence_loss(model, batch, 0.1)
+    full = model(batch.src, batch.src_valid_lens, batch.tgt_in).logits  # (B, T, V)
+    want = F.cross_entropy(
+        full.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=1, label_smoothing=0.1, reduction="sum"
+    )
+    torch.testing.assert_close(out.loss_sum, want, rtol=1e-5, atol=1e-5)
+    assert out.num_tokens == batch.num_tgt_tokens == 2 + 1 + 4 + 1 + 1 + 1
+    grads = torch.autograd.grad(out.loss_sum, list(model.parameters()), allow_unused=True)
+    model.zero_grad()
+    want_grads = torch.autograd.grad(want, list(model.parameters()), allow_unused=True)
+    for g, w in zip(grads, want_grads):
+        if w is not None:
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
