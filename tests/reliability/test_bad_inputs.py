@@ -314,12 +314,15 @@ def test_vocabulary_mismatch_is_refused(tiny_runs, tmp_path):
 
 def test_config_mismatch_is_refused(tiny_runs, tmp_path):
     """Pass: config.toml edited after training (a field that changes no tensor shape, num_heads) →
-    CheckpointError naming the field and both values; dropout alone may change (resume tweaks it)."""
+    CheckpointError naming the field and both values; dropout and scratch_gru may change."""
     run = copy_run(tiny_runs("transformer"), tmp_path / "run")
     cfg = run / ckpt.CONFIG
     text = cfg.read_text()
-    cfg.write_text(text.replace("dropout = 0.1", "dropout = 0.3"))
-    Translator.from_run(run, "last")  # fine
+    assert "dropout = 0.1" in text and "scratch_gru = false" in text
+    cfg.write_text(
+        text.replace("dropout = 0.1", "dropout = 0.3").replace("scratch_gru = false", "scratch_gru = true")
+    )
+    Translator.from_run(run, "last")  # fine: neither changes what the weights compute
     assert "num_heads = 2" in text
     cfg.write_text(text.replace("num_heads = 2", "num_heads = 1"))
     with pytest.raises(CheckpointError, match=r"model.num_heads=2 but .*config.toml says 1"):

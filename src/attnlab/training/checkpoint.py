@@ -157,12 +157,16 @@ def save_checkpoint(
 # What a checkpoint was trained with: the model config and the vocabularies
 
 
+# Model fields that do not change what the weights compute: dropout (off at inference; a resumed run
+# may change it) and scratch_gru (the same GRU, written out cell by cell, loads the same weights).
+_NOT_FINGERPRINTED = frozenset({"dropout", "scratch_gru"})
+
+
 def _model_fingerprint(cfg: config_mod.Config) -> dict[str, Any]:
-    # Dropout does not change what the weights compute at inference, and a resumed run may change it.
     return {
         k: (list(v) if isinstance(v, tuple) else v)
         for k, v in dataclasses.asdict(cfg.model).items()
-        if k != "dropout"
+        if k not in _NOT_FINGERPRINTED
     }
 
 
@@ -214,7 +218,10 @@ def check_run_matches(path: Path, manifest: dict[str, Any], run_dir: Path) -> No
     saved_model = manifest.get("model")
     if isinstance(saved_model, dict):
         current = _model_fingerprint(files.config)
-        diff = sorted(k for k in set(saved_model) | set(current) if saved_model.get(k) != current.get(k))
+        # Only fields both sides know: a field added to ModelConfig later (absent from older manifests)
+        # or one no longer fingerprinted never refuses a checkpoint on its own.
+        common = (set(saved_model) & set(current)) - _NOT_FINGERPRINTED
+        diff = sorted(k for k in common if saved_model[k] != current[k])
         if diff:
             k = diff[0]
             raise CheckpointError(
