@@ -71,7 +71,10 @@ class SmoothedCrossEntropy(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor, _grad_correct: Tensor):
         (grad,) = ctx.saved_tensors
-        return (grad * grad_loss).to(ctx.in_dtype), None, None
+        # Scaled in place: a fresh (N, V) buffer would cost as much as the multiplication itself.
+        # Hence one backward per forward: a second one (retain_graph=True) fails autograd's version
+        # check ("modified by an inplace operation") instead of returning a wrong gradient.
+        return grad.mul_(grad_loss).to(ctx.in_dtype), None, None
 
 
 def smoothed_cross_entropy(
