@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import os
 import sys
 from pathlib import Path
@@ -129,9 +130,15 @@ def cmd_translate(args) -> int:
     if nbest > beam:
         raise AttnlabError(f"--nbest {nbest} is larger than --beam {beam}; raise --beam or lower --nbest")
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    emitted = [0]  # lines handled so far, for warnings that name the input line
 
     def emit(lines: list[str]) -> None:
         results = tr.translate(lines, beam_size=beam, nbest=nbest)
+        for n, res in enumerate(results):
+            if res and getattr(res[0], "truncated", False):
+                print(f"warning: input line {emitted[0] + n + 1} is longer than {tr.max_src_tokens} tokens; "
+                      "only its beginning was translated", file=sys.stderr)
+        emitted[0] += len(lines)
         for res in results:
             if nbest == 1:
                 out.write(res[0].text + "\n")
@@ -143,7 +150,11 @@ def cmd_translate(args) -> int:
         if args.text:
             emit(list(args.text))
         else:
-            stream = open(args.file, encoding="utf-8", errors="replace") if args.file else sys.stdin  # noqa: SIM115
+            # Only "\n" ends a line (a stray "\r" inside a line must not split it); "\r\n" is stripped below.
+            if args.file:
+                stream = open(args.file, encoding="utf-8", errors="replace", newline="\n")  # noqa: SIM115
+            else:
+                stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="\n")
             chunk: list[str] = []
             for line in stream:
                 chunk.append(line.rstrip("\n").rstrip("\r"))

@@ -111,11 +111,6 @@ def test_cli_file_mode_keeps_empty_lines_and_odd_text(tiny_runs, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.py cmd_translate opens --file/stdin with universal newlines, so a "
-    "bare \\r inside a line splits it in two (needs newline='\\n'); cli.py is not owned here",
-)
 def test_cli_bare_carriage_return_stays_in_its_line(tiny_runs, tmp_path):
     """Pass: a line holding a bare CR (old Mac line end, pasted text) still gives exactly one output line."""
     f = tmp_path / "in.txt"
