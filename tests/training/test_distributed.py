@@ -301,7 +301,10 @@ def test_killed_worker_restarts_from_the_last_checkpoint_and_finishes(tmp_path):
     )
     run = tmp_path / "run"
     proc, workers = _start_and_wait_for_checkpoint(
-        _torchrun(_attnlab_train(cfg, run, tmp_path), max_restarts=1), run
+        # One restart is what the kill needs; a second one absorbs Gloo's occasional refused reconnect
+        # on a loaded 2-core machine (seen in CI-like runs: connectFullMesh "Connection refused" in the
+        # restarted round, before any training code runs).
+        _torchrun(_attnlab_train(cfg, run, tmp_path), max_restarts=2), run
     )
     os.kill(workers[1], signal.SIGKILL)
     out, _ = proc.communicate(timeout=120)
@@ -309,7 +312,7 @@ def test_killed_worker_restarts_from_the_last_checkpoint_and_finishes(tmp_path):
 
     metrics = ckpt.read_metrics(run)
     resumes = [r for r in metrics if r.get("event") == "resume"]
-    assert len(resumes) == 1 and resumes[0]["restart"] == 1 and resumes[0]["world_size"] == 2
+    assert len(resumes) == 1 and resumes[0]["restart"] >= 1 and resumes[0]["world_size"] == 2
     assert 40 <= resumes[0]["step"] < 400 and resumes[0]["step"] % 40 == 0  # from a saved step, mid-run
     steps = [r["step"] for r in metrics if r.get("event") == "train"]
     assert steps == list(range(20, 401, 20))  # work lost with the killed worker is logged once, redone
