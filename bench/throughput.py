@@ -29,9 +29,11 @@ the attention score matmuls (small at these lengths) and, for the reference, the
 positions — exactly the convention of the issue's peer figures.
 
 Peak memory: each of the four training loops runs again alone in a fresh subprocess over the
-largest batches; on the CPU we report ``ru_maxrss`` after the steps minus ``ru_maxrss`` after
-building the model and optimizer (the high-water mark the steps add: activations, gradients,
-optimizer state), on CUDA ``torch.cuda.max_memory_allocated`` minus the allocation before the steps.
+largest batches; on the CPU we report the peak resident set (``VmHWM``, reset through
+``/proc/self/clear_refs`` once the model and optimizer are built) minus the resident set at that
+point — what the steps add: activations, gradients, optimizer state (Linux only; ``ru_maxrss`` is
+useless here, it survives fork + exec and reports the parent's peak) — on CUDA
+``torch.cuda.max_memory_allocated`` minus the allocation before the steps.
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ import argparse
 import datetime
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -353,6 +354,14 @@ def race_decoding(
 # Peak memory, one loop per fresh subprocess
 
 
+def _rss_bytes(field: str) -> int:
+    """``VmRSS`` (now) or ``VmHWM`` (peak since the last reset) of this process, from /proc (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise OSError(f"{field} not in /proc/self/status")
+
+
 def _memory_child(kind: str, which: str, path: str) -> None:
     blob = torch.load(path, weights_only=False)
     device = torch.device(blob["device"])
@@ -367,14 +376,18 @@ def _memory_child(kind: str, which: str, path: str) -> None:
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
     else:
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        # Not ru_maxrss: Linux keeps it across fork + exec, so a child would inherit the parent's peak
+        # (the whole corpus). VmHWM belongs to this process image and "5" in clear_refs resets it to
+        # the current RSS, so the peak below is what the training steps add over the built model.
+        Path("/proc/self/clear_refs").write_text("5")
+        base = _rss_bytes("VmRSS")
     for b in batches:
         step(b)
     if device.type == "cuda":
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - base
     else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+        peak = _rss_bytes("VmHWM") - base
     print(f"peak_bytes {peak}")
 
 
@@ -594,7 +607,7 @@ def results_section(setup, peak, peak_dtype, tr, bah, greedy, beam, mem, load, b
         "",
         f"Training: {tr['steps']} timed steps per side for the Transformer, {bah['steps']} for Bahdanau (after "
         "warm-up steps). Peak memory: each loop alone in a fresh subprocess over the 3 widest batches, "
-        "ru_maxrss after the steps minus after model/optimizer construction (CUDA: max_memory_allocated).",
+        "peak RSS (VmHWM reset after model/optimizer construction) minus the RSS then (CUDA: max_memory_allocated).",
         "",
     ]
     return "\n".join(rows)
