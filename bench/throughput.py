@@ -584,7 +584,7 @@ def results_section(setup, peak, peak_dtype, tr, bah, greedy, beam, mem, load, b
         "the cores: ratios are measured in one process, alternating ours and the reference batch by batch, "
         "and are robust to that; absolute numbers are not).",
         "",
-        f"Command: `python bench/throughput.py{' --run ' + args.run if args.run else ''}`. Data: {setup.dataset} "
+        f"Command: `python bench/throughput.py{''.join(' ' + a for a in sys.argv[1:])}`. Data: {setup.dataset} "
         f"(vocab {len(setup.prepared.src_tok)} → {len(setup.prepared.tgt_tok)} words, min-freq 2), "
         f"length-bucketed batches of ≤ {setup.cfg.data.batch_tokens} tokens (target padding {padding_share(batches):.1%}) "
         "fed to both sides. Matmul peak "
