@@ -469,7 +469,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a run under a minute: fewer steps and sentences")
     p.add_argument("--data", help="fra-eng zip/folder (else $ATTNLAB_DATA_DIR; falls back to `numbers`)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: PyTorch's default)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=-1,
+        help="torch intra-op threads; 0: PyTorch's default; default: the cores other processes leave free",
+    )
     p.add_argument(
         "--run", help="decode with this trained transformer run (else the model the benchmark trained)"
     )
@@ -482,6 +487,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-only", action="store_true", help="skip the decoding races")
     p.add_argument("--_memory", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.threads < 0:
+        # Measured here: with the 2 cores shared by other processes (load average ~3.5), 2 intra-op
+        # threads ran 5-10x slower than 1 (each op waits for its thread on the busy core), and the
+        # ratios swung between 0.5 and 2.9 run to run; 1 thread gave the same ratio +-0.05 twice.
+        free = int((os.cpu_count() or 1) - os.getloadavg()[0])
+        args.threads = max(1, min(torch.get_num_threads(), free))
     if args.threads:
         torch.set_num_threads(args.threads)
     if args._memory:
