@@ -43,7 +43,9 @@ def test_fused_loss_matches_cross_entropy_on_cuda():
     want.backward()
     torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(got, logits.grad, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(nll, F.cross_entropy(logits.detach(), labels, reduction="sum"), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(
+        nll, F.cross_entropy(logits.detach(), labels, reduction="sum"), rtol=1e-5, atol=1e-4
+    )
 
 
 @pytest.mark.parametrize("kind", ["transformer", "bahdanau", "decoder-only", "seq2seq"])
@@ -78,7 +80,9 @@ def test_sdpa_fused_kernel_in_training():
     cfg = tiny_config("transformer", "model.num_hiddens=64", "model.num_heads=2").model
     model = build_model(cfg, 30, 30).to(device).train()
     batch = _batch().to(device)
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):
+    with sdpa_kernel(
+        [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+    ):
         with autocast(device, True):
             out = sequence_loss(model, batch, 0.1)  # raises if only the math kernel could serve a call
         out.loss_sum.backward()
