@@ -77,11 +77,18 @@ class ModelConfig:
     num_heads: int = 4
     ffn_num_hiddens: int = 1024
     dropout: float = 0.1
+    # Dropout on attention weights; None = `dropout`. 0 lets CPU training use SDPA's fused kernel
+    # (attention dropout forces PyTorch's unfused math path).
+    attention_dropout: float | None = None
     positional: str = "sinusoidal"  # or "learned"
     max_positions: int = 1024
     norm_first: bool = True  # pre-norm (Add&Norm after the residual when False, as in the notes' §17)
     tie_embeddings: bool = True  # share the target embedding with the output layer W_o
     scratch_gru: bool = False  # use the from-scratch GRU cell (exposes z, r, h~) instead of nn.GRU
+
+    @property
+    def attention_dropout_rate(self) -> float:
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
 
     def __post_init__(self) -> None:
         _choice("model.kind", self.kind, MODEL_KINDS)
@@ -93,6 +100,8 @@ class ModelConfig:
                f"model.num_hiddens={self.num_hiddens} must be divisible by model.num_heads={self.num_heads}")
         _check(self.ffn_num_hiddens >= 1, "model.ffn_num_hiddens must be >= 1")
         _check(0.0 <= self.dropout < 1.0, f"model.dropout={self.dropout} must lie in [0, 1)")
+        _check(self.attention_dropout is None or 0.0 <= self.attention_dropout < 1.0,
+               f"model.attention_dropout={self.attention_dropout} must lie in [0, 1) (or be unset)")
         _check(self.max_positions >= 2, "model.max_positions must be >= 2")
 
 

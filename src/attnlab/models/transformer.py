@@ -58,7 +58,7 @@ class EncoderBlock(nn.Module):
         super().__init__()
         D = cfg.num_hiddens
         self.norm_first = cfg.norm_first
-        self.attention = MultiHeadAttention(D, cfg.num_heads, cfg.dropout)
+        self.attention = MultiHeadAttention(D, cfg.num_heads, cfg.attention_dropout_rate)
         self.norm1 = nn.LayerNorm(D)
         self.ffn = PositionWiseFFN(D, cfg.ffn_num_hiddens, cfg.dropout)
         self.norm2 = nn.LayerNorm(D)
@@ -94,9 +94,9 @@ class DecoderBlock(nn.Module):
         super().__init__()
         D = cfg.num_hiddens
         self.norm_first = cfg.norm_first
-        self.self_attention = MultiHeadAttention(D, cfg.num_heads, cfg.dropout)
+        self.self_attention = MultiHeadAttention(D, cfg.num_heads, cfg.attention_dropout_rate)
         self.norm1 = nn.LayerNorm(D)
-        self.cross_attention = MultiHeadAttention(D, cfg.num_heads, cfg.dropout)
+        self.cross_attention = MultiHeadAttention(D, cfg.num_heads, cfg.attention_dropout_rate)
         self.norm2 = nn.LayerNorm(D)
         self.ffn = PositionWiseFFN(D, cfg.ffn_num_hiddens, cfg.dropout)
         self.norm3 = nn.LayerNorm(D)
