@@ -19,10 +19,11 @@ SHARED_DATA = Path(os.environ.get("ATTNLAB_DATA_DIR", Path(__file__).resolve().p
 def tiny_config(kind: str = "transformer", *extra: str) -> C.Config:
     """A model small enough to train in seconds on the `numbers` task."""
     return C.apply_overrides(C.preset(kind), [
-        "data.dataset=numbers", "data.numbers_size=400", "data.batch_tokens=600", "data.num_steps=16",
+        "data.dataset=numbers", "data.tokenizer=word", "data.numbers_size=400", "data.batch_tokens=600", "data.num_steps=16",
         "model.num_hiddens=32", "model.embed_size=32", "model.num_layers=1", "model.num_heads=2",
-        "model.ffn_num_hiddens=64", "model.dropout=0.1", "train.lr=3e-3", "train.warmup_steps=5",
+        "model.ffn_num_hiddens=64", "model.dropout=0.1", "model.attention_dropout=0.1", "train.lr=3e-3", "train.warmup_steps=5",
         "train.eval_every=0", "train.save_every=0", "train.log_every=5", "train.eval_max_sentences=16",
+        "train.label_smoothing=0.1",
         "train.threads=1", "decode.max_len_b=6", *extra])
 
 

@@ -343,15 +343,25 @@ def loads_toml(text: str) -> Config:
 # ----------------------------------------------------------------------------------------------
 # Presets: sensible starting points per model kind (measured choices are recorded in bench/RESULTS.md)
 
+_BPE = {"tokenizer": "bpe", "bpe_vocab_size": 8000}  # no <unk>, and W_o half the size of the 17k-word French vocabulary
+_EVAL = {"eval_every": 250, "eval_max_sentences": 300, "log_every": 25}
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    "seq2seq": {"model": {"num_hiddens": 256, "embed_size": 256, "num_layers": 2, "dropout": 0.2},
-                "train": {"lr": 2e-3, "warmup_steps": 100, "schedule": "inverse_sqrt", "label_smoothing": 0.0}},
-    "bahdanau": {"model": {"num_hiddens": 256, "embed_size": 256, "num_layers": 2, "dropout": 0.2},
-                 "train": {"lr": 2e-3, "warmup_steps": 100, "schedule": "inverse_sqrt", "label_smoothing": 0.0}},
-    "transformer": {"model": {"num_hiddens": 256, "num_layers": 2, "num_heads": 4, "ffn_num_hiddens": 1024,
-                              "dropout": 0.1}},
-    "decoder-only": {"model": {"num_hiddens": 256, "num_layers": 4, "num_heads": 4, "ffn_num_hiddens": 1024,
-                               "dropout": 0.1}},
+    "seq2seq": {"data": {**_BPE, "batch_tokens": 4000},
+                "model": {"num_hiddens": 256, "embed_size": 256, "num_layers": 2, "dropout": 0.2},
+                "train": {"lr": 2e-3, "warmup_steps": 100, "schedule": "inverse_sqrt", "label_smoothing": 0.1,
+                          **_EVAL}},
+    "bahdanau": {"data": {**_BPE, "batch_tokens": 4000},
+                 "model": {"num_hiddens": 256, "embed_size": 256, "num_layers": 2, "dropout": 0.2},
+                 "train": {"lr": 2e-3, "warmup_steps": 100, "schedule": "inverse_sqrt", "label_smoothing": 0.1,
+                           **_EVAL}},
+    "transformer": {"data": {**_BPE, "batch_tokens": 2500},
+                    "model": {"num_hiddens": 256, "num_layers": 2, "num_heads": 4, "ffn_num_hiddens": 1024,
+                              "dropout": 0.1, "attention_dropout": 0.0},
+                    "train": {"lr": 1e-3, "warmup_steps": 200, **_EVAL}},
+    "decoder-only": {"data": {**_BPE, "batch_tokens": 2500},
+                     "model": {"num_hiddens": 256, "num_layers": 4, "num_heads": 4, "ffn_num_hiddens": 1024,
+                               "dropout": 0.1, "attention_dropout": 0.0},
+                     "train": {"lr": 1e-3, "warmup_steps": 200, **_EVAL}},
 }
 
 
