@@ -38,20 +38,28 @@ def notes_examples(translator: Translator, beam_size: int = 1) -> list[dict[str,
 
 def evaluate_split(translator: Translator, split, beam_size: int = 1, batch_size: int | None = None,
                    max_sentences: int = 0) -> dict[str, Any]:
-    """Translate ``split`` (a prepared data split) and score it; returns a JSON-ready dict."""
-    n = len(split.src) if not max_sentences else min(max_sentences, len(split.src))
-    src = [s[: translator.max_src_tokens] for s in split.src[:n]]
+    """Translate each distinct source of ``split`` once and score it against all its references.
+
+    A split holds one row per (source, translation) pair; Tatoeba gives many sources several
+    translations, so scoring rows would count those sentences several times. Buckets of BLEU by
+    length use the source's word count (independent of the tokenizer).
+    """
+    rows = split.unique_sources()
+    if max_sentences:
+        rows = rows[:max_sentences]
+    n = len(rows)
+    src = [split.src[i][: translator.max_src_tokens] for i in rows]
     t0 = time.perf_counter()
     hyps = decode_many(translator.model, src, translator.cfg.decode, translator.device, beam_size=beam_size,
                        batch_size=batch_size)
     seconds = time.perf_counter() - t0
     texts = [translator.tgt_tok.decode(h[0].tokens) for h in hyps]
-    refs = [[detokenize(r.split(), "fr") for r in rs] for rs in split.references[:n]]
+    refs = [[detokenize(r.split(), "fr") for r in split.references[i]] for i in rows]
     scores = corpus_scores(texts, refs)
-    by_len = bleu_by_length(texts, refs, [len(s) for s in src])
+    by_len = bleu_by_length(texts, refs, [len(split.src_text[i].split()) for i in rows])
     return {"sentences": n, "beam_size": beam_size, "seconds": seconds, "sentences_per_s": n / max(seconds, 1e-9),
             **scores, "by_length": by_len, "hypotheses": texts,
-            "sources": [detokenize(s.split(), "en") for s in split.src_text[:n]]}
+            "sources": [detokenize(split.src_text[i].split(), "en") for i in rows]}
 
 
 def write_report(run_dir: Path, split_name: str, result: dict[str, Any], examples: list[dict[str, Any]]) -> Path:
@@ -74,7 +82,7 @@ def format_report(result: dict[str, Any], examples: list[dict[str, Any]]) -> str
         f"single-reference: BLEU {result['bleu_single']:.2f}  chrF {result['chrf_single']:.2f}",
         f"signature: {result['bleu_signature']}",
         f"           {result['chrf_signature']}",
-        "BLEU by source length (tokens):",
+        "BLEU by source length (words):",
     ]
     for row in result["by_length"]:
         lines.append(f"  {row['bucket']:>8}  n={row['sentences']:<6d} BLEU {row['bleu']:.2f}")

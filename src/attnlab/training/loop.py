@@ -158,12 +158,12 @@ def validation_bleu(model: nn.Module, prepared, cfg: Config, device: torch.devic
     from attnlab.translator import decode_many
 
     split = prepared.splits["valid"]
-    n = min(cfg.train.eval_max_sentences, len(split.src))
-    if n == 0:
+    rows = split.unique_sources()[: cfg.train.eval_max_sentences]  # each source once, all its references
+    if not rows:
         return {}
-    hyps = decode_many(model, split.src[:n], cfg.decode, device, beam_size=1)
+    hyps = decode_many(model, [split.src[i] for i in rows], cfg.decode, device, beam_size=1)
     texts = [prepared.tgt_tok.decode(h[0].tokens) for h in hyps]
-    refs = [[detokenize(r.split(), "fr") for r in rs] for rs in split.references[:n]]  # as `attnlab evaluate`
+    refs = [[detokenize(r.split(), "fr") for r in split.references[i]] for i in rows]  # as `attnlab evaluate`
     scores = corpus_scores(texts, refs)
     return {"valid_bleu": scores["bleu"], "valid_chrf": scores["chrf"]}
 
