@@ -249,7 +249,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("demo", help="train Bahdanau and a Transformer briefly, translate, draw attention maps")
     m.add_argument("--out", default="runs/demo")
-    m.add_argument("--minutes", type=float, default=2.0, help="training minutes per model")
+    m.add_argument("--minutes", type=float, default=2.5, help="training minutes per model")
     m.add_argument("--data", metavar="PATH")
     m.add_argument("--threads", type=int, default=0)
     m.set_defaults(func=cmd_demo)
