@@ -288,6 +288,7 @@ def _start_and_wait_for_checkpoint(
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # alone: with other tests on the 2 cores, Gloo's reconnect after the restart was refused
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the workers through /proc")
 def test_killed_worker_restarts_from_the_last_checkpoint_and_finishes(tmp_path):
     from attnlab.translator import Translator
@@ -301,10 +302,7 @@ def test_killed_worker_restarts_from_the_last_checkpoint_and_finishes(tmp_path):
     )
     run = tmp_path / "run"
     proc, workers = _start_and_wait_for_checkpoint(
-        # One restart is what the kill needs; a second one absorbs Gloo's occasional refused reconnect
-        # on a loaded 2-core machine (seen in CI-like runs: connectFullMesh "Connection refused" in the
-        # restarted round, before any training code runs).
-        _torchrun(_attnlab_train(cfg, run, tmp_path), max_restarts=2), run
+        _torchrun(_attnlab_train(cfg, run, tmp_path), max_restarts=1), run
     )
     os.kill(workers[1], signal.SIGKILL)
     out, _ = proc.communicate(timeout=120)
@@ -312,7 +310,7 @@ def test_killed_worker_restarts_from_the_last_checkpoint_and_finishes(tmp_path):
 
     metrics = ckpt.read_metrics(run)
     resumes = [r for r in metrics if r.get("event") == "resume"]
-    assert len(resumes) == 1 and resumes[0]["restart"] >= 1 and resumes[0]["world_size"] == 2
+    assert len(resumes) == 1 and resumes[0]["restart"] == 1 and resumes[0]["world_size"] == 2
     assert 40 <= resumes[0]["step"] < 400 and resumes[0]["step"] % 40 == 0  # from a saved step, mid-run
     steps = [r["step"] for r in metrics if r.get("event") == "train"]
     assert steps == list(range(20, 401, 20))  # work lost with the killed worker is logged once, redone

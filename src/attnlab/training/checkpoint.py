@@ -159,7 +159,7 @@ def save_checkpoint(
 
 # Model fields that do not change what the weights compute: dropout (off at inference; a resumed run
 # may change it) and scratch_gru (the same GRU, written out cell by cell, loads the same weights).
-_NOT_FINGERPRINTED = frozenset({"dropout", "scratch_gru"})
+_NOT_FINGERPRINTED = frozenset({"dropout", "attention_dropout", "scratch_gru"})  # same weights, same function
 
 
 def _model_fingerprint(cfg: config_mod.Config) -> dict[str, Any]:
