@@ -87,7 +87,7 @@ def write_results(rows: list[dict], cmd: str) -> None:
     old_rows: dict[tuple[str, str], str] = {}
     m = re.search(rf"{section}\n(.*?)(?=\n## |\Z)", text, flags=re.S)
     if m:
-        for line in m.group(1).splitlines():
+        for line in m.group(1).split("<!-- quality details -->")[0].splitlines():  # main table rows only
             cells = [c.strip() for c in line.strip("|").split("|")]
             if line.startswith("| ") and len(cells) >= 3 and cells[0] not in ("model", "---"):
                 old_rows[(cells[0], cells[1])] = line
