@@ -46,7 +46,6 @@ from attnlab.training import distributed as D
 from attnlab.training.losses import sequence_loss
 from attnlab.training.schedules import make_scheduler
 
-
 NUMBERS_PROBES = ("twenty-one", "three hundred and five", "one thousand two hundred and thirty-four")
 
 
