@@ -47,6 +47,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 
 from attnlab.errors import AttnlabError
+from attnlab.inspection.attention_maps import KIND_TITLES  # one set of titles for the figures and the page
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
@@ -58,12 +59,6 @@ KINDS_BY_MODEL: dict[str, tuple[str, ...]] = {
     "bahdanau": ("cross",),
     "transformer": ("enc_self", "dec_self", "cross"),
     "decoder-only": ("self",),
-}
-KIND_TITLES = {
-    "enc_self": "encoder self-attention",
-    "dec_self": "decoder self-attention (causal)",
-    "cross": "cross-attention (encoder–decoder)",
-    "self": "self-attention over source <bos> target",
 }
 
 # Characters refused in `text`: they are never part of a sentence a person typed, and bidi overrides
