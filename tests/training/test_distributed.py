@@ -288,14 +288,7 @@ def _start_and_wait_for_checkpoint(
 
 
 @pytest.mark.slow
-@pytest.mark.serial
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the workers through /proc")
-@pytest.mark.skipif(
-    os.environ.get("ATTNLAB_TEST_ELASTIC") != "1",
-    reason="known problem, set ATTNLAB_TEST_ELASTIC=1 to run: on this 2-core machine the group restarted by "
-    "torchrun after the kill sometimes fails Gloo's connectFullMesh (Connection refused) or hangs; it passed "
-    "alone on a quiet machine, failed beside other tests and once alone (root cause not found yet)",
-)
 def test_killed_worker_restarts_from_the_last_checkpoint_and_finishes(tmp_path):
     from attnlab.translator import Translator
 

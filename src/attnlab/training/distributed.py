@@ -118,14 +118,34 @@ def setup(device: torch.device) -> tuple[torch.device, bool]:
     """
     if not launched_by_torchrun() or is_distributed():
         return device, False
+    kwargs: dict[str, Any] = {"timeout": timeout()}
+    store = _attempt_store(kwargs["timeout"])
+    if store is not None:
+        kwargs.update(store=store, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     if device.type == "cuda":
         if device.index is None:
             device = torch.device("cuda", local_rank())
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", timeout=timeout(), device_id=device)
+        dist.init_process_group("nccl", device_id=device, **kwargs)
     else:
-        dist.init_process_group("gloo", timeout=timeout())
+        dist.init_process_group("gloo", **kwargs)
     return device, True
+
+
+def _attempt_store(wait: datetime.timedelta) -> dist.Store | None:
+    """The elastic agent's store seen under a prefix of this restart attempt (None: use ``env://``).
+
+    Under torchrun the workers of every attempt share the agent's TCPStore (``MASTER_PORT`` does not
+    change between restarts) and torch's ``env://`` rendezvous adds no per-attempt prefix. The
+    restarted group would then find the dead group's keys — Gloo's peer addresses among them —
+    and connect to ports nobody listens on any more ("Connection refused"), or wait on keys that
+    never change (a hang). A prefix per attempt gives every attempt fresh keys.
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                         int(os.environ["WORLD_SIZE"]), is_master=False, timeout=wait)
+    return dist.PrefixStore(f"attnlab/attempt_{restart_count()}", base)
 
 
 def teardown() -> None:
