@@ -8,7 +8,12 @@ import torch.nn.functional as F
 
 from attnlab.data.batching import collate
 from attnlab.models import build_model
-from attnlab.training.losses import reference_loss, sequence_loss, smoothed_cross_entropy
+from attnlab.training.losses import (
+    linear_cross_entropy,
+    reference_loss,
+    sequence_loss,
+    smoothed_cross_entropy,
+)
 from tests.conftest import tiny_config
 
 
@@ -100,6 +105,66 @@ def test_second_backward_is_refused_not_wrong():
     """The backward scales its saved gradient in place, so autograd's version check refuses a second one."""
     x = torch.randn(3, 5, requires_grad=True)
     loss, _, _ = smoothed_cross_entropy(x, torch.tensor([0, 1, 2]), 0.1)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="inplace"):
+        loss.backward()
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("chunk", [1, 7, 64])
+def test_chunked_linear_cross_entropy_equals_linear_then_cross_entropy(bias, chunk):
+    """W_o + loss in chunks (CPU path) == nn.Linear then F.cross_entropy: loss, NLL, accuracy, all gradients."""
+    torch.manual_seed(4)
+    out = torch.nn.Linear(6, 31, bias=bias).double()
+    hidden = torch.randn(40, 6, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 31, (40,))
+    loss, nll, correct = linear_cross_entropy(hidden, out, labels, 0.1, chunk=chunk)
+    (loss * 0.37).backward()
+    got = [hidden.grad, out.weight.grad] + ([out.bias.grad] if bias else [])
+    got = [g.clone() for g in got]
+    hidden.grad = None
+    out.zero_grad()
+    logits = out(hidden)
+    want = F.cross_entropy(logits, labels, label_smoothing=0.1, reduction="sum")
+    (want * 0.37).backward()
+    torch.testing.assert_close(loss, want)
+    torch.testing.assert_close(nll, F.cross_entropy(logits.detach(), labels, reduction="sum"))
+    assert int(correct) == int((logits.detach().argmax(-1) == labels).sum())
+    for g, w in zip(got, [hidden.grad, out.weight.grad] + ([out.bias.grad] if bias else [])):
+        torch.testing.assert_close(g, w)
+
+
+def test_chunked_loss_with_a_tied_weight_adds_both_gradients():
+    """W_o shared with the embedding: the weight's gradient is the sum of both uses, as without chunks."""
+    torch.manual_seed(5)
+    emb = torch.nn.Embedding(13, 4).double()
+    out = torch.nn.Linear(4, 13).double()
+    out.weight = emb.weight
+    ids, labels = torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([3, 4, 5, 6, 7, 8])
+    grads = []
+    for fused in (True, False):
+        emb.zero_grad()
+        hidden = torch.tanh(emb(ids)).flatten(0, 1)
+        if fused:
+            loss = linear_cross_entropy(hidden, out, labels, 0.1, chunk=4)[0]
+        else:
+            loss = F.cross_entropy(out(hidden), labels, label_smoothing=0.1, reduction="sum")
+        loss.backward()
+        grads.append(emb.weight.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_chunked_loss_without_gradients_stores_none():
+    out = torch.nn.Linear(5, 11)
+    hidden = torch.randn(9, 5, requires_grad=True)
+    labels = torch.randint(0, 11, (9,))
+    with torch.no_grad():
+        loss, nll, _ = linear_cross_entropy(hidden, out, labels, 0.0, chunk=2)
+    assert not loss.requires_grad
+    assert loss.item() == pytest.approx(nll.item()) and loss.item() == pytest.approx(
+        F.cross_entropy(out(hidden).detach(), labels, reduction="sum").item(), rel=1e-5
+    )
+    loss, _, _ = linear_cross_entropy(hidden, out, labels, 0.1)
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="inplace"):
         loss.backward()

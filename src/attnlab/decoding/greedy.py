@@ -80,8 +80,8 @@ def greedy_search(
             step += 1
             out = model.step(tokens, state, need_weights=need_weights)
             log_probs = step_log_probs(out.logits)  # (B, V)
-            tokens = log_probs.argmax(dim=-1)  # (B,)
-            scores = scores + log_probs.gather(1, tokens[:, None]).squeeze(1).to(torch.float64)
+            best, tokens = log_probs.max(dim=-1)  # (B,) each: one pass, not argmax + gather
+            scores = scores + best.to(torch.float64)
             if need_weights:
                 for name, w in (out.attention or {}).items():  # w: (B, L, H, 1, keys)
                     attn_steps.setdefault(name, []).append(w[:, :, :, -1])  # (B, L, H, keys)

@@ -152,10 +152,10 @@ class ScratchGRU(nn.Module):
             if k > 0:
                 layer_input = self.dropout(layer_input)
             # The input projection does not depend on h: do it for all steps in one matmul.
-            x_proj = nn.functional.linear(layer_input, w_ih, b_ih)  # (B, T, 3D)
+            x_proj = nn.functional.linear(layer_input, w_ih, b_ih).unbind(1)  # T × (B, 3D)
             h, outs, zs, rs, cands = h_all[k], [], [], [], []
             for t in range(T):
-                h_new, g = gru_step(x_proj[:, t], h, w_hh, b_hh)
+                h_new, g = gru_step(x_proj[t], h, w_hh, b_hh)
                 if alive is not None:
                     h_new = torch.where(alive[:, t], h_new, h)  # padded steps keep the state
                     out_t = h_new * alive[:, t]
@@ -332,11 +332,13 @@ class Bahdanau(nn.Module):
         compute_logits: bool = True,
     ) -> ModelOutput:
         state = self.init_state(self.encode(src, src_valid_lens), src_valid_lens)
-        emb = self.tgt_embedding(tgt_in)  # (B, T, E)
+        # (B, 1, E) per step. unbind, not emb[:, t]: the backward of T slices would build T zero-filled
+        # (B, T, E) gradients; unbind's backward stacks the T step gradients once.
+        embs = self.tgt_embedding(tgt_in)[:, :, None].unbind(1)
         outs, weights = [], []
         # Sequential by nature: step t' needs s(t'-1) (notes §26: the Transformer removes this loop).
         for t in range(tgt_in.shape[1]):
-            out, w, state = self._decode_step(emb[:, t : t + 1], state)
+            out, w, state = self._decode_step(embs[t], state)
             outs.append(out)
             weights.append(w)
         hidden = torch.cat(outs, dim=1)  # (B, T, D)
