@@ -85,6 +85,9 @@ class ModelConfig:
     norm_first: bool = True  # pre-norm (Add&Norm after the residual when False, as in the notes' §17)
     tie_embeddings: bool = True  # share the target embedding with the output layer W_o
     scratch_gru: bool = False  # use the from-scratch GRU cell (exposes z, r, h~) instead of nn.GRU
+    # GRU models: read the source both ways (Bahdanau et al. 2014; D2L's encoder reads it forwards only).
+    # Keys/values become [h→; h←] (2D); the decoder starts from tanh(W [h→_last; h←_first]).
+    bidirectional: bool = False
 
     @property
     def attention_dropout_rate(self) -> float:

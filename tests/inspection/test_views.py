@@ -317,6 +317,17 @@ def test_explain_walks_through_the_notes(tiny_runs, kind, capsys):
         assert "attention weights" in out
 
 
+def test_explain_a_bidirectional_bahdanau_run(tmp_path, capsys):
+    from attnlab.training.loop import train
+
+    run = tmp_path / "bi"
+    train(tiny_config("bahdanau", "model.bidirectional=true", "train.max_steps=5"), run, progress=False)
+    assert cli.main(["explain", str(run), "twenty one"]) == 0
+    out = capsys.readouterr().out
+    assert "encoder (forward direction):" in out and "mean z" in out
+    assert float(re.search(r"max \|Δ\| = ([0-9.e+-]+)", out).group(1)) < 1e-5
+
+
 # -------------------------------------------------------------------------------------------- selfcheck
 
 

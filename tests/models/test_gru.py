@@ -58,9 +58,39 @@ def test_scratch_gru_with_valid_lens_equals_packed_nn_gru_and_returns_gates():
     assert (gates.r[0] > 0).all()
 
 
+@pytest.mark.parametrize("layers", [1, 2])
+def test_bidirectional_scratch_gru_equals_packed_bidirectional_nn_gru(layers):
+    """The backward direction starts at each row's last valid step, as packing makes nn.GRU do."""
+    ref = nn.GRU(4, 6, num_layers=layers, batch_first=True, bidirectional=True)
+    ours = ScratchGRU(4, 6, num_layers=layers, bidirectional=True)
+    ours.load_state_dict(ref.state_dict())  # weight_ih_l0_reverse, … : the same names
+    x, lens = torch.randn(3, 5, 4), torch.tensor([5, 2, 3])
+    out, h_n, gates = ours(x, None, lens, return_gates=True)
+    packed = pack_padded_sequence(x, lens, batch_first=True, enforce_sorted=False)
+    ref_packed, ref_h = ref(packed)
+    ref_out, _ = pad_packed_sequence(ref_packed, batch_first=True, total_length=5)
+    torch.testing.assert_close(out, ref_out, **TOL)
+    torch.testing.assert_close(h_n, ref_h, **TOL)
+    assert gates.z.shape == (3, 2 * layers, 5, 6) and torch.all(gates.z[1, :, 2:] == 0)
+    out_full, h_full = ours(x)  # no lengths: the whole rows, like an unpacked nn.GRU
+    torch.testing.assert_close(out_full, ref(x)[0], **TOL)
+
+
+def test_reverse_padded_reverses_valid_steps_only_and_is_its_own_inverse():
+    from attnlab.models.gru import reverse_padded
+
+    x = torch.arange(12.0).view(2, 6, 1)
+    lens = torch.tensor([4, 6])
+    r = reverse_padded(x, lens)
+    assert r[0, :, 0].tolist() == [3, 2, 1, 0, 4, 5] and r[1, :, 0].tolist() == [11, 10, 9, 8, 7, 6]
+    assert torch.equal(reverse_padded(r, lens), x)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
 @pytest.mark.parametrize("kind", ["seq2seq", "bahdanau"])
-def test_models_with_scratch_gru_equal_nn_gru_after_loading_its_weights(kind):
-    common = dict(kind=kind, num_hiddens=12, embed_size=8, num_layers=2, dropout=0.0, tie_embeddings=False)
+def test_models_with_scratch_gru_equal_nn_gru_after_loading_its_weights(kind, bidirectional):
+    common = dict(kind=kind, num_hiddens=12, embed_size=8, num_layers=2, dropout=0.0, tie_embeddings=False,
+                  bidirectional=bidirectional)
     fast = build_model(ModelConfig(**common), 11, 9).eval()
     scratch = build_model(ModelConfig(**common, scratch_gru=True), 11, 9).eval()
     scratch.load_state_dict(fast.state_dict())  # a checkpoint trained with nn.GRU loads for gate inspection

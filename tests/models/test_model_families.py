@@ -52,13 +52,15 @@ def batch(seed: int = 1):
 
 VARIANTS = [
     ("seq2seq", {}),
+    ("seq2seq", {"bidirectional": True}),
     ("bahdanau", {}),
+    ("bahdanau", {"bidirectional": True}),
     ("transformer", {}),
     ("transformer", {"norm_first": False, "positional": "learned"}),
     ("decoder-only", {}),
     ("decoder-only", {"norm_first": False, "positional": "learned", "tie_embeddings": False}),
 ]
-IDS = [k + ("-post-learned" if o else "") for k, o in VARIANTS]
+IDS = [k + ("-bidirectional" if o.get("bidirectional") else "-post-learned" if o else "") for k, o in VARIANTS]
 
 
 @pytest.mark.parametrize(("kind", "over"), VARIANTS, ids=IDS)

@@ -65,12 +65,13 @@ def _recording_gru_class():
         """A :class:`ScratchGRU` that keeps the gates of every call (same parameters, same results)."""
 
         def __init__(self, like: ScratchGRU) -> None:
-            super().__init__(like.input_size, like.hidden_size, like.num_layers, like.dropout.p, like.bias)
+            super().__init__(like.input_size, like.hidden_size, like.num_layers, like.dropout.p, like.bias,
+                             like.bidirectional)
             self.gates: list[Any] = []
 
         def forward(self, x, h0=None, valid_lens=None, return_gates=False):
             out, h, gates = super().forward(x, h0, valid_lens, return_gates=True)
-            self.gates.append(gates)  # GRUGates of (B, L, T, D)
+            self.gates.append(gates)  # GRUGates of (B, L·dirs, T, D)
             return (out, h, gates) if return_gates else (out, h)
 
     return RecordingGRU
@@ -221,9 +222,10 @@ def explain(translator: Translator, sentence: str, reference: str | None = None,
         out(
             f"  scratch GRU reproduces the trained model's logits: max |Δ| = {_scratch_gap(tr, model, batch):.1e}"
         )
-        out("  encoder:")
+        top = -2 if tr.cfg.model.bidirectional else -1  # gates are (layer, direction)-major: top forward
+        out("  encoder" + (" (forward direction):" if tr.cfg.model.bidirectional else ":"))
         for t, tok in enumerate(shown):
-            z, r = enc_gates.z[0, -1, t], enc_gates.r[0, -1, t]  # (D,)
+            z, r = enc_gates.z[0, top, t], enc_gates.r[0, top, t]  # (D,)
             out(
                 f"    step {t + 1:>2} {tok:>12}: mean z = {float(z.mean()):.3f}  mean r = {float(r.mean()):.3f}"
             )

@@ -101,7 +101,13 @@ class ScratchGRU(nn.Module):
     """
 
     def __init__(
-        self, input_size: int, hidden_size: int, num_layers: int = 1, dropout: float = 0.0, bias: bool = True
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        bias: bool = True,
+        bidirectional: bool = False,
     ) -> None:
         super().__init__()
         self.input_size, self.hidden_size, self.num_layers, self.bias = (
@@ -110,17 +116,26 @@ class ScratchGRU(nn.Module):
             num_layers,
             bias,
         )
+        self.bidirectional = bidirectional
         self.dropout = nn.Dropout(dropout)
+        dirs = self.suffixes()
         for k in range(num_layers):
-            in_size = input_size if k == 0 else hidden_size
-            self.register_parameter(f"weight_ih_l{k}", nn.Parameter(torch.empty(3 * hidden_size, in_size)))
-            self.register_parameter(
-                f"weight_hh_l{k}", nn.Parameter(torch.empty(3 * hidden_size, hidden_size))
-            )
-            if bias:
-                self.register_parameter(f"bias_ih_l{k}", nn.Parameter(torch.empty(3 * hidden_size)))
-                self.register_parameter(f"bias_hh_l{k}", nn.Parameter(torch.empty(3 * hidden_size)))
+            in_size = input_size if k == 0 else hidden_size * len(dirs)
+            for sfx in dirs:
+                self.register_parameter(
+                    f"weight_ih_l{k}{sfx}", nn.Parameter(torch.empty(3 * hidden_size, in_size))
+                )
+                self.register_parameter(
+                    f"weight_hh_l{k}{sfx}", nn.Parameter(torch.empty(3 * hidden_size, hidden_size))
+                )
+                if bias:
+                    self.register_parameter(f"bias_ih_l{k}{sfx}", nn.Parameter(torch.empty(3 * hidden_size)))
+                    self.register_parameter(f"bias_hh_l{k}{sfx}", nn.Parameter(torch.empty(3 * hidden_size)))
         _init_uniform(self, hidden_size)
+
+    def suffixes(self) -> tuple[str, ...]:
+        """Parameter-name suffix of each direction, as ``nn.GRU`` names them."""
+        return ("", "_reverse") if self.bidirectional else ("",)
 
     def forward(
         self,
@@ -131,58 +146,90 @@ class ScratchGRU(nn.Module):
     ) -> tuple[Tensor, Tensor] | tuple[Tensor, Tensor, GRUGates]:
         """
         Args:
-            x: ``(B, T, I)``; h0: ``(L, B, D)`` or None (zeros).
+            x: ``(B, T, I)``; h0: ``(L·dirs, B, D)`` or None (zeros), ``dirs`` = 2 when bidirectional.
             valid_lens: ``(B,)``: steps ``t >= valid_lens[b]`` leave the state unchanged and output
-                zeros — the same result as ``nn.GRU`` on a packed sequence.
-            return_gates: also return :class:`GRUGates` of shape ``(B, L, T, D)``.
+                zeros — the same result as ``nn.GRU`` on a packed sequence (the backward direction
+                starts at each row's last valid step, as packing makes it).
+            return_gates: also return :class:`GRUGates` of shape ``(B, L·dirs, T, D)`` (layer-major,
+                forward then backward, like ``h_n``; backward gates are given at their source position).
         Returns:
-            ``(outputs (B, T, D) of the top layer, h_n (L, B, D)[, gates])``.
+            ``(outputs (B, T, D·dirs) of the top layer, h_n (L·dirs, B, D)[, gates])``.
         """
         B, T, _ = x.shape
-        h_all = x.new_zeros(self.num_layers, B, self.hidden_size) if h0 is None else h0
+        dirs = self.suffixes()
+        h_all = x.new_zeros(self.num_layers * len(dirs), B, self.hidden_size) if h0 is None else h0
         alive = None
         if valid_lens is not None:
             steps = torch.arange(T, device=x.device)
             alive = (steps[None, :] < valid_lens[:, None]).unsqueeze(-1)  # (B, T, 1)
         layer_input, finals, gates = x, [], []
         for k in range(self.num_layers):
-            w_ih, w_hh = getattr(self, f"weight_ih_l{k}"), getattr(self, f"weight_hh_l{k}")
-            b_ih = getattr(self, f"bias_ih_l{k}") if self.bias else None
-            b_hh = getattr(self, f"bias_hh_l{k}") if self.bias else None
             if k > 0:
                 layer_input = self.dropout(layer_input)
-            # The input projection does not depend on h: do it for all steps in one matmul.
-            x_proj = nn.functional.linear(layer_input, w_ih, b_ih).unbind(1)  # T × (B, 3D)
-            h, outs, zs, rs, cands = h_all[k], [], [], [], []
-            for t in range(T):
-                h_new, g = gru_step(x_proj[t], h, w_hh, b_hh)
-                if alive is not None:
-                    h_new = torch.where(alive[:, t], h_new, h)  # padded steps keep the state
-                    out_t = h_new * alive[:, t]
-                else:
-                    out_t = h_new
-                h = h_new
-                outs.append(out_t)
+            outs = []
+            for d, sfx in enumerate(dirs):
+                seq = layer_input if d == 0 else reverse_padded(layer_input, valid_lens)
+                out, h, g = self._direction(seq, h_all[k * len(dirs) + d], k, sfx, alive, return_gates)
+                if d == 1:  # back to source order
+                    out = reverse_padded(out, valid_lens)
+                    g = tuple(reverse_padded(t, valid_lens) for t in g) if return_gates else g
+                outs.append(out)
+                finals.append(h)
                 if return_gates:
-                    keep = 1.0 if alive is None else alive[:, t]
-                    zs.append(g.z * keep), rs.append(g.r * keep), cands.append(g.h_tilde * keep)
-            layer_input = torch.stack(outs, dim=1)  # (B, T, D)
-            finals.append(h)
-            if return_gates:
-                # each (B, T, D)
-                gates.append((torch.stack(zs, 1), torch.stack(rs, 1), torch.stack(cands, 1)))
-        h_n = torch.stack(finals, dim=0)  # (L, B, D)
+                    gates.append(g)
+            layer_input = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)  # (B, T, D·dirs)
+        h_n = torch.stack(finals, dim=0)  # (L·dirs, B, D)
         if not return_gates:
             return layer_input, h_n
-        z, r, c = (torch.stack([g[i] for g in gates], dim=1) for i in range(3))  # (B, L, T, D) each
+        z, r, c = (torch.stack([g[i] for g in gates], dim=1) for i in range(3))  # (B, L·dirs, T, D) each
         return layer_input, h_n, GRUGates(z, r, c)
 
+    def _direction(self, seq: Tensor, h: Tensor, k: int, sfx: str, alive: Tensor | None, return_gates: bool):
+        """One layer, one direction over ``seq (B, T, I)`` from ``h (B, D)``: ``(outputs (B, T, D), h_T, gates)``."""
+        w_ih, w_hh = getattr(self, f"weight_ih_l{k}{sfx}"), getattr(self, f"weight_hh_l{k}{sfx}")
+        b_ih = getattr(self, f"bias_ih_l{k}{sfx}") if self.bias else None
+        b_hh = getattr(self, f"bias_hh_l{k}{sfx}") if self.bias else None
+        # The input projection does not depend on h: do it for all steps in one matmul.
+        x_proj = nn.functional.linear(seq, w_ih, b_ih).unbind(1)  # T × (B, 3D)
+        outs, zs, rs, cands = [], [], [], []
+        for t in range(len(x_proj)):
+            h_new, g = gru_step(x_proj[t], h, w_hh, b_hh)
+            if alive is not None:
+                h_new = torch.where(alive[:, t], h_new, h)  # padded steps keep the state
+                out_t = h_new * alive[:, t]
+            else:
+                out_t = h_new
+            h = h_new
+            outs.append(out_t)
+            if return_gates:
+                keep = 1.0 if alive is None else alive[:, t]
+                zs.append(g.z * keep), rs.append(g.r * keep), cands.append(g.h_tilde * keep)
+        gates = (torch.stack(zs, 1), torch.stack(rs, 1), torch.stack(cands, 1)) if return_gates else ()
+        return torch.stack(outs, dim=1), h, gates
 
-def _make_rnn(cfg: ModelConfig, input_size: int) -> nn.Module:
+
+def reverse_padded(x: Tensor, valid_lens: Tensor | None) -> Tensor:
+    """Reverse each row's first ``valid_lens[b]`` steps of ``x (B, T, …)``; padding stays in place.
+
+    Its own inverse. This is the order in which a packed backward GRU reads a padded batch.
+    """
+    if valid_lens is None:
+        return x.flip(1)
+    T = x.shape[1]
+    t = torch.arange(T, device=x.device)
+    idx = valid_lens[:, None].to(t.device) - 1 - t[None, :]  # (B, T)
+    idx = torch.where(idx >= 0, idx, t[None, :])
+    idx = idx.reshape(*idx.shape, *([1] * (x.dim() - 2))).expand_as(x)
+    return x.gather(1, idx)
+
+
+def _make_rnn(cfg: ModelConfig, input_size: int, bidirectional: bool = False) -> nn.Module:
     if cfg.scratch_gru:
-        return ScratchGRU(input_size, cfg.num_hiddens, cfg.num_layers, dropout=cfg.dropout)
+        return ScratchGRU(input_size, cfg.num_hiddens, cfg.num_layers, dropout=cfg.dropout,
+                          bidirectional=bidirectional)
     dropout = cfg.dropout if cfg.num_layers > 1 else 0.0  # nn.GRU warns on dropout with one layer
-    return nn.GRU(input_size, cfg.num_hiddens, cfg.num_layers, dropout=dropout, batch_first=True)
+    return nn.GRU(input_size, cfg.num_hiddens, cfg.num_layers, dropout=dropout, batch_first=True,
+                  bidirectional=bidirectional)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -190,24 +237,37 @@ def _make_rnn(cfg: ModelConfig, input_size: int) -> nn.Module:
 
 
 class GRUEncoder(nn.Module):
-    """Embedding (notes §5) + multi-layer GRU over the source; padding never reaches the state."""
+    """Embedding (notes §5) + multi-layer GRU over the source; padding never reaches the state.
+
+    With ``model.bidirectional`` a second GRU reads the source backwards (Bahdanau et al. 2014): each
+    output is ``[h→_t; h←_t]`` (2D), so every key sees the whole sentence, and the decoder's first
+    state is ``tanh(W_bridge [h→_last; h←_first])`` per layer (``bridge``), back to D.
+    """
 
     def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, cfg.embed_size)
-        self.rnn = _make_rnn(cfg, cfg.embed_size)
+        self.rnn = _make_rnn(cfg, cfg.embed_size, bidirectional=cfg.bidirectional)
+        self.bridge = nn.Linear(2 * cfg.num_hiddens, cfg.num_hiddens) if cfg.bidirectional else None
+        self.output_size = cfg.num_hiddens * (2 if cfg.bidirectional else 1)
 
     def forward(self, src: Tensor, src_valid_lens: Tensor) -> tuple[Tensor, Tensor]:
-        """``src (B, S)`` → ``(outputs (B, S, D), zeros at pads; state (L, B, D) at each row's last valid step)``."""
+        """``src (B, S)`` → ``(outputs (B, S, D·dirs), zeros at pads; state (L, B, D) after each row's
+        last valid step)``."""
         S = src.shape[1]
         emb = self.embedding(src)  # (B, S, E)
         if isinstance(self.rnn, ScratchGRU):
-            return self.rnn(emb, None, src_valid_lens)
-        # Packing makes nn.GRU stop at each row's valid length, so the final state is the state
-        # after <eos>, not after a run of <pad> inputs (D2L's version reads the pads too).
-        packed = pack_padded_sequence(emb, src_valid_lens.cpu(), batch_first=True, enforce_sorted=False)
-        outputs, state = self.rnn(packed)
-        outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=S)  # (B, S, D)
+            outputs, state = self.rnn(emb, None, src_valid_lens)
+        else:
+            # Packing makes nn.GRU stop at each row's valid length, so the final state is the state
+            # after <eos>, not after a run of <pad> inputs (D2L's version reads the pads too).
+            packed = pack_padded_sequence(emb, src_valid_lens.cpu(), batch_first=True, enforce_sorted=False)
+            outputs, state = self.rnn(packed)
+            outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=S)  # (B, S, D·dirs)
+        if self.bridge is not None:
+            L2, B, D = state.shape
+            both = state.view(L2 // 2, 2, B, D).permute(0, 2, 1, 3).reshape(L2 // 2, B, 2 * D)  # (L, B, 2D)
+            state = torch.tanh(self.bridge(both))  # (L, B, D)
         return outputs, state
 
 
@@ -301,9 +361,10 @@ class Bahdanau(nn.Module):
         self.config = cfg
         D = cfg.num_hiddens
         self.encoder = GRUEncoder(cfg, src_vocab_size)
-        self.attention = AdditiveAttention(key_size=D, query_size=D, num_hiddens=D, dropout=cfg.dropout)
+        M = self.encoder.output_size  # D, or 2D with a bidirectional encoder
+        self.attention = AdditiveAttention(key_size=M, query_size=D, num_hiddens=D, dropout=cfg.dropout)
         self.tgt_embedding = nn.Embedding(tgt_vocab_size, cfg.embed_size)
-        self.decoder = _make_rnn(cfg, cfg.embed_size + D)
+        self.decoder = _make_rnn(cfg, cfg.embed_size + M)
         self.output = _output_layer(cfg, self.tgt_embedding, tgt_vocab_size)
 
     def encode(self, src: Tensor, src_valid_lens: Tensor, need_weights: bool = False) -> EncoderOutput:
