@@ -106,6 +106,8 @@ class ModelConfig:
         _check(self.attention_dropout is None or 0.0 <= self.attention_dropout < 1.0,
                f"model.attention_dropout={self.attention_dropout} must lie in [0, 1) (or be unset)")
         _check(self.max_positions >= 2, "model.max_positions must be >= 2")
+        _check(not self.bidirectional or self.kind in ("seq2seq", "bahdanau"),
+               f"model.bidirectional=true is for the GRU models (seq2seq, bahdanau), not {self.kind}; drop it")
 
 
 @dataclass(frozen=True)

@@ -194,9 +194,13 @@ def _expected(cfg: C.ModelConfig, Vs: int, Vt: int) -> int:
             + (_ln(D) if cfg.norm_first else 0)
             + out
         )
-    enc = Vs * E + _gru(E, D, L)
-    dec = Vt * E + _gru(E + D, D, L)
-    att = 2 * D * D + D if cfg.kind == "bahdanau" else 0  # W_k, W_q (D×D), w_v (D), no biases (§2)
+    if cfg.bidirectional:  # two GRUs (layers above the first read 2D), a bridge 2D -> D, 2D-wide memory
+        enc = Vs * E + 2 * (_gru(E, D, 1) + (L - 1) * _gru(2 * D, D, 1)) + 2 * D * D + D
+        M = 2 * D
+    else:
+        enc, M = Vs * E + _gru(E, D, L), D
+    dec = Vt * E + _gru(E + (M if cfg.kind == "bahdanau" else D), D, L)
+    att = M * D + D * D + D if cfg.kind == "bahdanau" else 0  # W_k (M×D), W_q (D×D), w_v (D), no biases (§2)
     return enc + dec + att + out
 
 
@@ -210,8 +214,10 @@ def _expected(cfg: C.ModelConfig, Vs: int, Vt: int) -> int:
         ("decoder-only", ["model.tie_embeddings=false", "model.num_layers=3"]),
         ("bahdanau", []),
         ("bahdanau", ["model.embed_size=16", "model.tie_embeddings=false", "model.num_layers=2"]),
+        ("bahdanau", ["model.bidirectional=true", "model.num_layers=2"]),
         ("seq2seq", []),
         ("seq2seq", ["model.num_layers=2"]),
+        ("seq2seq", ["model.bidirectional=true"]),
     ],
 )
 def test_param_counts_equal_formulas(kind, extra):
@@ -232,7 +238,7 @@ def test_param_counts_equal_formulas(kind, extra):
         )
         assert report.count("FFN") == 2 * L * _ffn(D, cfg.ffn_num_hiddens)
     if kind == "bahdanau":
-        assert report.count("additive attention") == 2 * D * D + D
+        assert report.count("additive attention") == (3 if cfg.bidirectional else 2) * D * D + D
     output = next(g for g in report.groups if g.name.startswith("output"))
     assert bool(output.tied) == cfg.tie_embeddings
 

@@ -289,7 +289,10 @@ def _start_and_wait_for_checkpoint(
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the workers through /proc")
-def test_killed_worker_restarts_from_the_last_checkpoint_and_finishes(tmp_path):
+@pytest.mark.parametrize("fresh_store", [False, True], ids=["shared-agent-store", "fresh-store-per-round"])
+def test_killed_worker_restarts_from_the_last_checkpoint_and_finishes(tmp_path, fresh_store):
+    """torchrun's default (workers of every attempt share the agent's store: attnlab prefixes its keys
+    per attempt) and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (what --nproc sets: a fresh store per round)."""
     from attnlab.translator import Translator
 
     cfg = tiny_config(
@@ -300,8 +303,9 @@ def test_killed_worker_restarts_from_the_last_checkpoint_and_finishes(tmp_path):
         "train.log_every=20",
     )
     run = tmp_path / "run"
+    env = {**ENV, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1" if fresh_store else "0"}
     proc, workers = _start_and_wait_for_checkpoint(
-        _torchrun(_attnlab_train(cfg, run, tmp_path), max_restarts=1), run
+        _torchrun(_attnlab_train(cfg, run, tmp_path), max_restarts=1), run, env
     )
     os.kill(workers[1], signal.SIGKILL)
     out, _ = proc.communicate(timeout=120)

@@ -383,9 +383,12 @@ def _tables(tr: Translator, model: nn.Module, seq: list[int], fwd, T: int, has_l
         ),
     ]
     if kind in _GRU_KINDS:
+        dirs = 2 if tr.cfg.model.bidirectional else 1
         rows += [
-            ("encoder hidden states h_t", f"(1, {S}, {D})", "GRU states, one per source step (§6)"),
-            ("gates z, r and candidate h̃", f"(1, {tr.cfg.model.num_layers}, steps, {D})", "per step (§7)"),
+            ("encoder hidden states h_t", f"(1, {S}, {dirs * D})",
+             "GRU states, one per source step (§6)" + ("; [h→; h←]" if dirs == 2 else "")),
+            ("gates z, r and candidate h̃", f"(1, {dirs * tr.cfg.model.num_layers}, steps, {D})",
+             "per step (§7)" + ("; encoder: layers × directions" if dirs == 2 else "")),
             ("decoder states s_t'", f"({tr.cfg.model.num_layers}, 1, {D}) per step", "(§6)"),
         ]
     elif kind == "decoder-only":

@@ -22,7 +22,7 @@ _RULES: tuple[tuple[str, str, str], ...] = (
     (r"^(src_embedding|encoder\.embedding)\.", "source embedding", "§5"),
     (r"^tgt_embedding\.", "target embedding", "§5"),
     (r"^positional\.", "positional encoding (learned)", "§13"),
-    (r"^encoder\.rnn\.", "encoder GRU", "§6–7"),
+    (r"^encoder\.(rnn|bridge)\.", "encoder GRU", "§6–7"),
     (r"^attention\.", "additive attention", "§2"),
     (r"^decoder\.", "decoder GRU", "§6–7"),
     (r"^encoder_blocks\.\d+\.attention\.", "encoder self-attention", "§11–12"),

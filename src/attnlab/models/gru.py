@@ -38,7 +38,7 @@ from attnlab.models.protocol import DecoderState
 class GRUGates:
     """Gate values: ``z`` update gate, ``r`` reset gate, ``h_tilde`` candidate state.
 
-    Shapes: ``(B, D)`` from :class:`GRUCell`; ``(B, L, T, D)`` from :class:`ScratchGRU`
+    Shapes: ``(B, D)`` from :class:`GRUCell`; ``(B, L·dirs, T, D)`` from :class:`ScratchGRU`
     (zeros at padded steps when ``valid_lens`` is given).
     """
 
@@ -343,7 +343,7 @@ class Seq2Seq(nn.Module):
 @dataclass
 class BahdanauState(DecoderState):
     hidden: Tensor  # (L, B, D) decoder GRU state; hidden[-1] is the next query s(t'-1)
-    memory: Tensor  # (B, S, D) encoder states: keys = values (notes §2)
+    memory: Tensor  # (B, S, M) encoder states: keys = values (notes §2); M = D, or 2D if bidirectional
     projected_keys: Tensor  # (B, S, D) W_k h_t, computed once per sentence
     mask: Tensor  # (B, 1, S) True = real source token
     batch_dim1 = ("hidden",)

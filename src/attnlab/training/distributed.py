@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -135,16 +136,31 @@ def setup(device: torch.device) -> tuple[torch.device, bool]:
 def _attempt_store(wait: datetime.timedelta) -> dist.Store | None:
     """The elastic agent's store seen under a prefix of this restart attempt (None: use ``env://``).
 
-    Under torchrun the workers of every attempt share the agent's TCPStore (``MASTER_PORT`` does not
-    change between restarts) and torch's ``env://`` rendezvous adds no per-attempt prefix. The
-    restarted group would then find the dead group's keys — Gloo's peer addresses among them —
-    and connect to ports nobody listens on any more ("Connection refused"), or wait on keys that
-    never change (a hang). A prefix per attempt gives every attempt fresh keys.
+    By default torchrun's workers of every attempt share the agent's TCPStore (``MASTER_PORT`` does
+    not change between restarts) and torch's ``env://`` rendezvous adds no per-attempt prefix. The
+    restarted group would then find the dead group's keys — Gloo's peer addresses among them — and
+    connect to ports nobody listens on any more ("Connection refused"), or wait on keys that never
+    change (a hang). A prefix per attempt gives every attempt fresh keys.
+
+    Only with one agent (one machine): agents count their restarts separately, so on several
+    machines the counts can differ. There, and with ``--nproc`` (which sets it), torchrun run with
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` builds a fresh store every round and ``env://`` is right.
     """
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
-    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                         int(os.environ["WORLD_SIZE"]), is_master=False, timeout=wait)
+    if os.environ.get("GROUP_WORLD_SIZE", "1") != "1":
+        if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0 and os.environ.get("RANK") == "0":
+            print("warning: elastic restarts on several machines need TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in "
+                  "torchrun's environment (a restarted group may otherwise find the dead group's keys); "
+                  "see docs/distributed.md", file=sys.stderr)
+        return None
+    base = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        int(os.environ["WORLD_SIZE"]),
+        is_master=False,
+        timeout=wait,
+    )
     return dist.PrefixStore(f"attnlab/attempt_{restart_count()}", base)
 
 

@@ -8,7 +8,8 @@ same ``python -m attnlab train …`` command line without ``--nproc``.
 
 For several machines use torchrun directly (docs/distributed.md), e.g. on each machine::
 
-    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes 2 --nproc-per-node 4 \\
+        --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
         -m attnlab train --model transformer --out runs/big
 """
 
@@ -76,7 +77,9 @@ def launch_nproc(nproc: int, argv: list[str], max_restarts: int | None = None) -
             raise AttnlabError(
                 f"ATTNLAB_MAX_RESTARTS={raw!r} is not a whole number; set e.g. 1 or unset it"
             ) from None
-    proc = subprocess.Popen(torchrun_command(nproc, argv, max_restarts))
+    # A fresh rendezvous store every round: a restarted group never sees the dead group's keys.
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")}
+    proc = subprocess.Popen(torchrun_command(nproc, argv, max_restarts), env=env)
     while True:
         try:
             return proc.wait()

@@ -265,7 +265,9 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
 
 def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, argv, device) -> TrainResult:
     main = D.is_main()
-    restarted = D.is_distributed() and D.restart_count() > 0
+    # Agents count restarts per machine: agree on "restarted" (any rank restarted) so that every rank
+    # takes the same branch (and joins the same collectives) below.
+    restarted = D.is_distributed() and D.sum_floats(D.restart_count() > 0)[0] > 0
     if restarted and not resume:
         # An elastic restart reruns the same command line: continue from `last` if there is one.
         resume = bool(D.broadcast_object((out_dir / "checkpoints" / "LAST").is_file() if main else None))
