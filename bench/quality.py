@@ -85,20 +85,24 @@ def write_results(rows: list[dict], cmd: str) -> None:
             "| model | budget | params | updates | epochs | target tok/s | BLEU greedy | BLEU beam | chrF | "
             "BLEU 1-ref | date, commit, machine | command |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     old_rows: dict[tuple[str, str], str] = {}
+    notes: list[str] = []  # the hand-written paragraphs under the table are kept
     m = re.search(rf"{section}\n(.*?)(?=\n## |\Z)", text, flags=re.S)
     if m:
-        for line in m.group(1).split("<!-- quality details -->")[0].splitlines():  # main table rows only
+        lines = m.group(1).split("<!-- quality details -->")[0].splitlines()
+        last_row = max((i for i, line in enumerate(lines) if line.startswith("|")), default=len(lines))
+        for line in lines[: last_row + 1]:  # main table rows only
             cells = [c.strip() for c in line.strip("|").split("|")]
             if line.startswith("| ") and len(cells) >= 3 and cells[0] not in ("model", "---"):
                 old_rows[(cells[0], cells[1])] = line
+        notes = lines[last_row + 1 :]
     machine = f"{platform.machine()}, {os.cpu_count()} cores"
     for r in rows:
         old_rows[(r["model"], f"{r['minutes']:g} min")] = (
             f"| {r['model']} | {r['minutes']:g} min | {r['params']:,} | {r['updates']:,} | {r['epochs']} | "
             f"{r['tokens_per_s']:,.0f} | {r['bleu_greedy']:.1f} | {r['bleu']:.1f} (beam {r['beam']}) | "
-            f"{r['chrf']:.1f} | {r['bleu_single']:.1f} | {time.strftime('%Y-%m-%d')}, {commit()}, {machine} | "
+            f"{r['chrf']:.1f} | {r['bleu_single']:.1f} | {time.strftime('%Y-%m-%d')}, {r['commit']}, {machine} | "
             f"`{cmd}` |")
-    body = head + "\n".join(old_rows.values()) + "\n"
+    body = head + "\n".join(old_rows.values()) + "\n" + "".join(f"{line}\n" for line in notes).rstrip("\n") + "\n"
     extra = []
     for r in rows:
         extra.append(f"\n### {r['model']}, {r['minutes']:g} min\n\nsignature: `{r['signature']}`\n\n"
@@ -132,10 +136,12 @@ def main() -> int:
     p.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
     p.add_argument("--eval-only", action="store_true", help="score existing runs again without training")
     args = p.parse_args()
+    started_at = commit()  # the code that trains (the tree may move on while a long run goes)
     rows = []
     for kind in args.models.split(","):
         row = run_one(kind.strip(), args.minutes, Path(args.out), args.data, args.threads, args.overrides, args.beam,
                       eval_only=args.eval_only)
+        row["commit"] = started_at
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k not in ("by_length",)}, ensure_ascii=False), flush=True)
     if not args.no_write:
