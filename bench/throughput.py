@@ -39,6 +39,7 @@ useless here, it survives fork + exec and reports the parent's peak) — on CUDA
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import platform
@@ -535,7 +536,9 @@ def main(argv: list[str] | None = None) -> int:
         from attnlab.translator import Translator
 
         tr_run = Translator.from_run(args.run, "best", device=str(device))
-        model, dcfg = tr_run.model, tr_run.cfg.decode
+        # The run's own decoding settings, with the current default batching (runs saved before it was
+        # automatic carry batch_size=64).
+        model, dcfg = tr_run.model, dataclasses.replace(tr_run.cfg.decode, batch_size=C.DecodeConfig().batch_size)
         src_ids = [tr_run.src_tok.encode(s)[: setup.cfg.data.num_steps - 1] for s in test.src_text[:n_dec]]
     else:
         src_ids = test.src[:n_dec]

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab.config import Config, DecodeConfig
+from attnlab.config import AUTO_DECODE_ROWS, Config, DecodeConfig
 from attnlab.data.batching import collate
 from attnlab.data.vocab import load_tokenizer
 from attnlab.decoding.beam import beam_search
@@ -43,7 +43,7 @@ def decode_many(
     Inputs are sorted by length so each batch holds similar lengths (less padding), then restored.
     """
     beam = beam_size or dcfg.beam_size
-    bs = batch_size or dcfg.batch_size
+    bs = batch_size or dcfg.batch_size or max(1, AUTO_DECODE_ROWS // beam)  # auto: a fixed number of rows
     order = sorted(range(len(src_seqs)), key=lambda i: len(src_seqs[i]))
     results: list[list[Any]] = [[] for _ in src_seqs]
     was_training = model.training

@@ -112,7 +112,7 @@ class LinearCrossEntropy(torch.autograd.Function):
         n, vocab = hidden.shape[0], weight.shape[0]
         need_h, need_w, need_b = (want_grad and bool(ctx.needs_input_grad[i]) for i in range(3))
         grad_h = torch.empty_like(hidden) if need_h else None
-        grad_w = torch.zeros_like(weight) if need_w else None
+        grad_w = None  # (V, D), created by the first chunk's product (no separate zero-fill pass)
         grad_b = torch.zeros_like(bias) if need_b and bias is not None else None
         nll = hidden.new_zeros((), dtype=torch.float64)
         smooth = hidden.new_zeros((), dtype=torch.float64)
@@ -124,8 +124,8 @@ class LinearCrossEntropy(torch.autograd.Function):
             logp = torch.log_softmax(z, dim=-1)
             picked = logp.gather(1, y)  # (c, 1) log p[y]
             nll -= picked.sum(dtype=torch.float64)
-            if smoothing:
-                smooth -= logp.sum(dtype=torch.float64) / vocab
+            if smoothing:  # row sums in float32 (pairwise), the rows in float64: no float64 copy of the chunk
+                smooth -= logp.sum(dim=-1).sum(dtype=torch.float64) / vocab
             correct += (picked.squeeze(1) >= logp.amax(dim=-1)).sum()
             if not (need_h or need_w or need_b):
                 continue
@@ -135,8 +135,8 @@ class LinearCrossEntropy(torch.autograd.Function):
             g.scatter_add_(1, y, g.new_full((y.shape[0], 1), smoothing - 1.0))
             if grad_h is not None:
                 torch.mm(g, weight, out=grad_h[s : s + chunk])
-            if grad_w is not None:
-                grad_w.addmm_(g.t(), h)
+            if need_w:
+                grad_w = g.t() @ h if grad_w is None else grad_w.addmm_(g.t(), h)
             if grad_b is not None:
                 grad_b += g.sum(dim=0)
         loss_sum = (nll * (1.0 - smoothing) + smooth * smoothing).to(hidden.dtype)
