@@ -42,9 +42,9 @@ def test_scratch_gru_equals_nn_gru_multilayer_with_initial_state():
     torch.testing.assert_close(h_n, ref_h, **TOL)
 
 
-def test_scratch_gru_with_valid_lens_equals_packed_nn_gru_and_returns_gates():
-    ref = nn.GRU(4, 6, num_layers=2, batch_first=True)
-    ours = ScratchGRU(4, 6, num_layers=2)
+def _equal_to_packed(ours: ScratchGRU, ref: nn.GRU):
+    """Load ref's weights into ours; check outputs and h_n on a padded batch against packed nn.GRU.
+    Returns ``(x, gates)``: the batch ``(3, 5, 4)`` (valid lengths 5, 2, 3) and our gates."""
     ours.load_state_dict(ref.state_dict())
     x, lens = torch.randn(3, 5, 4), torch.tensor([5, 2, 3])
     out, h_n, gates = ours(x, None, lens, return_gates=True)
@@ -53,6 +53,13 @@ def test_scratch_gru_with_valid_lens_equals_packed_nn_gru_and_returns_gates():
     ref_out, _ = pad_packed_sequence(ref_packed, batch_first=True, total_length=5)
     torch.testing.assert_close(out, ref_out, **TOL)
     torch.testing.assert_close(h_n, ref_h, **TOL)
+    return x, gates
+
+
+def test_scratch_gru_with_valid_lens_equals_packed_nn_gru_and_returns_gates():
+    ref = nn.GRU(4, 6, num_layers=2, batch_first=True)
+    ours = ScratchGRU(4, 6, num_layers=2)
+    x, gates = _equal_to_packed(ours, ref)
     assert gates.z.shape == (3, 2, 5, 6)
     assert torch.all(gates.z[1, :, 2:] == 0) and torch.all(gates.h_tilde[2, :, 3:] == 0)
     assert (gates.r[0] > 0).all()
@@ -63,14 +70,7 @@ def test_bidirectional_scratch_gru_equals_packed_bidirectional_nn_gru(layers):
     """The backward direction starts at each row's last valid step, as packing makes nn.GRU do."""
     ref = nn.GRU(4, 6, num_layers=layers, batch_first=True, bidirectional=True)
     ours = ScratchGRU(4, 6, num_layers=layers, bidirectional=True)
-    ours.load_state_dict(ref.state_dict())  # weight_ih_l0_reverse, … : the same names
-    x, lens = torch.randn(3, 5, 4), torch.tensor([5, 2, 3])
-    out, h_n, gates = ours(x, None, lens, return_gates=True)
-    packed = pack_padded_sequence(x, lens, batch_first=True, enforce_sorted=False)
-    ref_packed, ref_h = ref(packed)
-    ref_out, _ = pad_packed_sequence(ref_packed, batch_first=True, total_length=5)
-    torch.testing.assert_close(out, ref_out, **TOL)
-    torch.testing.assert_close(h_n, ref_h, **TOL)
+    x, gates = _equal_to_packed(ours, ref)  # weight_ih_l0_reverse, … : the same names
     assert gates.z.shape == (3, 2 * layers, 5, 6) and torch.all(gates.z[1, :, 2:] == 0)
     out_full, h_full = ours(x)  # no lengths: the whole rows, like an unpacked nn.GRU
     torch.testing.assert_close(out_full, ref(x)[0], **TOL)
