@@ -38,6 +38,24 @@ class LossOutput:
     num_correct: int  # the label's probability is the highest among them
 
 
+def _loss_terms(logp: Tensor, y: Tensor, smoothing: float, want_grad: bool):
+    """From log-probabilities ``(N, V)`` and labels ``(N, 1)``: ``(nll, smooth, correct, grad)`` —
+    ``Σ −log p[y]`` and ``Σ_n mean_v(−log p)`` as float64 scalars, the rows whose label ties the maximum,
+    and (``want_grad``) ``∂loss/∂logits = softmax − ((1 − ε) onehot(y) + ε / V)`` written over ``logp``
+    in place (else None). Sums run per row in the input dtype, then in float64: no float64 copy."""
+    picked = logp.gather(1, y)  # (N, 1) log p[y]
+    nll = -picked.sum(dtype=torch.float64)
+    smooth = -logp.sum(dim=-1).sum(dtype=torch.float64) / logp.shape[-1] if smoothing else nll.new_zeros(())
+    correct = (picked.squeeze(1) >= logp.amax(dim=-1)).sum()
+    if not want_grad:
+        return nll, smooth, correct, None
+    grad = logp.exp_()  # (N, V) softmax, in place of logp (no longer needed)
+    if smoothing:
+        grad.sub_(smoothing / logp.shape[-1])
+    grad.scatter_add_(1, y, grad.new_full((y.shape[0], 1), smoothing - 1.0))
+    return nll, smooth, correct, grad
+
+
 class SmoothedCrossEntropy(torch.autograd.Function):
     """Summed label-smoothed cross-entropy with PyTorch's definition, fused with its gradient.
 
@@ -56,20 +74,13 @@ class SmoothedCrossEntropy(torch.autograd.Function):
     def forward(ctx, logits: Tensor, labels: Tensor, smoothing: float) -> tuple[Tensor, Tensor, Tensor]:
         # Half-precision logits (bf16 autocast on CUDA) are upcast: the softmax needs float32 range.
         x = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-        logp = torch.log_softmax(x, dim=-1)  # (N, V)
-        picked = logp.gather(1, labels[:, None]).squeeze(1)  # (N,) log p[y]
-        nll_sum = -picked.sum()
-        loss_sum = nll_sum * (1.0 - smoothing)
-        if smoothing:
-            loss_sum = loss_sum - logp.mean(dim=-1).sum() * smoothing
-        num_correct = (picked >= logp.amax(dim=-1)).sum()
-        if ctx.needs_input_grad[0]:
-            grad = logp.exp_()  # (N, V) softmax, in place of logp (no longer needed)
-            if smoothing:
-                grad.sub_(smoothing / logp.shape[-1])
-            grad.scatter_add_(1, labels[:, None], grad.new_full((labels.shape[0], 1), smoothing - 1.0))
+        nll, smooth, num_correct, grad = _loss_terms(torch.log_softmax(x, dim=-1), labels[:, None], smoothing,
+                                                     bool(ctx.needs_input_grad[0]))
+        if grad is not None:
             ctx.save_for_backward(grad)
             ctx.in_dtype = logits.dtype
+        loss_sum = (nll * (1.0 - smoothing) + smooth * smoothing).to(x.dtype)
+        nll_sum = nll.to(x.dtype)
         ctx.mark_non_differentiable(nll_sum, num_correct)
         return loss_sum, nll_sum, num_correct
 
@@ -109,7 +120,7 @@ class LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor, smoothing: float,
                 want_grad: bool, chunk: int) -> tuple[Tensor, Tensor, Tensor]:
-        n, vocab = hidden.shape[0], weight.shape[0]
+        n = hidden.shape[0]
         need_h, need_w, need_b = (want_grad and bool(ctx.needs_input_grad[i]) for i in range(3))
         grad_h = torch.empty_like(hidden) if need_h else None
         grad_w = None  # (V, D), created by the first chunk's product (no separate zero-fill pass)
@@ -121,18 +132,13 @@ class LinearCrossEntropy(torch.autograd.Function):
         for s in range(0, n, chunk):
             h, y = hidden[s : s + chunk], labels[s : s + chunk, None]  # (c, D), (c, 1)
             z = torch.addmm(bias, h, weight_t) if bias is not None else h @ weight_t  # (c, V)
-            logp = torch.log_softmax(z, dim=-1)
-            picked = logp.gather(1, y)  # (c, 1) log p[y]
-            nll -= picked.sum(dtype=torch.float64)
-            if smoothing:  # row sums in float32 (pairwise), the rows in float64: no float64 copy of the chunk
-                smooth -= logp.sum(dim=-1).sum(dtype=torch.float64) / vocab
-            correct += (picked.squeeze(1) >= logp.amax(dim=-1)).sum()
-            if not (need_h or need_w or need_b):
+            c_nll, c_smooth, c_correct, g = _loss_terms(torch.log_softmax(z, dim=-1), y, smoothing,
+                                                        need_h or need_w or need_b)
+            nll += c_nll
+            smooth += c_smooth
+            correct += c_correct
+            if g is None:
                 continue
-            g = logp.exp_()  # (c, V) softmax, in place
-            if smoothing:
-                g.sub_(smoothing / vocab)
-            g.scatter_add_(1, y, g.new_full((y.shape[0], 1), smoothing - 1.0))
             if grad_h is not None:
                 torch.mm(g, weight, out=grad_h[s : s + chunk])
             if need_w:
