@@ -78,7 +78,7 @@ def launch_nproc(nproc: int, argv: list[str], max_restarts: int | None = None) -
                 f"ATTNLAB_MAX_RESTARTS={raw!r} is not a whole number; set e.g. 1 or unset it"
             ) from None
     # A fresh rendezvous store every round: a restarted group never sees the dead group's keys.
-    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")}
+    env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", **os.environ}  # a value the user set wins
     proc = subprocess.Popen(torchrun_command(nproc, argv, max_restarts), env=env)
     while True:
         try:
