@@ -102,7 +102,17 @@ def smoothed_cross_entropy(
     return SmoothedCrossEntropy.apply(logits, labels, float(label_smoothing))
 
 
-CHUNK_BYTES = 8 << 20  # logits per chunk in LinearCrossEntropy: about a cache's worth (8 MiB of float32)
+CHUNK_BYTES = 12 << 20  # logits per chunk in LinearCrossEntropy (12 MiB of float32: ~180 rows of a 17k vocabulary)
+
+
+def _augmented(x: Tensor, column: Tensor | float, width: int) -> Tensor:
+    """``[x, column, 0…]`` of ``width`` columns: the bias folded into the matmul as one more input column
+    (``torch.addmm`` would first copy the bias into every row of the output: a whole pass over the logits).
+    ``width`` is padded to a multiple of 8 — a ragged inner dimension costs the GEMM more than the zeros."""
+    out = x.new_zeros(x.shape[0], width)
+    out[:, : x.shape[1]] = x
+    out[:, x.shape[1]] = column
+    return out
 
 
 class LinearCrossEntropy(torch.autograd.Function):
@@ -110,41 +120,74 @@ class LinearCrossEntropy(torch.autograd.Function):
 
     ``forward(hidden (N, D), weight (V, D), bias (V,) or None, labels (N,), ε, want_grad, chunk)``
     returns ``(loss_sum, nll_sum, num_correct)`` like :class:`SmoothedCrossEntropy`. Rows are taken
-    ``chunk`` at a time: logits, log-softmax, the statistics and ``g = ∂loss/∂logits`` of a chunk
-    live only while the chunk is processed; ``g`` is folded at once into ``∂hidden = g W``,
-    ``∂W += gᵀ hidden`` and ``∂b += Σ g``. The FLOPs are those of the plain linear layer's
-    forward and backward; the memory traffic is that of the weights, not of the logits.
-    The backward scales the stored gradients by the incoming one (in place: one backward per forward).
+    ``chunk`` at a time and each chunk's logits ``z`` live only while it is processed.
+
+    The gradient ``g = p − ε/V − (1 − ε)·onehot(y)`` (``p = softmax(z)``) is never written out: only
+    ``p`` is, in place over ``z`` by one fused row-wise softmax, and the two other terms reach the
+    products as cheap corrections — ``∂hidden = p W − (1 − ε) W[y] − (ε/V) Σ_v W_v`` (a row gather and
+    a constant row), ``∂W = Σ pᵀ h − (1 − ε) Σ onehot(y)ᵀ h − (ε/V) 1 (Σ h)`` (an ``index_add_`` and one
+    rank-one update at the end), ``∂b`` likewise. So a chunk costs three GEMMs and four streaming
+    passes (max, row sums, softmax, column sums), where writing ``g`` costs ten. The statistics come
+    from the same passes: ``lse = max z − log max p`` (the largest ``p`` is ``1/Σ exp(z − max z)``), so
+    ``−log p[y] = lse − z[y]`` and ``mean_v(−log p) = lse − mean_v z``; a row counts as correct when
+    ``z[y]`` ties the maximum. The backward scales the stored gradients in place (one backward per forward).
     """
 
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor, smoothing: float,
                 want_grad: bool, chunk: int) -> tuple[Tensor, Tensor, Tensor]:
-        n = hidden.shape[0]
+        (n, d), v = hidden.shape, weight.shape[0]
         need_h, need_w, need_b = (want_grad and bool(ctx.needs_input_grad[i]) for i in range(3))
+        want = need_h or need_w or need_b
+        if bias is not None:
+            width = (d + 8) // 8 * 8
+            h_in, w_in = _augmented(hidden, 1.0, width), _augmented(weight, bias, width)
+        else:
+            h_in, w_in = hidden, weight
+        w_in_t = w_in.t()
         grad_h = torch.empty_like(hidden) if need_h else None
         grad_w = None  # (V, D), created by the first chunk's product (no separate zero-fill pass)
         grad_b = torch.zeros_like(bias) if need_b and bias is not None else None
         nll = hidden.new_zeros((), dtype=torch.float64)
         smooth = hidden.new_zeros((), dtype=torch.float64)
         correct = torch.zeros((), dtype=torch.int64, device=hidden.device)
-        weight_t = weight.t()
         for s in range(0, n, chunk):
-            h, y = hidden[s : s + chunk], labels[s : s + chunk, None]  # (c, D), (c, 1)
-            z = torch.addmm(bias, h, weight_t) if bias is not None else h @ weight_t  # (c, V)
-            c_nll, c_smooth, c_correct, g = _loss_terms(torch.log_softmax(z, dim=-1), y, smoothing,
-                                                        need_h or need_w or need_b)
-            nll += c_nll
-            smooth += c_smooth
-            correct += c_correct
-            if g is None:
+            y = labels[s : s + chunk, None]  # (c, 1)
+            z = h_in[s : s + chunk] @ w_in_t  # (c, V) logits, bias included
+            z_y = z.gather(1, y).squeeze(1)  # (c,)
+            z_max = z.amax(dim=-1)
+            correct += (z_y >= z_max).sum()
+            z_sum = z.sum(dim=-1) if smoothing else None
+            if want:
+                p = torch.ops.aten._softmax.out(z, -1, False, out=z)  # in place: z is not needed again
+                lse = z_max.double() - p.amax(dim=-1).double().log()
+            else:
+                lse = torch.logsumexp(z, dim=-1).double()
+            nll += (lse - z_y.double()).sum()
+            if z_sum is not None:
+                smooth += (lse - z_sum.double() / v).sum()
+            if not want:
                 continue
             if grad_h is not None:
-                torch.mm(g, weight, out=grad_h[s : s + chunk])
+                torch.mm(p, weight, out=grad_h[s : s + chunk])
             if need_w:
-                grad_w = g.t() @ h if grad_w is None else grad_w.addmm_(g.t(), h)
+                h = hidden[s : s + chunk]
+                grad_w = p.t() @ h if grad_w is None else grad_w.addmm_(p.t(), h)
             if grad_b is not None:
-                grad_b += g.sum(dim=0)
+                grad_b += p.sum(dim=0)
+        if want:  # the −(1 − ε)·onehot(y) and −ε/V terms of g, folded in once
+            hit, spread = smoothing - 1.0, smoothing / v
+            if grad_h is not None:
+                grad_h.add_(weight[labels], alpha=hit)
+                if spread:
+                    grad_h.sub_(weight.sum(dim=0), alpha=spread)
+            if grad_w is not None:
+                grad_w.index_add_(0, labels, hidden, alpha=hit)
+                if spread:
+                    grad_w.sub_(hidden.sum(dim=0), alpha=spread)
+            if grad_b is not None:
+                grad_b.index_add_(0, labels, grad_b.new_ones(n), alpha=hit)
+                grad_b.sub_(spread * n)
         loss_sum = (nll * (1.0 - smoothing) + smooth * smoothing).to(hidden.dtype)
         ctx.save_for_backward(grad_h, grad_w, grad_b)
         nll_sum = nll.to(hidden.dtype)
