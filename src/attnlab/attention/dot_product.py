@@ -10,6 +10,7 @@ import math
 from torch import Tensor, nn
 
 from attnlab.attention.masks import masked_softmax
+from attnlab.dropout import Dropout
 
 
 class DotProductAttention(nn.Module):
@@ -21,7 +22,7 @@ class DotProductAttention(nn.Module):
 
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(
         self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None

@@ -29,6 +29,7 @@ from attnlab.attention.kv_cache import KVCache
 from attnlab.attention.masks import padding_mask
 from attnlab.attention.positional import check_positions
 from attnlab.config import ModelConfig
+from attnlab.dropout import Dropout
 from attnlab.models.outputs import EncoderOutput, ModelOutput, StepOutput
 from attnlab.models.protocol import DecoderState
 from attnlab.models.transformer import (
@@ -58,7 +59,7 @@ class DecoderOnly(nn.Module):
         self.src_embedding = make_embedding(src_vocab_size, D)
         self.tgt_embedding = make_embedding(tgt_vocab_size, D)
         self.positional = make_positional(cfg)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         # GPT's block is the encoder block (self-attention + FFN) run under a causal mask.
         self.blocks = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.num_layers))
         init_blocks(self.blocks)

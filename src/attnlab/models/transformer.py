@@ -30,6 +30,7 @@ from attnlab.attention.positional import (
     check_positions,
 )
 from attnlab.config import ModelConfig
+from attnlab.dropout import Dropout
 from attnlab.models.outputs import EncoderOutput, ModelOutput, StepOutput
 from attnlab.models.protocol import DecoderState
 
@@ -41,7 +42,7 @@ class PositionWiseFFN(nn.Module):
         super().__init__()
         self.dense1 = nn.Linear(num_hiddens, ffn_num_hiddens)
         self.dense2 = nn.Linear(ffn_num_hiddens, num_hiddens)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.dense2(self.dropout(torch.relu(self.dense1(x))))  # (B, T, D)
@@ -62,7 +63,7 @@ class EncoderBlock(nn.Module):
         self.norm1 = nn.LayerNorm(D)
         self.ffn = PositionWiseFFN(D, cfg.ffn_num_hiddens, cfg.dropout)
         self.norm2 = nn.LayerNorm(D)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(
         self,
@@ -100,7 +101,7 @@ class DecoderBlock(nn.Module):
         self.norm2 = nn.LayerNorm(D)
         self.ffn = PositionWiseFFN(D, cfg.ffn_num_hiddens, cfg.dropout)
         self.norm3 = nn.LayerNorm(D)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(
         self,
@@ -185,7 +186,7 @@ class Transformer(nn.Module):
         self.src_embedding = make_embedding(src_vocab_size, D)
         self.tgt_embedding = make_embedding(tgt_vocab_size, D)
         self.positional = make_positional(cfg)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.encoder_blocks = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.num_layers))
         self.decoder_blocks = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.num_layers))
         init_blocks(self.encoder_blocks)

@@ -1,0 +1,54 @@
+"""The CPU dropout (attnlab.dropout): nn.Dropout's distribution, gradient and switches."""
+
+import pytest
+import torch
+from torch import nn
+
+from attnlab.dropout import Dropout, keep_mask
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5, 0.9])
+def test_drop_rate_and_scale_match_nn_dropout(p):
+    torch.manual_seed(0)
+    y = Dropout(p).train()(torch.ones(1000, 1000))
+    dropped = (y == 0).float().mean().item()
+    assert dropped == pytest.approx(p, abs=0.003)  # 1e6 draws: ± 0.0005 standard error
+    kept = y[y != 0]
+    assert torch.allclose(kept, torch.full_like(kept, 1 / (1 - round(p * 65536) / 65536)))
+    assert y.mean().item() == pytest.approx(1.0, abs=0.01)  # unbiased, like nn.Dropout
+
+
+def test_every_16_bit_lane_is_uniform():
+    """Four elements share one 64-bit draw; each lane position must drop at the same rate."""
+    torch.manual_seed(1)
+    m = keep_mask(torch.Size([400_000, 4]), 0.25)
+    rates = (m == 0).float().mean(dim=0)
+    assert torch.all((rates - 0.25).abs() < 0.004), rates
+
+
+def test_gradient_is_the_same_mask():
+    torch.manual_seed(2)
+    x = torch.randn(37, 29, dtype=torch.float64, requires_grad=True)
+    y = Dropout(0.2).train()(x)
+    g = torch.randn_like(y)
+    y.backward(g)
+    scale = y.detach() / x.detach()  # the mask, per element (x has no zeros)
+    torch.testing.assert_close(x.grad, g * scale)
+    assert set(torch.unique(scale.round(decimals=6)).tolist()) <= {0.0, round(1 / (1 - 13107 / 65536), 6)}
+
+
+def test_seeded_masks_repeat_and_odd_sizes_work():
+    x = torch.ones(3, 5, 7)  # 105 elements: not a multiple of four lanes
+    torch.manual_seed(3)
+    a = Dropout(0.5).train()(x)
+    torch.manual_seed(3)
+    b = Dropout(0.5).train()(x)
+    assert torch.equal(a, b) and a.shape == x.shape
+
+
+def test_eval_mode_and_edge_probabilities_are_nn_dropout():
+    x = torch.randn(8, 8)
+    assert torch.equal(Dropout(0.5).eval()(x), x)
+    assert torch.equal(Dropout(0.0).train()(x), x)
+    assert torch.equal(Dropout(1.0).train()(x), torch.zeros_like(x))
+    assert isinstance(Dropout(0.1), nn.Dropout)  # same state dict, same isinstance checks
