@@ -105,13 +105,29 @@ def smoothed_cross_entropy(
 CHUNK_BYTES = 12 << 20  # logits per chunk in LinearCrossEntropy (12 MiB of float32: ~180 rows of a 17k vocabulary)
 
 
-def _augmented(x: Tensor, column: Tensor | float, width: int) -> Tensor:
-    """``[x, column, 0…]`` of ``width`` columns: the bias folded into the matmul as one more input column
+_SCRATCH: dict[tuple, Tensor] = {}
+
+
+def _scratch(name: str, rows: int, cols: int, like: Tensor) -> Tensor:
+    """A ``(rows, cols)`` buffer kept between calls (contents undefined), for the training path only.
+
+    A fresh multi-megabyte CPU tensor is a fresh ``mmap``: every one of its pages faults on first
+    touch, and the chunk's GEMM pays for it (about 15 % of the whole W_o + loss path, measured)."""
+    key = (name, like.device, like.dtype)
+    buf = _SCRATCH.get(key)
+    if buf is None or buf.numel() < rows * cols:
+        buf = _SCRATCH[key] = torch.empty(rows * cols, dtype=like.dtype, device=like.device)
+    return buf[: rows * cols].view(rows, cols)
+
+
+def _augmented(x: Tensor, column: Tensor | float, out: Tensor) -> Tensor:
+    """``[x, column, 0…]`` written into ``out``: the bias folded into the matmul as one more input column
     (``torch.addmm`` would first copy the bias into every row of the output: a whole pass over the logits).
-    ``width`` is padded to a multiple of 8 — a ragged inner dimension costs the GEMM more than the zeros."""
-    out = x.new_zeros(x.shape[0], width)
-    out[:, : x.shape[1]] = x
-    out[:, x.shape[1]] = column
+    ``out`` is padded to a multiple of 8 columns — a ragged inner dimension costs the GEMM more than the zeros."""
+    d = x.shape[1]
+    out[:, :d] = x
+    out[:, d] = column
+    out[:, d + 1 :] = 0
     return out
 
 
@@ -141,7 +157,8 @@ class LinearCrossEntropy(torch.autograd.Function):
         want = need_h or need_w or need_b
         if bias is not None:
             width = (d + 8) // 8 * 8
-            h_in, w_in = _augmented(hidden, 1.0, width), _augmented(weight, bias, width)
+            h_in = _augmented(hidden, 1.0, hidden.new_empty(n, width))
+            w_in = _augmented(weight, bias, _scratch("weight", v, width, hidden) if want else hidden.new_empty(v, width))
         else:
             h_in, w_in = hidden, weight
         w_in_t = w_in.t()
@@ -153,7 +170,8 @@ class LinearCrossEntropy(torch.autograd.Function):
         correct = torch.zeros((), dtype=torch.int64, device=hidden.device)
         for s in range(0, n, chunk):
             y = labels[s : s + chunk, None]  # (c, 1)
-            z = h_in[s : s + chunk] @ w_in_t  # (c, V) logits, bias included
+            rows = h_in[s : s + chunk]
+            z = torch.mm(rows, w_in_t, out=_scratch("logits", len(rows), v, hidden)) if want else rows @ w_in_t
             z_y = z.gather(1, y).squeeze(1)  # (c,)
             z_max = z.amax(dim=-1)
             correct += (z_y >= z_max).sum()
