@@ -7,7 +7,8 @@ sentence ``i``.
 The search, at every step and for every sentence:
 
 1. extends each live beam by every token: candidate score = beam score + ``log p(token)``
-   (``<pad> <bos> <unk>`` banned, see :mod:`attnlab.decoding.hypothesis`);
+   (``<pad> <bos> <unk>`` banned, see :mod:`attnlab.decoding.hypothesis`); only each beam's ``K``
+   best tokens can be among the sentence's ``K`` best candidates, so only those are ranked;
 2. keeps the ``K`` best candidates by raw score. Those ending in ``<eos>`` are set aside as finished
    hypotheses (ranked by GNMT's length-normalised score, only the ``nbest`` best are kept); their
    slots are dead for one step (score ``-inf``), and the next step refills all ``K`` slots from the
@@ -36,6 +37,7 @@ from attnlab.decoding.hypothesis import (
     normalize,
     stack_attention,
     step_log_probs,
+    top_k_rows,
 )
 
 __all__ = ["beam_search"]
@@ -116,12 +118,16 @@ def beam_search(
             step += 1
             n_active = sent.numel()
             out = model.step(tokens, state, need_weights=need_weights)
-            log_probs = step_log_probs(out.logits).to(torch.float64)  # (B*K, V)
-            vocab = log_probs.shape[-1]
-            cand = (scores.unsqueeze(-1) + log_probs.view(n_active, K, vocab)).view(n_active, K * vocab)
-            top_scores, top_idx = cand.topk(K, dim=1)  # (B, K), best first
-            parent = torch.div(top_idx, vocab, rounding_mode="floor")  # (B, K) beam each candidate extends
-            top_tokens = top_idx % vocab  # (B, K)
+            log_probs = step_log_probs(out.logits)  # (B*K, V) float32
+            # The K best of a sentence's K*V candidates are among the K best tokens of each beam (a
+            # candidate outside its beam's top K has K better ones beside it), so rank K*K, not K*V:
+            # no float64 copy of the (B*K, V) log-probabilities, and a K-wide top-k per beam row.
+            k_tok = min(K, log_probs.shape[-1])
+            beam_lp, beam_tok = top_k_rows(log_probs, k_tok)  # (B*K, k_tok) each, best first
+            cand = scores.unsqueeze(-1) + beam_lp.to(torch.float64).view(n_active, K, k_tok)
+            top_scores, top_idx = cand.view(n_active, K * k_tok).topk(K, dim=1)  # (B, K), best first
+            parent = torch.div(top_idx, k_tok, rounding_mode="floor")  # (B, K) beam each candidate extends
+            top_tokens = beam_tok.view(n_active, K * k_tok).gather(1, top_idx)  # (B, K)
             # (B, K) the row (in this step's numbering) each candidate extends
             parent_rows = torch.arange(n_active, device=device)[:, None] * K + parent
             live = torch.isfinite(top_scores)
