@@ -452,8 +452,13 @@ def machine() -> str:
     )
 
 
+NOTES_MARKER = "<!-- throughput notes: kept when the table above is rewritten -->"
+
+
 def write_results(section: str, path: Path) -> None:
-    """Replace (or add) the ``## Throughput`` section of ``path``, leaving other sections alone."""
+    """Replace (or add) the ``## Throughput`` section of ``path``, leaving other sections alone.
+
+    Hand-written notes in the section after :data:`NOTES_MARKER` (history, profiles) are kept."""
     text = path.read_text(encoding="utf-8") if path.is_file() else "# attnlab benchmark results\n"
     lines = text.splitlines()
     start = next((i for i, x in enumerate(lines) if x.strip() == "## Throughput"), None)
@@ -461,7 +466,9 @@ def write_results(section: str, path: Path) -> None:
         new = text.rstrip("\n") + "\n\n" + section
     else:
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        new = "\n".join(lines[:start] + section.rstrip("\n").splitlines() + [""] + lines[end:])
+        marker = next((i for i in range(start, end) if lines[i].strip() == NOTES_MARKER), None)
+        notes = lines[marker:end] if marker is not None else [NOTES_MARKER, ""]
+        new = "\n".join(lines[:start] + section.rstrip("\n").splitlines() + [""] + notes + lines[end:])
     path.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
 
 
