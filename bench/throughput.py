@@ -463,7 +463,7 @@ def write_results(section: str, path: Path) -> None:
     lines = text.splitlines()
     start = next((i for i, x in enumerate(lines) if x.strip() == "## Throughput"), None)
     if start is None:
-        new = text.rstrip("\n") + "\n\n" + section
+        new = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n\n" + NOTES_MARKER + "\n"
     else:
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
         marker = next((i for i in range(start, end) if lines[i].strip() == NOTES_MARKER), None)

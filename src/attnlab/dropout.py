@@ -12,14 +12,13 @@ saved RNG state reproduce them exactly. Forward and backward together cost less 
 ``nn.Dropout``'s (bench/RESULTS.md).
 
 Anywhere else — CUDA (where PyTorch's fused dropout kernel is already cheap), half precision,
-``p`` outside ``(0, 1)``, evaluation mode — it is ``nn.Dropout``.
+``p`` that rounds to 0 or 1 (below 2⁻¹⁷ or above 1 − 2⁻¹⁷), evaluation mode — it is ``nn.Dropout``.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
 
 _LANES = 4  # 16-bit lanes per int64 draw
 
@@ -27,7 +26,7 @@ _LANES = 4  # 16-bit lanes per int64 draw
 def keep_mask(shape: torch.Size, p: float, dtype: torch.dtype = torch.float32,
               device: torch.device | None = None) -> Tensor:
     """``shape`` of ``1/(1 − p')`` where an element is kept and 0 where it is dropped, dropped with
-    probability ``p' = round(p · 65536) / 65536`` (``0 < p < 1``)."""
+    probability ``p' = round(p · 65536) / 65536``; needs ``0 < p' < 1``."""
     n = shape.numel()
     bits = torch.empty((n + _LANES - 1) // _LANES, dtype=torch.int64, device=device).random_(-(2**63), None)
     lanes = bits.view(torch.int16)[:n].view(shape)  # each lane uniform over [-32768, 32767]
@@ -38,7 +37,7 @@ def keep_mask(shape: torch.Size, p: float, dtype: torch.dtype = torch.float32,
 
 
 class _Mask(torch.autograd.Function):
-    """``x · mask``; the gradient is ``grad · mask`` (the mask itself gets none)."""
+    """``x · mask``; the gradient is ``grad · mask`` (the mask itself gets none; differentiable again)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, mask: Tensor) -> Tensor:
@@ -46,7 +45,6 @@ class _Mask(torch.autograd.Function):
         return x * mask
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad: Tensor):
         (mask,) = ctx.saved_tensors
         return grad * mask, None
@@ -58,7 +56,7 @@ class Dropout(nn.Dropout):
     def forward(self, x: Tensor) -> Tensor:
         if (
             self.training
-            and 0.0 < self.p < 1.0
+            and 0 < round(self.p * 65536) < 65536  # else p rounds to 0 or 1: nn.Dropout's exact draw
             and not self.inplace
             and x.device.type == "cpu"
             and x.dtype in (torch.float32, torch.float64)

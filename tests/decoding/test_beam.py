@@ -248,3 +248,7 @@ def test_blocked_top_k_equals_torch_topk(vocab, k):
     torch.testing.assert_close(got[0], want[0])
     finite = torch.isfinite(want[0])
     assert torch.equal(got[1][finite], want[1][finite])
+    ties = torch.randint(-3, 1, (17, vocab)).float()  # few distinct values: ties everywhere
+    got = top_k_rows(ties, min(k, vocab))
+    torch.testing.assert_close(got[0], ties.topk(min(k, vocab), dim=-1).values)
+    assert torch.equal(ties.gather(1, got[1]), got[0])  # the indices point at the values

@@ -33,6 +33,7 @@ def test_gradient_is_the_same_mask():
     g = torch.randn_like(y)
     y.backward(g)
     scale = y.detach() / x.detach()  # the mask, per element (x has no zeros)
+    assert 0 < int((scale == 0).sum()) < scale.numel()  # something was dropped, not everything
     torch.testing.assert_close(x.grad, g * scale)
     assert set(torch.unique(scale.round(decimals=6)).tolist()) <= {0.0, round(1 / (1 - 13107 / 65536), 6)}
 
@@ -43,7 +44,8 @@ def test_seeded_masks_repeat_and_odd_sizes_work():
     a = Dropout(0.5).train()(x)
     torch.manual_seed(3)
     b = Dropout(0.5).train()(x)
-    assert torch.equal(a, b) and a.shape == x.shape
+    c = Dropout(0.5).train()(x)  # the generator moved on: another mask
+    assert torch.equal(a, b) and a.shape == x.shape and not torch.equal(a, c)
 
 
 def test_eval_mode_and_edge_probabilities_are_nn_dropout():
@@ -52,3 +54,23 @@ def test_eval_mode_and_edge_probabilities_are_nn_dropout():
     assert torch.equal(Dropout(0.0).train()(x), x)
     assert torch.equal(Dropout(1.0).train()(x), torch.zeros_like(x))
     assert isinstance(Dropout(0.1), nn.Dropout)  # same state dict, same isinstance checks
+
+
+@pytest.mark.parametrize("p", [1e-6, 1 - 1e-6])
+def test_probabilities_that_round_to_0_or_1_fall_back_to_nn_dropout(p):
+    """round(p * 65536) would be 0 (never drop) or 65536 (divide by zero): nn.Dropout's draw instead."""
+    torch.manual_seed(4)
+    y = Dropout(p).train()(torch.ones(100_000))
+    dropped = int((y == 0).sum())
+    assert (dropped < 10) if p < 0.5 else (dropped > 99_990)
+    assert torch.isfinite(y).all()
+
+
+def test_double_backward_works_like_nn_dropout():
+    x = torch.randn(6, 5, dtype=torch.float64, requires_grad=True)
+    torch.manual_seed(5)
+    y = Dropout(0.3).train()(x)
+    (g,) = torch.autograd.grad((y**2).sum(), x, create_graph=True)
+    (gg,) = torch.autograd.grad(g.sum(), x)
+    mask = y.detach() / x.detach()
+    torch.testing.assert_close(gg, 2 * mask**2)

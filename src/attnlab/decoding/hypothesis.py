@@ -94,7 +94,9 @@ def top_k_rows(x: Tensor, k: int, block: int = TOPK_BLOCK) -> tuple[Tensor, Tens
     ``block`` columns: a row's ``k`` best values lie in the ``k`` blocks with the largest maxima (a
     block whose maximum is below the ``k``-th best value holds none of them), and only those
     ``k · block`` values are ranked. Among exactly equal values the index returned may differ from
-    ``topk``'s (which is unspecified there too).
+    ``topk``'s (which is unspecified there too), and so may the indices of ``-inf`` or NaN values (a
+    ``-inf`` may come back with a repeated index past the last real column, clamped to ``V − 1``); the
+    searches only use finite candidates. ``k > V`` returns ``V`` columns.
     """
     rows, v = x.shape
     n_full = v // block

@@ -112,7 +112,9 @@ def _scratch(name: str, rows: int, cols: int, like: Tensor) -> Tensor:
     """A ``(rows, cols)`` buffer kept between calls (contents undefined), for the training path only.
 
     A fresh multi-megabyte CPU tensor is a fresh ``mmap``: every one of its pages faults on first
-    touch, and the chunk's GEMM pays for it (about 15 % of the whole W_o + loss path, measured)."""
+    touch, and the chunk's GEMM pays for it (about 15 % of the whole W_o + loss path, measured).
+    The buffers only grow (12 MiB of logits and one augmented W_o per device and dtype) and are shared
+    by the process: the training loop is single-threaded, and inference never takes this path."""
     key = (name, like.device, like.dtype)
     buf = _SCRATCH.get(key)
     if buf is None or buf.numel() < rows * cols:
