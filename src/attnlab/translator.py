@@ -37,10 +37,13 @@ def decode_many(
     nbest: int = 1,
     need_weights: bool = False,
     batch_size: int | None = None,
+    max_len: int | None = None,
 ) -> list[list[Any]]:
     """Translate id sequences (no ``<eos>``); returns, per input and in input order, a list of hypotheses.
 
     Inputs are sorted by length so each batch holds similar lengths (less padding), then restored.
+    ``max_len`` caps the decoding steps per sentence (the final ``<eos>`` included) below what
+    ``decode.max_len_a/b`` and the model's position table allow (the web server's output limit).
     """
     beam = beam_size or dcfg.beam_size
     bs = batch_size or dcfg.batch_size or max(1, AUTO_DECODE_ROWS // beam)  # auto: a fixed number of rows
@@ -54,7 +57,10 @@ def decode_many(
             batch = collate([src_seqs[i] for i in idx], [[] for _ in idx], idx)
             src = batch.src.to(device)
             valid = batch.src_valid_lens.to(device)
-            limit = max_lengths(valid, dcfg.max_len_a, dcfg.max_len_b, cap=_length_cap(model, src.shape[1]))
+            cap = _length_cap(model, src.shape[1])
+            if max_len is not None:
+                cap = max(1, min(cap, int(max_len)))
+            limit = max_lengths(valid, dcfg.max_len_a, dcfg.max_len_b, cap=cap)
             if beam == 1 and nbest == 1:
                 hyps = [[h] for h in greedy_search(model, src, valid, limit, need_weights=need_weights)]
             else:
@@ -190,17 +196,18 @@ class Translator:
     def translate_text(self, sentences: list[str], beam_size: int | None = None) -> list[str]:
         return [t[0].text for t in self.translate(sentences, beam_size=beam_size)]
 
-    def attention(self, sentence: str, beam_size: int = 1) -> AttentionResult:
+    def attention(self, sentence: str, beam_size: int = 1, max_len: int | None = None) -> AttentionResult:
         """Translate one sentence and return every attention map along the way.
 
         The maps are recomputed by one teacher-forced forward pass over the chosen output, so
         each kind comes with all its layers and heads, shaped (layers, heads, queries, keys).
+        ``max_len``: at most this many output tokens (the final ``<eos>`` included), see :func:`decode_many`.
         """
         from attnlab.data.vocab import BOS
 
         ids, truncated = self.encode_source(sentence)
         hyp = (
-            decode_many(self.model, [ids], self.cfg.decode, self.device, beam_size=beam_size)[0][0]
+            decode_many(self.model, [ids], self.cfg.decode, self.device, beam_size=beam_size, max_len=max_len)[0][0]
             if ids
             else None
         )

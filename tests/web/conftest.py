@@ -15,5 +15,5 @@ def client(tiny_runs):
     from attnlab.web.server import create_app
 
     app = create_app([f"transformer={tiny_runs('transformer')}", f"bahdanau={tiny_runs('bahdanau')}"])
-    with TestClient(app) as c:
+    with TestClient(app, base_url="http://127.0.0.1") as c:  # a loopback Host (HostGuard)
         yield c

@@ -112,8 +112,14 @@ def test_probes_skip_torn_lines_and_scores_are_read(tiny_runs, tmp_path):
     shutil.copytree(tiny_runs("bahdanau"), run)
     with open(run / "probes.jsonl", "a", encoding="utf-8") as f:
         f.write('{"step": 99, "sentence": "go .", "attent')  # a crash mid-write
-    (run / "eval-test.json").write_text(json.dumps({"bleu": 12.5, "chrf": 40.0, "sentences": 7}))
-    with TestClient(create_app([run])) as c:
+    from attnlab.evaluation.evaluate import checkpoint_identity
+    from attnlab.training.checkpoint import resolve_checkpoint
+
+    scored = checkpoint_identity(resolve_checkpoint(run, "best"))  # the one the server loads
+    (run / "eval-test.json").write_text(
+        json.dumps({"bleu": 12.5, "chrf": 40.0, "sentences": 7, "checkpoint": scored})
+    )
+    with TestClient(create_app([run]), base_url="http://127.0.0.1") as c:
         runs = c.get("/api/runs").json()["runs"]
         assert runs[0]["name"] == "copy" and runs[0]["test"]["bleu"] == 12.5
         d = c.get("/api/probes", params={"run": "copy"}).json()

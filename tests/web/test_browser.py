@@ -150,14 +150,18 @@ def test_translate_and_explore(server, browser, tmp_path):
     layers = page.eval_on_selector_all("#layer option", "o => o.map(x => x.value)")
     page.select_option("#layer", layers[-1])
     page.select_option("#head", "1")
+    # The page asks the server for just that map (one layer, one head): wait for it to be drawn.
+    page.wait_for_selector(f"#heatmap[data-view='cross:{layers[-1]}:1']")
     w = float(page.get_attribute("#heatmap .hm-row[data-row='0'] .hm-cell[data-col='0']", "data-weight"))
     assert w == pytest.approx(want[int(layers[-1])][1][0][0], abs=1e-4)
     assert page.eval_on_selector_all("#alignment line.al-line", "l => l.length") > 0
 
     # The encoder's self-attention: a square over the source tokens.
     page.select_option("#kind", "enc_self")
+    page.wait_for_selector("#heatmap[data-view^='enc_self:']")
     assert _heatmap_shape(page) == [len(api["src_tokens"])] * len(api["src_tokens"])
     page.select_option("#kind", "cross")
+    page.wait_for_selector("#heatmap[data-view^='cross:']")
 
     # Step through the decoding: one row highlighted, the translation built up to it.
     page.click("#step-next")

@@ -22,7 +22,7 @@ class GatedTranslator:
         self.gate, self.delay, self.started = threading.Event(), delay, 0
         self._lock = threading.Lock()
 
-    def attention(self, sentence: str, beam_size: int = 1) -> AttentionResult:
+    def attention(self, sentence: str, beam_size: int = 1, max_len: int | None = None) -> AttentionResult:
         with self._lock:
             self.started += 1
         if self.delay is not None:
@@ -41,7 +41,7 @@ def _app(tr, **limits):
 
 
 def _client(app):
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1")
 
 
 def test_excess_requests_get_429_fast_and_health_stays_fast():

@@ -7,6 +7,7 @@ is not punished. Single-reference figures are printed beside, for comparison wit
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,32 @@ NOTES_EXAMPLES: tuple[tuple[str, str], ...] = (
     ("he's calm .", "il est calme ."),
     ("i'm home .", "je suis chez moi ."),
 )
+
+
+def checkpoint_identity(path: str | Path | None) -> dict[str, Any] | None:
+    """Which weights a checkpoint folder holds: ``{"name", "step", "weights_sha256"}`` from its manifest.
+
+    ``eval-<split>.json`` records it so a score is only shown beside the weights it scored (the web
+    page compares ``weights_sha256``). Fields the manifest lacks are omitted; None without a path.
+    """
+    from attnlab.training.checkpoint import MANIFEST, WEIGHTS
+
+    if path is None:
+        return None
+    path = Path(path)
+    out: dict[str, Any] = {"name": path.name}
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return out
+    if isinstance(manifest, dict):
+        if isinstance(manifest.get("step"), int):
+            out["step"] = manifest["step"]
+        files = manifest.get("files")
+        digest = files.get(WEIGHTS) if isinstance(files, dict) else None
+        if isinstance(digest, str):
+            out["weights_sha256"] = digest
+    return out
 
 
 def notes_examples(translator: Translator, beam_size: int = 1) -> list[dict[str, Any]]:
@@ -59,6 +86,7 @@ def evaluate_split(translator: Translator, split, beam_size: int = 1, batch_size
     by_len = bleu_by_length(texts, refs, [len(split.src_text[i].split()) for i in rows])
     return {"sentences": n, "beam_size": beam_size, "seconds": seconds, "sentences_per_s": n / max(seconds, 1e-9),
             **scores, "by_length": by_len, "hypotheses": texts,
+            "checkpoint": checkpoint_identity(getattr(translator, "checkpoint", None)),
             "sources": [detokenize(split.src_text[i].split(), "en") for i in rows]}
 
 

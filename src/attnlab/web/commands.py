@@ -20,9 +20,9 @@ def _is_loopback(host: str) -> bool:
 
 def cmd_serve(args) -> int:
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401  (checked here: the web extra)
 
-        from attnlab.web.server import Limits, create_app
+        from attnlab.web.server import Limits, allowed_host_names, create_app, serve
     except ModuleNotFoundError as e:
         raise AttnlabError(
             f"`attnlab serve` needs the web extra ({e.name} is missing); "
@@ -40,11 +40,27 @@ def cmd_serve(args) -> int:
         max_pending=max(args.max_pending, args.workers),
         deadline_s=args.deadline,
         max_beam=args.max_beam,
+        max_output_tokens=args.max_output_tokens,
+        max_connections=args.max_connections,
+        header_timeout_s=args.read_timeout,
+        body_timeout_s=args.read_timeout,
     )
-    app = create_app(args.runs, limits, which=args.checkpoint, device=args.device)
+    hosts = allowed_host_names(args.host, args.allowed_hosts or ())
+    app = create_app(args.runs, limits, which=args.checkpoint, device=args.device, allowed_hosts=hosts)
     if not _is_loopback(args.host):
         print(
             f"warning: serving on {args.host}: anyone who can reach this machine can use the models",
+            file=sys.stderr,
+        )
+    if "*" in hosts:
+        print(
+            "warning: --allowed-host '*': any Host header is accepted (no DNS-rebinding guard)",
+            file=sys.stderr,
+        )
+    elif args.host.strip() in ("0.0.0.0", "::", "[::]") and not args.allowed_hosts:
+        print(
+            f"note: requests must name this server {' or '.join(hosts)}; to reach it by another name or "
+            "address add --allowed-host NAME",
             file=sys.stderr,
         )
     shown = f"[{args.host}]" if ":" in args.host else args.host
@@ -53,7 +69,7 @@ def cmd_serve(args) -> int:
         f"attention explorer: http://{shown}:{args.port}/  (runs: {names}; API reference at /docs)",
         file=sys.stderr,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    serve(app, args.host, args.port, limits, log_level=args.log_level)
     return 0
 
 
@@ -68,6 +84,15 @@ def register(sub) -> None:
     s.add_argument("runs", nargs="+", metavar="RUN", help="run folder, or NAME=PATH (e.g. bahdanau=runs/b)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     s.add_argument("--port", type=int, default=8000)
+    s.add_argument(
+        "--allowed-host",
+        action="append",
+        dest="allowed_hosts",
+        metavar="NAME",
+        help="also answer requests whose Host header is NAME (repeatable; the loopback names and a "
+        "non-wildcard --host are always accepted; '*' accepts any name and turns the DNS-rebinding "
+        "guard off)",
+    )
     s.add_argument("--checkpoint", default="best", help="best, last or step-N (for every run)")
     s.add_argument("--device", default="cpu", help="cpu, cuda, auto")
     s.add_argument("--workers", type=_positive, default=2, help="threads running models")
@@ -86,6 +111,27 @@ def register(sub) -> None:
     )
     s.add_argument("--max-beam", type=_positive, default=8, dest="max_beam")
     s.add_argument("--deadline", type=float, default=30.0, help="seconds per translation before 504")
+    s.add_argument(
+        "--max-output-tokens",
+        type=_positive,
+        default=160,
+        dest="max_output_tokens",
+        help="most output tokens per translation (a request's max_len may ask for fewer)",
+    )
+    s.add_argument(
+        "--max-connections",
+        type=_positive,
+        default=64,
+        dest="max_connections",
+        help="connections and requests at once; more get 503",
+    )
+    s.add_argument(
+        "--read-timeout",
+        type=float,
+        default=10.0,
+        dest="read_timeout",
+        help="seconds a client has to send a request head, and then its body (408 and closed after)",
+    )
     s.add_argument(
         "--log-level",
         default="info",

@@ -36,8 +36,9 @@ function color(w) {
 
 const state = {
   runs: [], limits: {}, result: null, kind: null, layer: 0, head: "mean", step: 0, playing: null,
-  probes: null, probePlaying: null, requestId: 0,
+  probes: null, probePlaying: null, requestId: 0, query: null,
 };
+const KIND_ORDER = ["cross", "self", "enc_self", "dec_self"];
 
 // ------------------------------------------------------------------------------------------ API
 
@@ -67,12 +68,58 @@ function setStatus(text, kind) {
 
 // ------------------------------------------------------------------------------------- matrices
 
-// weights[kind] is (layers, heads, queries, keys); head "mean" averages the heads.
-function matrixOf(att, layer, head) {
-  const L = att.weights[Math.min(layer, att.layers - 1)];
-  if (head !== "mean") return L[Math.min(head, att.heads - 1)];
-  const H = L.length;
-  return L[0].map((row, q) => row.map((_, k) => L.reduce((s, h) => s + h[q][k], 0) / H));
+// The server sends only what the page shows (one kind, one layer, one head or the heads' mean), as
+// base64 of round(w × scale) — or JSON numbers — shaped (layers', heads', queries, keys).
+function unpack(data, shape, encoding, scale) {
+  if (encoding === "json" || !encoding) return data;
+  const bin = atob(data);
+  const bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  const view = new DataView(bytes.buffer);
+  const wide = encoding === "uint16";
+  const [L, H, Q, K] = shape;
+  let p = 0;
+  const out = [];
+  for (let l = 0; l < L; l++) {
+    const layer = [];
+    for (let h = 0; h < H; h++) {
+      const m = [];
+      for (let q = 0; q < Q; q++) {
+        const row = new Array(K);
+        for (let k = 0; k < K; k++, p++) row[k] = (wide ? view.getUint16(2 * p, true) : bytes[p]) / scale;
+        m.push(row);
+      }
+      layer.push(m);
+    }
+    out.push(layer);
+  }
+  return out;
+}
+
+// The one matrix of a response's selection (its first layer and head), or null when omitted.
+function matrixOf(att) {
+  if (att.weights === null || att.weights === undefined) return null;
+  if (!att.matrix) att.matrix = unpack(att.weights, att.shape, att.encoding, att.scale)[0][0];
+  return att.matrix;
+}
+
+// The request body for the run's view: the kind, layer and head the page shows, plus thumbnails.
+function viewBody(query, kind, layer, head, overview) {
+  const body = { text: query.text, beam_size: query.beam_size, run: query.run, encoding: "uint16" };
+  if (kind) Object.assign(body, { kind, layer, head, overview: !!overview });
+  return body;
+}
+
+function runInfo(name) { return state.runs.find((x) => x.name === name) || { kinds: [], num_heads: 1, attention_layers: 1 }; }
+
+// Pick a kind/layer/head the run has, keeping the current choice where it can.
+function fitSelection(run) {
+  const kinds = [...(run.kinds || [])].sort((a, b) => KIND_ORDER.indexOf(a) - KIND_ORDER.indexOf(b));
+  if (!kinds.includes(state.kind)) state.kind = kinds[0] || null;
+  const layers = Math.max(1, run.attention_layers || 1), heads = Math.max(1, run.num_heads || 1);
+  state.layer = Math.max(0, Math.min(state.layer, layers - 1));
+  if (heads === 1) state.head = 0;
+  else if (state.head !== "mean" && state.head >= heads) state.head = "mean";
 }
 
 function rowLabels(att) {
@@ -205,6 +252,8 @@ function renderAlignment(svg, m, rows, cols, onlyRow) {
 function renderOverview(att) {
   const box = $("#overview");
   box.replaceChildren();
+  if (!att.overview) return;
+  const thumbs = unpack(att.overview.data, att.overview.shape, att.overview.encoding, att.overview.scale);
   box.style.setProperty("--heads", att.heads);
   const corner = el("div", "ov-corner");
   box.appendChild(corner);
@@ -212,7 +261,7 @@ function renderOverview(att) {
   for (let l = 0; l < att.layers; l++) {
     box.appendChild(el("div", "ov-rowhead", `layer ${l + 1}`));
     for (let h = 0; h < att.heads; h++) {
-      const m = att.weights[l][h];
+      const m = thumbs[l][h];  // max-pooled to at most 48 × 48
       const btn = el("button", "ov-cell");
       btn.type = "button";
       btn.dataset.layer = l;
@@ -229,7 +278,7 @@ function renderOverview(att) {
       btn.addEventListener("click", () => {
         state.layer = l; state.head = h;
         $("#layer").value = l; $("#head").value = h;
-        draw();
+        refreshView();
       });
       box.appendChild(btn);
     }
@@ -248,22 +297,40 @@ function fillSelect(sel, items, value) {
   if (value !== undefined && items.some(([v]) => String(v) === String(value))) sel.value = value;
 }
 
-function showResult(res) {
+function showResult(res, keepStep) {
   state.result = res;
   $("#result").hidden = false;
   $("#source-echo").textContent = res.source;
-  const kinds = Object.keys(res.attention);
-  const order = ["cross", "self", "enc_self", "dec_self"];
-  kinds.sort((a, b) => order.indexOf(a) - order.indexOf(b));
+  const kinds = [...(res.kinds || Object.keys(res.attention))];
+  kinds.sort((a, b) => KIND_ORDER.indexOf(a) - KIND_ORDER.indexOf(b));
   if (!kinds.includes(state.kind)) state.kind = kinds[0] || null;
   fillSelect($("#kind"), kinds.map((k) => [k, KIND_SHORT[k] || k]), state.kind);
   const meta = [`${res.run} · ${res.model_kind}`, `beam ${res.beam_size}`, `${res.elapsed_ms} ms`];
   if (res.unknown_words.length) meta.push(`unknown to the model: ${res.unknown_words.join(", ")}`);
   if (res.truncated) meta.push("input truncated to the model's longest source");
+  for (const w of res.warnings || []) meta.push(w);
   $("#result-meta").textContent = meta.join("  ·  ");
-  state.step = 0;
-  stopPlaying();
+  if (!keepStep) {
+    state.step = 0;
+    $("#step").value = 0;
+    stopPlaying();
+  }
   setupKind();
+}
+
+// Ask the server for another kind, layer or head of the sentence shown (it keeps the translation,
+// so this does not run the model again).
+async function refreshView() {
+  if (!state.query) return;
+  const id = ++state.requestId;
+  state.step = Number($("#step").value);
+  try {
+    const res = await api("/api/translate", viewBody(state.query, state.kind, state.layer, state.head, true));
+    if (id !== state.requestId) return;
+    showResult(res, true);
+  } catch (e) {
+    if (id === state.requestId) setStatus(e.message, "error");
+  }
 }
 
 function setupKind() {
@@ -279,7 +346,8 @@ function setupKind() {
     $("#translation").textContent = res.translation;
     return;
   }
-  state.layer = Math.min(state.layer, att.layers - 1);
+  state.layer = Math.min(att.layer === null || att.layer === undefined ? state.layer : att.layer, att.layers - 1);
+  if (att.head !== null && att.head !== undefined) state.head = att.head;
   fillSelect($("#layer"), [...Array(att.layers).keys()].map((l) => [l, `${l + 1} of ${att.layers}`]), state.layer);
   const heads = [...Array(att.heads).keys()].map((h) => [h, `${h + 1} of ${att.heads}`]);
   if (att.heads > 1) heads.unshift(["mean", "mean of heads"]);
@@ -305,7 +373,13 @@ function draw() {
   const res = state.result;
   const att = res.attention[state.kind];
   if (!att) return;
-  const m = matrixOf(att, state.layer, state.head);
+  const m = matrixOf(att);
+  if (!m) {  // over the server's response limit: say so instead of drawing nothing
+    $("#heatmap").replaceChildren(el("p", "note", att.omitted || "no weights were sent for this map"));
+    $("#alignment").replaceChildren();
+    return;
+  }
+  $("#heatmap").dataset.view = `${state.kind}:${att.layer}:${att.head}`;
   const rows = rowLabels(att);
   const steps = decodingRows(att);
   const step = Number($("#step").value);
@@ -369,9 +443,12 @@ async function translate(ev) {
   const id = ++state.requestId;
   $("#translate").disabled = true;
   setStatus("Translating…", "busy");
+  const query = { text, beam_size: Number($("#beam").value), run: $("#run").value };
+  fitSelection(runInfo(query.run));
   try {
-    const res = await api("/api/translate", { text, beam_size: Number($("#beam").value), run: $("#run").value });
+    const res = await api("/api/translate", viewBody(query, state.kind, state.layer, state.head, true));
     if (id !== state.requestId) return;
+    state.query = query;
     setStatus("");
     showResult(res);
   } catch (e) {
@@ -394,11 +471,14 @@ async function compareRuns() {
     const body = el("div", "cmp-body", "translating…");
     card.appendChild(body);
     box.appendChild(card);
-    api("/api/translate", { text, beam_size: Number($("#beam").value), run: r.name }).then((res) => {
+    const kind = ["cross", "self"].find((k) => (r.kinds || []).includes(k)) || null;
+    const query = { text, beam_size: Number($("#beam").value), run: r.name };
+    api("/api/translate", viewBody(query, kind, -1, "mean", false)).then((res) => {  // last layer, heads' mean
       body.replaceChildren(el("p", "cmp-translation", res.translation || "(empty)"));
-      const att = res.attention.cross || res.attention.self;
+      const att = kind ? res.attention[kind] : null;
       if (!att) { body.appendChild(el("p", "note", "no attention (fixed context)")); return; }
-      const m = matrixOf(att, att.layers - 1, "mean");
+      const m = matrixOf(att);
+      if (!m) { body.appendChild(el("p", "note", att.omitted || "no weights sent")); return; }
       const rows = rowLabels(att);
       const hm = el("div", "heatmap small");
       hm.setAttribute("role", "grid");
@@ -496,8 +576,11 @@ function showRunFacts() {
   const bits = [`${r.model_kind}`, `${r.parameters.toLocaleString()} parameters`];
   if (r.kinds.length > 1 || r.num_heads > 1) bits.push(`${r.num_layers} layers × ${r.num_heads} heads`);
   bits.push(`${r.dataset} · ${r.tokenizer} tokens · checkpoint ${r.checkpoint || "?"}`);
+  // The server sends `test` only when eval-test.json scored this very checkpoint (same weights).
   if (r.test && typeof r.test.bleu === "number") bits.push(`test BLEU ${r.test.bleu.toFixed(1)}`);
+  else if (r.test_other) bits.push(`test BLEU not shown: ${r.test_other.checkpoint ? `it scored ${r.test_other.checkpoint}` : "it does not say which checkpoint it scored"}`);
   $("#run-facts").textContent = bits.join("  ·  ");
+  $("#run-facts").title = r.test_other ? r.test_other.reason : "";
 }
 
 async function start() {
@@ -535,12 +618,12 @@ document.addEventListener("DOMContentLoaded", () => {
     if (state.result && $("#sentence").value.trim()) translate();
   });
   $("#beam").addEventListener("change", () => { if (state.result) translate(); });
-  $("#kind").addEventListener("change", () => { state.kind = $("#kind").value; state.step = 0; $("#step").value = 0; stopPlaying(); setupKind(); });
-  $("#layer").addEventListener("change", () => { state.layer = Number($("#layer").value); draw(); });
+  $("#kind").addEventListener("change", () => { state.kind = $("#kind").value; state.step = 0; $("#step").value = 0; stopPlaying(); refreshView(); });
+  $("#layer").addEventListener("change", () => { state.layer = Number($("#layer").value); refreshView(); });
   $("#head").addEventListener("change", () => {
     const v = $("#head").value;
     state.head = v === "mean" ? "mean" : Number(v);
-    draw();
+    refreshView();
   });
   $("#numbers").addEventListener("change", draw);
   $("#step").addEventListener("input", () => { stopPlaying(); draw(); });
