@@ -2,6 +2,13 @@
 
     python bench/quality.py --minutes 15 --models transformer,bahdanau,decoder-only,seq2seq
     python bench/quality.py --minutes 60 --models transformer --tag 60min
+    python bench/quality.py --minutes 12 --models transformer --like-peak 64 --baseline
+
+``--like-peak GFLOPS`` measures this machine's fp32 matmul peak and shortens the wall-clock budget by
+the ratio, so that "12 minutes like 64 GFLOP/s" spends on a fast machine what 12 minutes buy on a
+64 GFLOP/s laptop (model sizing, ``train.size=auto``, keys on peak x minutes and so sees the same
+compute). ``--baseline`` also trains the plain-PyTorch recipe (bench/recipe.py) on the same budget and
+test sentences, and both go to the ``## Budget × machine`` table.
 
 Each model trains with its preset (`attnlab.config.PRESETS`, the settings the package ships) plus
 any `--set section.key=value`. Test BLEU/chrF are sacreBLEU on detokenised text against all references
@@ -12,6 +19,7 @@ of each source (single-reference beside). The table goes to bench/RESULTS.md und
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -26,6 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from attnlab import config as C  # noqa: E402
 from attnlab.data import corpus  # noqa: E402
+from attnlab.demo import is_right  # noqa: E402
 from attnlab.evaluation.evaluate import evaluate_split, notes_examples, write_report  # noqa: E402
 from attnlab.training.loop import train  # noqa: E402
 from attnlab.translator import Translator  # noqa: E402
@@ -40,11 +49,11 @@ def commit() -> str:
 
 
 def run_one(kind: str, minutes: float, out: Path, data: str | None, threads: int, overrides: list[str],
-            beam: int, eval_only: bool = False) -> dict:
+            beam: int, eval_only: bool = False, tag: str = "") -> dict:
     cfg = C.apply_overrides(C.preset(kind), [f"train.max_minutes={minutes}", f"train.threads={threads}",
                                              "data.dataset=fra-eng", *([f"data.data_path={data}"] if data else []),
                                              *overrides])
-    run = out / f"{kind}-{minutes:g}min"
+    run = out / f"{kind}-{tag or f'{minutes:g}min'}"
     if eval_only:  # score an existing run again (e.g. after a fix in evaluation), no training
         meta0 = json.loads((run / "meta.json").read_text())
         res = argparse.Namespace(step=meta0["steps"], tokens_per_s=meta0["mean_tokens_per_s"],
@@ -58,8 +67,10 @@ def run_one(kind: str, minutes: float, out: Path, data: str | None, threads: int
         t0 = time.time()
         res = train(cfg, run, progress=False)
         train_s = time.time() - t0
-    tr = Translator.from_run(run, which="best")
-    prepared = corpus.prepare(tr.cfg.data, tokenizers=(tr.src_tok, tr.tgt_tok))
+    tr = Translator.from_run(run, which="last")  # what the schedule was planned to end on
+    # Every run is scored on the whole test split, also one trained on the shortest pairs only
+    # (data.max_pairs): the split is by a hash of the source, so its test sentences are never trained on.
+    prepared = corpus.prepare(dataclasses.replace(tr.cfg.data, max_pairs=0), tokenizers=(tr.src_tok, tr.tgt_tok))
     greedy = evaluate_split(tr, prepared.splits["test"], beam_size=1)
     beamed = evaluate_split(tr, prepared.splits["test"], beam_size=beam) if beam > 1 else greedy
     examples = notes_examples(tr, beam_size=beam)
@@ -71,7 +82,8 @@ def run_one(kind: str, minutes: float, out: Path, data: str | None, threads: int
             "bleu_greedy": greedy["bleu"], "bleu": beamed["bleu"], "chrf": beamed["chrf"],
             "bleu_single": beamed["bleu_single"], "beam": beam, "signature": beamed["bleu_signature"],
             "by_length": beamed["by_length"], "examples": examples,
-            "valid_bleu_best": res.best_bleu, "run": str(run)}
+            "valid_bleu_best": res.best_bleu, "run": str(run), "size": tr.cfg.train.size,
+            "examples_right": sum(is_right(e["source"], e["translation"]) for e in examples)}
 
 
 def write_results(rows: list[dict], cmd: str) -> None:
@@ -135,19 +147,77 @@ def main() -> int:
     p.add_argument("--set", action="append", default=[], dest="overrides", metavar="section.key=value")
     p.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
     p.add_argument("--eval-only", action="store_true", help="score existing runs again without training")
+    p.add_argument("--like-peak", type=float, default=0.0, metavar="GFLOPS",
+                   help="simulate a machine of this fp32 matmul peak: the budget shrinks by peak ratio")
+    p.add_argument("--baseline", action="store_true", help="also train the plain recipe (bench/recipe.py)")
     args = p.parse_args()
     started_at = commit()  # the code that trains (the tree may move on while a long run goes)
+    import torch
+
+    from attnlab.training.sizing import measure_peak_gflops
+
+    torch.set_num_threads(args.threads)
+    peak = measure_peak_gflops(seconds=1.0)
+    minutes = args.minutes * (args.like_peak / peak if args.like_peak else 1.0)
+    machine = f"like {args.like_peak:g}" if args.like_peak else f"native {peak:.0f}"
+    tag = f"{args.minutes:g}min-like{args.like_peak:g}" if args.like_peak else ""
+    print(f"machine peak {peak:.0f} GFLOP/s on {args.threads} threads; budget {args.minutes:g} min "
+          f"({machine} GFLOP/s) = {minutes:.2f} min here", flush=True)
     rows = []
     for kind in args.models.split(","):
-        row = run_one(kind.strip(), args.minutes, Path(args.out), args.data, args.threads, args.overrides, args.beam,
-                      eval_only=args.eval_only)
-        row["commit"] = started_at
+        row = run_one(kind.strip(), minutes, Path(args.out), args.data, args.threads, args.overrides, args.beam,
+                      eval_only=args.eval_only, tag=tag)
+        row.update(commit=started_at, budget=args.minutes, machine=machine, peak=peak)
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k not in ("by_length",)}, ensure_ascii=False), flush=True)
+    baseline = None
+    if args.baseline:
+        sys.path.insert(0, str(ROOT / "bench"))
+        import recipe
+
+        baseline = recipe.run(minutes, args.data, args.threads)
+        baseline.update(budget=args.minutes, machine=machine, peak=peak)
+        print(json.dumps(baseline), flush=True)
     if not args.no_write:
         cmd = "python bench/quality.py " + " ".join(a for a in sys.argv[1:] if a != "--eval-only")
-        write_results(rows, cmd)
+        if not args.like_peak:
+            write_results(rows, cmd)
+        write_budget_table(rows, baseline, cmd)
     return 0
+
+
+def write_budget_table(rows: list[dict], baseline: dict | None, cmd: str) -> None:
+    """One row per (model, budget, machine) in `## Budget × machine`, ours beside the plain recipe."""
+    path = ROOT / "bench" / "RESULTS.md"
+    text = path.read_text()
+    section = "## Budget × machine"
+    head = (f"{section}\n\nTest split of fra-eng (3,507 sources, all references, sacreBLEU, greedy). `like N`: the "
+            "budget shrunk by this machine's measured peak / N (bench/quality.py --like-peak); `native P`: this "
+            "machine, measured peak P GFLOP/s on 2 threads. The plain recipe is bench/recipe.py, trained on the "
+            "same budget in the same invocation.\n\n"
+            "| model | budget | machine (GFLOP/s) | minutes here | size | updates | tok/s | BLEU greedy | chrF | "
+            "notes' 4 right | plain recipe BLEU / chrF / updates | ours ÷ recipe | date, commit | command |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    m = re.search(rf"{section}\n(.*?)(?=\n## |\Z)", text, flags=re.S)
+    old: dict[tuple[str, str, str], str] = {}
+    notes = ""
+    if m:
+        body = m.group(1)
+        for line in body.splitlines():
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if line.startswith("| ") and len(cells) > 3 and cells[0] not in ("model", "---"):
+                old[(cells[0], cells[1], cells[2])] = line
+        notes = body.split("<!-- budget notes -->", 1)[1] if "<!-- budget notes -->" in body else ""
+    for r in rows:
+        base = (f"{baseline['bleu_greedy']:.1f} / {baseline['chrf']:.1f} / {baseline['updates']:,}" if baseline else "")
+        ratio = f"{r['bleu_greedy'] / max(baseline['bleu_greedy'], 1e-9):.2f}×" if baseline else ""
+        old[(r["model"], f"{r['budget']:g} min", r["machine"])] = (
+            f"| {r['model']} | {r['budget']:g} min | {r['machine']} | {r['minutes']:.2f} | {r['size']} | "
+            f"{r['updates']:,} | {r['tokens_per_s']:,.0f} | {r['bleu_greedy']:.1f} | {r['chrf']:.1f} | "
+            f"{r['examples_right']} | {base} | {ratio} | {time.strftime('%Y-%m-%d')}, {r['commit']} | `{cmd}` |")
+    new = head + "\n".join(old[k] for k in sorted(old)) + "\n\n<!-- budget notes -->" + notes.rstrip("\n") + "\n"
+    text = text[:m.start()] + new + text[m.end():] if m else text.rstrip("\n") + "\n\n" + new
+    path.write_text(text)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ def tiny_config(kind: str = "transformer", *extra: str) -> C.Config:
         "data.dataset=numbers", "data.tokenizer=word", "data.numbers_size=400", "data.batch_tokens=600", "data.num_steps=16",
         "model.num_hiddens=32", "model.embed_size=32", "model.num_layers=1", "model.num_heads=2",
         "model.ffn_num_hiddens=64", "model.dropout=0.1", "model.attention_dropout=0.1", "train.lr=3e-3", "train.warmup_steps=5",
-        "train.eval_every=0", "train.save_every=0", "train.log_every=5", "train.eval_max_sentences=16",
+        "train.eval_every=0", "train.eval_frac=0", "train.save_every=0", "train.log_every=5", "train.eval_max_sentences=16",
         "train.label_smoothing=0.1",
         "train.threads=1", "decode.max_len_b=6", *extra])
 

@@ -45,7 +45,8 @@ def build_config(args, kind: str | None = None, dataset: str | None = None, base
     if getattr(args, "data", None):
         extra.append(f"data.data_path={args.data}")
     for flag, key in (("max_minutes", "train.max_minutes"), ("max_steps", "train.max_steps"),
-                      ("seed", "train.seed"), ("threads", "train.threads"), ("device", "train.device")):
+                      ("seed", "train.seed"), ("threads", "train.threads"), ("device", "train.device"),
+                      ("size", "train.size")):
         if getattr(args, flag, None) is not None:
             extra.append(f"{key}={getattr(args, flag)}")
     return config_mod.apply_overrides(cfg, extra + list(getattr(args, "overrides", []) or []))
@@ -86,15 +87,20 @@ def cmd_train(args) -> int:
 
     out = Path(args.out)
     if args.resume:
+        from attnlab.training.resume import check_resume_overrides
+
         saved = read_run(out).config
-        cfg = build_config(args, base=saved)
+        cfg = build_config(args, dataset=args.dataset, base=saved)
         if args.model and args.model != cfg.model.kind:
             raise AttnlabError(f"--model {args.model} differs from the run's model.kind={cfg.model.kind}; "
                                "a resumed run keeps its model")
+        check_resume_overrides(saved, cfg, out)  # here too: before --nproc starts torchrun's workers
     else:
         if not args.model:
             raise AttnlabError(f"--model is required for a new run; choose one of: {', '.join(MODEL_KINDS)}")
         cfg = build_config(args, kind=args.model, dataset=args.dataset)
+        if cfg.train.size == "auto" and "RANK" not in os.environ:  # under torchrun rank 0 sizes for all
+            cfg = _size_for_machine(cfg, args)
     if args.nproc and args.nproc > 1:
         from attnlab.training.launch import launch_nproc
 
@@ -113,6 +119,28 @@ def cmd_train(args) -> int:
         print(f"interrupted: saved the last checkpoint; continue with `attnlab train --resume --out {out}`")
         return 130
     return 0
+
+
+def _explicit_keys(args) -> frozenset[str]:
+    """The dotted keys the user set: in --config, as flags or as overrides (train.size=auto leaves them)."""
+    keys = {item.split("=", 1)[0].strip() for item in (getattr(args, "overrides", None) or []) if "=" in item}
+    if getattr(args, "config", None):
+        import tomllib
+
+        with open(args.config, "rb") as f:
+            keys |= {f"{sec}.{k}" for sec, vals in tomllib.load(f).items() if isinstance(vals, dict) for k in vals}
+    return frozenset(keys)
+
+
+def _size_for_machine(cfg: Config, args) -> Config:
+    from attnlab.device import set_threads
+    from attnlab.training import sizing
+
+    set_threads(cfg.train.threads)  # the probe measures the threads the run will use
+    cfg, why = sizing.resolve(cfg, _explicit_keys(args))
+    if why:
+        print(why, file=sys.stderr)
+    return cfg
 
 
 # ----------------------------------------------------------------------------------------- translate
@@ -221,6 +249,9 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
     t.add_argument("--max-minutes", type=float, dest="max_minutes")
     t.add_argument("--max-steps", type=int, dest="max_steps")
+    t.add_argument("--size", choices=config_mod.SIZES,
+                   help="model/vocabulary/batch size: auto (default) fits a minute budget to this machine's "
+                        "measured speed; base = the preset as it is")
     t.add_argument("--seed", type=int)
     t.add_argument("--threads", type=int)
     t.add_argument("--device")
@@ -249,7 +280,9 @@ def make_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("demo", help="train Bahdanau and a Transformer briefly, translate, draw attention maps")
     m.add_argument("--out", default="runs/demo")
-    m.add_argument("--minutes", type=float, default=2.5, help="training minutes per model")
+    m.add_argument("--minutes", type=float, default=1.5,
+                   help="training minutes per model (default 1.5: the whole demo, setup included, fits in 6 minutes); "
+                        "the models are sized for this machine and this budget")
     m.add_argument("--data", metavar="PATH")
     m.add_argument("--threads", type=int, default=0)
     m.set_defaults(func=cmd_demo)

@@ -11,18 +11,24 @@ that lists the valid names — a typo never passes silently (STYLE.md habit 3).
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import tomllib
 import types
 import typing
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomli_w
 
 from attnlab.errors import AttnlabError
 
 MODEL_KINDS = ("seq2seq", "bahdanau", "transformer", "decoder-only")
 DATASETS = ("fra-eng", "numbers")
 TOKENIZERS = ("word", "bpe")
+SCHEDULES = ("auto", "linear", "wsd", "inverse_sqrt", "constant", "cosine")
+SIZES = ("auto", "base", "tiny", "small", "medium")  # tiers: training/sizing.py
 
 
 class ConfigError(AttnlabError, ValueError):
@@ -113,10 +119,15 @@ class ModelConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     lr: float = 1e-3
-    warmup_steps: int = 400
-    schedule: str = "inverse_sqrt"  # "constant", "inverse_sqrt", "cosine" (cosine needs max_steps)
+    warmup_steps: int = 400  # open-ended schedules: warm-up updates; budgeted ones: the most warm-up may take
+    # "auto": a budgeted run (max_minutes / max_steps / max_epochs) plans on its horizon and decays linearly
+    # to 0 when the budget ends (training/budget.py); a run with no budget warms up then decays as 1/sqrt(t).
+    # Or force one: "linear", "wsd" (warmup-stable-decay), "inverse_sqrt", "constant", "cosine" (needs max_steps).
+    schedule: str = "auto"
+    warmup_frac: float = 0.05  # budgeted schedules: warm-up as a share of the horizon
+    decay_frac: float = 0.2  # "wsd": the final share of the horizon over which the lr decays to 0
     min_lr_ratio: float = 0.05  # cosine floor as a share of lr
-    optimizer: str = "adamw"  # "adam" or "adamw"
+    optimizer: str = "adamw"  # "adam", "adamw", or "muon" (Muon for hidden matrices, AdamW for the rest)
     betas: tuple[float, float] = (0.9, 0.98)
     weight_decay: float = 0.01
     label_smoothing: float = 0.1
@@ -124,12 +135,18 @@ class TrainConfig:
     max_steps: int = 0  # 0 = no step limit
     max_minutes: float = 0.0  # 0 = no time limit
     max_epochs: int = 0  # 0 = no epoch limit
-    eval_every: int = 500  # steps between validations
+    eval_every: int = 500  # steps between validations (runs with no budget)
+    eval_frac: float = 0.25  # budgeted runs: validate at these shares of the horizon (0 = by eval_every instead)
+    eval_max_pairs: int = 1000  # validation loss on at most this many pairs of the split (0 = all)
     eval_max_sentences: int = 500  # validation BLEU sample size (loss uses the whole split)
     save_every: int = 500
     keep_checkpoints: int = 2  # step checkpoints kept besides `best` and `last`
     log_every: int = 20
     seed: int = 42
+    # "auto": a run with a minute budget measures this machine (a 1 s matmul probe) and sizes the model,
+    # vocabulary and batches for it (training/sizing.py); keys you set yourself always win.
+    # "base" = the preset as it is; or one of the sizing tiers by name.
+    size: str = "auto"
     threads: int = 0  # torch intra-op threads; 0 = leave PyTorch's default
     device: str = "auto"  # "auto", "cpu", "cuda", "cuda:N"
     amp: bool = True  # bf16 autocast on CUDA (ignored on CPU)
@@ -139,14 +156,20 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _check(self.lr > 0, f"train.lr={self.lr} must be > 0")
         _check(self.warmup_steps >= 0, "train.warmup_steps must be >= 0")
-        _choice("train.schedule", self.schedule, ("constant", "inverse_sqrt", "cosine"))
-        _choice("train.optimizer", self.optimizer, ("adam", "adamw"))
+        _choice("train.schedule", self.schedule, SCHEDULES)
+        _choice("train.size", self.size, SIZES)
+        _check(0.0 <= self.warmup_frac < 1.0, f"train.warmup_frac={self.warmup_frac} must lie in [0, 1)")
+        _check(0.0 < self.decay_frac <= 1.0, f"train.decay_frac={self.decay_frac} must lie in (0, 1]")
+        _check(0.0 <= self.eval_frac < 1.0, f"train.eval_frac={self.eval_frac} must lie in [0, 1) (0 = only at the end)")
+        _choice("train.optimizer", self.optimizer, ("adam", "adamw", "muon"))
         _check(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing must lie in [0, 1)")
         _check(self.clip_grad_norm >= 0, "train.clip_grad_norm must be >= 0 (0 disables)")
-        for name in ("max_steps", "max_epochs", "eval_every", "save_every", "keep_checkpoints", "log_every",
+        for name in ("max_steps", "max_epochs", "eval_every", "eval_max_pairs", "save_every", "keep_checkpoints", "log_every",
                      "threads", "max_nonfinite", "eval_max_sentences"):
             _check(getattr(self, name) >= 0, f"train.{name} must be >= 0")
         _check(self.max_minutes >= 0, "train.max_minutes must be >= 0")
+        _check(-(2**63) <= self.seed < 2**64,
+               f"train.seed={self.seed} must fit in 64 bits (0 to 2**64 - 1), the range torch.manual_seed takes")
         _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "train.betas must be two numbers in [0, 1)")
         _check(self.schedule != "cosine" or self.max_steps > 0, "train.schedule='cosine' needs train.max_steps > 0")
 
@@ -174,12 +197,31 @@ class DecodeConfig:
         _check(self.batch_size >= 0, "decode.batch_size must be >= 0 (0 = auto)")
 
 
+def _refuse_control_chars(text: str, where: str) -> None:
+    """Control characters (newline, tab, DEL, C1) and lone surrogates have no place in a config string."""
+    bad = next((c for c in text if unicodedata.category(c) in ("Cc", "Cs")), None)
+    if bad is not None:
+        what = "an undecodable byte" if unicodedata.category(bad) == "Cs" else "the control character"
+        raise ConfigError(f"{where}={text!r} contains {what} {bad!r}; remove it")
+
+
 @dataclass(frozen=True)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def __post_init__(self) -> None:
+        # Every string of every section (probe sentences, data_path, …): a Config that exists can be
+        # written to config.toml and read back, whether it came from overrides, a file or code.
+        for name in SECTIONS:
+            section = getattr(self, name)
+            for f in dataclasses.fields(section):
+                value = getattr(section, f.name)
+                for item in value if isinstance(value, tuple) else (value,):
+                    if isinstance(item, str):
+                        _refuse_control_chars(item, f"{name}.{f.name}")
 
 
 SECTIONS: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig, "decode": DecodeConfig}
@@ -192,6 +234,22 @@ SECTIONS: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "train": 
 def _field_types(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _parse_int(text: str, where: str) -> int:
+    """Digits go through int() (exact at any size); "1e3" is accepted when integral (via Decimal, not float)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        d = decimal.Decimal(text.strip())
+        # adjusted(): the exponent of the leading digit, so 1e999999999 is refused before int() builds it
+        if d.is_finite() and d.adjusted() < 100 and d == d.to_integral_value():
+            return int(d)
+    except (decimal.InvalidOperation, ValueError):
+        pass
+    raise ConfigError(f"{where} expects an integer, got {text!r}")
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
@@ -229,12 +287,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, float) and value.is_integer():
             return int(value)
         if isinstance(value, str):
-            try:
-                f = float(value)
-            except ValueError:
-                f = None
-            if f is not None and f.is_integer():
-                return int(f)
+            return _parse_int(value, where)
         raise ConfigError(f"{where} expects an integer, got {value!r}")
     if tp is float:
         if isinstance(value, bool):
@@ -322,28 +375,10 @@ def apply_overrides(cfg: Config, overrides: list[str] | tuple[str, ...]) -> Conf
     return from_dict(grouped, cfg)
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(v)  # pragma: no cover
-
-
 def dumps_toml(cfg: Config) -> str:
-    lines = []
-    for name, sec in to_dict(cfg).items():
-        lines.append(f"[{name}]")
-        for k, v in sec.items():
-            if v is None:
-                continue  # TOML has no null: an absent optional key means None
-            lines.append(f"{k} = {_toml_value(v)}")
-        lines.append("")
-    return "\n".join(lines)
+    """``cfg`` as TOML that :func:`loads_toml` reads back to the same Config (tomli-w escapes every string)."""
+    # TOML has no null: an absent optional key means None
+    return tomli_w.dumps({name: {k: v for k, v in sec.items() if v is not None} for name, sec in to_dict(cfg).items()})
 
 
 def loads_toml(text: str) -> Config:
@@ -354,7 +389,7 @@ def loads_toml(text: str) -> Config:
 # Presets: sensible starting points per model kind (measured choices are recorded in bench/RESULTS.md)
 
 _BPE = {"tokenizer": "bpe", "bpe_vocab_size": 8000}  # no <unk>, and W_o half the size of the 17k-word French vocabulary
-_EVAL = {"eval_every": 250, "eval_max_sentences": 300, "log_every": 25}
+_EVAL = {"eval_every": 250, "eval_max_sentences": 200, "log_every": 25}
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "seq2seq": {"data": {**_BPE, "batch_tokens": 4000},
                 "model": {"num_hiddens": 256, "embed_size": 256, "num_layers": 2, "dropout": 0.2},

@@ -96,7 +96,7 @@ def test_rotation_keeps_best_and_last(tmp_path):
     for s in range(2, 7):
         ckpt.save_checkpoint(tmp_path, s, m, {}, keep=2)
     names = sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*"))
-    assert names == ["step-0000001", "step-0000005", "step-0000006"]
+    assert names == ["step-0000001", "step-0000004", "step-0000005", "step-0000006"]  # keep=2 besides best and last
     assert ckpt.resolve_checkpoint(tmp_path, "best").name == "step-0000001"
     assert ckpt.resolve_checkpoint(tmp_path, "last").name == "step-0000006"
 

@@ -16,8 +16,10 @@ def _weights(run):
 
 @pytest.mark.parametrize("kind", ["transformer", "bahdanau"])
 def test_resume_equals_uninterrupted(tmp_path, kind):
-    cfg12 = tiny_config(kind, "train.max_steps=12", "train.log_every=1")
-    cfg6 = tiny_config(kind, "train.max_steps=6", "train.log_every=1")
+    # An open-ended schedule: this test lengthens the budget on resume (6 -> 12 steps), which re-plans a
+    # budgeted schedule by design; test_budget.py checks that a budgeted run resumed after a signal is exact.
+    cfg12 = tiny_config(kind, "train.max_steps=12", "train.log_every=1", "train.schedule=inverse_sqrt")
+    cfg6 = tiny_config(kind, "train.max_steps=6", "train.log_every=1", "train.schedule=inverse_sqrt")
     train(cfg12, tmp_path / "straight", progress=False)
     train(cfg6, tmp_path / "stopped", progress=False)
     res = train(cfg12, tmp_path / "stopped", resume=True, progress=False)
@@ -66,9 +68,11 @@ def test_nonfinite_losses_skip_then_stop(tmp_path, monkeypatch, capsys):
             out.loss_sum = out.loss_sum * float("nan")
         return out
 
-    train(tiny_config("transformer", "train.max_steps=3"), tmp_path / "three", progress=False)
+    # one open-ended schedule for both runs: a budgeted one would plan 3 and 50 updates differently
+    train(tiny_config("transformer", "train.max_steps=3", "train.schedule=inverse_sqrt"), tmp_path / "three",
+          progress=False)
     monkeypatch.setattr(loop, "sequence_loss", poisoned)
-    cfg = tiny_config("transformer", "train.max_steps=50", "train.max_nonfinite=3")
+    cfg = tiny_config("transformer", "train.max_steps=50", "train.max_nonfinite=3", "train.schedule=inverse_sqrt")
     with pytest.raises(NonFiniteLossError, match="3 consecutive non-finite steps .first: loss"):
         train(cfg, tmp_path / "run", progress=False)
     assert "update skipped" in capsys.readouterr().err

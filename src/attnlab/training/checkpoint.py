@@ -28,6 +28,7 @@ leaves every earlier checkpoint untouched.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import errno
 import hashlib
@@ -36,6 +37,7 @@ import json
 import os
 import shutil
 import struct
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +110,9 @@ def save_checkpoint(
 ) -> Path:
     """Write ``checkpoints/step-N`` atomically, point ``LAST`` (and ``BEST`` if ``best``) at it, rotate.
 
-    ``keep`` step folders are kept besides the one ``BEST`` points to. Returns the folder.
+    ``keep`` step folders are kept besides the ones ``LAST`` and ``BEST`` point to (as
+    ``train.keep_checkpoints`` documents). An existing ``step-N`` folder is replaced, never reused.
+    Returns the folder.
     Raises :class:`CheckpointError` when the disk refuses the write (full, size limit, permissions);
     the half-written folder is removed and ``LAST``/``BEST`` still name the previous checkpoint.
     """
@@ -117,33 +121,34 @@ def save_checkpoint(
     final = ckpt_root / name
     try:
         ckpt_root.mkdir(parents=True, exist_ok=True)
-        if not final.exists():
-            # Serialise in memory first: the writes below are then plain file writes, whose failures
-            # are OSErrors with an errno (safetensors/torch writers report a full disk less clearly).
-            blobs = {WEIGHTS: safetensors_bytes(model_state_for_saving(model), metadata={"step": str(step)})}
-            if state is not None:
-                buf = io.BytesIO()
-                torch.save(state, buf)
-                blobs[STATE] = buf.getvalue()
-            manifest: dict[str, Any] = {
-                "step": step,
-                "files": {f: hashlib.sha256(b).hexdigest() for f, b in blobs.items()},
-            }
-            manifest.update(_run_fingerprint(Path(run_dir)))
-            tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=ckpt_root))
-            try:
-                os.chmod(
-                    tmp, usual_mode(is_dir=True)
-                )  # mkdtemp makes 0700: readable like the run's other files
-                for fname, data in blobs.items():
-                    _write_synced(tmp / fname, data)
-                atomic_write_json(tmp / MANIFEST, manifest)
-                fsync_dir(tmp)
-                os.replace(tmp, final)
-                fsync_dir(ckpt_root)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
+        # Always written afresh, even when step-N exists: such a folder is the leftover of a save that
+        # died before LAST named it (or of the run before a resume), never these weights.
+        # Serialise in memory first: the writes below are then plain file writes, whose failures
+        # are OSErrors with an errno (safetensors/torch writers report a full disk less clearly).
+        blobs = {WEIGHTS: safetensors_bytes(model_state_for_saving(model), metadata={"step": str(step)})}
+        if state is not None:
+            buf = io.BytesIO()
+            torch.save(state, buf)
+            blobs[STATE] = buf.getvalue()
+        manifest: dict[str, Any] = {
+            "step": step,
+            "files": {f: hashlib.sha256(b).hexdigest() for f, b in blobs.items()},
+        }
+        manifest.update(_run_fingerprint(Path(run_dir)))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=ckpt_root))
+        try:
+            os.chmod(
+                tmp, usual_mode(is_dir=True)
+            )  # mkdtemp makes 0700: readable like the run's other files
+            for fname, data in blobs.items():
+                _write_synced(tmp / fname, data)
+            atomic_write_json(tmp / MANIFEST, manifest)
+            fsync_dir(tmp)
+            _swap_in(tmp, final)
+            fsync_dir(ckpt_root)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         atomic_write_text(ckpt_root / "LAST", name + "\n")
         if best:
             atomic_write_text(ckpt_root / "BEST", name + "\n")
@@ -151,6 +156,37 @@ def save_checkpoint(
         raise _save_failed(ckpt_root, name, e) from None
     _rotate(ckpt_root, keep)
     return final
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    return fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def _swap_in(tmp: Path, final: Path) -> None:
+    """Rename folder ``tmp`` to ``final``, replacing a stale ``final`` (its content is removed)."""
+    try:
+        os.replace(tmp, final)  # no final (or an empty one): done
+        return
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            raise
+    if _exchange(tmp, final):  # final is never absent: the stale folder is now at tmp
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    # Elsewhere: two renames. The stale one keeps a ".step-" name, which _rotate sweeps if we die here.
+    stale = Path(tempfile.mkdtemp(prefix=f".{final.name}.stale.", dir=final.parent))
+    os.replace(final, stale / final.name)
+    os.replace(tmp, final)
+    shutil.rmtree(stale, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -257,7 +293,7 @@ def _rotate(ckpt_root: Path, keep: int) -> None:
     steps = sorted(p for p in ckpt_root.glob("step-*") if p.is_dir())
     removable = [p for p in steps if p.name not in protected]
     # keep the newest `keep` step folders besides the protected ones
-    excess = len(removable) - max(keep - 1, 0)
+    excess = len(removable) - max(keep, 0)
     for p in removable[: max(excess, 0)]:
         shutil.rmtree(p, ignore_errors=True)
     for p in ckpt_root.glob(".step-*"):  # leftovers of a save that was killed
@@ -429,10 +465,48 @@ def read_run(run_dir: str | Path) -> RunFiles:
     return RunFiles(cfg, toks, meta)
 
 
+_APPEND_FAILING: set[str] = set()  # files whose last append failed (warned once until one works again)
+
+
+def append_jsonl(path: str | Path, records: list[dict[str, Any]]) -> bool:
+    """Append ``records`` to ``path`` as JSON lines; True when written.
+
+    These logs are for inspection: a disk that refuses the append (full, a size limit) prints one
+    warning line on stderr and loses these records, not the run; the checkpoint save that follows
+    reports its own failure. A partly written line is cut off again, so the next record starts clean.
+    """
+    path = Path(path)
+    data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8", "replace")
+    try:
+        with open(path, "ab", buffering=0) as f:
+            start = f.seek(0, os.SEEK_END)
+            try:
+                view = memoryview(data)
+                while view:
+                    n = f.write(view)
+                    if not n:  # nothing taken (never for a regular file with room): do not spin
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                    view = view[n:]
+            except OSError:
+                try:
+                    f.truncate(start)
+                except OSError:
+                    pass  # read_metrics skips a torn line
+                raise
+    except OSError as e:
+        if str(path) not in _APPEND_FAILING:
+            _APPEND_FAILING.add(str(path))
+            fix = "; free some space" if e.errno in _FULL_DISK else ""
+            print(f"warning: could not append to {path} ({e.strerror or e}); training goes on without these "
+                  f"records{fix}", file=sys.stderr)
+        return False
+    _APPEND_FAILING.discard(str(path))
+    return True
+
+
 def append_metrics(run_dir: str | Path, record: dict[str, Any]) -> None:
-    # Appends are line-sized and flushed; a torn last line is skipped by read_metrics.
-    with open(Path(run_dir) / METRICS, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    # Appends are line-sized; a torn last line is skipped by read_metrics. A failing disk only warns.
+    append_jsonl(Path(run_dir) / METRICS, [record])
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:

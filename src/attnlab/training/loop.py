@@ -16,6 +16,7 @@ resume from ``last`` by themselves.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import platform
@@ -43,8 +44,14 @@ from attnlab.io import atomic_write_json, atomic_write_text
 from attnlab.models import build_model
 from attnlab.training import checkpoint as ckpt
 from attnlab.training import distributed as D
+from attnlab.training import sizing
+from attnlab.training.budget import WARM_UPDATES, BudgetPlan
 from attnlab.training.losses import sequence_loss
-from attnlab.training.schedules import make_scheduler
+from attnlab.training.optim import make_optimizer  # noqa: F401  (bench/throughput.py imports it from here)
+from attnlab.training.resume import check_resume_overrides, set_aside_dead_records
+
+#: the training loop's clock (tests replace it with a simulated one)
+clock = time.monotonic
 
 NUMBERS_PROBES = ("twenty-one", "three hundred and five", "one thousand two hundred and thirty-four")
 
@@ -78,26 +85,6 @@ def versions() -> dict[str, str]:
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
-
-
-def make_optimizer(model: nn.Module, cfg: config_mod.TrainConfig) -> torch.optim.Optimizer:
-    # Weight decay on matrices only: decaying biases, LayerNorm gains and embeddings
-    # hurts small models (and AdamW's decay is decoupled, so the split matters).
-    decay, no_decay = [], []
-    seen = set()
-    for name, p in model.named_parameters():
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        (decay if p.dim() >= 2 and "embedding" not in name else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-    if cls is torch.optim.Adam:
-        groups = [{"params": decay + no_decay, "weight_decay": 0.0}]
-    kwargs: dict[str, Any] = {"lr": cfg.lr, "betas": tuple(cfg.betas)}
-    # Fused Adam(W): one kernel over all parameters (2.7x faster optimizer step measured on CPU, torch 2.13).
-    kwargs["fused"] = True
-    return cls(groups, **kwargs)
 
 
 class _StopFlag:
@@ -135,6 +122,8 @@ def validation_loss(model: nn.Module, split, cfg: Config, device: torch.device) 
     """Plain (unsmoothed) cross-entropy per token and perplexity over the whole split."""
     if not split.src:
         return {"valid_loss": float("nan"), "valid_ppl": float("nan"), "valid_acc": float("nan")}
+    n = cfg.train.eval_max_pairs or len(split.src)  # a fixed subset keeps validation cheap under a budget
+    split = dataclasses.replace(split, src=split.src[:n], tgt=split.tgt[:n])
     sampler = TokenBatchSampler([len(s) for s in split.src], [len(t) for t in split.tgt],
                                 cfg.data.batch_tokens * 2, cfg.data.max_batch_size, shuffle=False, seed=0)
     was_training = model.training
@@ -191,9 +180,7 @@ def record_probes(model: nn.Module, prepared, cfg: Config, device: torch.device,
             "tgt_tokens": [prepared.tgt_tok.id_to_token(i) for i in hyp.tokens] + (["<eos>"] if hyp.finished else []),
             "translation": prepared.tgt_tok.decode(hyp.tokens), "attention": att,
         })
-    with open(run_dir / "probes.jsonl", "a", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    ckpt.append_jsonl(run_dir / "probes.jsonl", records)  # a full disk warns; the run still saves
 
 
 def _rng_state() -> dict[str, Any]:
@@ -225,6 +212,8 @@ def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = 
     if (out_dir / "checkpoints").exists() and any((out_dir / "checkpoints").iterdir()):
         raise AttnlabError(f"{out_dir} already holds a run; add --resume to continue it or choose another --out")
     out_dir.mkdir(parents=True, exist_ok=True)
+    for moved in set_aside_dead_records(out_dir, (ckpt.METRICS, "probes.jsonl")):  # a run that died before saving
+        print(f"note: {out_dir} held records of a run with no checkpoint; moved them to {moved.name}", file=sys.stderr)
 
 
 def _drop_records_after(path: Path, step: int) -> None:
@@ -274,16 +263,25 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
     if main:
         prepare_run_dir(cfg, out_dir, resume, restarted=restarted)
     D.barrier()
-    tc = cfg.train
-    if tc.threads > 0:
-        set_threads(tc.threads)
+    if cfg.train.threads > 0:
+        set_threads(cfg.train.threads)
     elif D.is_distributed():
         torch.set_num_threads(D.threads_per_process())  # ranks on one machine share its cores
+    saved_run = ckpt.read_run(out_dir) if resume else None
+    if saved_run is not None and cfg.train.size == "auto":
+        # The command line again (an elastic restart, a library call): keep the size the run was built
+        # with, not a new probe's choice.
+        sized = config_mod.apply_overrides(cfg, [f"train.size={saved_run.config.train.size}"])
+        cfg = sizing.resolve(sized)[0]
+    elif cfg.train.size != "base" and saved_run is None:  # auto, or a tier by name
+        cfg = _resolve_size(cfg, prepared, main)
+    tc = cfg.train
     seed_everything(tc.seed)
 
     saved_toks = None
-    if resume:
-        saved_toks = ckpt.read_run(out_dir).tokenizers
+    if saved_run is not None:
+        check_resume_overrides(saved_run.config, cfg, out_dir)  # before anything in out_dir is written
+        saved_toks = saved_run.tokenizers
     if prepared is None:
         toks = None
         if saved_toks is not None:
@@ -296,7 +294,6 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
 
     model = build_model(cfg.model, len(src_tok), len(tgt_tok)).to(device)
     optimizer = make_optimizer(model, tc)
-    scheduler = make_scheduler(optimizer, tc)
     train_model: nn.Module = model
     if D.is_distributed():
         train_model = D.wrap_ddp(model, device)
@@ -316,6 +313,7 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
         except ValueError as err:
             raise AttnlabError(str(err)) from None
 
+    budget = BudgetPlan.make(tc, len(plan(0)) if tc.max_epochs else 0)
     if my_rank:
         torch.manual_seed(_rank_seed(tc.seed, 0, my_rank))  # dropout differs per rank; init came from rank 0
         random.seed(_rank_seed(tc.seed, 0, my_rank))
@@ -326,8 +324,12 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
         path = ckpt.resolve_checkpoint(out_dir, "last")
         ckpt.load_weights(path, model)
         st = ckpt.load_state(path)
-        optimizer.load_state_dict(st["optimizer"])
-        scheduler.load_state_dict(st["scheduler"])
+        try:
+            optimizer.load_state_dict(st["optimizer"])
+        except (ValueError, KeyError) as e:  # torch's refusal of parameter groups that do not fit this model
+            raise ckpt.CheckpointError(f"{path / ckpt.STATE}: its optimizer state does not fit this model ({e}); "
+                                       "resume with the run's own config.toml or start a new run with another --out") from None
+        budget.load_state_dict(st.get("budget", {}))
         step, epoch, pos = st["step"], st["epoch"], st["batch_in_epoch"]
         best_bleu, tokens_seen = st["best_bleu"], st["tokens_seen"]
         examples_seen = st.get("examples_seen", 0)
@@ -369,20 +371,26 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
             rng = gathered
         # Data position: `batch_in_epoch` counts global batches of the plan made for `world_size`
         # processes minus `epoch_exclude` (pairs consumed before a resume with another world size).
-        return {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "step": step,
+        return {"optimizer": optimizer.state_dict(), "budget": budget.state_dict(), "step": step,
                 "epoch": epoch, "batch_in_epoch": pos, "best_bleu": best_bleu, "tokens_seen": tokens_seen,
                 "examples_seen": examples_seen, "world_size": world,
                 "epoch_exclude": None if exclude is None else torch.from_numpy(exclude.astype(np.uint8)),
-                "elapsed_s": elapsed_before + (time.monotonic() - t_start), "rng": rng}
+                "elapsed_s": elapsed_before + (clock() - t_start), "rng": rng}
+
+    overhead_s = 0.0  # validation and saving: spent from the budget, but not an update's time
 
     def save(is_best: bool = False) -> None:
+        nonlocal overhead_s
+        t0 = clock()
         st = state_dict()  # collective when distributed: every rank calls it
         if main:
             ckpt.save_checkpoint(out_dir, step, model, st, keep=tc.keep_checkpoints, best=is_best)
         D.barrier()
+        overhead_s += clock() - t0
 
     def validate() -> dict[str, Any]:
-        nonlocal best_bleu
+        nonlocal best_bleu, overhead_s
+        t0 = clock()
         rec: dict[str, Any] = {"event": "valid", "step": step, "epoch": epoch}
         # Once over the whole split, on rank 0 (the same figures as one process); the other ranks
         # wait in the broadcast below — within $ATTNLAB_DIST_TIMEOUT.
@@ -396,19 +404,25 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
         if main:
             ckpt.append_metrics(out_dir, rec)
         rec, is_best, best_bleu = D.broadcast_object((rec, is_best, best_bleu))
+        overhead_s += clock() - t0
         save(is_best=is_best)
+        budget.validated(step, clock() - t0)
         return rec
 
     bar = None
     if progress and main:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=tc.max_steps or None, initial=step, desc=f"train {cfg.model.kind}", unit="step",
+        bar = tqdm(total=budget.horizon, initial=step, desc=f"train {cfg.model.kind}", unit="step",
                    dynamic_ncols=True, file=sys.stderr)
 
     model.train()
-    t_start = time.monotonic()
-    t_log, tok_log, loss_log, ntok_log = time.monotonic(), 0, 0.0, 0
+    set_lr(optimizer, tc.lr * budget.factor(step))
+    if main and progress:
+        print(budget.describe(), file=sys.stderr)
+    t_start = clock()
+    timed_s, timed_updates = 0.0, 0  # update time after the first WARM_UPDATES (the plan's rate)
+    t_log, tok_log, loss_log, ntok_log = clock(), 0, 0.0, 0
     last_valid: dict[str, Any] = {}
     stopped_by = ""
     nonfinite = 0
@@ -426,16 +440,22 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
                 if tc.max_steps and step >= tc.max_steps:
                     stopped_by = "max_steps"
                     break
-                elapsed = elapsed_before + time.monotonic() - t_start
-                time_up = bool(tc.max_minutes and elapsed >= tc.max_minutes * 60)
+                t_update = clock()
+                elapsed = elapsed_before + t_update - t_start
+                if timed_updates:
+                    budget.observe(step, elapsed, timed_s / timed_updates)
+                time_up = budget.out_of_time(elapsed)
                 idx, real = D.shard(batches[pos], my_rank, world)
                 batch = collate([train_split.src[i] for i in idx], [train_split.tgt[i] for i in idx], idx)
                 batch = batch.to(device, non_blocking=True)
                 # One all-reduce: the global token and pair counts (the loss normaliser: not a mean of
                 # per-rank means over unequal counts) and the stop votes, so every rank stops at the
                 # same step (clocks and signals differ between processes).
-                g_tok, g_pairs, g_time, g_sig = D.sum_floats(
-                    batch.num_tgt_tokens if real else 0, len(idx) if real else 0, time_up, stop.signal is not None)
+                g_tok, g_pairs, g_time, g_sig, g_horizon = D.sum_floats(
+                    batch.num_tgt_tokens if real else 0, len(idx) if real else 0, time_up, stop.signal is not None,
+                    (budget.horizon or 0) if main else 0)
+                if world > 1 and budget.budget_s > 0:
+                    budget.horizon = int(g_horizon) or None  # rank 0's plan: every rank the same lr
                 if g_time or g_sig:
                     stopped_by = "max_minutes" if g_time else "signal"
                     break
@@ -469,9 +489,12 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
                     pos += 1
                     continue
                 nonfinite, first_bad = 0, None
+                set_lr(optimizer, tc.lr * budget.factor(step))
                 optimizer.step()
-                scheduler.step()
                 step += 1
+                if step > WARM_UPDATES:
+                    timed_s += clock() - t_update
+                    timed_updates += 1
                 pos += 1
                 tokens_seen += int(g_tok)
                 examples_seen += int(g_pairs)
@@ -480,21 +503,23 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
                     loss_log += float(out.nll_sum)
                     ntok_log += out.num_tokens
                 if bar is not None:
+                    if bar.total != budget.horizon:
+                        bar.total = budget.horizon
                     bar.update(1)
                 if tc.log_every and step % tc.log_every == 0:
-                    now = time.monotonic()
+                    now = clock()
                     tps = tok_log / max(now - t_log, 1e-9)
                     if world > 1:  # the logged loss is over every rank's tokens
                         loss_log, ntok_log = D.sum_floats(loss_log, ntok_log)
                     rec = {"event": "train", "step": step, "epoch": epoch, "loss": loss_log / max(ntok_log, 1),
-                           "lr": scheduler.get_last_lr()[0], "tokens_per_s": tps, "tokens_seen": tokens_seen,
-                           "elapsed_s": elapsed_before + now - t_start}
+                           "lr": optimizer.param_groups[0]["lr"], "tokens_per_s": tps, "tokens_seen": tokens_seen,
+                           "elapsed_s": elapsed_before + now - t_start, "horizon": budget.horizon}
                     if main:
                         ckpt.append_metrics(out_dir, rec)
                     if bar is not None:
                         bar.set_postfix(loss=f"{rec['loss']:.3f}", lr=f"{rec['lr']:.2e}", tok_s=f"{tps:,.0f}")
                     t_log, tok_log, loss_log, ntok_log = now, 0, 0.0, 0
-                if tc.eval_every and step % tc.eval_every == 0:
+                if budget.due_validation(step):
                     last_valid = validate()
                     if bar is not None and "valid_bleu" in last_valid:
                         bar.write(f"step {step}: valid loss {last_valid['valid_loss']:.3f}  "
@@ -519,7 +544,7 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
         else:
             save()
 
-    elapsed = elapsed_before + time.monotonic() - t_start
+    elapsed = elapsed_before + clock() - t_start
     result = TrainResult(out_dir, step, epoch, stopped_by, best_bleu, last_valid,
                          tokens_seen / max(elapsed, 1e-9), examples_seen)
     if main:
@@ -540,6 +565,25 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
         except ImportError:
             pass
     return result
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def _resolve_size(cfg: Config, prepared, main: bool) -> Config:
+    """``train.size=auto`` settled on rank 0 (one probe, one choice) and shared with every rank."""
+    why = ""
+    if main:
+        cfg, why = sizing.resolve(cfg)
+    cfg = D.broadcast_object(cfg)
+    if why and main:
+        print(why, file=sys.stderr)
+    if prepared is not None and prepared.stats.get("tokenizer") not in (None, cfg.data.tokenizer):
+        raise AttnlabError("train(): data prepared before train.size=auto was resolved; call "
+                           "attnlab.training.sizing.resolve(cfg) first and prepare its cfg.data")
+    return cfg
 
 
 def _first_nonfinite(model: nn.Module, loss: torch.Tensor) -> str:

@@ -14,15 +14,18 @@ from torch.optim.lr_scheduler import LambdaLR
 from attnlab.config import TrainConfig
 
 
-def lr_factor(step: int, cfg: TrainConfig) -> float:
-    """Multiplier of ``cfg.lr`` at optimizer step ``step`` (0-based: the first update uses step 0)."""
+def lr_factor(step: int, cfg: TrainConfig, shape: str | None = None) -> float:
+    """Multiplier of ``cfg.lr`` at optimizer step ``step`` (0-based: the first update uses step 0) for the
+    step-defined schedules ``shape`` (default ``cfg.schedule``; "auto" without a budget = inverse_sqrt).
+    Budgeted schedules are planned in ``budget.py``."""
     s = step + 1
     warm = cfg.warmup_steps
+    shape = shape or cfg.schedule
     if warm and s <= warm:
         return s / warm
-    if cfg.schedule == "constant":
+    if shape == "constant":
         return 1.0
-    if cfg.schedule == "inverse_sqrt":
+    if shape in ("inverse_sqrt", "auto"):
         # Vaswani et al. (2017) §5.3 after warmup, normalised so the peak factor is 1.
         return math.sqrt(max(warm, 1) / s)
     # cosine decay from lr to min_lr_ratio * lr over the remaining steps

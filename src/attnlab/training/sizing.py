@@ -1,0 +1,129 @@
+"""``train.size="auto"``: size the model, vocabulary and batches for this machine and this budget.
+
+What a run can learn in M minutes depends on how many floating-point operations it can do, so the
+choice is keyed on the **compute budget** ``C = peak GFLOP/s × minutes`` (a 1-second fp32 matmul probe
+measures the peak on the threads the run will use). A 2.5-minute run on a 64 GFLOP/s laptop (C = 160)
+needs a small model, a word vocabulary of short sentences and small batches, so that it makes enough
+updates to learn anything; an hour on a fast machine (C ≈ 20,000) affords the base preset.
+
+The tiers below were measured with ``bench/quality.py`` (budgets × machine speeds, bench/RESULTS.md).
+Keys the user set (on the command line, in ``--config``) always win over the tier's; ``--size base``
+(``train.size=base``) keeps the preset as it is.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from attnlab import config as config_mod
+from attnlab.config import Config
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    max_compute: float  # GFLOP/s x minutes below which this tier is chosen
+    settings: dict[str, dict[str, dict[str, Any]]]  # family -> section -> key -> value
+
+
+_SHORT = 20_000  # the file is sorted by length: its first 20k pairs are the 1-4 word sentences
+
+TIERS: tuple[Tier, ...] = (
+    Tier("tiny", 300, {
+        "transformer": {"data": {"tokenizer": "word", "min_freq": 3, "max_pairs": _SHORT, "batch_tokens": 400},
+                        "model": {"num_hiddens": 128, "num_layers": 2, "num_heads": 4, "ffn_num_hiddens": 512,
+                                  "dropout": 0.0},
+                        "train": {"lr": 2e-3}},
+        "gru": {"data": {"tokenizer": "word", "min_freq": 3, "max_pairs": _SHORT, "batch_tokens": 400},
+                "model": {"num_hiddens": 192, "embed_size": 192, "num_layers": 1, "dropout": 0.0},
+                "train": {"lr": 3e-3}},
+    }),
+    Tier("small", 1500, {
+        "transformer": {"data": {"tokenizer": "word", "min_freq": 3, "batch_tokens": 800},
+                        "model": {"dropout": 0.1},
+                        "train": {"lr": 1.5e-3}},
+        "gru": {"data": {"tokenizer": "word", "min_freq": 3, "batch_tokens": 1200},
+                "model": {"dropout": 0.0},
+                "train": {"lr": 3e-3}},
+    }),
+    Tier("medium", 8000, {
+        "transformer": {"data": {"batch_tokens": 1600}, "model": {"dropout": 0.1}, "train": {"lr": 1.5e-3}},
+        "gru": {"data": {"batch_tokens": 2400}, "model": {"dropout": 0.1}, "train": {"lr": 3e-3}},
+    }),
+)
+
+
+def measure_peak_gflops(seconds: float = 0.6, n: int = 1024) -> float:
+    """fp32 matmul GFLOP/s on this process's torch threads: the best of several timed batches."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)  # first call: allocation and thread-pool start
+    flops = 2.0 * n ** 3
+    best, reps, deadline = 0.0, 2, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            torch.mm(a, b)
+        best = max(best, reps * flops / (time.perf_counter() - t0))
+    return best / 1e9
+
+
+def family(kind: str) -> str:
+    return "gru" if kind in ("seq2seq", "bahdanau") else "transformer"
+
+
+def tier_for(compute: float) -> Tier | None:
+    """The tier for ``compute`` GFLOP/s-minutes; None = the base preset."""
+    return next((t for t in TIERS if compute < t.max_compute), None)
+
+
+def apply_tier(cfg: Config, tier: Tier | None, explicit: frozenset[str]) -> Config:
+    """``cfg`` with the tier's settings for its model family, except the keys in ``explicit``."""
+    name = "base" if tier is None else tier.name
+    items = [f"train.size={name}"]
+    if tier is not None:
+        for section, values in tier.settings[family(cfg.model.kind)].items():
+            items += [f"{section}.{k}={v}" for k, v in values.items() if f"{section}.{k}" not in explicit]
+    return config_mod.apply_overrides(cfg, items)
+
+
+def explicit_keys(cfg: Config) -> frozenset[str]:
+    """The keys where ``cfg`` differs from its kind's preset (for callers that do not know what the
+    user typed: the library's ``train``)."""
+    base = config_mod.to_dict(config_mod.preset(cfg.model.kind))
+    mine = config_mod.to_dict(cfg)
+    return frozenset(f"{s}.{k}" for s, sec in mine.items() for k, v in sec.items() if base[s].get(k) != v)
+
+
+def resolve(cfg: Config, explicit: frozenset[str] | None = None, peak: float | None = None) -> tuple[Config, str]:
+    """Settle ``train.size``: returns the concrete config and one line saying what was chosen and why.
+
+    Only ``size="auto"`` with a minute budget changes anything; any other run takes the base preset.
+    """
+    tc = cfg.train
+    if tc.size != "auto":
+        if tc.size == "base":
+            return cfg, ""
+        tier = next(t for t in TIERS if t.name == tc.size)
+        return apply_tier(cfg, tier, explicit if explicit is not None else explicit_keys(cfg)), ""
+    if tc.max_minutes <= 0 or cfg.data.dataset != "fra-eng":
+        return apply_tier(cfg, None, frozenset()), ""
+    explicit = explicit if explicit is not None else explicit_keys(cfg)
+    peak = peak if peak is not None else measure_peak_gflops()
+    compute = peak * tc.max_minutes
+    tier = tier_for(compute)
+    sized = apply_tier(cfg, tier, explicit)
+    return sized, describe(sized, peak, tier)
+
+
+def describe(cfg: Config, peak: float, tier: Tier | None) -> str:
+    d, m = cfg.data, cfg.model
+    vocab = f"BPE {d.bpe_vocab_size // 1000}k" if d.tokenizer == "bpe" else f"word vocabulary (min freq {d.min_freq})"
+    pairs = f", the {d.max_pairs:,} shortest pairs" if d.max_pairs else ""
+    return (f"machine {peak:.0f} GFLOP/s, budget {cfg.train.max_minutes:g} min "
+            f"(compute {peak * cfg.train.max_minutes:,.0f} GFLOP/s·min) → size {tier.name if tier else 'base'}: "
+            f"d={m.num_hiddens}, {m.num_layers} layers, {vocab}{pairs}, {d.batch_tokens}-token batches, "
+            f"dropout {m.dropout:g}, lr {cfg.train.lr:g}")

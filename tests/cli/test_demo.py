@@ -1,0 +1,41 @@
+"""`attnlab demo`: sized for the machine, prints its choices, the notes' sentences and a cross-attention table."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnlab.demo import cross_attention_table, is_right
+from tests.cli.test_cli import attnlab
+
+
+def test_right_translations_are_the_notes_references():
+    assert is_right("i'm home .", "Je suis chez moi.") and is_right("i'm home .", "je suis à la maison .")
+    assert is_right("go .", "Va !") and not is_right("go .", "je.") and not is_right("i lost .", "j'ai perdu perdu.")
+
+
+def test_cross_attention_table_names_what_each_output_token_looks_at(tiny_runs):
+    from attnlab.inspection.attention_maps import attention_maps
+    from attnlab.translator import Translator
+
+    tr = Translator.from_run(tiny_runs("transformer"), which="last")
+    result = attention_maps(tr, "twenty-one", extra_pad=0)
+    table = cross_attention_table(result).splitlines()
+    assert "heads averaged" in table[0] and "looks at" in table[1]
+    rows = table[2:]
+    assert len(rows) == len(result.tgt_tokens)
+    for row in rows:  # each row: the output token, one weight per source token, then the argmax's token
+        cells = row.split()
+        weights = [float(x) for x in cells[1:1 + len(result.src_tokens)]]
+        assert abs(sum(weights) - 1) < 0.02 and cells[-1] == result.src_tokens[weights.index(max(weights))]
+
+
+@pytest.mark.slow
+def test_demo_runs_offline_on_numbers(tmp_path):
+    proc = attnlab("demo", "--out", str(tmp_path / "demo"), "--minutes", "0.05", "--threads", "1",
+                   "--data", str(tmp_path / "no-corpus-here"), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert "using the offline `numbers` task" in out
+    assert out.count("heads averaged") == 1 and "Bahdanau attention" in out  # one table per model
+    assert (tmp_path / "demo" / "transformer" / "attention").is_dir()
+    assert "budget 0.05 min" in proc.stderr  # the plan says what it planned for

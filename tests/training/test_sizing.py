@@ -1,0 +1,75 @@
+"""train.size=auto (training/sizing.py): the compute budget picks a tier; keys the user set always win."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnlab import config as C
+from attnlab.training import sizing
+
+
+def _cfg(kind: str, *items: str) -> C.Config:
+    return C.apply_overrides(C.preset(kind), ["data.dataset=fra-eng", *items])
+
+
+@pytest.mark.parametrize("peak,minutes,tier", [(64, 1.5, "tiny"), (64, 12, "small"), (322, 2.5, "small"),
+                                               (322, 15, "medium"), (322, 60, "base"), (64, 60, "medium")])
+def test_compute_budget_picks_the_tier(peak, minutes, tier):
+    cfg, why = sizing.resolve(_cfg("transformer", f"train.max_minutes={minutes}"), peak=peak)
+    assert cfg.train.size == tier
+    assert f"machine {peak} GFLOP/s, budget {minutes:g} min" in why and f"size {tier}" in why
+    if tier == "tiny":
+        assert cfg.model.num_hiddens == 128 and cfg.data.tokenizer == "word" and cfg.data.batch_tokens == 400
+    if tier == "base":
+        assert cfg.model == C.preset("transformer").model and cfg.data.batch_tokens == 2500
+
+
+def test_explicit_settings_win():
+    cfg = _cfg("transformer", "train.max_minutes=1.5", "model.num_hiddens=64", "data.batch_tokens=3000")
+    sized, _ = sizing.resolve(cfg, frozenset({"model.num_hiddens", "data.batch_tokens"}), peak=64)
+    assert sized.train.size == "tiny" and sized.model.num_hiddens == 64 and sized.data.batch_tokens == 3000
+    assert sized.model.ffn_num_hiddens == 512  # the tier's, not set by the user
+    # without the CLI's list of keys, the keys that differ from the preset count as the user's
+    inferred, _ = sizing.resolve(cfg, peak=64)
+    assert inferred.model.num_hiddens == 64 and inferred.data.batch_tokens == 3000
+
+
+def test_base_and_unbudgeted_runs_keep_the_preset():
+    base, why = sizing.resolve(_cfg("bahdanau", "train.max_minutes=2", "train.size=base"), peak=64)
+    assert why == "" and base.model == C.preset("bahdanau").model
+    open_ended, _ = sizing.resolve(_cfg("bahdanau", "train.max_steps=100"), peak=64)
+    assert open_ended.train.size == "base" and open_ended.data == _cfg("bahdanau").data
+
+
+def test_resolving_twice_changes_nothing():
+    once, _ = sizing.resolve(_cfg("bahdanau", "train.max_minutes=2"), peak=64)
+    twice, _ = sizing.resolve(once, peak=64)
+    assert once == twice and once.train.size == "tiny" and once.model.num_layers == 1
+
+
+def test_matmul_probe_measures_something():
+    assert sizing.measure_peak_gflops(seconds=0.05, n=128) > 0.1
+
+
+def test_cli_train_prints_its_choice(tmp_path, capsys, monkeypatch, fra_eng_zip):
+    """A budgeted `attnlab train` with no size says what it chose and why (the probe replaced by 64 GFLOP/s)."""
+    from attnlab.cli import main
+
+    monkeypatch.setattr(sizing, "measure_peak_gflops", lambda *a, **k: 64.0)
+    assert main(["train", "--model", "transformer", "--out", str(tmp_path / "r"), "--data", str(fra_eng_zip),
+                 "--max-minutes", "0.05", "--quiet", "data.max_pairs=3000", "train.eval_max_sentences=8"]) == 0
+    err = capsys.readouterr().err
+    assert "machine 64 GFLOP/s, budget 0.05 min" in err and "size tiny" in err
+    saved = C.load_toml(tmp_path / "r" / "config.toml")
+    assert saved.train.size == "tiny" and saved.data.max_pairs == 3000 and saved.model.num_hiddens == 128
+
+
+@pytest.mark.parametrize("kind", ["seq2seq", "bahdanau", "transformer", "decoder-only"])
+@pytest.mark.parametrize("tier", [t.name for t in sizing.TIERS])
+def test_every_tier_builds_every_model(kind, tier):
+    from attnlab.models import build_model
+
+    cfg, _ = sizing.resolve(_cfg(kind, f"train.size={tier}", "train.max_minutes=1"), peak=64)
+    assert cfg.train.size == tier
+    model = build_model(cfg.model, 50, 60)
+    assert sum(p.numel() for p in model.parameters()) > 0
