@@ -119,7 +119,7 @@ def test_download_keeps_only_a_verified_file(isolated, monkeypatch):
         locate_fra_eng(None)
     assert not target.exists() and not list(target.parent.glob("*"))
     assert (
-        requested[0][0] == "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip" and requested[0][1] <= 30
+        requested[0][0] == "https://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip" and requested[0][1] <= 30
     )
     monkeypatch.setattr(corpus, "FRA_ENG_SHA256", hashlib.sha256(payload).hexdigest())
     assert locate_fra_eng(None) == target
@@ -134,7 +134,7 @@ def test_failed_download_is_reported(isolated, monkeypatch):
 
     monkeypatch.setattr(corpus.urllib.request, "urlopen", refuse)
     monkeypatch.setenv("ATTNLAB_OFFLINE", "0")
-    with pytest.raises(CorpusError, match="download from http://d2l-data.*no network"):
+    with pytest.raises(CorpusError, match="download from https://d2l-data.*no network"):
         locate_fra_eng(None)
 
 

@@ -9,14 +9,22 @@ Where the corpus is looked for (first hit wins), see :func:`locate_fra_eng`:
 ``--data PATH`` (a zip, a ``fra.txt`` or a folder holding one), ``$ATTNLAB_DATA_DIR``, the user
 cache ``$XDG_CACHE_HOME/attnlab`` (default ``~/.cache/attnlab``), and finally a download of D2L's
 copy into that cache, kept only if its sha256 matches. ``ATTNLAB_OFFLINE=1`` forbids the download.
+
+Neither a server nor an archive can make attnlab read without bound: a download stops past
+:data:`MAX_DOWNLOAD_BYTES` or its total deadline (``$ATTNLAB_DOWNLOAD_TIMEOUT`` seconds, default
+120, on top of the per-operation socket timeout), and a zip member is refused past
+:data:`MAX_MEMBER_BYTES` — declared or actually unpacked (D2L's zip is 3.4 MB, its ``fra.txt`` 11.7 MB).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import http.client
 import os
 import random
+import threading
+import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -34,7 +42,10 @@ from attnlab.io import atomic_write_bytes
 __all__ = [
     "CorpusError",
     "FRA_ENG_URL",
+    "FRA_ENG_HTTP_URL",
     "FRA_ENG_SHA256",
+    "MAX_DOWNLOAD_BYTES",
+    "MAX_MEMBER_BYTES",
     "Split",
     "Prepared",
     "cache_dir",
@@ -45,11 +56,16 @@ __all__ = [
     "prepare",
 ]
 
-FRA_ENG_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"
+FRA_ENG_URL = "https://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"  # tried first
+FRA_ENG_HTTP_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"  # D2L's own link; only if HTTPS fails
 FRA_ENG_SHA256 = "b0ace3af111f771f8bfadb44b83fbdb24ef5bc252d014f080fe4e3e8f0b3650b"
 FRA_ENG_ZIP = "fra-eng.zip"
 _CANDIDATES = ("fra-eng.zip", "fra.txt", "fra-eng/fra.txt")  # looked for, in this order, inside a folder
-_DOWNLOAD_TIMEOUT_S = 15.0
+_DOWNLOAD_TIMEOUT_S = 15.0  # per socket operation (connect, one read)
+DOWNLOAD_DEADLINE_S = 120.0  # the whole download, both URLs together; $ATTNLAB_DOWNLOAD_TIMEOUT overrides
+MAX_DOWNLOAD_BYTES = 64 * 2**20  # the zip is 3.4 MB
+MAX_MEMBER_BYTES = 128 * 2**20  # its fra.txt is 11.7 MB
+_CHUNK = 1 << 16
 _SPLIT_SALT = b"attnlab-split-v1\x00"  # bump to re-draw every split (changes all test sets!)
 NUMBERS_SEED = 0  # the numbers task is the same for every run, so its test scores are comparable
 NUMBERS_MAX = 99_999
@@ -78,22 +94,130 @@ def _find_in(folder: Path) -> Path | None:
     return None
 
 
+def download_deadline() -> float:
+    """Seconds a whole download may take: ``$ATTNLAB_DOWNLOAD_TIMEOUT``, else :data:`DOWNLOAD_DEADLINE_S`.
+
+    Raises :class:`CorpusError` for a value that is not a positive number.
+    """
+    raw = os.environ.get("ATTNLAB_DOWNLOAD_TIMEOUT", "").strip()
+    if not raw:
+        return DOWNLOAD_DEADLINE_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise CorpusError(
+            f"ATTNLAB_DOWNLOAD_TIMEOUT={raw!r} is not a positive number of seconds; "
+            f"set e.g. ATTNLAB_DOWNLOAD_TIMEOUT=300 or unset it (default {DOWNLOAD_DEADLINE_S:g})"
+        )
+    return seconds
+
+
+class _FetchFailed(Exception):
+    """Why one URL gave no usable bytes (one clause of the final error); ``final``: no other URL can help."""
+
+    def __init__(self, reason: str, final: bool = False) -> None:
+        super().__init__(reason)
+        self.final = final
+
+
+_LATE = "past the deadline"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:g} MiB"
+
+
+def _fetch(url: str, cap: int, deadline: float, cancel: threading.Event) -> bytes:
+    """The body at ``url``: at most ``cap`` bytes, read before ``deadline`` (``time.monotonic()``)."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _FetchFailed(_LATE, final=True)
+    try:
+        with urllib.request.urlopen(url, timeout=min(_DOWNLOAD_TIMEOUT_S, left)) as resp:
+            headers = getattr(resp, "headers", None)
+            declared = (headers.get("Content-Length") or "").strip() if headers is not None else ""
+            if declared.isdigit() and int(declared) > cap:
+                raise _FetchFailed(
+                    f"the server announces {int(declared)} bytes, more than the {_mib(cap)} limit", final=True
+                )
+            read = getattr(resp, "read1", resp.read)  # read1: whatever has arrived, so a trickle meets the deadline
+            buf = bytearray()
+            while True:
+                if cancel.is_set() or time.monotonic() > deadline:
+                    raise _FetchFailed(_LATE, final=True)
+                chunk = read(_CHUNK)
+                if not chunk:
+                    return bytes(buf)
+                buf += chunk
+                if len(buf) > cap:
+                    raise _FetchFailed(f"more than the {_mib(cap)} limit (stopped reading)", final=True)
+    except _FetchFailed:
+        raise
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
+        raise _FetchFailed(str(getattr(e, "reason", None) or e) or type(e).__name__) from None
+
+
+def _fetch_within(url: str, cap: int, deadline: float) -> bytes:
+    """:func:`_fetch` in a daemon thread, given up on at ``deadline`` however slowly the bytes come.
+
+    A socket timeout bounds one operation, not the sum: a server sending a byte every few seconds
+    (or a slow TLS handshake, or trickled headers) would otherwise hold the caller for ever.
+    """
+    box: dict[str, Any] = {}
+    cancel = threading.Event()
+
+    def work() -> None:
+        try:
+            box["data"] = _fetch(url, cap, deadline, cancel)
+        except BaseException as e:  # handed to the caller
+            box["error"] = e
+
+    worker = threading.Thread(target=work, name="attnlab-download", daemon=True)
+    worker.start()
+    worker.join(max(0.0, deadline - time.monotonic()))
+    if worker.is_alive():
+        cancel.set()  # it stops at its next chunk, or when its socket times out; nobody waits for it
+        raise _FetchFailed(_LATE, final=True)
+    if "error" in box:
+        raise box["error"]
+    return box["data"]
+
+
 def _download(dest: Path) -> str | None:
-    """Fetch :data:`FRA_ENG_URL` to ``dest`` if its sha256 is :data:`FRA_ENG_SHA256`; None on success, else why not."""
-    url, sha256 = FRA_ENG_URL, FRA_ENG_SHA256  # read at call time so tests can point them elsewhere
-    try:
-        with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as resp:
-            data = resp.read()
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        return f"download from {url} failed ({getattr(e, 'reason', e)})"
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != sha256:
-        return f"download from {url} has sha256 {digest[:12]}..., expected {sha256[:12]}... (not kept)"
-    try:
-        atomic_write_bytes(dest, data)  # a crash mid-write never leaves a truncated zip in the cache
-    except OSError as e:
-        return f"cannot write {dest} ({e.strerror or e})"
-    return None
+    """Fetch :data:`FRA_ENG_URL` (then :data:`FRA_ENG_HTTP_URL`) to ``dest`` if its sha256 is
+    :data:`FRA_ENG_SHA256`; None on success, else why not (one line).
+
+    At most :data:`MAX_DOWNLOAD_BYTES`, within :func:`download_deadline` seconds in all. Plain HTTP
+    is tried only when HTTPS fails to deliver, and is as safe: nothing is kept unless its sha256 matches.
+    """
+    sha256 = FRA_ENG_SHA256  # module attributes are read at call time so tests can point them elsewhere
+    urls = list(dict.fromkeys((FRA_ENG_URL, FRA_ENG_HTTP_URL)))
+    total = download_deadline()
+    deadline = time.monotonic() + total
+    why: list[str] = []
+    for url in urls:
+        try:
+            data = _fetch_within(url, MAX_DOWNLOAD_BYTES, deadline)
+        except _FetchFailed as e:
+            reason = str(e)
+            if reason == _LATE:
+                reason = f"not done within {total:g} s; a slow link needs a larger ATTNLAB_DOWNLOAD_TIMEOUT"
+            why.append(f"download from {url} failed ({reason})")
+            if e.final:
+                break  # the size cap and the deadline hold for every URL
+            continue
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != sha256:
+            why.append(f"download from {url} has sha256 {digest[:12]}..., expected {sha256[:12]}... (not kept)")
+            break  # the source answered, with other bytes: the same file over HTTP would not match either
+        try:
+            atomic_write_bytes(dest, data)  # a crash mid-write never leaves a truncated zip in the cache
+        except OSError as e:
+            return f"cannot write {dest} ({e.strerror or e})"
+        return None
+    return "; ".join(why)  # never empty: the first URL always gets an entry
 
 
 def locate_fra_eng(data_path: str | os.PathLike[str] | None = None) -> Path:
@@ -164,6 +288,27 @@ def _zip_member(zf: zipfile.ZipFile, path: Path) -> str:
     raise CorpusError(f"{path}: the zip holds no fra.txt (members: {shown or 'none'}); use D2L's fra-eng.zip")
 
 
+def _read_member(zf: zipfile.ZipFile, member: str, path: Path) -> bytes:
+    """The unpacked bytes of ``member``, refused past :data:`MAX_MEMBER_BYTES` (declared or real).
+
+    The declared size comes from the archive and can lie, so the bytes are also counted as they
+    are unpacked: a zip bomb never gets more than the cap into memory.
+    """
+    cap = MAX_MEMBER_BYTES
+    declared = zf.getinfo(member).file_size
+    fix = f"more than the {_mib(cap)} a fra-eng corpus may have (D2L's fra.txt is 11.7 MB); use D2L's fra-eng.zip"
+    if declared > cap:
+        raise CorpusError(f"{path}:{member} declares {declared} bytes unpacked, {fix}")
+    refuse = f"{path}:{member} unpacks to {fix} (stopped reading)"
+    out = bytearray()
+    with zf.open(member) as f:
+        while chunk := f.read(min(_CHUNK * 16, cap + 1 - len(out))):
+            out += chunk
+            if len(out) > cap:
+                raise CorpusError(refuse)
+    return bytes(out)
+
+
 def _read_bytes(path: Path) -> tuple[bytes, str]:
     """The raw bytes of ``fra.txt`` and a display name (``archive.zip:member`` for a zip)."""
     try:
@@ -184,7 +329,7 @@ def _read_bytes(path: Path) -> tuple[bytes, str]:
     try:
         with zipfile.ZipFile(path) as zf:
             member = _zip_member(zf, path)
-            return zf.read(member), f"{path}:{member}"
+            return _read_member(zf, member, path), f"{path}:{member}"
     except CorpusError:
         raise
     except Exception as e:  # BadZipFile, EOFError, zlib.error, a CRC mismatch: a corrupt or truncated archive

@@ -142,9 +142,11 @@ def _attempt_store(wait: datetime.timedelta) -> dist.Store | None:
     connect to ports nobody listens on any more ("Connection refused"), or wait on keys that never
     change (a hang). A prefix per attempt gives every attempt fresh keys.
 
-    Only with one agent (one machine): agents count their restarts separately, so on several
-    machines the counts can differ. There, and with ``--nproc`` (which sets it), torchrun run with
-    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` builds a fresh store every round and ``env://`` is right.
+    Only with one agent (one machine, which ``--nproc`` always is): agents count their restarts
+    separately, so on several machines the counts can differ. There torchrun must run with
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, which builds a fresh store every round (served by rank
+    0 on a port torch found free and released earlier: it can be taken meanwhile, so one machine is
+    better served by this prefix over the agent's store, whose port stays open), and ``env://`` is right.
     """
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None

@@ -6,6 +6,13 @@ for each worker, watches them, and (with ``max_restarts``) restarts all of them 
 restarted workers resume from the run's ``last`` checkpoint (``loop.train``). Every worker runs the
 same ``python -m attnlab train …`` command line without ``--nproc``.
 
+Stopping: torchrun runs in a session of its own (its workers are in sessions of their own too), so
+a signal meant for the job reaches it once, through this process: SIGINT and SIGTERM are forwarded
+as they are and SIGHUP (a closed terminal) as SIGTERM, then ``attnlab`` waits for torchrun. torchrun
+passes the signal on to the workers, which finish their step, save ``last`` and exit (it kills
+them after 30 s if they do not); a worker still alive 25 s after the signal, or once torchrun is
+gone, is killed here, so stopping ``attnlab`` leaves no process behind after 30 s.
+
 For several machines use torchrun directly (docs/distributed.md), e.g. on each machine::
 
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes 2 --nproc-per-node 4 \\
@@ -16,8 +23,12 @@ For several machines use torchrun directly (docs/distributed.md), e.g. on each m
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
+from typing import Any
 
 from attnlab.errors import AttnlabError
 
@@ -77,13 +88,113 @@ def launch_nproc(nproc: int, argv: list[str], max_restarts: int | None = None) -
             raise AttnlabError(
                 f"ATTNLAB_MAX_RESTARTS={raw!r} is not a whole number; set e.g. 1 or unset it"
             ) from None
-    # A fresh rendezvous store every round: a restarted group never sees the dead group's keys.
-    env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", **os.environ}  # a value the user set wins
-    proc = subprocess.Popen(torchrun_command(nproc, argv, max_restarts), env=env)
-    while True:
+    # The workers of every round join through torchrun's own store, open on one port for the whole
+    # job, each round under a prefix of its own (distributed._attempt_store): nothing of a dead round
+    # is read again. Not TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: its store per round is served by rank
+    # 0 on a port torch picked free and released (`get_free_port`) seconds to minutes before rank 0
+    # binds it, so another process can take it meanwhile. A value the user set is passed on as it is.
+    return run_forwarding_signals(torchrun_command(nproc, argv, max_restarts), dict(os.environ))
+
+
+# What a signal to `attnlab` becomes for torchrun: SIGHUP (the terminal went away) stops the job like
+# SIGTERM, so the workers save; passed on as SIGHUP, torchrun would hand the workers a SIGHUP, which
+# kills them mid-step.
+FORWARDED = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM, signal.SIGHUP: signal.SIGTERM}
+INTERRUPTED = 130  # the exit code of a run stopped by a signal (as `attnlab train` on one process)
+STOP_GRACE_S = 25.0  # after a forwarded signal, the workers' time to save and exit before they are killed
+
+
+def run_forwarding_signals(cmd: list[str], env: dict[str, str] | None = None) -> int:
+    """Run ``cmd`` (torchrun) in a new session, forward :data:`FORWARDED` signals to it, wait for it.
+
+    Only the first signal is forwarded: torchrun is then stopping its workers (they save ``last``),
+    and a second signal would interrupt torchrun's own shutdown. Workers still running
+    :data:`STOP_GRACE_S` after the signal, or once torchrun is gone, are killed, so the whole stop
+    takes under 30 s. Returns torchrun's exit code,
+    or :data:`INTERRUPTED` when a signal stopped the job.
+    """
+    state: dict[str, Any] = {"proc": None, "signal": None, "forwarded": False, "workers": [], "at": float("inf"), "killed": False}
+
+    def forward() -> None:
+        proc = state["proc"]
+        state["forwarded"] = True
+        state["at"] = time.monotonic()
+        state["workers"] = _children(proc.pid)  # torchrun's workers, each the leader of its own group
         try:
-            return proc.wait()
-        except KeyboardInterrupt:
-            # Ctrl-C reached torchrun and the workers too (same process group): they stop at the end
-            # of the step and save `last`; wait for that rather than killing them mid-write.
+            os.killpg(proc.pid, FORWARDED[state["signal"]])
+        except (ProcessLookupError, PermissionError):  # torchrun already gone
+            pass
+
+    def handle(signum: int, frame: Any) -> None:  # noqa: ARG001
+        if state["signal"] is not None:
+            return  # already stopping; torchrun bounds the wait
+        state["signal"] = signum
+        if state["proc"] is not None:
+            forward()
+
+    # A signal this process ignores (nohup's SIGHUP, SIGINT of a background job) stays ignored.
+    old = {sig: signal.signal(sig, handle) for sig in FORWARDED if signal.getsignal(sig) is not signal.SIG_IGN}
+    try:
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        state["proc"] = proc
+        if state["signal"] is not None and not state["forwarded"]:
+            forward()  # the signal came while torchrun was being started
+        while True:
+            try:
+                rc = proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                waited = time.monotonic() - state["at"]
+                if waited > STOP_GRACE_S and not state["killed"]:
+                    # torchrun's own grace is 30 s; keep the whole stop within 30 s even when the
+                    # workers are starved of CPU (their `last` is written atomically: never torn).
+                    print(f"attnlab: the workers did not stop within {STOP_GRACE_S:g} s of the signal; "
+                          "killing them", file=sys.stderr)
+                    _kill_groups([*state["workers"], *_children(proc.pid)])
+                    state["killed"] = True
+                elif waited > STOP_GRACE_S + 2:  # torchrun, starved too, has not exited since
+                    proc.kill()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if state["signal"] is None:
+        return rc
+    _kill_groups(state["workers"])  # still there once torchrun is gone
+    return rc if rc == 0 else INTERRUPTED
+
+
+def _kill_groups(procs: list[tuple[int, int]]) -> None:
+    """SIGKILL the process group of each ``(pid, start time)`` that is still that same process."""
+    for pid, started in procs:
+        if _start_time(pid) == started:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _start_time(pid: int) -> int | None:
+    """Field 22 of ``/proc/PID/stat`` (None when the process is gone or there is no /proc)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _children(ppid: int) -> list[tuple[int, int]]:
+    """``(pid, start time)`` of the processes whose parent is ``ppid`` (empty without /proc)."""
+    out = []
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.name.isdigit():
             continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == ppid:
+                out.append((int(entry.name), int(fields[19])))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
