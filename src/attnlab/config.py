@@ -393,13 +393,13 @@ _EVAL = {"eval_every": 250, "eval_max_sentences": 200, "log_every": 25}
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "seq2seq": {"data": {**_BPE, "batch_tokens": 4000},
                 "model": {"num_hiddens": 256, "embed_size": 256, "num_layers": 2, "dropout": 0.2},
-                "train": {"lr": 2e-3, "warmup_steps": 100, "schedule": "inverse_sqrt", "label_smoothing": 0.1,
+                "train": {"lr": 2e-3, "warmup_steps": 100, "label_smoothing": 0.1,
                           **_EVAL}},
     # Bahdanau: lr 3e-3 / warm-up 200 / dropout 0.1 beat 2e-3 / 100 / 0.2 by 7.8 BLEU in 15 minutes
     # (bench/RESULTS.md): with the shorter warm-up the inverse-sqrt decay starved the GRU of step size.
     "bahdanau": {"data": {**_BPE, "batch_tokens": 4000},
                  "model": {"num_hiddens": 256, "embed_size": 256, "num_layers": 2, "dropout": 0.1},
-                 "train": {"lr": 3e-3, "warmup_steps": 200, "schedule": "inverse_sqrt", "label_smoothing": 0.1,
+                 "train": {"lr": 3e-3, "warmup_steps": 200, "label_smoothing": 0.1,
                            **_EVAL}},
     "transformer": {"data": {**_BPE, "batch_tokens": 2500},
                     "model": {"num_hiddens": 256, "num_layers": 2, "num_heads": 4, "ffn_num_hiddens": 1024,
