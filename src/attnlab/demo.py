@@ -36,8 +36,9 @@ ACCEPTED = {
     "i'm home .": ("je suis chez moi .", "je suis à la maison .", "je suis chez moi.", "je suis à la maison."),
 }
 
-#: Compute (GFLOP/s x minutes per model) below which the demo's models were measured to get fewer
-#: than 2 of the notes' 4 sentences right (bench/RESULTS.md, "The demo on every machine").
+#: Compute (GFLOP/s x minutes per model) below which the demo warns. The smallest budgets measured
+#: (0.6 minutes at 60-150 GFLOP/s·min, bench/RESULTS.md under "Budget × machine") still got 3 of the
+#: notes' 4 sentences right; below 60 is untested, so the demo says a usable model needs more time.
 USABLE_COMPUTE = 60.0
 
 
