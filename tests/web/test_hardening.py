@@ -322,6 +322,20 @@ def _closed_within(s: socket.socket, seconds: float) -> tuple[bool, bytes]:
     return False, got
 
 
+def _trickle(s, chunks) -> tuple[bool, bytes]:
+    """Send each chunk 0.15 s apart until the server closes the socket; (closed, what it answered)."""
+    closed, got = False, b""
+    for chunk in chunks:
+        try:
+            s.sendall(chunk)
+        except OSError:
+            return True, got
+        closed, got = _closed_within(s, 0.15)
+        if closed:
+            break
+    return closed, got
+
+
 @pytest.fixture(scope="module")
 def live():
     run = LoadedRun("fake", _Gated(), None, {"model_kind": "bahdanau", "kinds": ["cross"]})
@@ -342,16 +356,7 @@ def test_a_trickled_request_head_is_closed_within_the_deadline(live):
     t0 = time.monotonic()
     with socket.create_connection(("127.0.0.1", live), timeout=3) as s:
         s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-        closed, got = False, b""
-        for i in range(20):  # one header line every 0.15 s: never a complete head
-            try:
-                s.sendall(f"X-Slow-{i}: 1\r\n".encode())
-            except OSError:
-                closed = True
-                break
-            closed, got = _closed_within(s, 0.15)
-            if closed:
-                break
+        closed, got = _trickle(s, (f"X-Slow-{i}: 1\r\n".encode() for i in range(20)))  # never a complete head
     assert closed and time.monotonic() - t0 < 1.5, got
     assert got.startswith(b"HTTP/1.1 408") and b"head" in got
 
@@ -361,16 +366,7 @@ def test_a_trickled_body_is_closed_within_the_deadline(live):
     t0 = time.monotonic()
     with socket.create_connection(("127.0.0.1", live), timeout=3) as s:
         s.sendall(head + b'{"text": ')
-        closed, got = False, b""
-        for _ in range(20):
-            try:
-                s.sendall(b" ")
-            except OSError:
-                closed = True
-                break
-            closed, got = _closed_within(s, 0.15)
-            if closed:
-                break
+        closed, got = _trickle(s, (b" " for _ in range(20)))
     assert closed and time.monotonic() - t0 < 1.5, got
     assert got.startswith(b"HTTP/1.1 408") and b"body" in got
 
