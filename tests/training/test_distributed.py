@@ -475,6 +475,8 @@ def test_the_launcher_forwards_a_stop_signal_once_to_its_child(tmp_path, sent, i
     ready, got = tmp_path / "ready", tmp_path / "got"
     parent = (
         "import signal, sys\n"
+        # a shell's background job inherits SIGINT ignored (and the launcher keeps it so): start clean
+        + "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         + ("signal.signal(signal.SIGHUP, signal.SIG_IGN)\n" if ignored else "")
         + "from attnlab.training.launch import run_forwarding_signals\n"
         + f"sys.exit(run_forwarding_signals([sys.executable, '-c', {_CHILD!r}, {str(ready)!r}, {str(got)!r}]))\n"
