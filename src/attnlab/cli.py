@@ -82,7 +82,7 @@ def cmd_data(args) -> int:
 # --------------------------------------------------------------------------------------------- train
 
 def cmd_train(args) -> int:
-    from attnlab.training.checkpoint import read_run
+    from attnlab.runs import read_run
     from attnlab.training.loop import train
 
     out = Path(args.out)

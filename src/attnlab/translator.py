@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnlab import runs
 from attnlab.config import AUTO_DECODE_ROWS, Config, DecodeConfig
 from attnlab.data.batching import collate
 from attnlab.data.vocab import load_tokenizer
@@ -25,7 +26,6 @@ from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy import greedy_search, max_lengths
 from attnlab.device import pick_device
 from attnlab.models import build_model
-from attnlab.training import checkpoint as ckpt
 
 
 def decode_many(
@@ -139,12 +139,12 @@ class Translator:
     @classmethod
     def from_run(cls, run_dir: str | Path, which: str = "best", device: str = "cpu") -> Translator:
         run_dir = Path(run_dir)
-        files = ckpt.read_run(run_dir)
-        path = ckpt.resolve_checkpoint(run_dir, which)
+        files = runs.read_run(run_dir)
+        path = runs.resolve_checkpoint(run_dir, which)
         src_tok = load_tokenizer(files.tokenizers["src"])
         tgt_tok = load_tokenizer(files.tokenizers["tgt"])
         model = build_model(files.config.model, len(src_tok), len(tgt_tok))
-        ckpt.load_weights(path, model)
+        runs.load_weights(path, model)
         dev = pick_device(device)
         return cls(model.to(dev), src_tok, tgt_tok, files.config, dev, run_dir, path)
 

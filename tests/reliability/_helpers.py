@@ -11,7 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
-from attnlab.training import checkpoint as ckpt
+from attnlab import runs
 
 SPECIAL_SPELLINGS = ("<unk>", "<pad>", "<bos>", "<eos>")
 
@@ -23,12 +23,12 @@ def copy_run(src: Path, dst: Path) -> Path:
 
 
 def last_checkpoint(run: Path) -> Path:
-    return ckpt.resolve_checkpoint(run, "last")
+    return runs.resolve_checkpoint(run, "last")
 
 
 def rehash(path: Path) -> None:
     """Rewrite ``manifest.json`` of checkpoint folder ``path`` so that its sha256 match the files again."""
-    mpath = path / ckpt.MANIFEST
+    mpath = path / runs.MANIFEST
     manifest = json.loads(mpath.read_text())
     manifest["files"] = {f: hashlib.sha256((path / f).read_bytes()).hexdigest() for f in manifest["files"]}
     mpath.write_text(json.dumps(manifest))

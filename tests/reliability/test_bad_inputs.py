@@ -17,8 +17,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from attnlab import runs
 from attnlab.errors import CheckpointError
-from attnlab.training import checkpoint as ckpt
 from attnlab.translator import Translator
 from tests.cli.test_cli import assert_one_line_error, attnlab
 from tests.reliability._helpers import assert_no_specials, copy_run, last_checkpoint, rehash
@@ -160,8 +160,8 @@ class Evil:
 
 def _plant_pickles(run, marker) -> None:
     path = last_checkpoint(run)
-    (path / ckpt.WEIGHTS).write_bytes(pickle.dumps({"w": Evil(marker)}))
-    torch.save({"optimizer": Evil(marker), "step": 1}, path / ckpt.STATE)  # torch's own (zip) pickle format
+    (path / runs.WEIGHTS).write_bytes(pickle.dumps({"w": Evil(marker)}))
+    torch.save({"optimizer": Evil(marker), "step": 1}, path / runs.STATE)  # torch's own (zip) pickle format
     rehash(path)  # the checksums now match: the loaders themselves must refuse
 
 
@@ -174,7 +174,7 @@ def test_malicious_pickle_is_refused_and_never_runs(tiny_runs, tmp_path):
     with pytest.raises(CheckpointError, match="model.safetensors is not a valid safetensors file"):
         Translator.from_run(run, "last")
     with pytest.raises(CheckpointError, match="state.pt was refused"):
-        ckpt.load_state(last_checkpoint(run))
+        runs.load_state(last_checkpoint(run))
     assert not marker.exists()
 
 
@@ -187,7 +187,7 @@ def test_malicious_pickle_through_the_cli(tiny_runs, tmp_path):
     assert_one_line_error(attnlab("translate", str(run), "--checkpoint", "last", "go ."), "model.safetensors")
     # weights pass only when genuine: put real ones back, keep the evil training state
     good = last_checkpoint(tiny_runs("transformer"))
-    (last_checkpoint(run) / ckpt.WEIGHTS).write_bytes((good / ckpt.WEIGHTS).read_bytes())
+    (last_checkpoint(run) / runs.WEIGHTS).write_bytes((good / runs.WEIGHTS).read_bytes())
     rehash(last_checkpoint(run))
     assert_one_line_error(
         attnlab("train", "--resume", "--out", str(run), "--max-steps", "50", "--quiet"),
@@ -216,12 +216,12 @@ def test_duplicate_key_safetensors_is_refused(tiny_runs, tmp_path):
     last entry winning) is refused with one line naming the file, the tensor and the reason."""
     run = copy_run(tiny_runs("transformer"), tmp_path / "run")
     path = last_checkpoint(run)
-    name = _duplicate_key_file(last_checkpoint(tiny_runs("transformer")) / ckpt.WEIGHTS, path / ckpt.WEIGHTS)
+    name = _duplicate_key_file(last_checkpoint(tiny_runs("transformer")) / runs.WEIGHTS, path / runs.WEIGHTS)
     rehash(path)
     with pytest.raises(CheckpointError) as e:
         Translator.from_run(run, "last")
     msg = str(e.value)
-    assert "\n" not in msg and str(path / ckpt.WEIGHTS) in msg and f"{name!r} twice" in msg
+    assert "\n" not in msg and str(path / runs.WEIGHTS) in msg and f"{name!r} twice" in msg
 
 
 @pytest.mark.parametrize("damage", ["short", "header_len", "header_json"])
@@ -230,7 +230,7 @@ def test_damaged_safetensors_headers(tiny_runs, tmp_path, damage):
     each one line naming the file (checked with and without the manifest check)."""
     run = copy_run(tiny_runs("transformer"), tmp_path / "run")
     path = last_checkpoint(run)
-    w = path / ckpt.WEIGHTS
+    w = path / runs.WEIGHTS
     data = w.read_bytes()
     w.write_bytes(
         {
@@ -242,7 +242,7 @@ def test_damaged_safetensors_headers(tiny_runs, tmp_path, damage):
     rehash(path)
     tr = Translator.from_run(tiny_runs("transformer"), "last")
     with pytest.raises(CheckpointError, match="model.safetensors is not a valid safetensors file") as e:
-        ckpt.load_weights(path, tr.model)
+        runs.load_weights(path, tr.model)
     assert "\n" not in str(e.value)
 
 
@@ -253,7 +253,7 @@ def test_damaged_checkpoints_through_the_cli(tiny_runs, tmp_path, damage):
     duplicate name); the library-level cases are in tests/training/test_checkpoint.py."""
     run = copy_run(tiny_runs("transformer"), tmp_path / "run")
     path = last_checkpoint(run)
-    w = path / ckpt.WEIGHTS
+    w = path / runs.WEIGHTS
     if damage == "flip":
         data = bytearray(w.read_bytes())
         data[len(data) // 2] ^= 0x01
@@ -273,7 +273,7 @@ def test_damaged_checkpoints_through_the_cli(tiny_runs, tmp_path, damage):
         rehash(path)
         needle = "has shape"
     else:
-        _duplicate_key_file(last_checkpoint(tiny_runs("transformer")) / ckpt.WEIGHTS, w)
+        _duplicate_key_file(last_checkpoint(tiny_runs("transformer")) / runs.WEIGHTS, w)
         rehash(path)
         needle = "twice"
     proc = attnlab("translate", str(run), "--checkpoint", "last", "go .")
@@ -285,7 +285,7 @@ def test_damaged_checkpoints_through_the_cli(tiny_runs, tmp_path, damage):
 
 
 def _swap_two_target_tokens(run) -> None:
-    tpath = run / ckpt.TOKENIZERS
+    tpath = run / runs.TOKENIZERS
     toks = json.loads(tpath.read_text())
     table = toks["tgt"]["idx_to_token"]
     table[4], table[5] = table[5], table[4]  # same size, different meaning of two embedding rows
@@ -300,9 +300,9 @@ def test_vocabulary_mismatch_is_refused(tiny_runs, tmp_path):
     with pytest.raises(CheckpointError, match="another target vocabulary .*tokenizers.json"):
         Translator.from_run(run, "last")
     run2 = copy_run(tiny_runs("transformer"), tmp_path / "run2")
-    toks = json.loads((run2 / ckpt.TOKENIZERS).read_text())
+    toks = json.loads((run2 / runs.TOKENIZERS).read_text())
     toks["src"]["idx_to_token"].append("zzz-new-word")
-    (run2 / ckpt.TOKENIZERS).write_text(json.dumps(toks))
+    (run2 / runs.TOKENIZERS).write_text(json.dumps(toks))
     with pytest.raises(CheckpointError, match="another source vocabulary"):
         Translator.from_run(run2, "last")
 
@@ -311,7 +311,7 @@ def test_config_mismatch_is_refused(tiny_runs, tmp_path):
     """Pass: config.toml edited after training (a field that changes no tensor shape, num_heads) →
     CheckpointError naming the field and both values; dropout and scratch_gru may change."""
     run = copy_run(tiny_runs("transformer"), tmp_path / "run")
-    cfg = run / ckpt.CONFIG
+    cfg = run / runs.CONFIG
     text = cfg.read_text()
     assert "dropout = 0.1" in text and "scratch_gru = false" in text
     cfg.write_text(

@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file
 
 from attnlab import config as C
-from attnlab.training import checkpoint as ckpt
+from attnlab import runs
 from tests.cli.test_cli import assert_one_line_error
 from tests.conftest import tiny_config
 from tests.reliability._helpers import copy_run
@@ -34,7 +34,7 @@ SAVER = textwrap.dedent("""
     import sys
     import torch
     from torch import nn
-    from attnlab.training import checkpoint as ckpt
+    from attnlab import runs
 
     run, step = sys.argv[1], int(sys.argv[2])
     torch.set_num_threads(1)
@@ -44,7 +44,7 @@ SAVER = textwrap.dedent("""
         with torch.no_grad():
             for p in model.parameters():
                 p.fill_(step)
-        ckpt.save_checkpoint(run, step, model, {"step": step, "moments": torch.full((50_000,), float(step))})
+        runs.save_checkpoint(run, step, model, {"step": step, "moments": torch.full((50_000,), float(step))})
         step += 1
 """)
 
@@ -53,14 +53,14 @@ def _check_last(run: Path) -> int:
     """Verify LAST's checksums, load it, and check its content is all one step; return that step."""
     from torch import nn
 
-    path = ckpt.resolve_checkpoint(run, "last")
-    manifest = ckpt.verify_checkpoint(path)
+    path = runs.resolve_checkpoint(run, "last")
+    manifest = runs.verify_checkpoint(path)
     step = int(path.name.split("-")[1])
     assert manifest["step"] == step
     model = nn.Sequential(nn.Linear(384, 384), nn.Linear(384, 384))
-    ckpt.load_weights(path, model)
+    runs.load_weights(path, model)
     assert all(torch.all(p == step) for p in model.parameters()), path
-    st = ckpt.load_state(path)
+    st = runs.load_state(path)
     assert st["step"] == step and torch.all(st["moments"] == step)
     return step
 
@@ -95,7 +95,7 @@ def test_sigkill_during_save_twenty_times(tmp_path):
     print(f"\n{torn} of 20 kills left a half-written checkpoint folder behind; LAST always loaded")
     from torch import nn
 
-    ckpt.save_checkpoint(run, last + 1, nn.Linear(2, 2), None)  # the next save cleans the leftovers
+    runs.save_checkpoint(run, last + 1, nn.Linear(2, 2), None)  # the next save cleans the leftovers
     assert not list((run / "checkpoints").glob(".step-*"))
 
 
@@ -104,15 +104,15 @@ DISK_FULL = textwrap.dedent("""
     import torch
     from torch import nn
     from attnlab.errors import CheckpointError
-    from attnlab.training import checkpoint as ckpt
+    from attnlab import runs
 
     run = sys.argv[1]
     model = nn.Linear(200, 200)  # ~160 kB of weights
-    ckpt.save_checkpoint(run, 1, model, {"step": 1}, best=True)
+    runs.save_checkpoint(run, 1, model, {"step": 1}, best=True)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # so a write past the limit fails with EFBIG
     resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, 50_000))  # a "disk" that takes 50 kB per file
     try:
-        ckpt.save_checkpoint(run, 2, model, {"step": 2})
+        runs.save_checkpoint(run, 2, model, {"step": 2})
     except CheckpointError as e:
         print(e)
         sys.exit(3)
@@ -133,8 +133,8 @@ def test_disk_full_while_saving(tmp_path):
     assert "earlier checkpoints are untouched" in msg
     root = run / "checkpoints"
     assert sorted(p.name for p in root.iterdir()) == ["BEST", "LAST", "step-0000001"]
-    assert ckpt.resolve_checkpoint(run, "last").name == "step-0000001"
-    ckpt.verify_checkpoint(root / "step-0000001")
+    assert runs.resolve_checkpoint(run, "last").name == "step-0000001"
+    runs.verify_checkpoint(root / "step-0000001")
 
 
 def _limit_file_size(limit: int):
@@ -152,10 +152,10 @@ def test_disk_full_during_attnlab_train(tiny_runs, tmp_path):
     """Pass: `attnlab train --resume` whose next checkpoint cannot be written exits 2 with one line
     naming the checkpoint folder and the cause; the earlier checkpoint is untouched and still LAST."""
     run = copy_run(tiny_runs("transformer"), tmp_path / "run")
-    before = ckpt.resolve_checkpoint(run, "last")
-    files = {f: (before / f).read_bytes() for f in (ckpt.WEIGHTS, ckpt.STATE, ckpt.MANIFEST)}
+    before = runs.resolve_checkpoint(run, "last")
+    files = {f: (before / f).read_bytes() for f in (runs.WEIGHTS, runs.STATE, runs.MANIFEST)}
     limit = 100_000  # above every log/config file of a tiny run, below its model.safetensors
-    assert len(files[ckpt.WEIGHTS]) > limit > max(p.stat().st_size for p in run.glob("*.json*"))
+    assert len(files[runs.WEIGHTS]) > limit > max(p.stat().st_size for p in run.glob("*.json*"))
     proc = subprocess.run(
         [
             sys.executable,
@@ -178,7 +178,7 @@ def test_disk_full_during_attnlab_train(tiny_runs, tmp_path):
     assert_one_line_error(
         proc, f"could not save checkpoint step-0000044 in {run / 'checkpoints'}: File too large"
     )
-    assert ckpt.resolve_checkpoint(run, "last") == before
+    assert runs.resolve_checkpoint(run, "last") == before
     assert {f: (before / f).read_bytes() for f in files} == files
     assert not list((run / "checkpoints").glob(".step-*"))
 
@@ -201,12 +201,12 @@ def straight_run(tmp_path_factory):
 
 
 def _train_losses(run: Path) -> list[float]:
-    return [r["loss"] for r in ckpt.read_metrics(run) if r.get("event") == "train"]
+    return [r["loss"] for r in runs.read_metrics(run) if r.get("event") == "train"]
 
 
 def _logged_step(run: Path) -> int:
     try:
-        lines = (run / ckpt.METRICS).read_text().splitlines()
+        lines = (run / runs.METRICS).read_text().splitlines()
     except OSError:
         return 0
     steps = [0]
@@ -245,16 +245,16 @@ def test_signal_during_train_then_resume_equals_uninterrupted(straight_run, tmp_
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, (out, err)
     assert "interrupted" in out and "--resume" in out
-    last = ckpt.resolve_checkpoint(run, "last")
-    ckpt.verify_checkpoint(last)
+    last = runs.resolve_checkpoint(run, "last")
+    runs.verify_checkpoint(last)
     stopped_at = int(last.name.split("-")[1])
     assert 5 <= stopped_at < STEPS, stopped_at  # really interrupted, and the last step was kept
     assert not list((run / "checkpoints").glob(".step-*"))
 
     resumed = subprocess.run([*base, "--resume"], capture_output=True, text=True, env=ENV, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    a = load_file(str(ckpt.resolve_checkpoint(straight, "last") / ckpt.WEIGHTS))
-    b = load_file(str(ckpt.resolve_checkpoint(run, "last") / ckpt.WEIGHTS))
+    a = load_file(str(runs.resolve_checkpoint(straight, "last") / runs.WEIGHTS))
+    b = load_file(str(runs.resolve_checkpoint(run, "last") / runs.WEIGHTS))
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from attnlab import config as C
-from attnlab.training import checkpoint as ckpt
+from attnlab import runs
 from attnlab.training.budget import WARM_UPDATES, BudgetPlan
 from tests.conftest import tiny_config
 
@@ -110,7 +110,7 @@ def test_timed_run_decays_to_the_floor_on_a_simulated_clock(tmp_path, monkeypatc
     monkeypatch.setattr(loop, "clock", _FakeClock(0.05))
     res = loop.train(tiny_config("transformer", "train.max_minutes=0.1", "train.log_every=1", "train.eval_frac=0.25"),
                      tmp_path / "run", progress=False)
-    rows = ckpt.read_metrics(tmp_path / "run")
+    rows = runs.read_metrics(tmp_path / "run")
     lrs = [r["lr"] for r in rows if r.get("event") == "train"]
     assert res.stopped_by == "max_minutes" and len(lrs) >= 20
     assert max(lrs) == pytest.approx(3e-3, rel=0.05) and lrs[-1] <= 0.15 * max(lrs)
@@ -137,8 +137,8 @@ def test_resume_after_a_signal_keeps_the_plan(tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "sequence_loss", real)
     assert first.stopped_by == "signal" and first.step < 12
     loop.train(cfg, tmp_path / "stopped", resume=True, progress=False)
-    a = load_file(str(ckpt.resolve_checkpoint(tmp_path / "straight", "last") / ckpt.WEIGHTS))
-    b = load_file(str(ckpt.resolve_checkpoint(tmp_path / "stopped", "last") / ckpt.WEIGHTS))
+    a = load_file(str(runs.resolve_checkpoint(tmp_path / "straight", "last") / runs.WEIGHTS))
+    b = load_file(str(runs.resolve_checkpoint(tmp_path / "stopped", "last") / runs.WEIGHTS))
     for k in a:
         assert torch.equal(a[k], b[k]), k
 
@@ -151,7 +151,7 @@ def test_half_minute_numbers_run_ends_near_zero_lr(tmp_path):
     assert main(["train", "--model", "transformer", "--dataset", "numbers", "--out", str(tmp_path / "r"),
                  "--max-minutes", "0.5", "--quiet", "--threads", "1", "train.log_every=1",
                  "model.num_hiddens=64", "model.ffn_num_hiddens=128"]) == 0
-    lrs = [r["lr"] for r in ckpt.read_metrics(tmp_path / "r") if r.get("event") == "train"]
+    lrs = [r["lr"] for r in runs.read_metrics(tmp_path / "r") if r.get("event") == "train"]
     assert lrs[-1] <= 0.15 * max(lrs)
     meta = json.loads((tmp_path / "r" / "meta.json").read_text())
     assert meta["elapsed_s"] <= 31.0

@@ -19,10 +19,10 @@ import torch
 from safetensors.torch import load_file
 
 from attnlab import config as config_mod
+from attnlab import runs
 from attnlab.data import corpus
 from attnlab.data.batching import TokenBatchSampler
 from attnlab.errors import AttnlabError
-from attnlab.training import checkpoint as ckpt
 from attnlab.training import distributed as D
 from attnlab.training import launch
 from attnlab.training.loop import train
@@ -167,11 +167,11 @@ def _run(cmd: list[str], timeout: float = 120, env=None) -> subprocess.Completed
 
 
 def _weights(run: Path) -> dict[str, torch.Tensor]:
-    return load_file(str(ckpt.resolve_checkpoint(run, "last") / ckpt.WEIGHTS))
+    return load_file(str(runs.resolve_checkpoint(run, "last") / runs.WEIGHTS))
 
 
 def _train_losses(run: Path) -> list[float]:
-    return [r["loss"] for r in ckpt.read_metrics(run) if r.get("event") == "train"]
+    return [r["loss"] for r in runs.read_metrics(run) if r.get("event") == "train"]
 
 
 @pytest.mark.slow
@@ -194,7 +194,7 @@ def test_two_processes_with_batch_b_equal_one_process_with_batch_2b(tmp_path):
     train(one, tmp_path / "one", progress=False)
     _run([sys.executable, "-m", "attnlab", *_attnlab_train(two, tmp_path / "two", tmp_path, nproc=2)])
 
-    meta = ckpt.read_run(tmp_path / "two").meta
+    meta = runs.read_run(tmp_path / "two").meta
     assert meta["world_size"] == 2 and meta["steps"] == 8
     a, b = _weights(tmp_path / "one"), _weights(tmp_path / "two")
     assert a.keys() == b.keys()
@@ -203,8 +203,8 @@ def test_two_processes_with_batch_b_equal_one_process_with_batch_2b(tmp_path):
     torch.testing.assert_close(
         _train_losses(tmp_path / "two"), _train_losses(tmp_path / "one"), rtol=1e-5, atol=0
     )
-    va = [r for r in ckpt.read_metrics(tmp_path / "one") if r["event"] == "valid"]
-    vb = [r for r in ckpt.read_metrics(tmp_path / "two") if r["event"] == "valid"]
+    va = [r for r in runs.read_metrics(tmp_path / "one") if r["event"] == "valid"]
+    vb = [r for r in runs.read_metrics(tmp_path / "two") if r["event"] == "valid"]
     assert [r["step"] for r in va] == [r["step"] for r in vb] == [4, 8]  # once per validation, rank 0 only
     for ra, rb in zip(va, vb):
         assert rb["valid_bleu"] == ra["valid_bleu"] and rb["valid_chrf"] == ra["valid_chrf"]
@@ -223,7 +223,7 @@ def test_resume_on_one_process_finishes_the_epoch_started_on_two(tmp_path):
     cfg = tiny_config("transformer", "data.batch_tokens=300", "train.max_steps=2")
     run = tmp_path / "run"
     _run(_torchrun(_attnlab_train(cfg, run, tmp_path)))
-    st = ckpt.load_state(ckpt.resolve_checkpoint(run, "last"))
+    st = runs.load_state(runs.resolve_checkpoint(run, "last"))
     assert st["world_size"] == 2 and st["epoch"] == 0 and st["batch_in_epoch"] == 2
     assert len(st["rng"]) == 2  # one RNG state per rank
     train_split = corpus.prepare(cfg.data).splits["train"]
@@ -247,9 +247,9 @@ def test_resume_on_one_process_finishes_the_epoch_started_on_two(tmp_path):
     )
     assert res.stopped_by == "max_epochs" and res.epoch == 1
     assert res.examples_seen == n
-    st = ckpt.load_state(ckpt.resolve_checkpoint(run, "last"))
+    st = runs.load_state(runs.resolve_checkpoint(run, "last"))
     assert st["tokens_seen"] == sum(len(t) + 1 for t in train_split.tgt)  # each target once, with its <eos>
-    resumes = [r for r in ckpt.read_metrics(run) if r.get("event") == "resume"]
+    resumes = [r for r in runs.read_metrics(run) if r.get("event") == "resume"]
     assert resumes == [
         {"event": "resume", "step": 2, "epoch": 0, "world_size": 1, "saved_world_size": 2, "restart": 0}
     ]
@@ -336,16 +336,16 @@ def test_killed_worker_restarts_from_the_last_checkpoint_and_finishes(tmp_path, 
         _kill_job(proc)
     assert proc.returncode == 0, out[-5000:]
 
-    metrics = ckpt.read_metrics(run)
+    metrics = runs.read_metrics(run)
     resumes = [r for r in metrics if r.get("event") == "resume"]
     assert len(resumes) == 1 and resumes[0]["restart"] == 1 and resumes[0]["world_size"] == 2
     assert 40 <= resumes[0]["step"] < 200 and resumes[0]["step"] % 40 == 0  # from a saved step, mid-run
     steps = [r["step"] for r in metrics if r.get("event") == "train"]
     assert steps == list(range(20, 201, 20))  # work lost with the killed worker is logged once, redone
-    meta = ckpt.read_run(run).meta
+    meta = runs.read_run(run).meta
     assert meta["steps"] == 200 and meta["stopped_by"] == "max_steps"
     tr = Translator.from_run(run, "last")
-    assert ckpt.verify_checkpoint(tr.checkpoint)["step"] == 200
+    assert runs.verify_checkpoint(tr.checkpoint)["step"] == 200
     assert len(tr.translate(["twenty one"])) == 1
 
 
@@ -413,7 +413,7 @@ def test_a_signal_to_attnlab_nproc_stops_torchrun_and_every_worker(tmp_path, sig
     family: dict[int, int] = {}
     try:
         deadline = time.monotonic() + JOB_DEADLINE_S
-        while not any(r.get("event") == "train" for r in ckpt.read_metrics(run)):  # both workers are training
+        while not any(r.get("event") == "train" for r in runs.read_metrics(run)):  # both workers are training
             assert proc.poll() is None, log.read_text()[-5000:]
             assert time.monotonic() < deadline, f"no training step logged after {JOB_DEADLINE_S:g} s"
             time.sleep(0.1)
@@ -432,7 +432,7 @@ def test_a_signal_to_attnlab_nproc_stops_torchrun_and_every_worker(tmp_path, sig
         assert proc.returncode == 130, out[-3000:]
         if "did not stop within" not in out:  # not starved of CPU past the grace: they saved
             assert (run / "checkpoints" / "LAST").is_file(), out[-3000:]
-            st = ckpt.load_state(ckpt.resolve_checkpoint(run, "last"))
+            st = runs.load_state(runs.resolve_checkpoint(run, "last"))
             assert st["world_size"] == 2 and len(st["rng"]) == 2
     finally:
         for pid, start in [(proc.pid, None), *family.items()]:

@@ -5,13 +5,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from attnlab.training import checkpoint as ckpt
+from attnlab import runs
 from attnlab.training.loop import NonFiniteLossError, train
 from tests.conftest import tiny_config
 
 
 def _weights(run):
-    return load_file(str(ckpt.resolve_checkpoint(run, "last") / ckpt.WEIGHTS))
+    return load_file(str(runs.resolve_checkpoint(run, "last") / runs.WEIGHTS))
 
 
 @pytest.mark.parametrize("kind", ["transformer", "bahdanau"])
@@ -28,7 +28,7 @@ def test_resume_equals_uninterrupted(tmp_path, kind):
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k
-    losses = lambda run: [r["loss"] for r in ckpt.read_metrics(run) if r.get("event") == "train"]  # noqa: E731
+    losses = lambda run: [r["loss"] for r in runs.read_metrics(run) if r.get("event") == "train"]  # noqa: E731
     assert losses(tmp_path / "straight") == losses(tmp_path / "stopped")
 
 
@@ -39,10 +39,10 @@ def test_run_folder_describes_itself(tiny_runs):
     meta = json.loads((run / "meta.json").read_text())
     assert meta["seed"] == 42 and "torch" in meta["versions"] and meta["steps"] == 40
     assert meta["data_stats"]
-    last = ckpt.resolve_checkpoint(run, "last")
-    manifest = ckpt.verify_checkpoint(last)
+    last = runs.resolve_checkpoint(run, "last")
+    manifest = runs.verify_checkpoint(last)
     assert set(manifest["files"]) == {"model.safetensors", "state.pt"}
-    valid = [r for r in ckpt.read_metrics(run) if r.get("event") == "valid"]
+    valid = [r for r in runs.read_metrics(run) if r.get("event") == "valid"]
     assert valid and math.isfinite(valid[-1]["valid_loss"]) and "valid_bleu" in valid[-1]
     assert (run / "curves.png").stat().st_size > 1000
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from attnlab import config as C
+from attnlab import runs
 from attnlab.errors import AttnlabError
-from attnlab.training import checkpoint as ckpt
 from attnlab.training.loop import train
 from tests.cli.test_cli import assert_one_line_error, attnlab
 from tests.conftest import tiny_config
@@ -43,7 +43,7 @@ def test_cli_resume_refuses_a_model_change_and_the_run_still_translates(run3, tm
     run = _copy(run3, tmp_path)
     before = _snapshot(run)
     key, value = override.split("=")
-    saved = getattr(ckpt.read_run(run).config.model, key.split(".")[1])
+    saved = getattr(runs.read_run(run).config.model, key.split(".")[1])
     proc = attnlab("train", "--resume", "--out", str(run), "--quiet", "train.max_steps=5", override)
     assert_one_line_error(proc, key)
     line = proc.stderr.strip()
@@ -76,7 +76,7 @@ def test_library_resume_refuses_changes_outside_the_allowlist(run3, tmp_path, ov
     (config.toml keeps the value that was used)."""
     run = _copy(run3, tmp_path)
     before = _snapshot(run)
-    cfg = C.apply_overrides(ckpt.read_run(run).config, ["train.max_steps=5", override])
+    cfg = C.apply_overrides(runs.read_run(run).config, ["train.max_steps=5", override])
     with pytest.raises(AttnlabError) as err:
         train(cfg, run, resume=True, progress=False)
     msg = str(err.value)
@@ -87,7 +87,7 @@ def test_library_resume_refuses_changes_outside_the_allowlist(run3, tmp_path, ov
 
 def test_refusal_names_saved_and_given_values(run3, tmp_path):
     run = _copy(run3, tmp_path)
-    cfg = C.apply_overrides(ckpt.read_run(run).config, ["train.lr=0.5"])
+    cfg = C.apply_overrides(runs.read_run(run).config, ["train.lr=0.5"])
     with pytest.raises(AttnlabError, match=r"train\.lr: saved 0\.003, given 0\.5"):
         train(cfg, run, resume=True, progress=False)
 
@@ -99,10 +99,10 @@ def test_resume_accepts_the_allowlisted_changes_and_records_them(run3, tmp_path)
                  "train.keep_checkpoints=1", "train.eval_max_sentences=4", "train.max_nonfinite=3",
                  "train.threads=1", "train.device=cpu", "train.probe_sentences=one,two",
                  "decode.beam_size=2", "decode.max_len_b=5"]
-    cfg = C.apply_overrides(ckpt.read_run(run).config, overrides)
+    cfg = C.apply_overrides(runs.read_run(run).config, overrides)
     res = train(cfg, run, resume=True, progress=False)
     assert res.step == 5
-    saved = ckpt.read_run(run).config
+    saved = runs.read_run(run).config
     assert saved.train.max_steps == 5 and saved.decode.beam_size == 2
     assert saved.train.probe_sentences == ("one", "two")
 

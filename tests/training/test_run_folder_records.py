@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from attnlab.training import checkpoint as ckpt
+from attnlab import runs
 from attnlab.training.loop import train
 from tests.conftest import tiny_config
 
@@ -26,7 +26,7 @@ class Tiny(nn.Module):
 
 
 def _weight(path: Path) -> torch.Tensor:
-    return load_file(str(path / ckpt.WEIGHTS))["output.weight"]
+    return load_file(str(path / runs.WEIGHTS))["output.weight"]
 
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two-renames"])
@@ -34,25 +34,25 @@ def test_a_stale_step_folder_is_replaced_not_reused(tmp_path, monkeypatch, excha
     """A save of step 2 died after its folder was renamed into place, before LAST named it. The next
     save of step 2 must write its own weights there (LAST then names what it validated)."""
     if not exchange:  # the fallback where renameat2 is not available
-        monkeypatch.setattr(ckpt, "_exchange", lambda a, b: False, raising=False)
-    ckpt.save_checkpoint(tmp_path, 1, Tiny(1.0), {"step": 1})
-    ckpt.save_checkpoint(tmp_path, 2, Tiny(2.0), {"step": 2})  # the dead run's save of step 2 ...
+        monkeypatch.setattr(runs, "_exchange", lambda a, b: False, raising=False)
+    runs.save_checkpoint(tmp_path, 1, Tiny(1.0), {"step": 1})
+    runs.save_checkpoint(tmp_path, 2, Tiny(2.0), {"step": 2})  # the dead run's save of step 2 ...
     (tmp_path / "checkpoints" / "LAST").write_text("step-0000001\n")  # ... died before LAST was written
-    ckpt.save_checkpoint(tmp_path, 2, Tiny(7.0), {"step": 2, "mine": True})
-    last = ckpt.resolve_checkpoint(tmp_path, "last")
+    runs.save_checkpoint(tmp_path, 2, Tiny(7.0), {"step": 2, "mine": True})
+    last = runs.resolve_checkpoint(tmp_path, "last")
     assert last.name == "step-0000002"
-    ckpt.verify_checkpoint(last)
+    runs.verify_checkpoint(last)
     assert torch.all(_weight(last) == 7.0)
-    assert ckpt.load_state(last)["mine"] is True
+    assert runs.load_state(last)["mine"] is True
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["LAST", "step-0000001", "step-0000002"]
 
 
 @pytest.mark.parametrize("keep", [0, 1, 2, 3])
 def test_keep_checkpoints_keeps_that_many_besides_best_and_last(tmp_path, keep):
     """Pass: as config.py documents: `keep_checkpoints` step folders besides `best` and `last`."""
-    ckpt.save_checkpoint(tmp_path, 1, Tiny(1.0), {}, keep=keep, best=True)
+    runs.save_checkpoint(tmp_path, 1, Tiny(1.0), {}, keep=keep, best=True)
     for s in range(2, 9):
-        ckpt.save_checkpoint(tmp_path, s, Tiny(float(s)), {}, keep=keep)
+        runs.save_checkpoint(tmp_path, s, Tiny(float(s)), {}, keep=keep)
     names = sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*"))
     others = [f"step-{s:07d}" for s in range(8 - keep, 8)]
     assert names == ["step-0000001", *others, "step-0000008"]
@@ -64,10 +64,10 @@ def test_a_new_run_moves_a_dead_runs_records_aside(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     dead = {"event": "train", "step": 999, "loss": 123.0}
-    (run / ckpt.METRICS).write_text(json.dumps(dead) + "\n")
+    (run / runs.METRICS).write_text(json.dumps(dead) + "\n")
     (run / "probes.jsonl").write_text(json.dumps({"step": 999, "sentence": "dead"}) + "\n")
     train(tiny_config("transformer", "train.max_steps=2", "train.log_every=1"), run, progress=False)
-    steps = [r.get("step") for r in ckpt.read_metrics(run)]
+    steps = [r.get("step") for r in runs.read_metrics(run)]
     assert 999 not in steps and 2 in steps
     probes = [json.loads(x) for x in (run / "probes.jsonl").read_text().splitlines()]
     assert probes and all(p["step"] != 999 for p in probes)
@@ -81,7 +81,7 @@ def test_full_disk_on_the_record_appends_warns_and_the_run_still_saves(tmp_path,
     real_open = builtins.open
 
     def full_disk_open(file, mode="r", *args, **kwargs):
-        if "a" in mode and Path(str(file)).name in (ckpt.METRICS, "probes.jsonl"):
+        if "a" in mode and Path(str(file)).name in (runs.METRICS, "probes.jsonl"):
             raise OSError(errno.ENOSPC, "No space left on device", str(file))
         return real_open(file, mode, *args, **kwargs)
 
@@ -90,9 +90,9 @@ def test_full_disk_on_the_record_appends_warns_and_the_run_still_saves(tmp_path,
     res = train(cfg, tmp_path / "run", progress=False)
     monkeypatch.setattr(builtins, "open", real_open)
     assert res.step == 4
-    last = ckpt.resolve_checkpoint(tmp_path / "run", "last")
+    last = runs.resolve_checkpoint(tmp_path / "run", "last")
     assert last.name == "step-0000004"
-    ckpt.verify_checkpoint(last)
+    runs.verify_checkpoint(last)
     warnings = [x for x in capsys.readouterr().err.splitlines() if x.startswith("warning:")]
     assert len(warnings) == 2, warnings
     assert any("probes.jsonl" in w for w in warnings) and any("metrics.jsonl" in w for w in warnings)
@@ -101,8 +101,8 @@ def test_full_disk_on_the_record_appends_warns_and_the_run_still_saves(tmp_path,
 
 def test_a_failed_append_leaves_no_torn_line(tmp_path, monkeypatch, capsys):
     """A write that stops half-way (the disk filled) is cut back, so the next record starts a clean line."""
-    path = tmp_path / ckpt.METRICS
-    assert ckpt.append_jsonl(path, [{"step": 1}])
+    path = tmp_path / runs.METRICS
+    assert runs.append_jsonl(path, [{"step": 1}])
     real_open = builtins.open
 
     class HalfWriter:
@@ -124,9 +124,9 @@ def test_a_failed_append_leaves_no_torn_line(tmp_path, monkeypatch, capsys):
             raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(builtins, "open", lambda *a, **k: HalfWriter(real_open(*a, **k)))
-    assert not ckpt.append_jsonl(path, [{"step": 2, "loss": 1.5}])
+    assert not runs.append_jsonl(path, [{"step": 2, "loss": 1.5}])
     monkeypatch.setattr(builtins, "open", real_open)
-    assert ckpt.append_jsonl(path, [{"step": 3}])
-    assert [r["step"] for r in ckpt.read_metrics(tmp_path)] == [1, 3]
+    assert runs.append_jsonl(path, [{"step": 3}])
+    assert [r["step"] for r in runs.read_metrics(tmp_path)] == [1, 3]
     assert path.read_text() == '{"step": 1}\n{"step": 3}\n'
     assert capsys.readouterr().err.count("warning:") == 1

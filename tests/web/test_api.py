@@ -113,7 +113,7 @@ def test_probes_skip_torn_lines_and_scores_are_read(tiny_runs, tmp_path):
     with open(run / "probes.jsonl", "a", encoding="utf-8") as f:
         f.write('{"step": 99, "sentence": "go .", "attent')  # a crash mid-write
     from attnlab.evaluation.evaluate import checkpoint_identity
-    from attnlab.training.checkpoint import resolve_checkpoint
+    from attnlab.runs import resolve_checkpoint
 
     scored = checkpoint_identity(resolve_checkpoint(run, "best"))  # the one the server loads
     (run / "eval-test.json").write_text(

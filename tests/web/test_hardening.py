@@ -36,7 +36,7 @@ LOOPBACK = "http://127.0.0.1"
 def _untrained(run_dir, kind_overrides=()):
     """A 2-layer × 4-head model of the run's kind with random weights: it never says <eos>, the worst case."""
     from attnlab.data.vocab import load_tokenizer
-    from attnlab.training.checkpoint import read_run
+    from attnlab.runs import read_run
 
     files = read_run(run_dir)
     cfg = C.apply_overrides(
@@ -434,7 +434,7 @@ def test_host_widens_with_a_non_loopback_bind_or_allowed_host(tiny_runs):
 def test_evaluate_records_the_checkpoint_it_scored(tiny_runs, tmp_path):
     from attnlab.data import corpus
     from attnlab.evaluation.evaluate import evaluate_split, write_report
-    from attnlab.training.checkpoint import MANIFEST, WEIGHTS
+    from attnlab.runs import MANIFEST, WEIGHTS
 
     run = tmp_path / "copy"
     shutil.copytree(tiny_runs("transformer"), run)

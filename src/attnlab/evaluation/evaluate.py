@@ -32,7 +32,7 @@ def checkpoint_identity(path: str | Path | None) -> dict[str, Any] | None:
     ``eval-<split>.json`` records it so a score is only shown beside the weights it scored (the web
     page compares ``weights_sha256``). Fields the manifest lacks are omitted; None without a path.
     """
-    from attnlab.training.checkpoint import MANIFEST, WEIGHTS
+    from attnlab.runs import MANIFEST, WEIGHTS
 
     if path is None:
         return None

@@ -82,7 +82,7 @@ def summarise_run(
     """Everything the comparison shows for one run; returns it and the speed sample used."""
     from attnlab.data import corpus
     from attnlab.evaluation.evaluate import evaluate_split, notes_examples
-    from attnlab.training.checkpoint import read_metrics, read_run
+    from attnlab.runs import read_metrics, read_run
     from attnlab.translator import Translator
 
     run_dir = Path(run_dir)

@@ -415,7 +415,7 @@ def diagnose_curves(
 
 def diagnose(run_dir: str | Path) -> DoctorReport:
     """Diagnose a run folder. Raises :class:`AttnlabError` when it cannot be read (no metrics, no config)."""
-    from attnlab.training.checkpoint import read_metrics, read_run
+    from attnlab.runs import read_metrics, read_run
 
     run_dir = Path(run_dir)
     files = read_run(run_dir)  # CheckpointError (an AttnlabError) on a missing/corrupt folder

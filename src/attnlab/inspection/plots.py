@@ -33,7 +33,7 @@ def save_figure(fig, path_stem: Path, formats=("png", "svg")) -> list[Path]:
 
 def plot_curves(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
     """curves.png/svg: training and validation loss, validation BLEU and the learning rate."""
-    from attnlab.training.checkpoint import read_metrics
+    from attnlab.runs import read_metrics
 
     run_dir = Path(run_dir)
     recs = read_metrics(run_dir)

@@ -102,7 +102,7 @@ def trial_config(base: Config, point: dict[str, str], minutes: float) -> Config:
 
 
 def _scores(run_dir: Path) -> tuple[float, float]:
-    from attnlab.training.checkpoint import read_metrics
+    from attnlab.runs import read_metrics
 
     valid = [r for r in read_metrics(run_dir) if r.get("event") == "valid"]
     bleus = [r["valid_bleu"] for r in valid if isinstance(r.get("valid_bleu"), int | float)]

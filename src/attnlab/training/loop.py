@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnlab import __version__
+from attnlab import __version__, runs
 from attnlab import config as config_mod
 from attnlab.config import Config
 from attnlab.data import corpus
@@ -42,7 +42,6 @@ from attnlab.device import autocast, pick_device, set_threads
 from attnlab.errors import AttnlabError
 from attnlab.io import atomic_write_json, atomic_write_text
 from attnlab.models import build_model
-from attnlab.training import checkpoint as ckpt
 from attnlab.training import distributed as D
 from attnlab.training import sizing
 from attnlab.training.budget import WARM_UPDATES, BudgetPlan
@@ -180,7 +179,7 @@ def record_probes(model: nn.Module, prepared, cfg: Config, device: torch.device,
             "tgt_tokens": [prepared.tgt_tok.id_to_token(i) for i in hyp.tokens] + (["<eos>"] if hyp.finished else []),
             "translation": prepared.tgt_tok.decode(hyp.tokens), "attention": att,
         })
-    ckpt.append_jsonl(run_dir / "probes.jsonl", records)  # a full disk warns; the run still saves
+    runs.append_jsonl(run_dir / "probes.jsonl", records)  # a full disk warns; the run still saves
 
 
 def _rng_state() -> dict[str, Any]:
@@ -202,7 +201,7 @@ def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = 
     """Check that ``out_dir`` suits a new run (or holds one to resume); ``restarted``: torchrun restarted
     this job before its first checkpoint, so the folder's files are this job's own and start over."""
     if restarted and not resume:
-        for name in (ckpt.METRICS, "probes.jsonl"):
+        for name in (runs.METRICS, "probes.jsonl"):
             (out_dir / name).unlink(missing_ok=True)
         return
     if resume:
@@ -212,7 +211,7 @@ def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = 
     if (out_dir / "checkpoints").exists() and any((out_dir / "checkpoints").iterdir()):
         raise AttnlabError(f"{out_dir} already holds a run; add --resume to continue it or choose another --out")
     out_dir.mkdir(parents=True, exist_ok=True)
-    for moved in set_aside_dead_records(out_dir, (ckpt.METRICS, "probes.jsonl")):  # a run that died before saving
+    for moved in set_aside_dead_records(out_dir, (runs.METRICS, "probes.jsonl")):  # a run that died before saving
         print(f"note: {out_dir} held records of a run with no checkpoint; moved them to {moved.name}", file=sys.stderr)
 
 
@@ -267,7 +266,7 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
         set_threads(cfg.train.threads)
     elif D.is_distributed():
         torch.set_num_threads(D.threads_per_process())  # ranks on one machine share its cores
-    saved_run = ckpt.read_run(out_dir) if resume else None
+    saved_run = runs.read_run(out_dir) if resume else None
     if saved_run is not None and cfg.train.size == "auto":
         # The command line again (an elastic restart, a library call): keep the size the run was built
         # with, not a new probe's choice.
@@ -321,13 +320,13 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
     exclude = None  # pairs of the current epoch consumed before a resume with another world size
     elapsed_before = 0.0
     if resume:
-        path = ckpt.resolve_checkpoint(out_dir, "last")
-        ckpt.load_weights(path, model)
-        st = ckpt.load_state(path)
+        path = runs.resolve_checkpoint(out_dir, "last")
+        runs.load_weights(path, model)
+        st = runs.load_state(path)
         try:
             optimizer.load_state_dict(st["optimizer"])
         except (ValueError, KeyError) as e:  # torch's refusal of parameter groups that do not fit this model
-            raise ckpt.CheckpointError(f"{path / ckpt.STATE}: its optimizer state does not fit this model ({e}); "
+            raise runs.CheckpointError(f"{path / runs.STATE}: its optimizer state does not fit this model ({e}); "
                                        "resume with the run's own config.toml or start a new run with another --out") from None
         budget.load_state_dict(st.get("budget", {}))
         step, epoch, pos = st["step"], st["epoch"], st["batch_in_epoch"]
@@ -349,19 +348,19 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
         else:
             _set_rng_state(rngs[my_rank] if isinstance(rngs, list) else rngs)
         if main:
-            for name in (ckpt.METRICS, "probes.jsonl"):
+            for name in (runs.METRICS, "probes.jsonl"):
                 _drop_records_after(out_dir / name, step)
-            ckpt.append_metrics(out_dir, {"event": "resume", "step": step, "epoch": epoch, "world_size": world,
+            runs.append_metrics(out_dir, {"event": "resume", "step": step, "epoch": epoch, "world_size": world,
                                           "saved_world_size": saved_world, "restart": D.restart_count()})
 
     if main:
-        atomic_write_text(out_dir / ckpt.CONFIG, config_mod.dumps_toml(cfg))
-        atomic_write_json(out_dir / ckpt.TOKENIZERS, {"src": src_tok.to_json(), "tgt": tgt_tok.to_json()})
+        atomic_write_text(out_dir / runs.CONFIG, config_mod.dumps_toml(cfg))
+        atomic_write_json(out_dir / runs.TOKENIZERS, {"src": src_tok.to_json(), "tgt": tgt_tok.to_json()})
         meta = {"seed": tc.seed, "versions": versions(), "device": str(device), "threads": torch.get_num_threads(),
                 "world_size": D.world_size(), "argv": argv or sys.argv, "data_stats": prepared.stats,
                 "model_parameters": sum(p.numel() for p in model.parameters()),
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        atomic_write_json(out_dir / ckpt.META, meta)
+        atomic_write_json(out_dir / runs.META, meta)
 
     def state_dict() -> dict[str, Any]:
         rng = _rng_state()
@@ -384,7 +383,7 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
         t0 = clock()
         st = state_dict()  # collective when distributed: every rank calls it
         if main:
-            ckpt.save_checkpoint(out_dir, step, model, st, keep=tc.keep_checkpoints, best=is_best)
+            runs.save_checkpoint(out_dir, step, model, st, keep=tc.keep_checkpoints, best=is_best)
         D.barrier()
         overhead_s += clock() - t0
 
@@ -402,7 +401,7 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
         if is_best:
             best_bleu = rec["valid_bleu"]
         if main:
-            ckpt.append_metrics(out_dir, rec)
+            runs.append_metrics(out_dir, rec)
         rec, is_best, best_bleu = D.broadcast_object((rec, is_best, best_bleu))
         overhead_s += clock() - t0
         save(is_best=is_best)
@@ -515,7 +514,7 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
                            "lr": optimizer.param_groups[0]["lr"], "tokens_per_s": tps, "tokens_seen": tokens_seen,
                            "elapsed_s": elapsed_before + now - t_start, "horizon": budget.horizon}
                     if main:
-                        ckpt.append_metrics(out_dir, rec)
+                        runs.append_metrics(out_dir, rec)
                     if bar is not None:
                         bar.set_postfix(loss=f"{rec['loss']:.3f}", lr=f"{rec['lr']:.2e}", tok_s=f"{tps:,.0f}")
                     t_log, tok_log, loss_log, ntok_log = now, 0, 0.0, 0
@@ -548,7 +547,7 @@ def _train(cfg: Config, out_dir: Path, resume: bool, progress: bool, prepared, a
     result = TrainResult(out_dir, step, epoch, stopped_by, best_bleu, last_valid,
                          tokens_seen / max(elapsed, 1e-9), examples_seen)
     if main:
-        meta_path = out_dir / ckpt.META
+        meta_path = out_dir / runs.META
         try:
             meta = json.loads(meta_path.read_text())
         except (OSError, ValueError):

@@ -1,4 +1,5 @@
-"""The only checkpoint saver and loader (STYLE.md habit 13).
+"""Run folders: the only checkpoint saver and loader, and the readers of everything a run wrote
+(STYLE.md habit 13). Training writes them and inference reads them; neither imports the other for it.
 
 Run folder layout::
 

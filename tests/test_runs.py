@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
+from attnlab import runs
 from attnlab.errors import CheckpointError
-from attnlab.training import checkpoint as ckpt
 
 
 class Tied(nn.Module):
@@ -18,41 +18,41 @@ class Tied(nn.Module):
 
 def _save(tmp_path, step=10, model=None):
     model = model or Tied()
-    ckpt.save_checkpoint(tmp_path, step, model, {"step": step, "rng": torch.get_rng_state()})
+    runs.save_checkpoint(tmp_path, step, model, {"step": step, "rng": torch.get_rng_state()})
     return model
 
 
 def test_round_trip_with_tied_weights(tmp_path):
     m = _save(tmp_path)
     m2 = Tied()
-    ckpt.load_weights(ckpt.resolve_checkpoint(tmp_path, "last"), m2)
+    runs.load_weights(runs.resolve_checkpoint(tmp_path, "last"), m2)
     for (k, a), (_, b) in zip(m.state_dict().items(), m2.state_dict().items()):
         assert torch.equal(a, b), k
     assert m2.output.weight is m2.embedding.weight
-    st = ckpt.load_state(ckpt.resolve_checkpoint(tmp_path, "last"))
+    st = runs.load_state(runs.resolve_checkpoint(tmp_path, "last"))
     assert st["step"] == 10
 
 
 def test_flipped_byte_is_refused(tmp_path):
     _save(tmp_path)
-    path = ckpt.resolve_checkpoint(tmp_path, "last")
-    w = path / ckpt.WEIGHTS
+    path = runs.resolve_checkpoint(tmp_path, "last")
+    w = path / runs.WEIGHTS
     data = bytearray(w.read_bytes())
     data[len(data) // 2] ^= 0xFF
     w.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="sha256"):
-        ckpt.load_weights(path, Tied())
+        runs.load_weights(path, Tied())
 
 
 def test_truncated_file_is_refused(tmp_path):
     _save(tmp_path)
-    path = ckpt.resolve_checkpoint(tmp_path, "last")
-    w = path / ckpt.WEIGHTS
+    path = runs.resolve_checkpoint(tmp_path, "last")
+    w = path / runs.WEIGHTS
     w.write_bytes(w.read_bytes()[:40])
     with pytest.raises(CheckpointError):
-        ckpt.load_weights(path, Tied())
+        runs.load_weights(path, Tied())
     with pytest.raises(CheckpointError, match="not a valid safetensors"):
-        ckpt.load_weights(path, Tied(), verify=False)
+        runs.load_weights(path, Tied(), verify=False)
 
 
 class Evil:
@@ -66,14 +66,14 @@ def test_pickle_is_refused_and_never_runs(tmp_path):
     import os
 
     _save(tmp_path)
-    path = ckpt.resolve_checkpoint(tmp_path, "last")
+    path = runs.resolve_checkpoint(tmp_path, "last")
     # a pickle in place of the weights, and in place of the training state (manifest updated to match)
-    (path / ckpt.WEIGHTS).write_bytes(pickle.dumps({"w": Evil()}))
-    (path / ckpt.STATE).write_bytes(pickle.dumps({"x": Evil()}))
+    (path / runs.WEIGHTS).write_bytes(pickle.dumps({"w": Evil()}))
+    (path / runs.STATE).write_bytes(pickle.dumps({"x": Evil()}))
     with pytest.raises(CheckpointError):
-        ckpt.load_weights(path, Tied(), verify=False)
+        runs.load_weights(path, Tied(), verify=False)
     with pytest.raises(CheckpointError, match="refused"):
-        ckpt.load_state(path)
+        runs.load_state(path)
     assert not os.path.exists("/tmp/attnlab-pwned-ckpt")
 
 
@@ -87,22 +87,22 @@ def test_wrong_shape_is_refused(tmp_path):
             self.output = nn.Linear(4, 9)
 
     with pytest.raises(CheckpointError, match="shape"):
-        ckpt.load_weights(ckpt.resolve_checkpoint(tmp_path, "last"), Other())
+        runs.load_weights(runs.resolve_checkpoint(tmp_path, "last"), Other())
 
 
 def test_rotation_keeps_best_and_last(tmp_path):
     m = Tied()
-    ckpt.save_checkpoint(tmp_path, 1, m, {}, keep=2, best=True)
+    runs.save_checkpoint(tmp_path, 1, m, {}, keep=2, best=True)
     for s in range(2, 7):
-        ckpt.save_checkpoint(tmp_path, s, m, {}, keep=2)
+        runs.save_checkpoint(tmp_path, s, m, {}, keep=2)
     names = sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*"))
     assert names == ["step-0000001", "step-0000004", "step-0000005", "step-0000006"]  # keep=2 besides best and last
-    assert ckpt.resolve_checkpoint(tmp_path, "best").name == "step-0000001"
-    assert ckpt.resolve_checkpoint(tmp_path, "last").name == "step-0000006"
+    assert runs.resolve_checkpoint(tmp_path, "best").name == "step-0000001"
+    assert runs.resolve_checkpoint(tmp_path, "last").name == "step-0000006"
 
 
 def test_missing_run_is_one_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
-        ckpt.resolve_checkpoint(tmp_path / "nope")
+        runs.resolve_checkpoint(tmp_path / "nope")
     with pytest.raises(CheckpointError, match="no checkpoint"):
-        ckpt.resolve_checkpoint(tmp_path)
+        runs.resolve_checkpoint(tmp_path)
