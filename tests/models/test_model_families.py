@@ -237,3 +237,29 @@ def _overfit(kind: str, steps: int, lr: float) -> tuple[float, float]:
 def test_each_family_overfits_a_tiny_batch(kind):
     loss, seconds = _overfit(kind, steps=150, lr=1e-2)
     assert loss < 0.05, f"{kind} did not overfit: loss {loss:.3f} after 150 steps ({seconds:.1f}s)"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_traits_describe_what_the_model_returns(kind):
+    """Inspection and the web page trust ``traits``: its kinds, layers and heads must be the model's own."""
+    import functools
+
+    from torch import nn
+
+    from attnlab.models import traits
+
+    cfg = tiny(kind, num_layers=3, num_heads=4)
+    t = traits(cfg)
+    model = build_model(cfg, SRC_V, TGT_V).eval()
+    assert type(model).traits(cfg) == t
+    src, vl, tgt = batch()
+    out = model(src, vl, tgt, need_weights=True)
+    assert set(t.attention) == ATTENTION_KEYS[kind] == set(out.attention)
+    for name, w in out.attention.items():
+        assert w.shape[1] == t.attention[name] and w.shape[2] == t.heads, (name, w.shape, t)
+    assert t.recurrent == (kind in ("seq2seq", "bahdanau"))
+    tables = [functools.reduce(getattr, name.split("."), model) for name in t.embeddings]
+    assert all(isinstance(e, nn.Embedding) for e in tables)
+    assert {id(m) for m in model.modules() if isinstance(m, nn.Embedding)} == {id(e) for e in tables}
+    # the decoder-only model's target follows the source in one position table
+    assert t.max_target_len(100, 30) == (69 if kind == "decoder-only" else 100)

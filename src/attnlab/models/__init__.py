@@ -16,6 +16,7 @@ from attnlab.models.decoder_only import DecoderOnly
 from attnlab.models.gru import Bahdanau, Seq2Seq
 from attnlab.models.outputs import EncoderOutput, ModelOutput, StepOutput
 from attnlab.models.protocol import DecoderState, Seq2SeqModel
+from attnlab.models.traits import ModelTraits
 from attnlab.models.transformer import Transformer
 
 BUILDERS: dict[str, Callable[[ModelConfig, int, int], nn.Module]] = {
@@ -44,11 +45,21 @@ def build_model(cfg: ModelConfig | Any, src_vocab_size: int, tgt_vocab_size: int
     return BUILDERS[cfg.kind](cfg, src_vocab_size, tgt_vocab_size)
 
 
+def traits(cfg: ModelConfig | Any) -> ModelTraits:
+    """What the family ``cfg.kind`` is (attention kinds, heads, recurrence, tables), without building it."""
+    if not isinstance(cfg, ModelConfig) and isinstance(getattr(cfg, "model", None), ModelConfig):
+        cfg = cfg.model
+    if cfg.kind not in BUILDERS:
+        raise ConfigError(f"model.kind={cfg.kind!r} is not valid; choose one of: {', '.join(BUILDERS)}")
+    return BUILDERS[cfg.kind].traits(cfg)
+
+
 __all__ = [
     "BUILDERS",
     "Bahdanau",
     "DecoderOnly",
     "DecoderState",
+    "ModelTraits",
     "EncoderOutput",
     "ModelOutput",
     "Seq2Seq",
@@ -56,4 +67,5 @@ __all__ = [
     "StepOutput",
     "Transformer",
     "build_model",
+    "traits",
 ]

@@ -32,6 +32,7 @@ from attnlab.config import ModelConfig
 from attnlab.dropout import Dropout
 from attnlab.models.outputs import EncoderOutput, ModelOutput, StepOutput
 from attnlab.models.protocol import DecoderState
+from attnlab.models.traits import ModelTraits
 from attnlab.models.transformer import (
     EncoderBlock,
     init_blocks,
@@ -51,6 +52,11 @@ class DecoderOnlyState(DecoderState):
 
 class DecoderOnly(nn.Module):
     """Causal Transformer over ``source <eos> <bos> target`` obeying the attnlab model protocol."""
+
+    @staticmethod
+    def traits(cfg: ModelConfig) -> ModelTraits:
+        return ModelTraits({"self": cfg.num_layers}, heads=cfg.num_heads,
+                           embeddings=("src_embedding", "tgt_embedding"), one_sequence=True)
 
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> None:
         super().__init__()

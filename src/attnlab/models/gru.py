@@ -30,6 +30,7 @@ from attnlab.config import ConfigError, ModelConfig
 from attnlab.dropout import Dropout
 from attnlab.models.outputs import EncoderOutput, ModelOutput, StepOutput
 from attnlab.models.protocol import DecoderState
+from attnlab.models.traits import ModelTraits
 
 # ----------------------------------------------------------------------------------------------
 # The GRU from scratch (notes §7)
@@ -299,6 +300,10 @@ class Seq2SeqState(DecoderState):
 class Seq2Seq(nn.Module):
     """GRU encoder–decoder whose decoder input is ``embedding(y_{t-1}) ⊕ c`` with one fixed ``c``."""
 
+    @staticmethod
+    def traits(cfg: ModelConfig) -> ModelTraits:
+        return ModelTraits(recurrent=True, embeddings=("encoder.embedding", "tgt_embedding"))
+
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> None:
         super().__init__()
         self.config = cfg
@@ -356,6 +361,11 @@ class Bahdanau(nn.Module):
     Step t': query = previous decoder top state s(t'-1), keys = values = encoder states h_t,
     context c(t') = Σ α h_t; the decoder GRU reads ``embedding(y_{t'-1}) ⊕ c(t')``.
     """
+
+    @staticmethod
+    def traits(cfg: ModelConfig) -> ModelTraits:
+        # One additive attention shared by every recurrent layer: one map.
+        return ModelTraits({"cross": 1}, recurrent=True, embeddings=("encoder.embedding", "tgt_embedding"))
 
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> None:
         super().__init__()

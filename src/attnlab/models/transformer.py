@@ -33,6 +33,7 @@ from attnlab.config import ModelConfig
 from attnlab.dropout import Dropout
 from attnlab.models.outputs import EncoderOutput, ModelOutput, StepOutput
 from attnlab.models.protocol import DecoderState
+from attnlab.models.traits import ModelTraits
 
 
 class PositionWiseFFN(nn.Module):
@@ -178,6 +179,12 @@ class TransformerState(DecoderState):
 
 class Transformer(nn.Module):
     """Encoder–decoder Transformer obeying the attnlab model protocol (see ``models/protocol.py``)."""
+
+    @staticmethod
+    def traits(cfg: ModelConfig) -> ModelTraits:
+        L = cfg.num_layers
+        return ModelTraits({"enc_self": L, "dec_self": L, "cross": L}, heads=cfg.num_heads,
+                           embeddings=("src_embedding", "tgt_embedding"))
 
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> None:
         super().__init__()

@@ -1,0 +1,37 @@
+"""What a model family is, asked of the model instead of tested on its kind name.
+
+    t = traits(cfg.model)          # or type(model).traits(model.config)
+    t.attention                    # {"enc_self": 2, "dec_self": 2, "cross": 2}: kind -> layers
+    t.recurrent, t.heads, t.embeddings, t.max_target_len(max_positions, src_len)
+
+Inspection, the translator and the web page read these facts, so a new family (Luong attention,
+an encoder-only model) is described once, in its own module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ModelTraits:
+    """``attention``: the attention kinds the model returns (keys of its attention dicts, see
+    ``outputs.py``) and how many layers of maps each has; empty for the fixed-context seq2seq.
+    ``heads``: heads per attention layer (1 for additive attention). ``recurrent``: a GRU model
+    (its states and gates can be explained step by step). ``embeddings``: attribute names of its
+    ``nn.Embedding`` tables. ``one_sequence``: source and target share one position table
+    (decoder-only: the target starts after the source)."""
+
+    attention: dict[str, int] = field(default_factory=dict)
+    heads: int = 1
+    recurrent: bool = False
+    embeddings: tuple[str, ...] = ()
+    one_sequence: bool = False
+
+    @property
+    def attention_kinds(self) -> tuple[str, ...]:
+        return tuple(self.attention)
+
+    def max_target_len(self, max_positions: int, src_len: int = 0) -> int:
+        """Most target positions the position table leaves after a ``src_len``-token source."""
+        return max(1, max_positions - src_len - 1) if self.one_sequence else max_positions
