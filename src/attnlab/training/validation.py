@@ -1,0 +1,98 @@
+"""What a training run measures on the valid split at its planned steps (the notes' §10, §21):
+the plain cross-entropy and perplexity, greedy BLEU/chrF on a sample, and the attention of the probe
+sentences (``probes.jsonl``, read by ``attnlab attention --timeline``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnlab import config as config_mod
+from attnlab import runs
+from attnlab.config import Config
+from attnlab.data.batching import TokenBatchSampler, collate
+from attnlab.data.text import detokenize
+from attnlab.device import autocast
+from attnlab.evaluation.bleu import corpus_scores
+from attnlab.training.losses import sequence_loss
+from attnlab.translator import Translator, decode_many
+
+NUMBERS_PROBES = ("twenty-one", "three hundred and five", "one thousand two hundred and thirty-four")
+
+
+def batches_of(split, sampler: TokenBatchSampler, epoch: int):
+    for idx in sampler.epoch(epoch):
+        yield collate([split.src[i] for i in idx], [split.tgt[i] for i in idx], idx)
+
+
+def validation_loss(model: nn.Module, split, cfg: Config, device: torch.device) -> dict[str, float]:
+    """Plain (unsmoothed) cross-entropy per token and perplexity over the whole split."""
+    if not split.src:
+        return {"valid_loss": float("nan"), "valid_ppl": float("nan"), "valid_acc": float("nan")}
+    n = cfg.train.eval_max_pairs or len(split.src)  # a fixed subset keeps validation cheap under a budget
+    split = dataclasses.replace(split, src=split.src[:n], tgt=split.tgt[:n])
+    sampler = TokenBatchSampler([len(s) for s in split.src], [len(t) for t in split.tgt],
+                                cfg.data.batch_tokens * 2, cfg.data.max_batch_size, shuffle=False, seed=0)
+    was_training = model.training
+    model.eval()
+    nll, ntok, correct = 0.0, 0, 0
+    try:
+        with torch.inference_mode(), autocast(device, cfg.train.amp):
+            for batch in batches_of(split, sampler, 0):
+                out = sequence_loss(model, batch.to(device), 0.0)
+                nll += float(out.nll_sum)
+                ntok += out.num_tokens
+                correct += out.num_correct
+    finally:
+        model.train(was_training)
+    loss = nll / max(ntok, 1)
+    return {"valid_loss": loss, "valid_ppl": math.exp(min(loss, 50)), "valid_acc": correct / max(ntok, 1)}
+
+
+def validation_bleu(model: nn.Module, prepared, cfg: Config, device: torch.device) -> dict[str, Any]:
+    """Greedy BLEU/chrF on the first ``train.eval_max_sentences`` distinct valid sources, scored as
+    ``attnlab evaluate`` scores (detokenized, all references)."""
+    split = prepared.splits["valid"]
+    rows = split.unique_sources()[: cfg.train.eval_max_sentences]  # each source once, all its references
+    if not rows:
+        return {}
+    hyps = decode_many(model, [split.src[i] for i in rows], cfg.decode, device, beam_size=1)
+    texts = [prepared.tgt_tok.decode(h[0].tokens) for h in hyps]
+    refs = [[detokenize(r.split(), "fr") for r in split.references[i]] for i in rows]  # as `attnlab evaluate`
+    scores = corpus_scores(texts, refs)
+    return {"valid_bleu": scores["bleu"], "valid_chrf": scores["chrf"]}
+
+
+def record_probes(model: nn.Module, prepared, cfg: Config, device: torch.device, run_dir: Path, step: int) -> None:
+    """Attention of the probe sentences at this step (inspection: `attnlab attention --timeline`)."""
+    sentences = [s for s in cfg.train.probe_sentences if s.strip()]
+    if cfg.data.dataset == "numbers" and tuple(cfg.train.probe_sentences) == config_mod.TrainConfig().probe_sentences:
+        sentences = list(NUMBERS_PROBES)  # the notes' English examples are all <unk> on the numbers task
+    if not sentences:
+        return
+    # The translator's attention capture (the figures' and the web page's), one sentence at a time
+    # (a batch would pad the keys) over sources cut as training cuts them; the model's mode is kept.
+    was_training = model.training
+    try:
+        tr = Translator(model, prepared.src_tok, prepared.tgt_tok, cfg, device, max_src_tokens=cfg.data.num_steps - 1)
+        results = [tr.attention(s) for s in sentences]
+    finally:
+        model.train(was_training)
+    records = []
+    for s, r in zip(sentences, results):
+        n = len(r.tgt_tokens)  # one row per output token: the queries that produced it
+        att = {
+            kind: torch.round(w[..., -n:, :].float().mean(dim=1), decimals=4).tolist()  # (layers, T_out, keys): heads averaged
+            for kind, w in r.attention.items()
+            if kind != "enc_self"  # the encoder's queries produce no output token
+        }
+        records.append({
+            "step": step, "sentence": s, "src_tokens": r.src_tokens, "tgt_tokens": r.tgt_tokens,
+            "translation": r.translation, "attention": att,
+        })
+    runs.append_jsonl(run_dir / "probes.jsonl", records)  # a full disk warns; the run still saves
