@@ -51,6 +51,7 @@ from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
 from attnlab import config as config_mod
+from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import CheckpointError
 from attnlab.io import atomic_write_json, atomic_write_text, fsync_dir, usual_mode
 
@@ -209,8 +210,6 @@ def _model_fingerprint(cfg: config_mod.Config) -> dict[str, Any]:
 
 def _vocab_fingerprint(tok_json: Any) -> dict[str, Any]:
     """Size and sha256 of a tokenizer's id -> token table (what the embedding rows mean)."""
-    from attnlab.data.vocab import load_tokenizer
-
     tok = load_tokenizer(tok_json)
     table = [tok.id_to_token(i) for i in range(len(tok))]
     digest = hashlib.sha256(

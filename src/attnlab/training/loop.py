@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from attnlab.config import Config, TrainConfig
 from attnlab.data.batching import Batch
@@ -158,8 +159,6 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
 
 
 def _progress_bar(s: Session):
-    from tqdm.auto import tqdm  # only for an interactive run
-
     return tqdm(total=s.budget.horizon, initial=s.progress.step, desc=f"train {s.cfg.model.kind}", unit="step",
                 dynamic_ncols=True, file=sys.stderr)
 

@@ -90,7 +90,7 @@ def finish_meta(out_dir: Path, facts: dict[str, Any]) -> None:
     meta.update({"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **facts})
     atomic_write_json(meta_path, meta)
     try:
-        from attnlab.inspection.plots import plot_curves  # matplotlib: an optional extra
+        from attnlab.inspection.plots import plot_curves  # matplotlib is heavy: loaded only to draw
 
         plot_curves(out_dir)
     except ImportError:
