@@ -2,20 +2,27 @@
 
 A user mistake (bad path, config typo, corrupt checkpoint) prints one line, ``error: …``, and
 exits with code 2; an interrupted command exits 130. Anything else is a bug and keeps its traceback.
+
+Each command imports the library inside its body (here and in the command modules): building the
+parser then never imports torch, so ``attnlab --help`` and a mistyped option answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import io
 import os
 import sys
+import tomllib
 from pathlib import Path
 
+from attnlab import __version__
 from attnlab import config as config_mod
+from attnlab.cli_common import add_config_args, build_config
 from attnlab.config import MODEL_KINDS, Config
 from attnlab.errors import AttnlabError
+from attnlab.inspection import commands_analysis, commands_views
+from attnlab.web import commands as web_commands
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,46 +30,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
 
 
-def _add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="TOML config file (sections data/model/train/decode)")
-    p.add_argument("--data", metavar="PATH", help="fra-eng zip, fra.txt or folder (else $ATTNLAB_DATA_DIR, then the cache)")
-    p.add_argument("overrides", nargs="*", metavar="section.key=value",
-                   help="typed overrides, e.g. train.lr=3e-4 model.num_layers=3")
-
-
-def build_config(args, kind: str | None = None, dataset: str | None = None, base: Config | None = None) -> Config:
-    """Preset for the model kind, then --config, then shortcut flags, then dotted overrides."""
-    cfg = base or Config()
-    if kind is not None and base is None:
-        cfg = config_mod.preset(kind)
-    if getattr(args, "config", None):
-        cfg = config_mod.load_toml(args.config, cfg)
-    extra = []
-    if kind is not None:
-        extra.append(f"model.kind={kind}")
-    if dataset is not None:
-        extra.append(f"data.dataset={dataset}")
-    if getattr(args, "data", None):
-        extra.append(f"data.data_path={args.data}")
-    for flag, key in (("max_minutes", "train.max_minutes"), ("max_steps", "train.max_steps"),
-                      ("seed", "train.seed"), ("threads", "train.threads"), ("device", "train.device"),
-                      ("size", "train.size")):
-        if getattr(args, flag, None) is not None:
-            extra.append(f"{key}={getattr(args, flag)}")
-    return config_mod.apply_overrides(cfg, extra + list(getattr(args, "overrides", []) or []))
-
-
 # ---------------------------------------------------------------------------------------------- data
 
 def cmd_data(args) -> int:
     from attnlab.data import corpus
+    from attnlab.data.vocab import EOS, PAD
 
     cfg = build_config(args, dataset=args.dataset)
     prepared = corpus.prepare(cfg.data)
     print(corpus.format_stats(prepared))
     if args.sentence is not None:
-        from attnlab.data.vocab import EOS, PAD
-
         src_tok = prepared.src_tok
         ids = src_tok.encode(args.sentence)[: cfg.data.num_steps - 1]
         seq = ids + [EOS]
@@ -83,12 +60,12 @@ def cmd_data(args) -> int:
 
 def cmd_train(args) -> int:
     from attnlab.runs import read_run
+    from attnlab.training.launch import launch_nproc
     from attnlab.training.loop import train
+    from attnlab.training.resume import check_resume_overrides
 
     out = Path(args.out)
     if args.resume:
-        from attnlab.training.resume import check_resume_overrides
-
         saved = read_run(out).config
         cfg = build_config(args, dataset=args.dataset, base=saved)
         if args.model and args.model != cfg.model.kind:
@@ -102,8 +79,6 @@ def cmd_train(args) -> int:
         if cfg.train.size == "auto" and "RANK" not in os.environ:  # under torchrun rank 0 sizes for all
             cfg = _size_for_machine(cfg, args)
     if args.nproc and args.nproc > 1:
-        from attnlab.training.launch import launch_nproc
-
         return launch_nproc(args.nproc, sys.argv[1:])
     res = train(cfg, out, resume=args.resume, progress=not args.quiet, argv=sys.argv)
     if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
@@ -125,8 +100,6 @@ def _explicit_keys(args) -> frozenset[str]:
     """The dotted keys the user set: in --config, as flags or as overrides (train.size=auto leaves them)."""
     keys = {item.split("=", 1)[0].strip() for item in (getattr(args, "overrides", None) or []) if "=" in item}
     if getattr(args, "config", None):
-        import tomllib
-
         with open(args.config, "rb") as f:
             keys |= {f"{sec}.{k}" for sec, vals in tomllib.load(f).items() if isinstance(vals, dict) for k in vals}
     return frozenset(keys)
@@ -231,15 +204,13 @@ def cmd_demo(args) -> int:
 
 def make_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="attnlab", description=__doc__.splitlines()[0])
-    from attnlab import __version__
-
     p.add_argument("--version", action="version", version=f"attnlab {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     d = sub.add_parser("data", help="corpus statistics and the notes' §4 tokens → ids walk-through")
     d.add_argument("--dataset", choices=config_mod.DATASETS, default="fra-eng")
     d.add_argument("--sentence", help="an English sentence to follow through preprocessing and the vocabulary")
-    _add_config_args(d)
+    add_config_args(d)
     d.set_defaults(func=cmd_data)
 
     t = sub.add_parser("train", help="train a model into a run folder")
@@ -257,7 +228,7 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--device")
     t.add_argument("--nproc", type=int, default=0, help="data-parallel processes on this machine (torchrun)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
-    _add_config_args(t)
+    add_config_args(t)
     t.set_defaults(func=cmd_train)
 
     for name, func, helptext in (("translate", cmd_translate, "translate sentences with a trained run"),
@@ -287,23 +258,9 @@ def make_parser() -> argparse.ArgumentParser:
     m.add_argument("--threads", type=int, default=0)
     m.set_defaults(func=cmd_demo)
 
-    for name in _EXTRA_COMMANDS:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name != name:
-                raise
-            continue  # that part of attnlab is not installed in this build
+    for module in (commands_views, commands_analysis, web_commands):  # each adds its subcommands
         module.register(sub)
     return p
-
-
-# Modules that add subcommands: each defines register(subparsers) (plain list, no registry magic).
-_EXTRA_COMMANDS = [
-    "attnlab.inspection.commands_views",  # attention, explain, params, positional, selfcheck
-    "attnlab.inspection.commands_analysis",  # doctor, sweep, heads, compare
-    "attnlab.web.commands",  # serve
-]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,3 +71,12 @@ def test_translate_keeps_lines_and_order(tiny_runs, tmp_path):
     # stdin works the same
     piped = attnlab("translate", str(run), "--checkpoint", "last", input="\n".join(lines[:50]) + "\n")
     assert piped.stdout.split("\n")[:-1] == out[:50]
+
+
+def test_the_parser_is_built_without_importing_torch():
+    """Why cli.py and the command modules import the library inside each command: `--help` stays instant."""
+    code = ("import sys; from attnlab.cli import make_parser; make_parser(); "
+            "print(sorted(m for m in ('torch', 'attnlab.data', 'attnlab.translator') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

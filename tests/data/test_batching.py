@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -83,7 +81,7 @@ def test_batch_pin_memory():
 LENGTHS = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), min_size=1, max_size=300)
 
 
-def _check_epoch(batches: list[list[int]], src, tgt, budget, cap):
+def check_epoch(batches: list[list[int]], src, tgt, budget, cap):
     for batch in batches:
         assert 1 <= len(batch) <= cap
         s = max(src[i] for i in batch) + 1
@@ -101,34 +99,9 @@ def test_batches_respect_budget_and_cover_every_pair_once(lengths, budget, cap, 
     tgt = [b for _, b in lengths]
     sampler = TokenBatchSampler(src, tgt, budget, cap, shuffle=shuffle, seed=seed)
     batches = sampler.epoch(epoch)
-    _check_epoch(batches, src, tgt, budget, cap)
+    check_epoch(batches, src, tgt, budget, cap)
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
     assert sampler.epoch(epoch) == batches  # deterministic in (seed, epoch)
-
-
-@settings(max_examples=60, deadline=None)
-@given(LENGTHS, st.integers(41, 400), st.integers(1, 64), st.integers(0, 5), st.integers(1, 5))
-def test_rank_sharding_covers_everything_once_with_equal_counts(lengths, budget, cap, seed, world_size):
-    src = [a for a, _ in lengths]
-    tgt = [b for _, b in lengths]
-    if len(lengths) < world_size:
-        with pytest.raises(ValueError, match="cannot be shared"):
-            TokenBatchSampler(src, tgt, budget, cap, True, seed, rank=0, world_size=world_size)
-        return
-    per_rank = [
-        TokenBatchSampler(src, tgt, budget, cap, True, seed, rank=r, world_size=world_size).epoch(2)
-        for r in range(world_size)
-    ]
-    assert len({len(b) for b in per_rank}) == 1  # equal batch counts: no rank waits at a collective
-    seen = Counter(i for batches in per_rank for b in batches for i in b)
-    assert set(seen) == set(range(len(lengths)))
-    n_batches = sum(len(b) for b in per_rank)
-    if n_batches <= len(lengths):  # splitting was enough: every pair exactly once
-        assert all(c == 1 for c in seen.values())
-    else:  # only all-singleton batches with too few pairs need reuse, and then only a few
-        assert n_batches - len(lengths) < world_size
-    for batches in per_rank:
-        _check_epoch(batches, src, tgt, budget, cap)
 
 
 def test_length_bucketing_sorts_and_shuffle_varies_by_epoch():
@@ -148,21 +121,7 @@ def test_length_bucketing_sorts_and_shuffle_varies_by_epoch():
     assert real / padded > 0.9
 
 
-def test_resume_skips_batches_and_iteration_matches_epoch():
-    src = list(range(50)) * 4
-    tgt = list(range(50)) * 4
-    sampler = TokenBatchSampler(src, tgt, 256, 32, shuffle=True, seed=7, rank=1, world_size=2)
-    full = sampler.epoch(3)
-    sampler.set_epoch(3)
-    assert list(sampler) == full and len(sampler) == len(full) == sampler.num_batches(3)
-    sampler.set_epoch(3, start=4)
-    assert list(sampler) == full[4:] and len(sampler) == len(full) - 4
-    assert sampler.global_batches(3)[1::2] == full
-
-
-def test_sampler_rejects_a_pair_over_budget_and_bad_ranks():
+def test_sampler_rejects_a_pair_over_budget():
     with pytest.raises(ValueError, match="pair 1 needs 51 tokens per row"):
         TokenBatchSampler([3, 50], [3, 4], 40, 8, shuffle=False, seed=0)
-    with pytest.raises(ValueError, match="rank"):
-        TokenBatchSampler([3], [3], 40, 8, shuffle=False, seed=0, rank=2, world_size=2)
     assert TokenBatchSampler([], [], 40, 8, shuffle=True, seed=0).epoch(0) == []

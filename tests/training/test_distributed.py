@@ -11,11 +11,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from attnlab import config as config_mod
@@ -27,6 +30,7 @@ from attnlab.training import distributed as D
 from attnlab.training import launch
 from attnlab.training.loop import train
 from tests.conftest import tiny_config
+from tests.data.test_batching import LENGTHS, check_epoch
 
 # ------------------------------------------------------------------------------- sharding (fast)
 
@@ -39,7 +43,7 @@ TGT = rng.integers(1, 14, size=157).tolist()
 def test_global_batches_are_one_process_batches_with_world_times_the_budget(world):
     single = TokenBatchSampler(SRC, TGT, 40 * world, 8 * world, shuffle=True, seed=5)
     for e in range(3):
-        assert D.epoch_batches(SRC, TGT, 40, 8, 5, e, world) == single.global_batches(e)
+        assert D.epoch_batches(SRC, TGT, 40, 8, 5, e, world) == single.epoch(e)
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
@@ -55,6 +59,26 @@ def test_every_pair_is_seen_exactly_once_per_epoch_across_ranks(world):
                     widths = [max(SRC[i], TGT[i]) + 1 for i in idx]
                     assert len(idx) * max(widths) <= 40 + max(widths)  # per-rank budget, at most one row over
         assert sorted(seen) == list(range(len(SRC)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(LENGTHS, st.integers(41, 400), st.integers(1, 64), st.integers(0, 5), st.integers(1, 5))
+def test_rank_sharding_covers_everything_once_with_equal_counts(lengths, budget, cap, seed, world):
+    """Any lengths, budget and world size: every rank has rows in every global batch (the same
+    number of steps, so no rank waits at a collective) and every pair is trained on exactly once."""
+    src = [a for a, _ in lengths]
+    tgt = [b for _, b in lengths]
+    batches = D.epoch_batches(src, tgt, budget, cap, seed, 2, world)
+    check_epoch(batches, src, tgt, budget * world, cap * world)  # the global batches keep the global budget
+    per_rank = [[D.shard(batch, r, world) for batch in batches] for r in range(world)]
+    assert all(len(idx) >= 1 for steps in per_rank for idx, _ in steps)  # equal step counts on every rank
+    seen = Counter(i for steps in per_rank for idx, real in steps if real for i in idx)
+    assert set(seen) == set(range(len(lengths))) and all(c == 1 for c in seen.values())
+    for batch, parts in zip(batches, zip(*per_rank)):
+        assert sum(real for _, real in parts) == min(world, len(batch))  # fillers only when short
+        widest = max(max(src[i], tgt[i]) + 1 for i in batch)
+        for idx, _ in parts:
+            assert len(idx) <= cap and len(idx) * widest <= budget + widest  # at most one row over
 
 
 @pytest.mark.parametrize("worlds", [(2, 1), (1, 3), (3, 2, 4)])

@@ -1,6 +1,7 @@
 """Data: D2L preprocessing, vocabularies (word and BPE), the fra-eng and numbers corpora, batching.
 
-See docs/DESIGN.md § data/. ``attnlab.data.subword`` (BPE, needs ``tokenizers``) is imported on demand.
+See docs/DESIGN.md § data/. The layers point one way: ``specials`` (the reserved ids) ← ``subword``
+(BPE) ← ``vocab`` (words, the tokenizer protocol and :func:`load_tokenizer` for either kind).
 """
 
 from attnlab.data.batching import Batch, TokenBatchSampler, collate

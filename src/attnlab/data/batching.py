@@ -15,7 +15,7 @@ At test time there is no ``tgt_in``: the decoder feeds back its own predictions 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -112,7 +112,7 @@ def collate(
 
 
 class TokenBatchSampler:
-    """Length-bucketed batches under a token budget, deterministic in ``(seed, epoch)``, sharded by rank.
+    """Length-bucketed batches under a token budget, deterministic in ``(seed, epoch)``.
 
     Per epoch ``e``:
 
@@ -123,17 +123,11 @@ class TokenBatchSampler:
        ``(batch_size + 1) * max(S, T) > batch_tokens`` or the batch already holds
        ``max_batch_size`` pairs, where ``S = max src_len + 1`` (the source ``<eos>``) and
        ``T = max tgt_len + 1`` (``<bos>``/``<eos>``) — exactly the padded shapes :func:`collate` makes.
-    3. With several ranks the batch list is padded to a multiple of ``world_size`` by **splitting**
-       the batch with the most pairs in two (halves stay length-sorted and under budget), so every
-       pair still goes to exactly one rank. Only when every batch is already a single pair and the
-       count is still not a multiple (fewer pairs than needed) are the first batches **reused**; this
-       is the one case where a pair is seen twice in an epoch.
-    4. With ``shuffle=True`` the batch order is shuffled with ``random.Random(seed * 1000 + e)``.
-    5. Rank ``r`` takes batches ``r, r + world_size, ...``: equal counts on every rank.
+    3. With ``shuffle=True`` the batch order is shuffled with ``random.Random(seed * 1000 + e)``.
 
-    ``epoch(e)`` returns this rank's batches (lists of indices); a resumed run skips the first
-    ``k`` with ``epoch(e)[k:]`` or ``set_epoch(e, start=k)``. Iterating the sampler (as a
-    ``DataLoader(batch_sampler=...)``) yields the batches of the epoch set by :meth:`set_epoch`.
+    ``epoch(e)`` returns the batches (lists of indices). Every pair is in exactly one batch.
+    Several processes share these batches through :mod:`attnlab.training.distributed`
+    (``epoch_batches`` cuts the global batches with this sampler, ``shard`` splits each one's rows).
     Raises ``ValueError`` if a single pair cannot fit the budget or if the arguments are invalid.
     """
 
@@ -145,15 +139,11 @@ class TokenBatchSampler:
         max_batch_size: int,
         shuffle: bool,
         seed: int,
-        rank: int = 0,
-        world_size: int = 1,
     ) -> None:
         if len(src_lens) != len(tgt_lens):
             raise ValueError(f"src_lens has {len(src_lens)} entries but tgt_lens has {len(tgt_lens)}")
         if batch_tokens < 1 or max_batch_size < 1:
             raise ValueError(f"batch_tokens={batch_tokens} and max_batch_size={max_batch_size} must be >= 1")
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank={rank} must lie in [0, world_size={world_size})")
         self.src_lens = np.asarray(src_lens, dtype=np.int64).reshape(-1)  # (N,)
         self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64).reshape(-1)  # (N,)
         self._src_list: list[int] = self.src_lens.tolist()
@@ -162,10 +152,7 @@ class TokenBatchSampler:
         self.max_batch_size = int(max_batch_size)
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
-        self.rank = int(rank)
-        self.world_size = int(world_size)
-        n = len(self.src_lens)
-        if n:
+        if len(self.src_lens):
             widest = np.maximum(self.src_lens, self.tgt_lens) + 1
             worst = int(widest.argmax())
             if widest[worst] > self.batch_tokens:
@@ -173,16 +160,11 @@ class TokenBatchSampler:
                     f"pair {worst} needs {int(widest[worst])} tokens per row, more than batch_tokens={batch_tokens}; "
                     "raise data.batch_tokens or truncate to a smaller data.num_steps"
                 )
-        if 0 < n < world_size:
-            raise ValueError(f"{n} pairs cannot be shared among world_size={world_size} ranks")
-        self._epoch = 0
-        self._start = 0
 
     def __repr__(self) -> str:
         return (
             f"TokenBatchSampler(n={len(self.src_lens)}, batch_tokens={self.batch_tokens}, "
-            f"max_batch_size={self.max_batch_size}, shuffle={self.shuffle}, seed={self.seed}, "
-            f"rank={self.rank}, world_size={self.world_size})"
+            f"max_batch_size={self.max_batch_size}, shuffle={self.shuffle}, seed={self.seed})"
         )
 
     def _order(self, rng: random.Random) -> np.ndarray:
@@ -210,44 +192,10 @@ class TokenBatchSampler:
             batches.append(cur)
         return batches
 
-    def _pad_to_world(self, batches: list[list[int]]) -> list[list[int]]:
-        ws = self.world_size
-        while len(batches) % ws:
-            j = max(range(len(batches)), key=lambda k: len(batches[k]))  # first of the largest
-            big = batches[j]
-            if len(big) < 2:  # every batch is one pair: nothing left to split, reuse instead
-                need = -len(batches) % ws
-                return batches + [list(b) for b in batches[:need]]
-            half = len(big) // 2
-            batches[j : j + 1] = [big[:half], big[half:]]
-        return batches
-
-    def global_batches(self, epoch: int) -> list[list[int]]:
-        """All ranks' batches for ``epoch`` in their final order (before rank ``r`` takes ``r::world_size``)."""
-        rng = random.Random(self.seed * 1000 + epoch)
+    def epoch(self, e: int) -> list[list[int]]:
+        """The batches of epoch ``e`` in their final order (deterministic in ``(seed, e)``)."""
+        rng = random.Random(self.seed * 1000 + e)
         batches = self._cut(self._order(rng))
-        if self.world_size > 1:
-            batches = self._pad_to_world(batches)
         if self.shuffle:
             rng.shuffle(batches)
         return batches
-
-    def epoch(self, e: int) -> list[list[int]]:
-        """This rank's batches for epoch ``e`` (deterministic in ``(seed, e)``)."""
-        return self.global_batches(e)[self.rank :: self.world_size]
-
-    def num_batches(self, e: int) -> int:
-        """How many batches this rank gets in epoch ``e`` (the same on every rank)."""
-        return len(self.epoch(e))
-
-    def set_epoch(self, e: int, start: int = 0) -> None:
-        """Make iteration yield epoch ``e``'s batches, skipping the first ``start`` (for resume)."""
-        if start < 0:
-            raise ValueError(f"start={start} must be >= 0")
-        self._epoch, self._start = int(e), int(start)
-
-    def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.epoch(self._epoch)[self._start :])
-
-    def __len__(self) -> int:
-        return max(0, self.num_batches(self._epoch) - self._start)

@@ -33,7 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from num2words import num2words
+
 from attnlab.config import DataConfig
+from attnlab.data.subword import BPETokenizer
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK, Tokenizer, Vocab
 from attnlab.errors import AttnlabError
@@ -389,8 +392,6 @@ def read_pairs(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
 
 @functools.cache
 def _number_words(k: int) -> tuple[str, str]:
-    from num2words import num2words  # imported lazily: only the numbers task needs it
-
     return preprocess(num2words(k, lang="en")), preprocess(num2words(k, lang="fr"))
 
 
@@ -512,12 +513,11 @@ def _histogram(lengths: list[int]) -> list[int]:
     return [counts.get(k, 0) for k in range(max(counts, default=-1) + 1)]
 
 
-def _build_tokenizers(
-    cfg: DataConfig, src_texts: list[str], tgt_texts: list[str]
-) -> tuple[Tokenizer, Tokenizer]:
-    if cfg.tokenizer == "bpe":
-        from attnlab.data.subword import BPETokenizer
-
+def _build_tokenizers(cfg: DataConfig, train: list[tuple[str, str]]) -> tuple[Tokenizer, Tokenizer]:
+    """Source and target tokenizers learnt from the **training** pairs only (``cfg.tokenizer`` decides the kind)."""
+    src_texts = [en for en, _ in train]
+    tgt_texts = [fr for _, fr in train]
+    if cfg.tokenizer == BPETokenizer.kind:
         return (
             BPETokenizer.train(src_texts, cfg.bpe_vocab_size, lang="en", preprocessed=True),
             BPETokenizer.train(tgt_texts, cfg.bpe_vocab_size, lang="fr", preprocessed=True),
@@ -547,78 +547,32 @@ def prepare(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = No
     ``k`` counts sentences of ``k`` tokens (all pairs, before truncation).
     Raises :class:`CorpusError` when the corpus cannot be found or parsed.
     """
-    if cfg.dataset == "numbers":
-        if cfg.numbers_size > NUMBERS_MAX + 1:
-            raise CorpusError(
-                f"data.numbers_size={cfg.numbers_size} exceeds the {NUMBERS_MAX + 1} distinct numbers 0..{NUMBERS_MAX}; "
-                "lower it"
-            )
-        raw = numbers_pairs(cfg.numbers_size, NUMBERS_SEED)
-        source = f"numbers (num2words, n={cfg.numbers_size}, seed={NUMBERS_SEED})"
-    else:
-        path = locate_fra_eng(cfg.data_path)
-        raw = read_pairs(path)
-        source = str(path)
+    raw, source = _read_raw(cfg)
     pairs_read = len(raw)
     if cfg.max_pairs:
         raw = raw[: cfg.max_pairs]
-    pairs: list[tuple[str, str]] = []
-    for en, fr in raw:
-        en, fr = preprocess(en), preprocess(fr)
-        if en and fr:
-            pairs.append((en, fr))
-    dropped_empty = len(raw) - len(pairs)
-
+    preprocessed = ((preprocess(en), preprocess(fr)) for en, fr in raw)
+    pairs = [(en, fr) for en, fr in preprocessed if en and fr]  # a side with nothing left drops the pair
     by_split = split_by_source(pairs, cfg.valid_frac, cfg.test_frac, preprocessed=True)
     if tokenizers is None:
-        train = by_split["train"]
-        if not train:
+        if not by_split["train"]:
             raise CorpusError(
                 f"{source}: the training split is empty ({len(pairs)} usable pairs); use more data"
             )
-        src_tok, tgt_tok = _build_tokenizers(cfg, [pairs[i][0] for i in train], [pairs[i][1] for i in train])
-    else:
-        src_tok, tgt_tok = tokenizers
-
-    refs: dict[str, list[str]] = {}
-    for en, fr in pairs:
-        group = refs.setdefault(en, [])
-        if fr not in group:
-            group.append(fr)
-
-    limit = cfg.num_steps - 1  # room for <eos> (the notes' §4: "... <eos> <pad> ...")
+        tokenizers = _build_tokenizers(cfg, [pairs[i] for i in by_split["train"]])
+    src_tok, tgt_tok = tokenizers
+    refs = _references(pairs)
     splits: dict[str, Split] = {}
     split_stats: dict[str, dict[str, int]] = {}
     src_lengths: list[int] = []
     tgt_lengths: list[int] = []
     for name in SPLITS:
-        idx = by_split[name]
-        src_text = [pairs[i][0] for i in idx]
-        tgt_text = [pairs[i][1] for i in idx]
-        src_ids = src_tok.encode_batch(src_text, preprocessed=True)
-        tgt_ids = tgt_tok.encode_batch(tgt_text, preprocessed=True)
-        src_lens = [len(x) for x in src_ids]
-        tgt_lens = [len(x) for x in tgt_ids]
+        split, split_stats[name], src_lens, tgt_lens = _encode_split(
+            [pairs[i] for i in by_split[name]], refs, src_tok, tgt_tok, cfg.num_steps - 1
+        )
+        splits[name] = split
         src_lengths += src_lens
         tgt_lengths += tgt_lens
-        cut_src = sum(n > limit for n in src_lens)
-        cut_tgt = sum(n > limit for n in tgt_lens)
-        cut_any = sum(s > limit or t > limit for s, t in zip(src_lens, tgt_lens))
-        if cut_src:
-            src_ids = [x[:limit] for x in src_ids]
-        if cut_tgt:
-            tgt_ids = [x[:limit] for x in tgt_ids]
-        splits[name] = Split(src_ids, tgt_ids, src_text, tgt_text, [refs[s] for s in src_text])
-        split_stats[name] = {
-            "pairs": len(idx),
-            "sources": len(set(src_text)),
-            "truncated": cut_any,
-            "truncated_src": cut_src,
-            "truncated_tgt": cut_tgt,
-            "unk_src": sum(x.count(UNK) for x in src_ids),
-            "unk_tgt": sum(x.count(UNK) for x in tgt_ids),
-        }
-
     stats: dict[str, Any] = {
         "dataset": cfg.dataset,
         "source": source,
@@ -626,13 +580,73 @@ def prepare(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = No
         "num_steps": cfg.num_steps,
         "pairs_read": pairs_read,
         "pairs_used": len(pairs),
-        "dropped_empty": dropped_empty,
+        "dropped_empty": len(raw) - len(pairs),
         "distinct_sources": len(refs),
         "splits": split_stats,
         "vocab": {"src": len(src_tok), "tgt": len(tgt_tok)},
         "length_histogram": {"src": _histogram(src_lengths), "tgt": _histogram(tgt_lengths)},
     }
     return Prepared(src_tok, tgt_tok, splits, stats)
+
+
+def _read_raw(cfg: DataConfig) -> tuple[list[tuple[str, str]], str]:
+    """``cfg.dataset``'s pairs as read or generated (not yet preprocessed), and where they came from."""
+    if cfg.dataset == "numbers":
+        if cfg.numbers_size > NUMBERS_MAX + 1:
+            raise CorpusError(
+                f"data.numbers_size={cfg.numbers_size} exceeds the {NUMBERS_MAX + 1} distinct numbers 0..{NUMBERS_MAX}; "
+                "lower it"
+            )
+        raw = numbers_pairs(cfg.numbers_size, NUMBERS_SEED)
+        return raw, f"numbers (num2words, n={cfg.numbers_size}, seed={NUMBERS_SEED})"
+    path = locate_fra_eng(cfg.data_path)
+    return read_pairs(path), str(path)
+
+
+def _references(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """Every distinct French translation of each English source, in corpus order (multi-reference BLEU)."""
+    refs: dict[str, list[str]] = {}
+    for en, fr in pairs:
+        group = refs.setdefault(en, [])
+        if fr not in group:
+            group.append(fr)
+    return refs
+
+
+def _encode_split(
+    pairs: list[tuple[str, str]],
+    refs: dict[str, list[str]],
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+    limit: int,
+) -> tuple[Split, dict[str, int], list[int], list[int]]:
+    """Encode one split's preprocessed ``pairs`` and cut them to ``limit`` tokens (room for ``<eos>``,
+    the notes' §4: "... <eos> <pad> ...").
+
+    Returns the :class:`Split`, its statistics and the source and target lengths before the cut.
+    """
+    src_text = [en for en, _ in pairs]
+    tgt_text = [fr for _, fr in pairs]
+    src_ids = src_tok.encode_batch(src_text, preprocessed=True)
+    tgt_ids = tgt_tok.encode_batch(tgt_text, preprocessed=True)
+    src_lens = [len(x) for x in src_ids]
+    tgt_lens = [len(x) for x in tgt_ids]
+    cut_src = sum(n > limit for n in src_lens)
+    cut_tgt = sum(n > limit for n in tgt_lens)
+    if cut_src:
+        src_ids = [x[:limit] for x in src_ids]
+    if cut_tgt:
+        tgt_ids = [x[:limit] for x in tgt_ids]
+    stats = {
+        "pairs": len(pairs),
+        "sources": len(set(src_text)),
+        "truncated": sum(s > limit or t > limit for s, t in zip(src_lens, tgt_lens)),
+        "truncated_src": cut_src,
+        "truncated_tgt": cut_tgt,
+        "unk_src": sum(x.count(UNK) for x in src_ids),
+        "unk_tgt": sum(x.count(UNK) for x in tgt_ids),
+    }
+    return Split(src_ids, tgt_ids, src_text, tgt_text, [refs[s] for s in src_text]), stats, src_lens, tgt_lens
 
 
 def format_stats(prepared: Prepared) -> str:

@@ -2,7 +2,7 @@
 
 One model per language, trained on the *preprocessed* training split only (so validation and test
 text never shapes the vocabulary). The special tokens are registered first, in
-:data:`attnlab.data.vocab.SPECIALS` order, so ``<unk>=0 <pad>=1 <bos>=2 <eos>=3`` as for words.
+:data:`attnlab.data.specials.SPECIALS` order, so ``<unk>=0 <pad>=1 <bos>=2 <eos>=3`` as for words.
 
 Word boundaries are kept with a Metaspace pre-tokenizer and decoder (``▁`` marks a word start, as
 in SentencePiece), so for preprocessed text ``x`` made of characters seen in training,
@@ -19,8 +19,8 @@ from typing import Any
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from attnlab.data.specials import SPECIALS, check_lang, content_ids
 from attnlab.data.text import detokenize, preprocess
-from attnlab.data.vocab import SPECIALS, _check_lang, _content_ids
 
 __all__ = ["BPETokenizer"]
 
@@ -37,7 +37,7 @@ class BPETokenizer:
     kind = "bpe"
 
     def __init__(self, tokenizer: HFTokenizer, lang: str) -> None:
-        _check_lang(lang)
+        check_lang(lang)
         for i, special in enumerate(SPECIALS):
             if tokenizer.token_to_id(special) != i:
                 raise ValueError(
@@ -51,7 +51,7 @@ class BPETokenizer:
         cls, texts: Iterable[str], vocab_size: int, lang: str, preprocessed: bool = False
     ) -> BPETokenizer:
         """Learn BPE merges from ``texts`` (training split only), up to ``vocab_size`` entries in total."""
-        _check_lang(lang)
+        check_lang(lang)
         if vocab_size < len(SPECIALS) + 1:
             raise ValueError(f"vocab_size={vocab_size} is too small for the {len(SPECIALS)} special tokens")
         tok = HFTokenizer(models.BPE(unk_token=SPECIALS[0]))
@@ -91,7 +91,7 @@ class BPETokenizer:
     def decode(self, ids: Iterable[int], keep_unk: bool = False) -> str:
         """Text for ``ids``: stops at ``<eos>``, drops ``<pad>``/``<bos>`` (and ``<unk>`` unless
         ``keep_unk``), joins pieces at ``▁`` boundaries and detokenises for ``self.lang``."""
-        content = _content_ids(ids, keep_unk)
+        content = content_ids(ids, keep_unk)
         for i in content:
             self.id_to_token(i)  # range check with a clear message
         text = self._tok.decode(content, skip_special_tokens=False)

@@ -1,8 +1,7 @@
 """Word vocabularies with D2L's reserved ids, and the tokenizer protocol shared with BPE (the notes' §4).
 
-The notes' §4 example ``i'm home . <eos> <pad>`` → ``[37, 86, 4, 3, 1, 1]`` fixes the special ids:
-``<unk>=0, <pad>=1, <bos>=2, <eos>=3`` (D2L puts ``<unk>`` first, then the reserved tokens). Use the
-named constants below; never write the numbers anywhere else.
+The special ids ``<unk>=0, <pad>=1, <bos>=2, <eos>=3`` are fixed by the notes' §4 example and live
+in :mod:`attnlab.data.specials` (re-exported here: ``from attnlab.data.vocab import EOS`` works).
 
 Ids carry no meaning of size or importance (the notes' §4): they are row numbers of the embedding
 table. Ordinary tokens follow the specials ordered by frequency (descending), ties broken by the
@@ -18,14 +17,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from attnlab.data.specials import BOS, EOS, LANGS, PAD, SPECIALS, UNK, check_lang, content_ids
+from attnlab.data.subword import BPETokenizer
 from attnlab.data.text import detokenize, preprocess
 
 __all__ = ["UNK", "PAD", "BOS", "EOS", "SPECIALS", "LANGS", "Tokenizer", "Vocab", "load_tokenizer"]
-
-UNK, PAD, BOS, EOS = 0, 1, 2, 3
-SPECIALS = ("<unk>", "<pad>", "<bos>", "<eos>")  # SPECIALS[UNK] == "<unk>", ...
-LANGS = ("en", "fr")
-_DROPPED = frozenset({PAD, BOS})  # decode() drops these; EOS ends decoding; UNK is dropped unless kept
 
 
 @runtime_checkable
@@ -49,24 +45,6 @@ class Tokenizer(Protocol):
     def to_json(self) -> dict[str, Any]: ...
 
 
-def _check_lang(lang: str) -> None:
-    if lang not in LANGS:
-        raise ValueError(f"lang={lang!r} is not supported; use one of: {', '.join(LANGS)}")
-
-
-def _content_ids(ids: Iterable[int], keep_unk: bool) -> list[int]:
-    """The ids ``decode`` turns into text: up to the first ``<eos>``, without other specials."""
-    out = []
-    for i in ids:
-        i = int(i)
-        if i == EOS:
-            break
-        if i in _DROPPED or (i == UNK and not keep_unk):
-            continue
-        out.append(i)
-    return out
-
-
 class Vocab:
     """A word-level vocabulary (D2L's ``Vocab``): ``idx_to_token`` starts with :data:`SPECIALS`.
 
@@ -78,7 +56,7 @@ class Vocab:
     kind = "word"
 
     def __init__(self, idx_to_token: Sequence[str], lang: str, min_freq: int = 1) -> None:
-        _check_lang(lang)
+        check_lang(lang)
         idx_to_token = list(idx_to_token)
         if tuple(idx_to_token[: len(SPECIALS)]) != SPECIALS:
             raise ValueError(f"a vocabulary must start with the special tokens {SPECIALS}")
@@ -119,11 +97,6 @@ class Vocab:
         get = self.token_to_idx.get
         return [get(t, UNK) for t in tokens]
 
-    def to_tokens(self, ids: int | Iterable[int]) -> str | list[str]:
-        if isinstance(ids, int):
-            return self.id_to_token(ids)
-        return [self.id_to_token(int(i)) for i in ids]
-
     # -- the tokenizer protocol ------------------------------------------------------------------
     def tokens(self, text: str) -> list[str]:
         """Word tokens of ``text`` as the model sees them (out-of-vocabulary words become ``<unk>``)."""
@@ -150,7 +123,7 @@ class Vocab:
     def decode(self, ids: Iterable[int], keep_unk: bool = False) -> str:
         """Text for ``ids``: stops at ``<eos>``, drops ``<pad>``/``<bos>`` (and ``<unk>`` unless
         ``keep_unk``), detokenised for ``self.lang``."""
-        return detokenize([self.id_to_token(i) for i in _content_ids(ids, keep_unk)], self.lang)
+        return detokenize([self.id_to_token(i) for i in content_ids(ids, keep_unk)], self.lang)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -176,9 +149,7 @@ def load_tokenizer(d: dict[str, Any]) -> Tokenizer:
     try:
         if kind == Vocab.kind:
             return Vocab.from_json(d)
-        if kind == "bpe":
-            from attnlab.data.subword import BPETokenizer  # tokenizers is only needed for BPE runs
-
+        if kind == BPETokenizer.kind:
             return BPETokenizer.from_json(d)
     except (KeyError, TypeError) as e:
         raise ValueError(f"saved {kind} tokenizer is incomplete: missing or malformed {e}") from None

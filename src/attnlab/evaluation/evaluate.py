@@ -15,6 +15,7 @@ from typing import Any
 from attnlab.data.text import detokenize, tokenize
 from attnlab.evaluation.bleu import bleu_by_length, corpus_scores, d2l_bleu
 from attnlab.io import atomic_write_json, atomic_write_text
+from attnlab.runs import MANIFEST, WEIGHTS
 from attnlab.translator import Translator, decode_many
 
 # The notes' example sentences (§3, §4, §22) and D2L's reference translations.
@@ -32,8 +33,6 @@ def checkpoint_identity(path: str | Path | None) -> dict[str, Any] | None:
     ``eval-<split>.json`` records it so a score is only shown beside the weights it scored (the web
     page compares ``weights_sha256``). Fields the manifest lacks are omitted; None without a path.
     """
-    from attnlab.runs import MANIFEST, WEIGHTS
-
     if path is None:
         return None
     path = Path(path)

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from attnlab.cli_common import add_config_args, build_config
 from attnlab.config import DATASETS, MODEL_KINDS
 
 
@@ -26,7 +27,6 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from attnlab.cli import build_config
     from attnlab.inspection.sweep import format_table, parse_grid, run_sweep
 
     axes = parse_grid(args.grid)
@@ -89,8 +89,6 @@ def cmd_compare(args) -> int:
 
 def register(sub) -> None:
     """Add `doctor`, `sweep`, `heads` and `compare` to the `attnlab` subparsers ``sub``."""
-    from attnlab.cli import _add_config_args
-
     d = sub.add_parser(
         "doctor", help="diagnose a run's curves: lr too high/low, overfitting, num_steps (notes §10)"
     )
@@ -121,7 +119,7 @@ def register(sub) -> None:
     s.add_argument("--device")
     s.add_argument("--out", required=True, help="sweep folder (one run folder per trial inside)")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
-    _add_config_args(s)
+    add_config_args(s)
     s.set_defaults(func=cmd_sweep)
 
     h = sub.add_parser(

@@ -12,12 +12,11 @@ Dimension key: B batch, S source len, T target len, D model dim, V target vocab.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from attnlab.models.protocol import DecoderState
+from attnlab.models.state import DecoderState
 
 
 @dataclass

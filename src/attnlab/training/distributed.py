@@ -11,7 +11,8 @@ How the data is shared (the contract the tests check):
   sorted, so striding gives every rank similar lengths). ``data.batch_tokens`` is therefore the
   budget **per process**, and N processes with ``batch_tokens = B`` see exactly the batches of one
   process with ``batch_tokens = N * B``, in the same order. A rank's share can exceed ``B`` by at
-  most one row.
+  most one row. This is the one sharding path: the sampler knows nothing of ranks, and every rank
+  takes part in every global batch, so all ranks run the same number of steps.
 * Losses are summed over tokens and divided by the **global** token count (an all-reduce before
   the forward pass); since DDP averages gradients over ranks, each rank scales by ``world_size``.
   The update is then the gradient of the mean over every target token of the global batch — the
@@ -36,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from attnlab.data.batching import TokenBatchSampler
 from attnlab.errors import AttnlabError
@@ -274,7 +276,7 @@ def epoch_batches(
         shuffle=True,
         seed=seed,
     )
-    batches = sampler.global_batches(epoch)
+    batches = sampler.epoch(epoch)
     if exclude is None:
         return batches
     return [keep[b].tolist() for b in batches]  # subset positions -> split indices
@@ -306,6 +308,14 @@ def shard(batch: Sequence[int], rank_: int, world: int) -> tuple[list[int], bool
 # --------------------------------------------------------------------------------------- DDP
 
 
+class _DDP(DistributedDataParallel):
+    """DDP that forwards ``.output`` (the notes' ``W_o``) to the wrapped model (see :func:`wrap_ddp`)."""
+
+    @property
+    def output(self) -> torch.nn.Module:
+        return self.module.output
+
+
 def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     """``model`` inside DistributedDataParallel (rank 0's weights are broadcast to every rank).
 
@@ -313,11 +323,4 @@ def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     the non-pad rows through it *after* ``forward`` (losses.py). That is safe under DDP: gradients
     are all-reduced by hooks on each parameter, wherever in the graph it was used.
     """
-    from torch.nn.parallel import DistributedDataParallel
-
-    class _DDP(DistributedDataParallel):
-        @property
-        def output(self) -> torch.nn.Module:
-            return self.module.output
-
     return _DDP(model, device_ids=[device.index] if device.type == "cuda" else None)

@@ -1,0 +1,39 @@
+"""The reserved token ids and languages every tokenizer shares, word or BPE (the notes' §4).
+
+The notes' §4 example ``i'm home . <eos> <pad>`` → ``[37, 86, 4, 3, 1, 1]`` fixes the special ids:
+``<unk>=0, <pad>=1, <bos>=2, <eos>=3`` (D2L puts ``<unk>`` first, then the reserved tokens). Use the
+named constants below; never write the numbers anywhere else.
+
+Both tokenizer kinds build on this module — :class:`attnlab.data.vocab.Vocab` and
+:class:`attnlab.data.subword.BPETokenizer` — so neither needs the other for the ids they share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ["UNK", "PAD", "BOS", "EOS", "SPECIALS", "LANGS", "check_lang", "content_ids"]
+
+UNK, PAD, BOS, EOS = 0, 1, 2, 3
+SPECIALS = ("<unk>", "<pad>", "<bos>", "<eos>")  # SPECIALS[UNK] == "<unk>", ...
+LANGS = ("en", "fr")
+_DROPPED = frozenset({PAD, BOS})  # decode() drops these; EOS ends decoding; UNK is dropped unless kept
+
+
+def check_lang(lang: str) -> None:
+    """Raise ``ValueError`` naming the supported languages unless ``lang`` is one of :data:`LANGS`."""
+    if lang not in LANGS:
+        raise ValueError(f"lang={lang!r} is not supported; use one of: {', '.join(LANGS)}")
+
+
+def content_ids(ids: Iterable[int], keep_unk: bool) -> list[int]:
+    """The ids ``decode`` turns into text: up to the first ``<eos>``, without other specials."""
+    out = []
+    for i in ids:
+        i = int(i)
+        if i == EOS:
+            break
+        if i in _DROPPED or (i == UNK and not keep_unk):
+            continue
+        out.append(i)
+    return out
