@@ -16,7 +16,11 @@ model it is compared with:
   step, run the decoder over the whole prefix again (no KV cache; the encoder runs once per
   sentence, as in the Annotated Transformer's ``greedy_decode``), with the same search rules as
   ``attnlab.decoding`` (banned specials, GNMT length penalty, exact early stop) so both return the
-  same hypotheses.
+  same hypotheses. The rules themselves (``step_log_probs``, ``gnmt_length_penalty``) are imported
+  from ``attnlab.decoding.hypothesis``; the searches around them are written here.
+
+attnlab's own plain path (``nn.Dropout``, ``F.cross_entropy``, ``argmax``/``topk``: ``train.kernels =
+"plain"``) is not raced here; ``bench/kernels.py`` races each of its kernels against the fast one.
 
 Dimension key: B batch, S source len, T target len, D model dim, V target vocab, K beam size.
 """
@@ -31,7 +35,7 @@ from torch import Tensor, nn
 
 from attnlab.attention.positional import sinusoidal_table
 from attnlab.data.vocab import BOS, EOS, PAD
-from attnlab.decoding.hypothesis import BANNED_IDS
+from attnlab.decoding.hypothesis import gnmt_length_penalty, step_log_probs
 
 # ----------------------------------------------------------------------------------------------
 # Transformer: nn.Transformer with embeddings, sinusoidal positions, linear output
@@ -208,12 +212,6 @@ def _prefix_logits(model: nn.Module, prefix: Tensor, memory: Tensor, src_mask: T
     return model.output(model.decoder_norm(x[:, -1]))  # (K, V)
 
 
-def _log_probs(logits: Tensor) -> Tensor:
-    lp = torch.log_softmax(logits.float(), dim=-1)
-    lp[..., list(BANNED_IDS)] = float("-inf")
-    return lp
-
-
 def _encode_one(model: nn.Module, src_ids: list[int], device) -> tuple[Tensor, Tensor]:
     src = torch.tensor([[*src_ids, EOS]], device=device)  # (1, S)
     valid = torch.tensor([src.shape[1]], device=device)
@@ -228,7 +226,7 @@ def greedy_uncached(model: nn.Module, src_ids: list[int], max_len: int, device="
     prefix = torch.tensor([[BOS]], device=device)
     out: list[int] = []
     for _ in range(max_len):
-        tok = int(_log_probs(_prefix_logits(model, prefix, memory, mask))[0].argmax())
+        tok = int(step_log_probs(_prefix_logits(model, prefix, memory, mask))[0].argmax())
         if tok == EOS:
             break
         out.append(tok)
@@ -242,13 +240,12 @@ def beam_uncached(
 ) -> list[int]:
     """Beam search of one sentence with attnlab's rules (see ``attnlab.decoding.beam``); the best tokens."""
     memory, mask = _encode_one(model, src_ids, device)
-    lp_norm = lambda n: ((5.0 + n) / 6.0) ** alpha  # noqa: E731 - GNMT length penalty
     beams: list[tuple[float, list[int]]] = [(0.0, [])]
     best: tuple[float, list[int]] | None = None  # (normalised score, tokens)
     fallback: tuple[float, list[int]] | None = None
     for step in range(1, max_len + 1):
         prefix = torch.tensor([[BOS, *toks] for _, toks in beams], device=device)  # (K', t)
-        lp = _log_probs(_prefix_logits(model, prefix, memory.expand(len(beams), -1, -1), mask)).double()
+        lp = step_log_probs(_prefix_logits(model, prefix, memory.expand(len(beams), -1, -1), mask)).double()
         cand = (
             torch.tensor([s for s, _ in beams], dtype=torch.float64, device=device)[:, None] + lp
         ).flatten()
@@ -261,11 +258,11 @@ def beam_uncached(
             parent, tok = divmod(idx, V)
             toks = beams[parent][1]
             if tok == EOS:
-                norm = score / lp_norm(step)
+                norm = score / gnmt_length_penalty(step, alpha)
                 if best is None or norm > best[0]:
                     best = (norm, toks)
             elif step == max_len:
-                norm = score / lp_norm(step)
+                norm = score / gnmt_length_penalty(step, alpha)
                 if fallback is None or norm > fallback[0]:
                     fallback = (norm, [*toks, tok])
             else:
@@ -273,7 +270,7 @@ def beam_uncached(
         if not new_beams:
             break
         # Exact stop: no live beam can beat the best finished hypothesis any more.
-        if best is not None and max(s for s, _ in new_beams) / lp_norm(max_len) <= best[0]:
+        if best is not None and max(s for s, _ in new_beams) / gnmt_length_penalty(max_len, alpha) <= best[0]:
             break
         beams = new_beams
     chosen = best or fallback

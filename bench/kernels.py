@@ -1,17 +1,19 @@
-"""The hot kernels of bench/throughput.py alone, each against what PyTorch offers, in one process.
+"""The kernels of attnlab/fast/ alone, each against the plain PyTorch code it stands in for, in one process.
 
     python bench/kernels.py            # ~1 minute on 1 thread; prints `kernel NAME RATIO` lines
 
 Each pair runs alternately (A, B, B, A, ...) and the ratio is the median over rounds of
-``time(PyTorch) / time(attnlab)``, so load from other processes hits both sides alike.
+``time(PyTorch) / time(attnlab)``, so load from other processes hits both sides alike. The PyTorch
+side is the op attnlab's plain code calls (``train.kernels = "plain"``, and the default off the CPU);
+the attnlab side is what it runs on the CPU by default (see ``attnlab.fast``).
 
 - ``loss``: ``nn.Linear`` + ``F.cross_entropy(label_smoothing=0.1)`` forward and backward over 1,100
-  rows and the fra-eng word vocabulary (17,390) against ``attnlab.training.losses.linear_cross_entropy``
-  (W_o and the loss in chunks, see its docstring);
-- ``dropout_ffn`` / ``dropout_model``: ``nn.Dropout(0.1)`` against ``attnlab.dropout.Dropout`` on a
+  rows and the fra-eng word vocabulary (17,390) against ``attnlab.fast.linear_cross_entropy``
+  (W_o and the loss in chunks, see ``attnlab.fast.cross_entropy``);
+- ``dropout_ffn`` / ``dropout_model``: ``nn.Dropout(0.1)`` against ``attnlab.fast.Dropout`` on a
   Transformer's FFN activations ``(1100, 1024)`` and residual stream ``(1100, 256)``, forward and backward;
 - ``topk4`` / ``top1``: ``Tensor.topk(4)`` and ``Tensor.max(dim)`` against
-  ``attnlab.decoding.hypothesis.top_k_rows`` over beam/greedy decoding's ``(256, 8000)`` log-probabilities.
+  ``attnlab.fast.top_k_rows`` over beam/greedy decoding's ``(256, 8000)`` log-probabilities.
 """
 
 from __future__ import annotations
@@ -24,9 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.decoding.hypothesis import top_k_rows
-from attnlab.dropout import Dropout
-from attnlab.training.losses import linear_cross_entropy
+from attnlab.fast import Dropout, linear_cross_entropy, top_k_rows
 
 
 def race(ours, reference, rounds: int) -> tuple[float, float, float]:

@@ -8,8 +8,10 @@ What is measured (the references are in ``bench/_reference.py``):
 
 - ``transformer_train``: non-pad target tokens per second of one training step (forward, loss,
   backward, gradient clipping, AdamW, schedule) — attnlab's model, ``sequence_loss`` and
-  ``make_optimizer`` exactly as ``attnlab train`` runs them, against a careful plain
-  ``nn.Transformer`` loop. Both get the *same* length-bucketed token batches (``TokenBatchSampler``).
+  ``make_optimizer`` exactly as ``attnlab train`` runs them (``train.kernels``, default ``auto``:
+  the kernels of ``attnlab.fast`` on the CPU; ``--kernels plain`` races attnlab's plain code),
+  against a careful plain ``nn.Transformer`` loop. Both get the *same* length-bucketed token
+  batches (``TokenBatchSampler``).
 - ``bahdanau_train``: the same for the Bahdanau model against D2L §10.4's code written plainly.
 - ``greedy_decode`` / ``beam_decode``: sentences per second on test sentences, attnlab
   (``translator.decode_many``: batched, KV cache, finished rows dropped) against the same model
@@ -68,6 +70,7 @@ from _reference import (  # noqa: E402
 )
 
 from attnlab import config as C  # noqa: E402
+from attnlab import fast  # noqa: E402
 from attnlab.data import corpus  # noqa: E402
 from attnlab.data.batching import Batch, TokenBatchSampler, collate  # noqa: E402
 from attnlab.decoding.hypothesis import max_lengths  # noqa: E402
@@ -162,7 +165,8 @@ def load_data(args) -> Setup:
         )
         data = C.DataConfig(dataset="numbers", numbers_size=20000, batch_tokens=args.batch_tokens)
         dataset = "numbers"
-    cfg = C.Config(data=data, model=cfg.model, train=cfg.train, decode=cfg.decode)
+    train = dataclasses.replace(cfg.train, kernels=args.kernels)
+    cfg = C.Config(data=data, model=cfg.model, train=train, decode=cfg.decode)
     prepared = corpus.prepare(cfg.data)
     return Setup(cfg, prepared, pick_device(args.device), dataset)
 
@@ -195,13 +199,15 @@ def padding_share(batches: list[Batch]) -> float:
 # Training steps: ours exactly as training/loop.py runs them, and the references
 
 
-def model_config(kind: str) -> C.Config:
-    return C.preset(kind)
+def model_config(kind: str, kernels: str = "auto") -> C.Config:
+    cfg = C.preset(kind)
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, kernels=kernels))
 
 
 def ours_trainer(cfg: C.Config, n_src: int, n_tgt: int, device: torch.device):
     torch.manual_seed(0)
     model = build_model(cfg.model, n_src, n_tgt).to(device).train()
+    fast.apply(model, cfg.train.kernels, device)  # as the trainer does
     opt = make_optimizer(model, cfg.train)
     sched = make_scheduler(opt, cfg.train)
     tc = cfg.train
@@ -267,7 +273,7 @@ def reference_trainer(kind: str, cfg: C.Config, n_src: int, n_tgt: int, device: 
 
 
 def race_training(kind: str, setup: Setup, batches: list[Batch], warmup: int, peak: float) -> dict:
-    cfg = model_config(kind)
+    cfg = model_config(kind, setup.cfg.train.kernels)
     n_src, n_tgt = len(setup.prepared.src_tok), len(setup.prepared.tgt_tok)
     ours_model, ours = ours_trainer(cfg, n_src, n_tgt, setup.device)
     _, ref = reference_trainer(kind, cfg, n_src, n_tgt, setup.device)
@@ -366,7 +372,7 @@ def _rss_bytes(field: str) -> int:
 def _memory_child(kind: str, which: str, path: str) -> None:
     blob = torch.load(path, weights_only=False)
     device = torch.device(blob["device"])
-    cfg = model_config(kind)
+    cfg = model_config(kind, blob["kernels"])
     if which == "ours":
         _, step = ours_trainer(cfg, blob["n_src"], blob["n_tgt"], device)
     else:
@@ -404,6 +410,7 @@ def peak_memory(kind: str, setup: Setup, batches: list[Batch]) -> dict[str, floa
                 "n_src": len(setup.prepared.src_tok),
                 "n_tgt": len(setup.prepared.tgt_tok),
                 "device": str(setup.device),
+                "kernels": setup.cfg.train.kernels,
             },
             path,
         )
@@ -493,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--sentences", type=int, default=1000, help="test sentences decoded in the full run")
     p.add_argument("--train-only", action="store_true", help="skip the decoding races")
+    p.add_argument("--kernels", choices=C.KERNELS, default="auto",
+                   help="attnlab's train.kernels: auto (default: attnlab.fast on the CPU), fast, or plain")
     p.add_argument("--_memory", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.threads < 0:
@@ -546,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         # The run's own decoding settings, with the current default batching (runs saved before it was
         # automatic carry batch_size=64).
         model, dcfg = tr_run.model, dataclasses.replace(tr_run.cfg.decode, batch_size=C.DecodeConfig().batch_size)
+        fast.apply(model, args.kernels, device)
         src_ids = [tr_run.src_tok.encode(s)[: setup.cfg.data.num_steps - 1] for s in test.src_text[:n_dec]]
     else:
         src_ids = test.src[:n_dec]

@@ -13,8 +13,9 @@ import torch.nn.functional as F
 from attnlab.data.batching import collate
 from attnlab.decoding import beam_search, greedy_search
 from attnlab.device import autocast, pick_device
+from attnlab.fast import smoothed_cross_entropy
 from attnlab.models import build_model
-from attnlab.training.losses import sequence_loss, smoothed_cross_entropy
+from attnlab.training.losses import sequence_loss
 from tests.conftest import tiny_config
 
 pytestmark = [

@@ -29,6 +29,7 @@ DATASETS = ("fra-eng", "numbers")
 TOKENIZERS = ("word", "bpe")
 SCHEDULES = ("auto", "linear", "wsd", "inverse_sqrt", "constant", "cosine")
 SIZES = ("auto", "base", "tiny", "small", "medium")  # tiers: training/sizing.py
+KERNELS = ("auto", "fast", "plain")  # train.kernels: attnlab/fast/
 
 
 class ConfigError(AttnlabError, ValueError):
@@ -150,6 +151,9 @@ class TrainConfig:
     threads: int = 0  # torch intra-op threads; 0 = leave PyTorch's default
     device: str = "auto"  # "auto", "cpu", "cuda", "cuda:N"
     amp: bool = True  # bf16 autocast on CUDA (ignored on CPU)
+    # "auto": the measured CPU kernels of attnlab/fast/ (W_o + loss in chunks, cheaper dropout masks, block
+    # top-k) on the CPU, the notes' plain code elsewhere; "fast" or "plain" forces one. Speed, not the maths.
+    kernels: str = "auto"
     max_nonfinite: int = 5  # consecutive non-finite losses tolerated (steps skipped) before stopping
     probe_sentences: tuple[str, ...] = ("go .", "i lost .", "he's calm .", "i'm home .")
 
@@ -158,6 +162,7 @@ class TrainConfig:
         _check(self.warmup_steps >= 0, "train.warmup_steps must be >= 0")
         _choice("train.schedule", self.schedule, SCHEDULES)
         _choice("train.size", self.size, SIZES)
+        _choice("train.kernels", self.kernels, KERNELS)
         _check(0.0 <= self.warmup_frac < 1.0, f"train.warmup_frac={self.warmup_frac} must lie in [0, 1)")
         _check(0.0 < self.decay_frac <= 1.0, f"train.decay_frac={self.decay_frac} must lie in (0, 1]")
         _check(0.0 <= self.eval_frac < 1.0, f"train.eval_frac={self.eval_frac} must lie in [0, 1) (0 = only at the end)")
@@ -376,13 +381,9 @@ def apply_overrides(cfg: Config, overrides: list[str] | tuple[str, ...]) -> Conf
 
 
 def dumps_toml(cfg: Config) -> str:
-    """``cfg`` as TOML that :func:`loads_toml` reads back to the same Config (tomli-w escapes every string)."""
+    """``cfg`` as TOML that :func:`load_toml` reads back to the same Config (tomli-w escapes every string)."""
     # TOML has no null: an absent optional key means None
     return tomli_w.dumps({name: {k: v for k, v in sec.items() if v is not None} for name, sec in to_dict(cfg).items()})
-
-
-def loads_toml(text: str) -> Config:
-    return from_dict(tomllib.loads(text))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from attnlab.attention.masks import masked_softmax
-from attnlab.dropout import Dropout
 
 
 class AdditiveAttention(nn.Module):
@@ -27,7 +26,7 @@ class AdditiveAttention(nn.Module):
         self.W_k = nn.Linear(key_size, num_hiddens, bias=False)
         self.W_q = nn.Linear(query_size, num_hiddens, bias=False)
         self.w_v = nn.Linear(num_hiddens, 1, bias=False)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
 
     def project_keys(self, keys: Tensor) -> Tensor:
         """``W_k k`` for all keys: ``(B, K, key_size)`` → ``(B, K, A)``."""

@@ -10,7 +10,6 @@ import math
 from torch import Tensor, nn
 
 from attnlab.attention.masks import masked_softmax
-from attnlab.dropout import Dropout
 
 
 class DotProductAttention(nn.Module):
@@ -22,7 +21,7 @@ class DotProductAttention(nn.Module):
 
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(
         self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None

@@ -7,14 +7,18 @@ T_out generated steps.
 One implementation serves every model (STYLE.md habit 6): it only calls ``model.encode``,
 ``model.init_state``, ``model.step`` and ``DecoderState.select``. Rows are decoded together; a row
 that emits ``<eos>`` or reaches its length limit is finished and removed from the batch (its state
-rows dropped with ``select``), so long outputs do not keep short ones' compute alive.
+rows dropped with ``select``), so long outputs do not keep short ones' compute alive. The next token is
+each row's argmax (:func:`attnlab.fast.top_k_rows` with the fast kernels, see :mod:`attnlab.fast`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 
+from attnlab import fast
 from attnlab.data.vocab import BOS, EOS
 from attnlab.decoding.hypothesis import (
     Hypothesis,
@@ -23,7 +27,6 @@ from attnlab.decoding.hypothesis import (
     normalize,
     stack_attention,
     step_log_probs,
-    top_k_rows,
 )
 
 __all__ = ["greedy_search", "max_lengths"]
@@ -61,59 +64,95 @@ def greedy_search(
     """
     batch_size, device = src.shape[0], src.device
     limits = as_length_tensor(max_len, batch_size, device)
-    results: list[Hypothesis | None] = [None] * batch_size
     if batch_size == 0:
         return []
+    best_token = _best_token_fast if fast.enabled(model, device) else _best_token
+    results: list[Hypothesis | None] = [None] * batch_size
     was_training = model.training
     model.eval()  # dropout off: decoding must be deterministic
     try:
-        enc = model.encode(src, src_valid_lens)
-        state = model.init_state(enc, src_valid_lens)
-        rows = torch.arange(batch_size, device=device)  # original position of each active row
-        tokens = torch.full((batch_size,), BOS, dtype=torch.int64, device=device)
-        scores = torch.zeros(batch_size, dtype=torch.float64, device=device)
-        history = torch.empty((batch_size, 0), dtype=torch.int64, device=device)  # (B, t) generated ids
-        attn_steps: dict[
-            str, list[Tensor]
-        ] = {}  # name -> per step (B_t, L, H, keys_t), rows aligned with `rows`
+        state = model.init_state(model.encode(src, src_valid_lens), src_valid_lens)
+        rows = _Rows.start(batch_size, device, need_weights)
         step = 0
-        while rows.numel() > 0:
+        while True:
             step += 1
-            out = model.step(tokens, state, need_weights=need_weights)
-            log_probs = step_log_probs(out.logits)  # (B, V)
-            best, tokens = (t[:, 0] for t in top_k_rows(log_probs, 1))  # (B,) each; max(dim) is 3x slower
-            scores = scores + best.to(torch.float64)
-            if need_weights:
-                for name, w in (out.attention or {}).items():  # w: (B, L, H, 1, keys)
-                    attn_steps.setdefault(name, []).append(w[:, :, :, -1])  # (B, L, H, keys)
+            out = model.step(rows.tokens, state, need_weights=need_weights)
+            best, tokens = best_token(step_log_probs(out.logits))  # (B,) each
+            rows.extend(best, tokens, out.attention)
             ended = tokens == EOS
-            done = ended | (limits[rows] <= step)
-            # Outputs are stored without <eos>; an <eos> is always the last token, so it needs no slot.
-            history = torch.cat([history, tokens[:, None]], dim=1)  # (B, t)
-            if bool(done.any()):
-                for j in done.nonzero().flatten().tolist():
-                    finished = bool(ended[j])
-                    ids = history[j].tolist()
-                    if finished:
-                        ids = ids[:-1]
-                    score = float(scores[j])
-                    attention = None
-                    if need_weights:
-                        attention = {
-                            name: stack_attention([s[j] for s in steps]) for name, steps in attn_steps.items()
-                        }
-                    results[int(rows[j])] = Hypothesis(
-                        ids, score, normalize(score, step, length_penalty), finished, attention
-                    )
-                keep = (~done).nonzero().flatten()  # (B',)
-                if keep.numel() == 0:
-                    break
-                state = out.state.select(keep)
-                rows, tokens, scores, history = rows[keep], tokens[keep], scores[keep], history[keep]
-                attn_steps = {name: [s[keep] for s in steps] for name, steps in attn_steps.items()}
-            else:
+            done = ended | (limits[rows.index] <= step)
+            if not bool(done.any()):
                 state = out.state
+                continue
+            for j in done.nonzero().flatten().tolist():
+                results[int(rows.index[j])] = rows.hypothesis(j, bool(ended[j]), step, length_penalty)
+            keep = (~done).nonzero().flatten()  # (B',)
+            if keep.numel() == 0:
+                break
+            # Finished rows leave the batch, and their decoder state with them.
+            state, rows = out.state.select(keep), rows.select(keep)
     finally:
         model.train(was_training)
     assert all(h is not None for h in results)  # every row ends by <eos> or by its limit
     return results  # type: ignore[return-value]
+
+
+def _best_token(log_probs: Tensor) -> tuple[Tensor, Tensor]:
+    """``(B, V)`` → each row's largest log-probability and its token (the argmax), ``(B,)`` each."""
+    best, tokens = log_probs.max(dim=-1)
+    return best, tokens
+
+
+def _best_token_fast(log_probs: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`_best_token` by :func:`attnlab.fast.top_k_rows` (the CPU's ``max(dim)`` is ~3× slower)."""
+    best, tokens = fast.top_k_rows(log_probs, 1)  # (B, 1) each
+    return best[:, 0], tokens[:, 0]
+
+
+@dataclass
+class _Rows:
+    """The rows still decoding; row ``j`` of every field is the same sentence."""
+
+    index: Tensor  # (B,) the row's position in the caller's batch
+    tokens: Tensor  # (B,) the last token fed back (first <bos>)
+    scores: Tensor  # (B,) float64 sum of the generated tokens' log-probabilities
+    history: Tensor  # (B, t) generated ids
+    attention: dict[str, list[Tensor]] | None  # name -> per step (B, L, H, keys_t); None: not wanted
+
+    @classmethod
+    def start(cls, batch_size: int, device: torch.device, need_weights: bool) -> _Rows:
+        return cls(
+            index=torch.arange(batch_size, device=device),
+            tokens=torch.full((batch_size,), BOS, dtype=torch.int64, device=device),
+            scores=torch.zeros(batch_size, dtype=torch.float64, device=device),
+            history=torch.empty((batch_size, 0), dtype=torch.int64, device=device),
+            attention={} if need_weights else None,
+        )
+
+    def extend(self, best: Tensor, tokens: Tensor, attention: dict[str, Tensor] | None) -> None:
+        """Append this step's ``tokens (B,)``, their log-probabilities ``best (B,)`` and attention rows."""
+        self.tokens = tokens
+        self.scores = self.scores + best.to(torch.float64)
+        # Outputs are stored without <eos>; an <eos> is always the last token, so it needs no slot.
+        self.history = torch.cat([self.history, tokens[:, None]], dim=1)  # (B, t)
+        if self.attention is not None:
+            for name, w in (attention or {}).items():  # w: (B, L, H, 1, keys)
+                self.attention.setdefault(name, []).append(w[:, :, :, -1])  # (B, L, H, keys)
+
+    def hypothesis(self, j: int, finished: bool, step: int, length_penalty: float) -> Hypothesis:
+        """Row ``j`` as a :class:`Hypothesis` after ``step`` steps (``finished``: it just chose ``<eos>``)."""
+        ids = self.history[j].tolist()
+        if finished:
+            ids = ids[:-1]
+        score = float(self.scores[j])
+        attention = None
+        if self.attention is not None:
+            attention = {name: stack_attention([s[j] for s in rows]) for name, rows in self.attention.items()}
+        return Hypothesis(ids, score, normalize(score, step, length_penalty), finished, attention)
+
+    def select(self, keep: Tensor) -> _Rows:
+        """The rows ``keep (B',)``, in that order."""
+        attention = self.attention
+        if attention is not None:
+            attention = {name: [s[keep] for s in rows] for name, rows in attention.items()}
+        return _Rows(self.index[keep], self.tokens[keep], self.scores[keep], self.history[keep], attention)

@@ -83,37 +83,6 @@ def step_log_probs(logits: Tensor) -> Tensor:
     return ban_tokens_(torch.log_softmax(logits.float(), dim=-1))
 
 
-TOPK_BLOCK = 64  # columns per block in top_k_rows
-
-
-def top_k_rows(x: Tensor, k: int, block: int = TOPK_BLOCK) -> tuple[Tensor, Tensor]:
-    """``x.topk(k, dim=-1)`` of a ``(R, V)`` tensor with small ``k`` — the same values, best first.
-
-    On the CPU ``topk`` (and ``max`` with indices) over each row of a decoder's logits runs a scalar
-    selection per row, ~15× slower than the vectorised ``amax``. So the row is cut into blocks of
-    ``block`` columns: a row's ``k`` best values lie in the ``k`` blocks with the largest maxima (a
-    block whose maximum is below the ``k``-th best value holds none of them), and only those
-    ``k · block`` values are ranked. Among exactly equal values the index returned may differ from
-    ``topk``'s (which is unspecified there too), and so may the indices of ``-inf`` or NaN values (a
-    ``-inf`` may come back with a repeated index past the last real column, clamped to ``V − 1``); the
-    searches only use finite candidates. ``k > V`` returns ``V`` columns.
-    """
-    rows, v = x.shape
-    n_full = v // block
-    if x.device.type != "cpu" or n_full <= k:
-        return x.topk(min(k, v), dim=-1)
-    block_max = x[:, : n_full * block].view(rows, n_full, block).amax(dim=-1)  # (R, n_full)
-    if v > n_full * block:  # the ragged last block
-        block_max = torch.cat([block_max, x[:, n_full * block :].amax(dim=-1, keepdim=True)], dim=1)
-    first = block_max.topk(k, dim=-1).indices * block  # (R, k) first column of each chosen block
-    cols = (first[:, :, None] + torch.arange(block, device=x.device)).view(rows, k * block)
-    past_end = cols >= v  # only in the ragged block
-    cols = cols.clamp_(max=v - 1)
-    values = x.gather(1, cols).masked_fill_(past_end, float("-inf"))
-    top, at = values.topk(k, dim=-1)
-    return top, cols.gather(1, at)
-
-
 def max_lengths(src_valid_lens: Tensor, a: float, b: int, cap: int | None = None) -> Tensor:
     """Per-sentence output length limits ``floor(a * src_len + b)``, clamped to ``[1, cap]``.
 

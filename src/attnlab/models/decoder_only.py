@@ -29,7 +29,6 @@ from attnlab.attention.kv_cache import KVCache
 from attnlab.attention.masks import padding_mask
 from attnlab.attention.positional import check_positions
 from attnlab.config import ModelConfig
-from attnlab.dropout import Dropout
 from attnlab.models.outputs import EncoderOutput, ModelOutput, StepOutput
 from attnlab.models.protocol import DecoderState
 from attnlab.models.traits import ModelTraits
@@ -56,7 +55,8 @@ class DecoderOnly(nn.Module):
     @staticmethod
     def traits(cfg: ModelConfig) -> ModelTraits:
         return ModelTraits({"self": cfg.num_layers}, heads=cfg.num_heads,
-                           embeddings=("src_embedding", "tgt_embedding"), one_sequence=True)
+                           embeddings=("src_embedding", "tgt_embedding"), one_sequence=True,
+                           attention_modules={"self": "blocks.*.attention"})
 
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> None:
         super().__init__()
@@ -65,7 +65,7 @@ class DecoderOnly(nn.Module):
         self.src_embedding = make_embedding(src_vocab_size, D)
         self.tgt_embedding = make_embedding(tgt_vocab_size, D)
         self.positional = make_positional(cfg)
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
         # GPT's block is the encoder block (self-attention + FFN) run under a causal mask.
         self.blocks = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.num_layers))
         init_blocks(self.blocks)

@@ -27,7 +27,6 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from attnlab.attention.additive import AdditiveAttention
 from attnlab.attention.masks import padding_mask
 from attnlab.config import ConfigError, ModelConfig
-from attnlab.dropout import Dropout
 from attnlab.models.outputs import EncoderOutput, ModelOutput, StepOutput
 from attnlab.models.protocol import DecoderState
 from attnlab.models.traits import ModelTraits
@@ -119,7 +118,7 @@ class ScratchGRU(nn.Module):
             bias,
         )
         self.bidirectional = bidirectional
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         dirs = self.suffixes()
         for k in range(num_layers):
             in_size = input_size if k == 0 else hidden_size * len(dirs)

@@ -30,7 +30,6 @@ from attnlab.attention.positional import (
     check_positions,
 )
 from attnlab.config import ModelConfig
-from attnlab.dropout import Dropout
 from attnlab.models.outputs import EncoderOutput, ModelOutput, StepOutput
 from attnlab.models.protocol import DecoderState
 from attnlab.models.traits import ModelTraits
@@ -43,7 +42,7 @@ class PositionWiseFFN(nn.Module):
         super().__init__()
         self.dense1 = nn.Linear(num_hiddens, ffn_num_hiddens)
         self.dense2 = nn.Linear(ffn_num_hiddens, num_hiddens)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.dense2(self.dropout(torch.relu(self.dense1(x))))  # (B, T, D)
@@ -64,7 +63,7 @@ class EncoderBlock(nn.Module):
         self.norm1 = nn.LayerNorm(D)
         self.ffn = PositionWiseFFN(D, cfg.ffn_num_hiddens, cfg.dropout)
         self.norm2 = nn.LayerNorm(D)
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(
         self,
@@ -102,7 +101,7 @@ class DecoderBlock(nn.Module):
         self.norm2 = nn.LayerNorm(D)
         self.ffn = PositionWiseFFN(D, cfg.ffn_num_hiddens, cfg.dropout)
         self.norm3 = nn.LayerNorm(D)
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(
         self,
@@ -184,7 +183,10 @@ class Transformer(nn.Module):
     def traits(cfg: ModelConfig) -> ModelTraits:
         L = cfg.num_layers
         return ModelTraits({"enc_self": L, "dec_self": L, "cross": L}, heads=cfg.num_heads,
-                           embeddings=("src_embedding", "tgt_embedding"))
+                           embeddings=("src_embedding", "tgt_embedding"),
+                           attention_modules={"enc_self": "encoder_blocks.*.attention",
+                                              "dec_self": "decoder_blocks.*.self_attention",
+                                              "cross": "decoder_blocks.*.cross_attention"})
 
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> None:
         super().__init__()
@@ -193,7 +195,7 @@ class Transformer(nn.Module):
         self.src_embedding = make_embedding(src_vocab_size, D)
         self.tgt_embedding = make_embedding(tgt_vocab_size, D)
         self.positional = make_positional(cfg)
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
         self.encoder_blocks = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.num_layers))
         self.decoder_blocks = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.num_layers))
         init_blocks(self.encoder_blocks)

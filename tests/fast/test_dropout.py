@@ -1,10 +1,10 @@
-"""The CPU dropout (attnlab.dropout): nn.Dropout's distribution, gradient and switches."""
+"""The CPU dropout (attnlab.fast.dropout) against its plain twin nn.Dropout: distribution, gradient and switches."""
 
 import pytest
 import torch
 from torch import nn
 
-from attnlab.dropout import Dropout, keep_mask
+from attnlab.fast.dropout import Dropout, keep_mask
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5, 0.9])
