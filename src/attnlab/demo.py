@@ -18,9 +18,18 @@ from pathlib import Path
 from attnlab import config as config_mod
 from attnlab.data import corpus
 from attnlab.data.text import preprocess
+from attnlab.device import set_threads
 from attnlab.errors import AttnlabError
+from attnlab.evaluation.evaluate import notes_examples
+from attnlab.inspection.attention_maps import attention_maps, draw_maps, run_name
+from attnlab.training import sizing
+from attnlab.training.loop import train
+from attnlab.translator import Translator
 
 MARKER = ".attnlab-demo"
+
+#: The notes' two attention models, trained one after the other: Bahdanau's (§1–3), the Transformer (§17–25).
+DEMO_MODELS = ("bahdanau", "transformer")
 
 #: Only the final validation, on a small sample: every second of a short budget goes to updates.
 DEMO_OVERRIDES = ("train.eval_frac=0", "train.eval_every=0", "train.save_every=0", "train.log_every=10",
@@ -57,8 +66,6 @@ def is_right(source: str, translation: str) -> bool:
 
 
 def _config(kind: str, dataset: str, path: str | None, minutes: float, threads: int, peak: float | None):
-    from attnlab.training import sizing
-
     cfg = config_mod.apply_overrides(config_mod.preset(kind), [
         f"data.dataset={dataset}", *([f"data.data_path={path}"] if path else []),
         f"train.max_minutes={minutes}", f"train.threads={threads}", *DEMO_OVERRIDES])
@@ -66,11 +73,6 @@ def _config(kind: str, dataset: str, path: str | None, minutes: float, threads: 
 
 
 def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: int = 0) -> int:
-    from attnlab.device import set_threads
-    from attnlab.training.loop import train
-    from attnlab.training.sizing import measure_peak_gflops
-    from attnlab.translator import Translator
-
     t0 = time.monotonic()
     dataset, path = _dataset(data)
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
@@ -78,7 +80,7 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text("made by `attnlab demo`; rerunning the demo replaces this folder's runs\n")
     set_threads(threads)
-    peak = measure_peak_gflops()
+    peak = sizing.measure_peak_gflops()
     print(f"attnlab demo: dataset {dataset}{f' ({path})' if path else ''}, {minutes:g} min per model, out {out}")
     if dataset == "fra-eng" and peak * minutes < USABLE_COMPUTE:
         need = USABLE_COMPUTE / peak
@@ -86,7 +88,7 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
               f"the notes' sentences. About {need:.1f} min per model would: `attnlab demo --minutes {need:.1f}`")
     prepared: dict[tuple, object] = {}
     translators = {}
-    for kind in ("bahdanau", "transformer"):
+    for kind in DEMO_MODELS:
         run = out / kind
         if run.exists():
             shutil.rmtree(run)
@@ -111,9 +113,6 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
 
 
 def _show(kind: str, tr, dataset: str, out: Path, peak: float, minutes: float) -> None:
-    from attnlab.evaluation.evaluate import notes_examples
-    from attnlab.inspection.attention_maps import attention_maps, draw_maps, run_name
-
     print(f"\n== {kind}: the notes' examples ==")
     if dataset == "numbers":
         for s, t in zip(NUMBERS_EXAMPLES, tr.translate_text(list(NUMBERS_EXAMPLES))):

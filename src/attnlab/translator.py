@@ -1,16 +1,26 @@
-"""One inference object shared by the CLI, the web server and notebooks (STYLE.md habit 13).
+"""One inference object shared by the CLI, the web server, notebooks and the training probes
+(STYLE.md habit 13).
 
 >>> tr = Translator.from_run("runs/transformer")          # doctest: +SKIP
->>> tr.translate(["i'm home ."])                           # doctest: +SKIP
+>>> best = tr.translate(["i'm home ."])[0][0]               # doctest: +SKIP
+>>> best.text, best.finished                                # doctest: +SKIP
+('je suis chez moi.', True)
+>>> tr.translate_text(["i'm home ."])                       # doctest: +SKIP
 ['je suis chez moi.']
 
 Sentences are preprocessed as in training (D2L §4), sorted by length into batches (padding is
 wasted work), decoded greedily or with beam search through the model protocol, detokenised, and
 returned in the caller's order. An empty line gives an empty translation.
+
+Attention is captured in one place: :func:`teacher_forced` runs the model once over a chosen
+output with the weights on, and :meth:`Translator.attention` labels and trims those maps for the
+figures (``attnlab attention``), the web page and the training probes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,14 +28,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab import runs
+from attnlab import fast, runs
 from attnlab.config import AUTO_DECODE_ROWS, Config, DecodeConfig
-from attnlab.data.batching import collate
-from attnlab.data.vocab import load_tokenizer
+from attnlab.data.batching import Batch, collate
+from attnlab.data.vocab import BOS, EOS, PAD, load_tokenizer
 from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy import greedy_search, max_lengths
 from attnlab.device import pick_device
-from attnlab.models import build_model
+from attnlab.models import ModelOutput, build_model, traits
 
 
 def decode_many(
@@ -44,6 +54,7 @@ def decode_many(
     Inputs are sorted by length so each batch holds similar lengths (less padding), then restored.
     ``max_len`` caps the decoding steps per sentence (the final ``<eos>`` included) below what
     ``decode.max_len_a/b`` and the model's position table allow (the web server's output limit).
+    The model decodes in eval mode; its previous mode is restored, also when decoding raises.
     """
     beam = beam_size or dcfg.beam_size
     bs = batch_size or dcfg.batch_size or max(1, AUTO_DECODE_ROWS // beam)  # auto: a fixed number of rows
@@ -51,42 +62,66 @@ def decode_many(
     results: list[list[Any]] = [[] for _ in src_seqs]
     was_training = model.training
     model.eval()
-    with torch.inference_mode():
-        for start in range(0, len(order), bs):
-            idx = order[start : start + bs]
-            batch = collate([src_seqs[i] for i in idx], [[] for _ in idx], idx)
-            src = batch.src.to(device)
-            valid = batch.src_valid_lens.to(device)
-            cap = _length_cap(model, src.shape[1])
-            if max_len is not None:
-                cap = max(1, min(cap, int(max_len)))
-            limit = max_lengths(valid, dcfg.max_len_a, dcfg.max_len_b, cap=cap)
-            if beam == 1 and nbest == 1:
-                hyps = [[h] for h in greedy_search(model, src, valid, limit, need_weights=need_weights)]
-            else:
-                hyps = beam_search(
-                    model,
-                    src,
-                    valid,
-                    beam,
-                    limit,
-                    dcfg.length_penalty,
-                    nbest=nbest,
-                    need_weights=need_weights,
-                )
-            for i, h in zip(idx, hyps):
-                results[i] = h
-    model.train(was_training)
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(order), bs):
+                idx = order[start : start + bs]
+                batch = collate([src_seqs[i] for i in idx], [[] for _ in idx], idx)
+                src = batch.src.to(device)
+                valid = batch.src_valid_lens.to(device)
+                cap = _length_cap(model, src.shape[1])
+                if max_len is not None:
+                    cap = max(1, min(cap, int(max_len)))
+                limit = max_lengths(valid, dcfg.max_len_a, dcfg.max_len_b, cap=cap)
+                if beam == 1 and nbest == 1:
+                    hyps = [[h] for h in greedy_search(model, src, valid, limit, need_weights=need_weights)]
+                else:
+                    hyps = beam_search(
+                        model, src, valid, beam, limit, dcfg.length_penalty, nbest=nbest, need_weights=need_weights
+                    )
+                for i, h in zip(idx, hyps):
+                    results[i] = h
+    finally:
+        model.train(was_training)
     return results
 
 
 def _length_cap(model: nn.Module, src_len: int = 0) -> int:
-    """Most output tokens the model's position table allows (decoder-only: after the source)."""
-    cfg = getattr(model, "config", None)
-    max_pos = int(getattr(cfg, "max_positions", 1024))
-    if getattr(cfg, "kind", "") == "decoder-only":
-        return max(1, max_pos - src_len - 1)
-    return max_pos
+    """Most output tokens the model's position table allows (a decoder-only model: after the source)."""
+    cfg = model.config
+    return traits(cfg).max_target_len(int(cfg.max_positions), src_len)
+
+
+def teacher_forced(
+    model: nn.Module, batch: Batch, device: torch.device, need_weights: bool = True, compute_logits: bool = True
+) -> ModelOutput:
+    """One teacher-forced pass (notes §3): the model reads ``batch.src`` and every decoder input
+    ``batch.tgt_in = <bos> y…`` at once, in eval mode (its mode is restored) and without gradients.
+
+    Returns the :class:`~attnlab.models.ModelOutput`: ``logits (B, T, V)`` and, with
+    ``need_weights``, every attention map ``kind → (B, layers, heads, queries, keys)``. This is how
+    attention is captured after decoding — by :meth:`Translator.attention` for one sentence, by
+    ``attnlab explain`` under its module hooks and by ``attnlab heads`` over reference batches.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            return model(
+                batch.src.to(device),
+                batch.src_valid_lens.to(device),
+                batch.tgt_in.to(device),
+                need_weights=need_weights,
+                compute_logits=compute_logits,
+            )
+    finally:
+        model.train(was_training)
+
+
+def token_labels(tok, ids: Sequence[int], eos: bool = True) -> list[str]:
+    """The tokens of ``ids`` as the labels of a map's axis, with a final ``<eos>`` when ``eos``
+    (a source always ends with it; a translation only when its decoding finished)."""
+    return [tok.id_to_token(i) for i in ids] + ([tok.id_to_token(EOS)] if eos else [])
 
 
 @dataclass
@@ -107,14 +142,20 @@ class AttentionResult:
 
     source: str
     translation: str
-    src_tokens: list[str]  # keys of enc_self / cross (with <eos>)
+    src_tokens: list[str]  # keys of enc_self / cross (with <eos>, then any <pad> added)
     tgt_tokens: list[str]  # generated tokens (with the final <eos> when finished)
-    tgt_inputs: list[str]  # decoder inputs: <bos> y1 … (queries of dec_self / cross)
+    tgt_inputs: list[str]  # decoder inputs: <bos> y1 … (queries of dec_self / cross), one per tgt_token
     attention: dict[str, Tensor] = field(default_factory=dict)  # kind -> (layers, heads, queries, keys)
     truncated: bool = False
 
 
 class Translator:
+    """A trained model with its tokenizers and config: :meth:`translate` and :meth:`attention`.
+
+    ``max_src_tokens``: the longest source accepted (longer ones are cut and flagged); by default
+    what the position table and the output bound leave, at most 512.
+    """
+
     def __init__(
         self,
         model: nn.Module,
@@ -124,17 +165,14 @@ class Translator:
         device: torch.device | None = None,
         run_dir: Path | None = None,
         checkpoint: Path | None = None,
+        max_src_tokens: int | None = None,
     ) -> None:
         self.model = model.eval()
         self.src_tok, self.tgt_tok, self.cfg = src_tok, tgt_tok, cfg
         self.device = device or next(model.parameters()).device
+        fast.apply(model, cfg.train.kernels, self.device)  # decoding's top-k: attnlab/fast/ or plain topk/argmax
         self.run_dir, self.checkpoint = run_dir, checkpoint
-        # Longest source accepted: what the positional table and the output bound allow.
-        cap = _length_cap(model, 0)
-        a, b = cfg.decode.max_len_a, cfg.decode.max_len_b
-        self.max_src_tokens = max(
-            1, min(512, int((cap - b - 2) / (1 + a)) if cfg.model.kind == "decoder-only" else cap - 2)
-        )
+        self.max_src_tokens = _longest_source(cfg) if max_src_tokens is None else max_src_tokens
 
     @classmethod
     def from_run(cls, run_dir: str | Path, which: str = "best", device: str = "cpu") -> Translator:
@@ -181,7 +219,7 @@ class Translator:
             out[i] = [
                 Translation(
                     self.tgt_tok.decode(h.tokens),
-                    [self.tgt_tok.id_to_token(t) for t in h.tokens],
+                    token_labels(self.tgt_tok, h.tokens, eos=False),
                     float(h.score),
                     bool(h.finished),
                     encoded[i][1],
@@ -196,44 +234,68 @@ class Translator:
     def translate_text(self, sentences: list[str], beam_size: int | None = None) -> list[str]:
         return [t[0].text for t in self.translate(sentences, beam_size=beam_size)]
 
-    def attention(self, sentence: str, beam_size: int = 1, max_len: int | None = None) -> AttentionResult:
+    def attention(
+        self, sentence: str, beam_size: int = 1, max_len: int | None = None, extra_pad: int = 0
+    ) -> AttentionResult:
         """Translate one sentence and return every attention map along the way.
 
-        The maps are recomputed by one teacher-forced forward pass over the chosen output, so
-        each kind comes with all its layers and heads, shaped (layers, heads, queries, keys).
+        The maps are recomputed by one teacher-forced pass (:func:`teacher_forced`) over the chosen
+        output, so each kind comes with all its layers and heads, shaped (layers, heads, queries, keys)
+        and cut to the labels of the result: one query per generated token (a translation that
+        stopped without ``<eos>`` drops the decoder input that predicted nothing kept).
         ``max_len``: at most this many output tokens (the final ``<eos>`` included), see :func:`decode_many`.
+        ``extra_pad``: ``<pad>`` positions added after the source's ``<eos>`` (its valid length is
+        unchanged), as in a batch beside a longer sentence; ``src_tokens`` then ends with their labels.
         """
-        from attnlab.data.vocab import BOS
-
         ids, truncated = self.encode_source(sentence)
         hyp = (
             decode_many(self.model, [ids], self.cfg.decode, self.device, beam_size=beam_size, max_len=max_len)[0][0]
             if ids
             else None
         )
-        hyp_tokens = list(hyp.tokens) if hyp is not None else []
+        out_ids = list(hyp.tokens) if hyp is not None else []
         finished = bool(hyp.finished) if hyp is not None else True
-        batch = collate([ids], [hyp_tokens], [0])
-        with torch.inference_mode():
-            out = self.model(
-                batch.src.to(self.device),
-                batch.src_valid_lens.to(self.device),
-                batch.tgt_in.to(self.device),
-                need_weights=True,
-            )
+        batch = collate([ids], [out_ids], [0])
+        pads = torch.full((1, extra_pad), PAD, dtype=batch.src.dtype)
+        batch = dataclasses.replace(batch, src=torch.cat([batch.src, pads], dim=1))  # (1, S + extra_pad)
+        out = teacher_forced(self.model, batch, self.device)
         maps = {k: v[0].float().cpu() for k, v in (out.attention or {}).items()}  # (layers, heads, Q, K)
-        src_tokens = [self.src_tok.id_to_token(i) for i in ids] + ["<eos>"]
-        tgt_tokens = [self.tgt_tok.id_to_token(i) for i in hyp_tokens] + (["<eos>"] if finished else [])
-        tgt_inputs = [self.tgt_tok.id_to_token(BOS)] + [self.tgt_tok.id_to_token(i) for i in hyp_tokens]
-        if not finished:  # no <eos> was produced: the last decoder input predicts nothing we kept
-            n = len(tgt_tokens)
-            tgt_inputs = tgt_inputs[:n]
-            if "cross" in maps:
-                maps["cross"] = maps["cross"][..., :n, :]  # (L, H, n, S)
-            if "dec_self" in maps:
-                maps["dec_self"] = maps["dec_self"][..., :n, :n]  # (L, H, n, n)
-            if "self" in maps:  # decoder-only: source + <bos> y1..yn, the last input predicts nothing kept
-                maps["self"] = maps["self"][..., :-1, :-1]  # (L, H, S+n, S+n)
+        src_tokens = token_labels(self.src_tok, ids) + [self.src_tok.id_to_token(PAD)] * extra_pad
+        tgt_tokens = token_labels(self.tgt_tok, out_ids, eos=finished)
+        tgt_inputs = token_labels(self.tgt_tok, [BOS, *out_ids], eos=False)[: len(tgt_tokens)]
         return AttentionResult(
-            sentence, self.tgt_tok.decode(hyp_tokens), src_tokens, tgt_tokens, tgt_inputs, maps, truncated
+            sentence,
+            self.tgt_tok.decode(out_ids),
+            src_tokens,
+            tgt_tokens,
+            tgt_inputs,
+            _keep_output_queries(maps, len(src_tokens), len(tgt_tokens)),
+            truncated,
         )
+
+
+def _longest_source(cfg: Config) -> int:
+    """Longest source the position table and the output bound leave room for (at most 512)."""
+    t = traits(cfg.model)
+    cap = t.max_target_len(int(cfg.model.max_positions))
+    a, b = cfg.decode.max_len_a, cfg.decode.max_len_b
+    # One sequence (decoder-only): source, <eos>, <bos> and an output of up to a·S + b tokens share the table.
+    longest = int((cap - b - 2) / (1 + a)) if t.one_sequence else cap - 2
+    return max(1, min(512, longest))
+
+
+def _keep_output_queries(maps: dict[str, Tensor], n_src: int, n_out: int) -> dict[str, Tensor]:
+    """Cut the decoder's queries (and the decoder-only keys) to the ``n_out`` that produced an output.
+
+    The teacher-forced pass reads ``<bos> y1 … yn``; when decoding stopped without ``<eos>`` the last
+    input predicted nothing that was kept, so ``n_out = n`` and its query goes. A no-op otherwise.
+    """
+    cut = dict(maps)
+    if "cross" in cut:
+        cut["cross"] = cut["cross"][..., :n_out, :]  # (L, H, T, S)
+    if "dec_self" in cut:
+        cut["dec_self"] = cut["dec_self"][..., :n_out, :n_out]  # (L, H, T, T)
+    if "self" in cut:
+        m = n_src + n_out  # decoder-only: source (with its pads), then the decoder inputs
+        cut["self"] = cut["self"][..., :m, :m]  # (L, H, S + T, S + T)
+    return cut

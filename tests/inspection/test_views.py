@@ -11,7 +11,8 @@ import torch
 
 from attnlab import cli
 from attnlab import config as C
-from attnlab.inspection.attention_maps import attention_json, attention_maps, map_labels
+from attnlab.inspection.attention_json import attention_json
+from attnlab.inspection.attention_maps import attention_maps, map_labels
 from attnlab.inspection.params import parameter_report
 from attnlab.inspection.selfcheck import run_selfcheck
 from attnlab.models import build_model

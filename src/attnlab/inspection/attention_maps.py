@@ -1,4 +1,4 @@
-"""The three attention maps of a trained model, drawn and exported (notes §23–25).
+"""The attention maps of a trained model, drawn (notes §23–25).
 
 - ``enc_self`` (Transformer encoder self-attention, §23): every source token attends to every
   source token; the source is drawn padded to a batch-like width so the ``<pad>`` columns are
@@ -10,13 +10,14 @@
 - ``self`` (decoder-only model, §28): one causal map over ``source <pad>… <bos> target``, with the
   source/target boundary marked.
 
-Maps are ``(layers, heads, queries, keys)`` tensors, as in :class:`attnlab.translator.AttentionResult`.
-Figures use the matplotlib object API through :mod:`attnlab.inspection.plots` (Agg, no pyplot).
+Maps are ``(layers, heads, queries, keys)`` tensors, as :meth:`attnlab.translator.Translator.attention`
+captures them; their JSON is :mod:`attnlab.inspection.attention_json`'s. The timeline of the probe
+sentences reads ``probes.jsonl`` through :func:`attnlab.inspection.probes.read_probes`. Figures use
+the matplotlib object API through :mod:`attnlab.inspection.plots` (Agg, no pyplot).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -26,34 +27,25 @@ from typing import Any
 
 import torch
 
-from attnlab.data.batching import collate
 from attnlab.data.text import preprocess
-from attnlab.data.vocab import PAD
 from attnlab.errors import AttnlabError
+from attnlab.inspection.attention_json import KIND_TITLES, map_axes
 from attnlab.inspection.plots import new_figure, save_figure
-from attnlab.io import atomic_write_json
-from attnlab.translator import AttentionResult, Translator, decode_many
+from attnlab.inspection.probes import PROBES_FILE, read_probes
+from attnlab.models import traits
+from attnlab.translator import AttentionResult, Translator
 
 __all__ = [
-    "KIND_TITLES",
-    "attention_json",
+    "NoAttentionError",
     "attention_maps",
     "draw_attention",
     "draw_maps",
     "draw_timeline",
     "map_labels",
-    "read_probes",
     "run_name",
     "slug",
-    "write_attention_json",
 ]
 
-KIND_TITLES = {
-    "enc_self": "encoder self-attention (§23)",
-    "dec_self": "decoder masked self-attention (§24)",
-    "cross": "encoder–decoder (cross) attention (§25)",
-    "self": "decoder-only causal self-attention (§28)",
-}
 PAD_TOKEN = "<pad>"
 
 
@@ -76,7 +68,8 @@ def attention_maps(
     The source is padded with ``extra_pad`` ``<pad>`` tokens after its ``<eos>`` (its valid length is
     unchanged), as it would be in a batch next to a longer sentence: the maps then show the padding
     columns the notes' §23 talks about, and their weight is exactly 0. ``src_tokens`` of the result
-    includes those ``<pad>`` labels, so every map's key axis matches its labels.
+    includes those ``<pad>`` labels, so every map's key axis matches its labels. The maps are
+    :meth:`Translator.attention`'s, the one capture of the CLI, the web page and the probes.
 
     Returns an :class:`AttentionResult` whose ``attention`` maps kind → ``(layers, heads, Q, K)``:
     ``enc_self (L, H, S, S)``, ``dec_self (L, H, T, T)``, ``cross (L, H, T, S)`` (Bahdanau: ``L = H = 1``),
@@ -88,106 +81,31 @@ def attention_maps(
     """
     if extra_pad < 0:
         raise AttnlabError(f"extra_pad={extra_pad} must be >= 0")
-    model, kind = translator.model, translator.cfg.model.kind
-    if kind == "seq2seq":
-        raise _no_attention(kind)
-    ids, truncated = translator.encode_source(sentence)
-    if not ids:
+    if not traits(translator.cfg.model).attention:
+        raise _no_attention(translator.cfg.model.kind)
+    if not translator.encode_source(sentence)[0]:
         raise AttnlabError(f"{sentence!r} has no token after preprocessing; give an English sentence")
-    hyp = decode_many(model, [ids], translator.cfg.decode, translator.device, beam_size=beam_size)[0][0]
-    batch = collate([ids], [list(hyp.tokens)], [0])
-    src = torch.cat(
-        [batch.src, torch.full((1, extra_pad), PAD, dtype=batch.src.dtype)], dim=1
-    )  # (1, S + pads)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            out = model(
-                src.to(translator.device),
-                batch.src_valid_lens.to(translator.device),
-                batch.tgt_in.to(translator.device),
-                need_weights=True,
-            )
-    finally:
-        model.train(was_training)
-    maps = {k: v[0].float().cpu() for k, v in out.attention.items()}  # (L, H, Q, K)
-    tok = translator.tgt_tok
-    src_tokens = [translator.src_tok.id_to_token(i) for i in ids] + ["<eos>"] + [PAD_TOKEN] * extra_pad
-    tgt_tokens = [tok.id_to_token(i) for i in hyp.tokens] + (["<eos>"] if hyp.finished else [])
-    tgt_inputs = ["<bos>"] + [tok.id_to_token(i) for i in hyp.tokens]
-    n = len(tgt_tokens)
-    # Without a final <eos>, the last decoder input predicted nothing that was kept: drop its query.
-    tgt_inputs = tgt_inputs[:n]
-    if "cross" in maps:
-        maps["cross"] = maps["cross"][..., :n, :]  # (L, H, T, S)
-    if "dec_self" in maps:
-        maps["dec_self"] = maps["dec_self"][..., :n, :n]  # (L, H, T, T)
-    if "self" in maps:
-        m = len(src_tokens) + n
-        maps["self"] = maps["self"][..., :m, :m]  # (L, H, S + T, S + T)
-    return AttentionResult(
-        sentence, tok.decode(hyp.tokens), src_tokens, tgt_tokens, tgt_inputs, maps, truncated
-    )
+    return translator.attention(sentence, beam_size=beam_size, extra_pad=extra_pad)
 
 
 def map_labels(result: AttentionResult, kind: str) -> tuple[list[str], list[str]]:
-    """``(query labels, key labels)`` of map ``kind``: rows and columns of the drawn grid.
+    """``(row labels, column labels)`` of map ``kind`` in a figure.
 
-    Decoder self-attention rows and columns are the decoder inputs ``<bos> y1 …``; cross-attention
-    rows are the tokens each query predicted (the alignment reads "this output looked at that
-    input"); the decoder-only map runs over ``source <bos> target``.
+    Rows and columns are the map's queries and keys (:func:`~attnlab.inspection.attention_json.map_axes`),
+    except that cross-attention rows name the token each query predicted: the alignment reads
+    "this output looked at that input". Decoder self-attention runs over the decoder inputs
+    ``<bos> y1 …``; the decoder-only map over ``source <bos> target``.
     """
-    if kind == "enc_self":
-        return list(result.src_tokens), list(result.src_tokens)
-    if kind == "dec_self":
-        return list(result.tgt_inputs), list(result.tgt_inputs)
-    if kind == "cross":
-        return list(result.tgt_tokens), list(result.src_tokens)
-    if kind == "self":
-        seq = list(result.src_tokens) + list(result.tgt_inputs)
-        return seq, seq
-    raise AttnlabError(f"unknown attention kind {kind!r}; known: {', '.join(KIND_TITLES)}")
+    queries, keys, outputs = map_axes(result, kind)
+    return (list(outputs) if kind == "cross" else queries), keys
 
 
 def _fit(weights: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """Trim a map to its labels (Translator.attention leaves the decoder-only map untrimmed when no
-    ``<eos>`` was produced; the extra query/key is the input that predicted nothing kept)."""
+    """A map cut to its labels (:meth:`Translator.attention` already gives them so; a result built
+    elsewhere may carry a longer map). Raises ``ValueError`` when the map is smaller than its labels."""
     if weights.shape[-2] < rows or weights.shape[-1] < cols:
         raise ValueError(f"attention map {tuple(weights.shape)} is smaller than its labels ({rows}, {cols})")
     return weights[..., :rows, :cols]
-
-
-def attention_json(result: AttentionResult, decimals: int = 4) -> dict[str, Any]:
-    """The maps as plain JSON for the web page.
-
-    ``{"source", "translation", "truncated", "src_tokens", "tgt_tokens", "tgt_inputs",
-    "kinds": {kind: {"title", "queries", "keys", "layers", "heads", "boundary",
-    "weights": [layer][head][query][key]}}}``; ``boundary`` is the index of the first target
-    position of the decoder-only map (``null`` for the other kinds). Weights are rounded.
-    """
-    kinds: dict[str, Any] = {}
-    for kind, w in result.attention.items():
-        queries, keys = map_labels(result, kind)
-        w = _fit(w.detach().float().cpu(), len(queries), len(keys))
-        kinds[kind] = {
-            "title": KIND_TITLES.get(kind, kind),
-            "queries": queries,
-            "keys": keys,
-            "layers": int(w.shape[0]),
-            "heads": int(w.shape[1]),
-            "boundary": len(result.src_tokens) if kind == "self" else None,
-            "weights": torch.round(w, decimals=decimals).tolist(),
-        }
-    return {
-        "source": result.source,
-        "translation": result.translation,
-        "truncated": result.truncated,
-        "src_tokens": list(result.src_tokens),
-        "tgt_tokens": list(result.tgt_tokens),
-        "tgt_inputs": list(result.tgt_inputs),
-        "kinds": kinds,
-    }
 
 
 def slug(sentence: str, limit: int = 40) -> str:
@@ -304,46 +222,38 @@ def draw_maps(result: AttentionResult, out_dir: str | Path, title: str, formats=
     return written
 
 
-def write_attention_json(
-    translator: Translator, sentence: str, out_dir: str | Path, beam_size: int = 1, extra_pad: int = 3
-) -> Path:
-    """``out_dir/<slug>_attention.json`` holding :func:`attention_json` of the padded maps."""
-    result = attention_maps(translator, sentence, beam_size=beam_size, extra_pad=extra_pad)
-    path = Path(out_dir) / f"{slug(sentence)}_attention.json"
-    atomic_write_json(path, attention_json(result))
-    return path
-
-
 # ---------------------------------------------------------------------------------------------
 # Attention as it forms: the probes recorded during training (issue 5, item 10)
 
 
-def read_probes(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Records of ``run_dir/probes.jsonl`` (written by the training loop at step 0 and at every
-    validation); a torn last line is skipped. Raises AttnlabError when the file is missing."""
-    path = Path(run_dir) / "probes.jsonl"
-    if not path.is_file():
+def _probe_steps(run_dir: Path, sentence: str) -> tuple[str, list[dict[str, Any]]]:
+    """The probe as training spelled it and its records, one per step in step order (a step
+    recorded twice by a resumed run: the latest). Raises :class:`AttnlabError` when the run has no
+    probes file or ``sentence`` (compared preprocessed) is not one of its probes."""
+    if not (run_dir / PROBES_FILE).is_file():
         raise AttnlabError(
-            f"{path} does not exist: the run recorded no probe attention (it needs "
+            f"{run_dir / PROBES_FILE} does not exist: the run recorded no probe attention (it needs "
             "train.probe_sentences and at least one validation); train again or resume it"
         )
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and "step" in rec and "attention" in rec:
-            records.append(rec)
-    return records
+    timeline = read_probes(run_dir)["sentences"]
+    want = preprocess(sentence)
+    mine = [s for s in timeline if preprocess(s["sentence"]) == want]
+    if not mine:
+        probes = sorted(s["sentence"] for s in timeline)
+        raise AttnlabError(
+            f"{sentence!r} is not one of the run's probe sentences ({', '.join(map(repr, probes))}); "
+            "pick one of them, or set train.probe_sentences before training"
+        )
+    by_step = {r["step"]: r for s in mine for r in s["steps"]}
+    return mine[0]["sentence"], [by_step[k] for k in sorted(by_step)]
 
 
 def _probe_cross(rec: dict[str, Any]) -> torch.Tensor | None:
     """The record's cross-attention ``(T_out, S)``: averaged over heads (already) and layers.
 
-    Probes store, per kind, ``(layers, T_out, keys)`` with the keys of the probe *batch*: the source
-    is padded to the longest probe, and the decoder-only ``self`` keys run over ``source + targets``.
-    Both start with the source positions, so the first ``len(src_tokens)`` columns are this sentence's.
+    Probes store, per kind, ``(layers, T_out, keys)``; the decoder-only ``self`` keys run over
+    ``source <bos> targets``. Both start with the source positions, so the first ``len(src_tokens)``
+    columns are the source's.
     """
     att = rec.get("attention") or {}
     raw = att.get("cross", att.get("self"))
@@ -375,23 +285,8 @@ def draw_timeline(
         or the model records no cross-attention (seq2seq).
     """
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    records = read_probes(run_dir)
-    want = preprocess(sentence)
-    mine = [r for r in records if preprocess(r.get("sentence", "")) == want]
-    if not mine:
-        probes = sorted({r.get("sentence", "") for r in records})
-        raise AttnlabError(
-            f"{sentence!r} is not one of the run's probe sentences ({', '.join(map(repr, probes))}); "
-            "pick one of them, or set train.probe_sentences before training"
-        )
-    by_step: dict[int, dict[str, Any]] = {}
-    for r in mine:
-        by_step[int(r["step"])] = r  # a resumed run may re-record a step: keep the latest
-    frames = []
-    for step in sorted(by_step):
-        w = _probe_cross(by_step[step])
-        if w is not None:
-            frames.append((step, by_step[step], w))
+    name, steps = _probe_steps(run_dir, sentence)
+    frames = [(r["step"], r, w) for r in steps if (w := _probe_cross(r)) is not None]
     if not frames:
         raise _no_attention("seq2seq")
     run_name = run_dir.resolve().name
@@ -406,13 +301,13 @@ def draw_timeline(
         image = _draw_probe(ax, step, rec, w)
     fig.colorbar(image, ax=list(axes), shrink=0.8, label="attention weight")
     fig.suptitle(
-        f"{run_name} · cross-attention during training\n“{mine[0]['sentence']}” "
+        f"{run_name} · cross-attention during training\n“{name}” "
         f"(layers and heads averaged; one colour scale, 0–1)",
         fontsize=10,
     )
     stem = out_dir / f"{slug(sentence)}_timeline"
     written = save_figure(fig, stem, formats=formats)
-    gif = _animate(frames, stem.with_suffix(".gif"), run_name, mine[0]["sentence"])
+    gif = _animate(frames, stem.with_suffix(".gif"), run_name, name)
     if gif is not None:
         written.append(gif)
     return written
@@ -435,7 +330,7 @@ def _draw_probe(ax, step: int, rec: dict[str, Any], w: torch.Tensor):
 
 def _animate(frames, path: Path, run_name: str, sentence: str) -> Path | None:
     """An animated GIF of every recorded step through matplotlib's PillowWriter; None without Pillow."""
-    try:
+    try:  # optional extras: Pillow writes GIFs, matplotlib draws (neither is a core dependency)
         import PIL  # noqa: F401
         from matplotlib.animation import PillowWriter
     except ImportError:

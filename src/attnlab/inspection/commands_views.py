@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from attnlab.cli_common import build_config
 from attnlab.errors import AttnlabError
 
 
@@ -52,10 +53,11 @@ def cmd_attention(args) -> int:
     for path in am.draw_maps(result, out, am.run_name(tr), _formats(args)):
         print(path)
     if args.json:
-        path = out / f"{am.slug(args.sentence)}_attention.json"
+        from attnlab.inspection.attention_json import attention_json
         from attnlab.io import atomic_write_json
 
-        atomic_write_json(path, am.attention_json(result))
+        path = out / f"{am.slug(args.sentence)}_attention.json"
+        atomic_write_json(path, attention_json(result))  # the web page's schema
         print(path)
     return 0
 
@@ -96,8 +98,6 @@ def cmd_params(args) -> int:
         vocab = (len(tr.src_tok), len(tr.tgt_tok))
         out = _out_dir(args, Path(args.run) / "figures")
     else:
-        from attnlab.cli import build_config
-
         cfg = build_config(args, kind=args.model)
         vocab = _vocab_sizes(args, cfg)
         model = build_model(cfg.model, *vocab)

@@ -16,11 +16,18 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.data import corpus
+from attnlab.data.text import detokenize
 from attnlab.errors import AttnlabError
+from attnlab.evaluation.evaluate import evaluate_split, notes_examples
+from attnlab.inspection.plots import new_figure, save_figure
+from attnlab.io import atomic_write_json, atomic_write_text
+from attnlab.runs import read_metrics, read_run
+from attnlab.translator import Translator
 
 
 @dataclass
@@ -47,9 +54,6 @@ def _train_speed(meta: dict[str, Any], records: list[dict[str, Any]]) -> float:
 
 def _fixed_sample(tr, n: int) -> list[str]:
     """``n`` distinct validation sources (text), the same for every run compared."""
-    from attnlab.data import corpus
-    from attnlab.data.text import detokenize
-
     prepared = corpus.prepare(tr.cfg.data, tokenizers=(tr.src_tok, tr.tgt_tok))
     out: list[str] = []
     for name in ("valid", "test"):
@@ -80,11 +84,6 @@ def summarise_run(
     device: str = "cpu",
 ) -> tuple[RunSummary, list[str]]:
     """Everything the comparison shows for one run; returns it and the speed sample used."""
-    from attnlab.data import corpus
-    from attnlab.evaluation.evaluate import evaluate_split, notes_examples
-    from attnlab.runs import read_metrics, read_run
-    from attnlab.translator import Translator
-
     run_dir = Path(run_dir)
     files = read_run(run_dir)
     tr = Translator.from_run(run_dir, which=which, device=device)
@@ -187,8 +186,6 @@ def format_markdown(runs: list[RunSummary]) -> str:
 
 def draw_comparison(runs: list[RunSummary], out_dir: str | Path, stem: str = "compare") -> list[Path]:
     """BLEU by source length per run (notes §26), with parameters and speeds as bars beside it."""
-    from attnlab.inspection.plots import new_figure, save_figure
-
     fig = new_figure((12, 4.2))
     ax_len, ax_par, ax_speed = fig.subplots(1, 3, width_ratios=[2.2, 1, 1.3])
     buckets: list[str] = []
@@ -235,10 +232,6 @@ def draw_comparison(runs: list[RunSummary], out_dir: str | Path, stem: str = "co
 
 def write_comparison(runs: list[RunSummary], out_dir: str | Path) -> list[Path]:
     """``compare.md``, ``compare.json`` and the figure; returns the written paths."""
-    from dataclasses import asdict
-
-    from attnlab.io import atomic_write_json, atomic_write_text
-
     out_dir = Path(out_dir)
     md = out_dir / "compare.md"
     atomic_write_text(md, format_markdown(runs) + "\n")

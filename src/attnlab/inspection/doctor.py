@@ -30,7 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import AttnlabError
+from attnlab.runs import read_metrics, read_run
 
 # --- lr too high (oscillating / diverging loss) ---------------------------------------------------
 #: A logged training loss above this multiple of ln V (the loss of a uniform guess over the target
@@ -415,8 +417,6 @@ def diagnose_curves(
 
 def diagnose(run_dir: str | Path) -> DoctorReport:
     """Diagnose a run folder. Raises :class:`AttnlabError` when it cannot be read (no metrics, no config)."""
-    from attnlab.runs import read_metrics, read_run
-
     run_dir = Path(run_dir)
     files = read_run(run_dir)  # CheckpointError (an AttnlabError) on a missing/corrupt folder
     records = read_metrics(run_dir)
@@ -430,8 +430,6 @@ def diagnose(run_dir: str | Path) -> DoctorReport:
     stats = files.meta.get("data_stats") or {}
     vocab = int((stats.get("vocab") or {}).get("tgt") or 0)
     if not vocab:
-        from attnlab.data.vocab import load_tokenizer
-
         try:
             vocab = len(load_tokenizer(files.tokenizers["tgt"]))
         except Exception:  # noqa: BLE001 - an unreadable tokenizer only costs the ln V reference

@@ -10,32 +10,36 @@
    from-scratch GRU (the same weights loaded into ``scratch_gru=True``; it is checked to give the
    same logits as the trained model);
 5. greedy decoding step by step (§3, §22): the attention over the source and the top-k logits with
-   their probabilities (§8);
+   their probabilities (§8) — the translator's own greedy search, watched step by step;
 6. with a reference: the teacher-forced cross-entropy, token by token, and the sentence BLEU (§21);
 7. the §9 tables: which things are parameters (with shapes) and which are computed values.
+
+What differs between model families is asked of the model (:func:`attnlab.models.traits`), never
+of its kind name.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from attnlab.data.batching import collate
+from attnlab.data.batching import Batch, collate
 from attnlab.data.text import tokenize
-from attnlab.data.vocab import BOS, EOS
-from attnlab.decoding.greedy import max_lengths
-from attnlab.decoding.hypothesis import step_log_probs
+from attnlab.data.vocab import EOS, UNK
 from attnlab.errors import AttnlabError
+from attnlab.evaluation.bleu import d2l_bleu
 from attnlab.inspection.params import parameter_report
-from attnlab.translator import Translator
+from attnlab.models import ModelTraits, StepOutput, build_model, traits
+from attnlab.models.gru import ScratchGRU
+from attnlab.translator import Translator, decode_many, teacher_forced, token_labels
 
 __all__ = ["explain", "scratch_gru_copy"]
 
-_GRU_KINDS = ("seq2seq", "bahdanau")
+Out = Any  # the list.append that collects the text's lines
 
 
 def _fmt_shape(x: Any) -> str:
@@ -58,23 +62,18 @@ def _vec(t: Tensor, n: int = 4) -> str:
     return f"[{vals}{', …' if t.numel() > n else ''}]"
 
 
-def _recording_gru_class():
-    from attnlab.models.gru import ScratchGRU
+class RecordingGRU(ScratchGRU):
+    """A :class:`ScratchGRU` that keeps the gates of every call (same parameters, same results)."""
 
-    class RecordingGRU(ScratchGRU):
-        """A :class:`ScratchGRU` that keeps the gates of every call (same parameters, same results)."""
+    def __init__(self, like: ScratchGRU) -> None:
+        super().__init__(like.input_size, like.hidden_size, like.num_layers, like.dropout.p, like.bias,
+                         like.bidirectional)
+        self.gates: list[Any] = []
 
-        def __init__(self, like: ScratchGRU) -> None:
-            super().__init__(like.input_size, like.hidden_size, like.num_layers, like.dropout.p, like.bias,
-                             like.bidirectional)
-            self.gates: list[Any] = []
-
-        def forward(self, x, h0=None, valid_lens=None, return_gates=False):
-            out, h, gates = super().forward(x, h0, valid_lens, return_gates=True)
-            self.gates.append(gates)  # GRUGates of (B, L·dirs, T, D)
-            return (out, h, gates) if return_gates else (out, h)
-
-    return RecordingGRU
+    def forward(self, x, h0=None, valid_lens=None, return_gates=False):
+        out, h, gates = super().forward(x, h0, valid_lens, return_gates=True)
+        self.gates.append(gates)  # GRUGates of (B, L·dirs, T, D)
+        return (out, h, gates) if return_gates else (out, h)
 
 
 def scratch_gru_copy(translator: Translator) -> nn.Module:
@@ -83,21 +82,51 @@ def scratch_gru_copy(translator: Translator) -> nn.Module:
 
     ``model.encoder.rnn.gates`` and ``model.decoder.gates`` collect one ``GRUGates`` per call.
     """
-    from attnlab.models import build_model
-
     cfg = replace(translator.cfg.model, scratch_gru=True)
     model = build_model(cfg, len(translator.src_tok), len(translator.tgt_tok))
-    recording = _recording_gru_class()
-    model.encoder.rnn = recording(model.encoder.rnn)
-    model.decoder = recording(model.decoder)
+    model.encoder.rnn = RecordingGRU(model.encoder.rnn)
+    model.decoder = RecordingGRU(model.decoder)
     model.load_state_dict(translator.model.state_dict())
     return model.to(translator.device).eval()
 
 
+class _Watched(nn.Module):
+    """``model`` seen through the decoding protocol, asking every step for its attention and keeping
+    ``(input token, StepOutput)`` of each: the translator's greedy search decodes, explain reads along."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.module = model  # named as PyTorch's wrappers name it: attnlab.fast reads its kernels choice
+        self.config = model.config
+        self.training = model.training  # decode_many restores the mode it finds: the model's own
+        self.steps: list[tuple[int, StepOutput]] = []
+
+    def encode(self, src, src_valid_lens, need_weights=False):
+        return self.module.encode(src, src_valid_lens, need_weights=need_weights)
+
+    def init_state(self, enc, src_valid_lens):
+        return self.module.init_state(enc, src_valid_lens)
+
+    def step(self, tokens, state, need_weights=False):
+        out = self.module.step(tokens, state, need_weights=True)  # explain shows every step's attention
+        self.steps.append((int(tokens[0]), out))
+        return out
+
+
+@dataclass
+class _Step:
+    """What one greedy step read, looked at and chose (the rows of section 5)."""
+
+    input: str
+    top: list[tuple[str, float]]
+    chosen: str
+    p_chosen: float
+    attention: list[tuple[str, float]] | None = None
+    attention_kind: str | None = None
+
+
 def _record_modules(model: nn.Module, run) -> list[tuple[str, str, str, int]]:
     """Run ``run()`` with forward hooks; returns ``(name, class, output shape, calls)`` in call order."""
-    from attnlab.models.gru import ScratchGRU
-
     keep = (nn.Embedding, nn.Linear, nn.LayerNorm, nn.GRU, ScratchGRU)
     order: dict[str, list[Any]] = {}
     handles = []
@@ -138,65 +167,108 @@ def explain(translator: Translator, sentence: str, reference: str | None = None,
         AttnlabError: when the sentence (or the reference) has no token after preprocessing.
     """
     tr = translator
-    kind = tr.cfg.model.kind
+    t = traits(tr.cfg.model)
     ids, truncated = tr.encode_source(sentence)
     if not ids:
         raise AttnlabError(f"{sentence!r} has no token after preprocessing; give an English sentence")
-    model = scratch_gru_copy(tr) if kind in _GRU_KINDS else tr.model
-    recorders: dict[str, Any] = {}
-    if kind in _GRU_KINDS:
-        recorders = {"encoder": model.encoder.rnn, "decoder": model.decoder}
+    model = scratch_gru_copy(tr) if t.recurrent else tr.model  # the GRU's gates need the scratch cell
     model.eval()
-    dev = tr.device
     lines: list[str] = []
     out = lines.append
-    src_tok, tgt_tok = tr.src_tok, tr.tgt_tok
-    D = tr.cfg.model.num_hiddens
-    E = tr.cfg.model.embed_size if kind in _GRU_KINDS else D
-
-    # 1. tokens -> ids (§4)
     seq = ids + [EOS]
-    shown = [src_tok.id_to_token(i) for i in seq]
-    out(f"== 1. tokens → ids (notes §4) — {kind} model, source vocabulary of {len(src_tok)} entries")
+
+    _tokens_section(tr, sentence, ids, truncated, out)  # 1
+    _embedding_section(tr, t, model, seq, out)  # 2
+    # 5 (decoding) first, so the teacher-forced pass in 3 can follow the model's own output
+    steps, hyp = _greedy_steps(model, t, ids, tr, top_k)
+    gates = (model.encoder.rnn.gates[0], list(model.decoder.gates)) if t.recurrent else None
+    batch, fwd = _network_section(model, ids, hyp, tr, out)  # 3
+    if gates is not None:
+        _gates_section(tr, model, batch, token_labels(tr.src_tok, ids), steps, gates, out)  # 4
+    translation = _decoding_section(tr, steps, hyp, top_k, out)  # 5
+    if reference is not None:
+        _loss_section(model, tr, ids, reference, translation, out)  # 6
+    _tables(tr, t, model, seq, fwd, batch.tgt_in.shape[1], reference is not None, out)  # 7
+    return "\n".join(lines)
+
+
+def _tokens_section(tr: Translator, sentence: str, ids: list[int], truncated: bool, out: Out) -> None:
+    """1. tokens → ids (§4)."""
+    seq = ids + [EOS]
+    out(f"== 1. tokens → ids (notes §4) — {tr.cfg.model.kind} model, source vocabulary of {len(tr.src_tok)} entries")
     out(f"  sentence     : {sentence!r}")
-    out(f"  tokens       : {' '.join(shown)}" + ("   (truncated to fit the model)" if truncated else ""))
+    tokens = " ".join(token_labels(tr.src_tok, ids))
+    out(f"  tokens       : {tokens}" + ("   (truncated to fit the model)" if truncated else ""))
     out(f"  ids  X       : {seq}   shape ({len(seq)},), valid_len = {len(seq)}")
-    unk = [t for t, i in zip(src_tok.tokens(sentence), ids) if i == 0]
+    unk = [w for w, i in zip(tr.src_tok.tokens(sentence), ids) if i == UNK]
     if unk:
-        out(f"  unknown words became <unk> (id 0): {', '.join(unk)}")
+        out(f"  unknown words became <unk> (id {UNK}): {', '.join(unk)}")
     out("  ids are row numbers in the vocabulary, not quantities: 86 is not 'more' than 37.")
 
-    # 2. embedding rows (§5)
-    emb = model.src_embedding if hasattr(model, "src_embedding") else model.encoder.embedding
+
+def _embedding_section(tr: Translator, t: ModelTraits, model: nn.Module, seq: list[int], out: Out) -> None:
+    """2. the embedding rows the ids select (§5)."""
+    D = tr.cfg.model.num_hiddens
+    E = tr.cfg.model.embed_size if t.recurrent else D  # GRU models have their own embedding size
+    emb = model.get_submodule(t.embeddings[0])  # the source's table (traits list it first)
     V_src = emb.weight.shape[0]
     out(f"\n== 2. embedding (§5): a trainable lookup table of shape ({V_src}, {E}); each id selects one row")
     with torch.inference_mode():
-        for tok, i in zip(shown, seq):
+        for tok, i in zip(token_labels(tr.src_tok, seq[:-1]), seq):
             out(f"  {tok:>12} → row {i:>5} = {_vec(emb.weight[i].float().cpu())}")
     out(f"  → source embeddings of shape (1, {len(seq)}, {E}) (batch, steps, embed size)")
-    if kind not in _GRU_KINDS:
+    if not t.recurrent:
         out(
             f"  Transformer input: embedding × √D (√{D} = {math.sqrt(D):.2f}) + positional encoding P[0:{len(seq)}] "
             f"(§13–15) → (1, {len(seq)}, {D})"
         )
 
-    # 5 (decoding) first, so the teacher-forced pass in 3 can follow the model's own output
-    steps, hyp = _greedy_steps(model, kind, seq, tr, top_k)
-    enc_gates = recorders["encoder"].gates[0] if recorders else None
-    dec_gates = list(recorders["decoder"].gates) if recorders else []
 
-    # 3. modules in call order (teacher-forced over the model's translation)
+def _greedy_steps(
+    model: nn.Module, t: ModelTraits, ids: list[int], tr: Translator, top_k: int
+) -> tuple[list[_Step], list[int]]:
+    """Greedy decoding as the translator does it (:func:`decode_many`, so the one greedy search),
+    watched step by step; returns what each step read, looked at and predicted, and the output ids."""
+    watched = _Watched(model)
+    hyp = decode_many(watched, [ids], tr.cfg.decode, tr.device, beam_size=1)[0][0]
+    chosen_ids = list(hyp.tokens) + ([EOS] if hyp.finished else [])  # one per step
+    src_labels = token_labels(tr.src_tok, ids)
+    tgt = tr.tgt_tok
+    steps: list[_Step] = []
+    for (token, o), chosen in zip(watched.steps, chosen_ids):
+        probs = torch.softmax(o.logits[0].float(), dim=-1).cpu()  # (V,) the model's own distribution
+        top = probs.topk(min(top_k, probs.numel()))
+        step = _Step(
+            tgt.id_to_token(token),
+            [(tgt.id_to_token(int(i)), float(p)) for p, i in zip(top.values, top.indices)],
+            tgt.id_to_token(chosen),
+            float(probs[chosen]),
+        )
+        for name in ("cross", "self"):
+            if name in o.attention:
+                w = o.attention[name][0, -1].float().mean(dim=0)[-1, : len(src_labels)].cpu()  # last layer, heads averaged
+                order = w.argsort(descending=True)[:3].tolist()
+                step.attention = [(src_labels[i], float(w[i])) for i in order]
+                step.attention_kind = (
+                    "top 3 source tokens"  # Bahdanau: one additive attention, no layers or heads
+                    if t.recurrent
+                    else f"{name}, last layer, heads averaged, top 3 source tokens"
+                )
+        steps.append(step)
+    return steps, list(hyp.tokens)
+
+
+def _network_section(model: nn.Module, ids: list[int], hyp: list[int], tr: Translator, out: Out) -> tuple[Batch, Any]:
+    """3. every module in call order with its output shape, on a teacher-forced pass over the
+    model's own translation; returns the batch and the pass's ``ModelOutput``."""
     batch = collate([ids], [hyp], [0])
     T = batch.tgt_in.shape[1]
-    with torch.inference_mode():
-        holder: dict[str, Any] = {}
+    holder: dict[str, Any] = {}
 
-        def run():
-            holder["out"] = model(
-                batch.src.to(dev), batch.src_valid_lens.to(dev), batch.tgt_in.to(dev), need_weights=True
-            )
+    def run():
+        holder["out"] = teacher_forced(model, batch, tr.device)
 
-        modules = _record_modules(model, run)
+    modules = _record_modules(model, run)
     fwd = holder["out"]
     out(
         f"\n== 3. through the network (teacher-forced over its own output: decoder input <bos> y…, {T} steps)"
@@ -211,115 +283,54 @@ def explain(translator: Translator, sentence: str, reference: str | None = None,
         out(f"  {name:<{width}}  {cls:<28} → {shape}{extra}")
     for k, w in fwd.attention.items():
         out(f"  attention weights {k:<8} (batch, layers, heads, queries, keys) = {_fmt_shape(w)}")
+    return batch, fwd
 
-    # 4. GRU gates (§6–7)
-    if recorders:
-        out(
-            "\n== 4. GRU gates (§6–7; from-scratch GRU with the trained weights). z: update gate — near 1 keeps "
-            "the old state, near 0 takes the candidate h̃; r: reset gate — how much of the old state the "
-            "candidate reads. Means over the hidden units, top layer:"
-        )
-        out(
-            f"  scratch GRU reproduces the trained model's logits: max |Δ| = {_scratch_gap(tr, model, batch):.1e}"
-        )
-        top = -2 if tr.cfg.model.bidirectional else -1  # gates are (layer, direction)-major: top forward
-        out("  encoder" + (" (forward direction):" if tr.cfg.model.bidirectional else ":"))
-        for t, tok in enumerate(shown):
-            z, r = enc_gates.z[0, top, t], enc_gates.r[0, top, t]  # (D,)
-            out(
-                f"    step {t + 1:>2} {tok:>12}: mean z = {float(z.mean()):.3f}  mean r = {float(r.mean()):.3f}"
-            )
-        out("  decoder (one call per generated token):")
-        for t, g in enumerate(dec_gates[: len(steps)]):
-            z, r = g.z[0, -1, 0], g.r[0, -1, 0]
-            out(
-                f"    step {t + 1:>2} in {steps[t]['input']:>12}: mean z = {float(z.mean()):.3f}  "
-                f"mean r = {float(r.mean()):.3f}"
-            )
 
-    # 5. decoding step by step (§3, §8, §22)
+def _gates_section(
+    tr: Translator, model: nn.Module, batch: Batch, shown: list[str], steps: list[_Step], gates, out: Out
+) -> None:
+    """4. the GRU's update and reset gates at every step (§6–7), recorded while decoding."""
+    enc_gates, dec_gates = gates
+    out(
+        "\n== 4. GRU gates (§6–7; from-scratch GRU with the trained weights). z: update gate — near 1 keeps "
+        "the old state, near 0 takes the candidate h̃; r: reset gate — how much of the old state the "
+        "candidate reads. Means over the hidden units, top layer:"
+    )
+    out(f"  scratch GRU reproduces the trained model's logits: max |Δ| = {_scratch_gap(tr, model, batch):.1e}")
+    bidirectional = tr.cfg.model.bidirectional
+    top = -2 if bidirectional else -1  # gates are (layer, direction)-major: top forward
+    out("  encoder" + (" (forward direction):" if bidirectional else ":"))
+    for t, tok in enumerate(shown):
+        z, r = enc_gates.z[0, top, t], enc_gates.r[0, top, t]  # (D,)
+        out(f"    step {t + 1:>2} {tok:>12}: mean z = {float(z.mean()):.3f}  mean r = {float(r.mean()):.3f}")
+    out("  decoder (one call per generated token):")
+    for t, g in enumerate(dec_gates[: len(steps)]):
+        z, r = g.z[0, -1, 0], g.r[0, -1, 0]
+        out(
+            f"    step {t + 1:>2} in {steps[t].input:>12}: mean z = {float(z.mean()):.3f}  "
+            f"mean r = {float(r.mean()):.3f}"
+        )
+
+
+def _decoding_section(tr: Translator, steps: list[_Step], hyp: list[int], top_k: int, out: Out) -> str:
+    """5. greedy decoding, one step at a time (§3, §8, §22); returns the translation."""
     out(
         f"\n== 5. greedy decoding, one step at a time (§22): attention over the source, then logits = W_o s + b_o "
-        f"(§8), shape (1, {len(tgt_tok)}), softmax → probabilities; top {top_k} shown"
+        f"(§8), shape (1, {len(tr.tgt_tok)}), softmax → probabilities; top {top_k} shown"
     )
     for t, st in enumerate(steps):
-        out(f"  step {t + 1}: input {st['input']!r}")
-        if st["attention"] is not None:
-            att = ", ".join(f"{tok} {w:.2f}" for tok, w in st["attention"])
-            out(f"    attention ({st['attention_kind']}): {att}")
-        out("    top: " + "  ".join(f"{tok} {p:.3f}" for tok, p in st["top"]))
-        out(f"    → chooses {st['chosen']!r} (p = {st['p_chosen']:.3f})")
-    translation = tgt_tok.decode(hyp)
+        out(f"  step {t + 1}: input {st.input!r}")
+        if st.attention is not None:
+            att = ", ".join(f"{tok} {w:.2f}" for tok, w in st.attention)
+            out(f"    attention ({st.attention_kind}): {att}")
+        out("    top: " + "  ".join(f"{tok} {p:.3f}" for tok, p in st.top))
+        out(f"    → chooses {st.chosen!r} (p = {st.p_chosen:.3f})")
+    translation = tr.tgt_tok.decode(hyp)
     out(f"  translation: {translation!r}")
-
-    # 6. loss against a reference (§3, §21)
-    loss_line = None
-    if reference is not None:
-        loss_line = _loss_section(model, tr, ids, reference, translation, out)
-
-    # 7. the §9 tables
-    _tables(tr, model, seq, fwd, T, loss_line is not None, out)
-    return "\n".join(lines)
+    return translation
 
 
-def _greedy_steps(
-    model, kind: str, seq: list[int], tr: Translator, top_k: int
-) -> tuple[list[dict], list[int]]:
-    """Greedy decoding through ``model.step`` with weights; what each step looked at and predicted."""
-    dev, tgt_tok, src_tok = tr.device, tr.tgt_tok, tr.src_tok
-    src = torch.tensor([seq], device=dev)
-    valid = torch.tensor([len(seq)], device=dev)
-    limit = int(
-        max_lengths(
-            valid,
-            tr.cfg.decode.max_len_a,
-            tr.cfg.decode.max_len_b,
-            cap=int(getattr(model.config, "max_positions", 1024)),
-        )[0]
-    )
-    src_labels = [src_tok.id_to_token(i) for i in seq]
-    steps: list[dict[str, Any]] = []
-    hyp: list[int] = []
-    with torch.inference_mode():
-        state = model.init_state(model.encode(src, valid), valid)
-        token = torch.tensor([BOS], device=dev)
-        for _ in range(limit):
-            o = model.step(token, state, need_weights=True)
-            state = o.state
-            probs = torch.softmax(o.logits[0].float(), dim=-1).cpu()  # (V,) the model's own distribution
-            top = probs.topk(min(top_k, probs.numel()))
-            chosen = int(step_log_probs(o.logits)[0].argmax())  # as greedy search: specials banned
-            att, att_kind = None, None
-            for name in ("cross", "self"):
-                if name in o.attention:
-                    w = (
-                        o.attention[name][0, -1].float().mean(dim=0)[-1, : len(seq)].cpu()
-                    )  # last layer, heads averaged
-                    order = w.argsort(descending=True)[:3].tolist()
-                    att = [(src_labels[i], float(w[i])) for i in order]
-                    att_kind = (
-                        "top 3 source tokens"
-                        if kind == "bahdanau"
-                        else f"{name}, last layer, heads averaged, top 3 source tokens"
-                    )
-            steps.append(
-                {
-                    "input": tgt_tok.id_to_token(int(token[0])),
-                    "top": [(tgt_tok.id_to_token(int(i)), float(p)) for p, i in zip(top.values, top.indices)],
-                    "chosen": tgt_tok.id_to_token(chosen),
-                    "p_chosen": float(probs[chosen]),
-                    "attention": att,
-                    "attention_kind": att_kind,
-                }
-            )
-            if chosen == EOS:
-                break
-            hyp.append(chosen)
-            token = torch.tensor([chosen], device=dev)
-    return steps, hyp
-
-
-def _scratch_gap(tr: Translator, scratch: nn.Module, batch) -> float:
+def _scratch_gap(tr: Translator, scratch: nn.Module, batch: Batch) -> float:
     dev = tr.device
     args = (batch.src.to(dev), batch.src_valid_lens.to(dev), batch.tgt_in.to(dev))
     with torch.inference_mode():
@@ -328,9 +339,8 @@ def _scratch_gap(tr: Translator, scratch: nn.Module, batch) -> float:
     return float((a - b).abs().max())
 
 
-def _loss_section(model, tr: Translator, ids: list[int], reference: str, translation: str, out) -> str:
-    from attnlab.evaluation.bleu import d2l_bleu
-
+def _loss_section(model, tr: Translator, ids: list[int], reference: str, translation: str, out: Out) -> None:
+    """6. the teacher-forced cross-entropy against a reference, token by token, and its BLEU (§3, §21)."""
     ref_ids = tr.tgt_tok.encode(reference)
     if not ref_ids:
         raise AttnlabError(
@@ -359,11 +369,12 @@ def _loss_section(model, tr: Translator, ids: list[int], reference: str, transla
     )
     bleu = d2l_bleu(tokenize(translation), tokenize(reference), k=2)
     out(f"  sentence BLEU (D2L formula, k=2) of {translation!r} against {reference!r}: {bleu:.3f}")
-    return f"{loss:.3f}"
 
 
-def _tables(tr: Translator, model: nn.Module, seq: list[int], fwd, T: int, has_loss: bool, out) -> None:
-    kind = tr.cfg.model.kind
+def _tables(
+    tr: Translator, t: ModelTraits, model: nn.Module, seq: list[int], fwd, T: int, has_loss: bool, out: Out
+) -> None:
+    """7. which things are parameters (with shapes) and which are computed values (§9)."""
     report = parameter_report(model)
     out("\n== 7. what is a parameter and what is computed (§9)")
     out(f"  parameters: learned by backpropagation, saved in the checkpoint — {report.total:,} numbers")
@@ -376,30 +387,10 @@ def _tables(tr: Translator, model: nn.Module, seq: list[int], fwd, T: int, has_l
     out("  computed values: recomputed for every sentence, never saved, not learned")
     rows = [
         ("token ids X", f"({S},)", "integers, row numbers in the vocabulary (§4)"),
-        (
-            "source embeddings",
-            f"(1, {S}, {tr.cfg.model.embed_size if kind in _GRU_KINDS else D})",
-            "rows of the embedding table (§5)",
-        ),
+        ("source embeddings", f"(1, {S}, {tr.cfg.model.embed_size if t.recurrent else D})",
+         "rows of the embedding table (§5)"),
+        *_state_rows(tr, t, S, T),
     ]
-    if kind in _GRU_KINDS:
-        dirs = 2 if tr.cfg.model.bidirectional else 1
-        rows += [
-            ("encoder hidden states h_t", f"(1, {S}, {dirs * D})",
-             "GRU states, one per source step (§6)" + ("; [h→; h←]" if dirs == 2 else "")),
-            ("gates z, r and candidate h̃", f"(1, {dirs * tr.cfg.model.num_layers}, steps, {D})",
-             "per step (§7)" + ("; encoder: layers × directions" if dirs == 2 else "")),
-            ("decoder states s_t'", f"({tr.cfg.model.num_layers}, 1, {D}) per step", "(§6)"),
-        ]
-    elif kind == "decoder-only":
-        rows += [
-            ("hidden states", f"(1, {S} + {T}, {D}) per layer", "source and target in one sequence (§28)")
-        ]
-    else:
-        rows += [
-            ("encoder states (memory)", f"(1, {S}, {D})", "keys and values of the cross-attention (§17)"),
-            ("decoder states", f"(1, {T}, {D})", "(§18)"),
-        ]
     for k, w in fwd.attention.items():
         rows.append((f"attention weights {k}", _fmt_shape(w), "softmax of scores: rows sum to 1 (§12)"))
     rows += [
@@ -419,3 +410,24 @@ def _tables(tr: Translator, model: nn.Module, seq: list[int], fwd, T: int, has_l
         f"num_layers={m.num_layers}, num_heads={m.num_heads}, dropout={m.dropout}, lr={tr.cfg.train.lr}, "
         f"num_steps={tr.cfg.data.num_steps}"
     )
+
+
+def _state_rows(tr: Translator, t: ModelTraits, S: int, T: int) -> list[tuple[str, str, str]]:
+    """The §9 rows of the states a family computes: GRU states and gates, one decoder-only
+    sequence, or the Transformer's encoder memory and decoder states."""
+    m, D = tr.cfg.model, tr.cfg.model.num_hiddens
+    if t.recurrent:
+        dirs = 2 if m.bidirectional else 1
+        return [
+            ("encoder hidden states h_t", f"(1, {S}, {dirs * D})",
+             "GRU states, one per source step (§6)" + ("; [h→; h←]" if dirs == 2 else "")),
+            ("gates z, r and candidate h̃", f"(1, {dirs * m.num_layers}, steps, {D})",
+             "per step (§7)" + ("; encoder: layers × directions" if dirs == 2 else "")),
+            ("decoder states s_t'", f"({m.num_layers}, 1, {D}) per step", "(§6)"),
+        ]
+    if t.one_sequence:
+        return [("hidden states", f"(1, {S} + {T}, {D}) per layer", "source and target in one sequence (§28)")]
+    return [
+        ("encoder states (memory)", f"(1, {S}, {D})", "keys and values of the cross-attention (§17)"),
+        ("decoder states", f"(1, {T}, {D})", "(§18)"),
+    ]

@@ -31,9 +31,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnlab.data import corpus
 from attnlab.data.batching import collate
+from attnlab.data.text import detokenize
 from attnlab.data.vocab import EOS
 from attnlab.errors import AttnlabError
+from attnlab.evaluation.bleu import corpus_scores
+from attnlab.inspection.plots import new_figure, save_figure
+from attnlab.models import traits
+from attnlab.training.losses import sequence_loss
+from attnlab.translator import Translator, decode_many, teacher_forced
 
 #: Statistics per head, in table/figure order (``diag_agreement`` only for cross heads).
 STATS = ("distance", "prev", "same", "next", "eos", "entropy", "diag_agreement", "bleu_drop", "loss_increase")
@@ -126,23 +133,22 @@ class HeadsReport:
 
 
 def attention_modules(model: nn.Module) -> dict[str, list[nn.Module]]:
-    """kind → the ``MultiHeadAttention`` of each layer, in the order of the model's attention dict.
+    """kind → the ``MultiHeadAttention`` of each layer, in the order of the model's attention dict
+    (found where the model's traits say they sit, ``ModelTraits.attention_modules``).
 
     Raises :class:`AttnlabError` for models without multi-head attention (seq2seq, Bahdanau).
     """
-    kind = model.config.kind
-    if kind == "transformer":
-        return {
-            "enc_self": [b.attention for b in model.encoder_blocks],
-            "dec_self": [b.self_attention for b in model.decoder_blocks],
-            "cross": [b.cross_attention for b in model.decoder_blocks],
-        }
-    if kind == "decoder-only":
-        return {"self": [b.attention for b in model.blocks]}
-    raise AttnlabError(
-        f"`attnlab heads` needs a multi-head model (transformer or decoder-only); this run's "
-        f"model.kind={kind} has {'one additive attention' if kind == 'bahdanau' else 'no attention'}"
-    )
+    t = traits(model.config)
+    if not t.attention_modules:
+        raise AttnlabError(
+            f"`attnlab heads` needs a multi-head model (transformer or decoder-only); this run's "
+            f"model.kind={model.config.kind} has {'one additive attention' if t.attention else 'no attention'}"
+        )
+    modules = {}
+    for kind, path in t.attention_modules.items():
+        blocks, attr = path.split(".*.")  # "decoder_blocks.*.cross_attention": one per block
+        modules[kind] = [getattr(block, attr) for block in model.get_submodule(blocks)]
+    return modules
 
 
 class silence_head:  # noqa: N801 - used like a function: `with silence_head(mha, h): ...`
@@ -216,8 +222,6 @@ def _head_sums(w: Tensor, p: dict[str, Tensor]) -> dict[str, Tensor]:
 
 def _sample(prepared, n: int) -> tuple[list[list[int]], list[list[int]], list[list[str]]]:
     """The first ``n`` distinct validation sources (then test ones if validation is smaller)."""
-    from attnlab.data.text import detokenize
-
     src, tgt, refs = [], [], []
     for name in ("valid", "test"):
         split = prepared.splits.get(name)
@@ -243,10 +247,6 @@ def score_sample(
     batch_size: int = 64,
 ) -> tuple[float, float]:
     """Greedy BLEU (all references) and teacher-forced loss per token of ``model`` on the sample."""
-    from attnlab.evaluation.bleu import corpus_scores
-    from attnlab.training.losses import sequence_loss
-    from attnlab.translator import decode_many
-
     src = [s[: tr.max_src_tokens] for s in src]
     hyps = decode_many(model, src, tr.cfg.decode, tr.device, beam_size=1)
     bleu = corpus_scores([tr.tgt_tok.decode(h[0].tokens) for h in hyps], refs)["bleu"]
@@ -274,9 +274,6 @@ def analyse_heads(
 
     Raises :class:`AttnlabError` for a model without multi-head attention or an unreadable run.
     """
-    from attnlab.data import corpus
-    from attnlab.translator import Translator
-
     if sentences < 1:
         raise AttnlabError(f"--sentences {sentences} must be at least 1")
     tr = Translator.from_run(run_dir, which=which, device=device)
@@ -291,13 +288,7 @@ def analyse_heads(
         for start in range(0, len(src), batch_size):
             idx = list(range(start, min(start + batch_size, len(src))))
             batch = collate([src[i] for i in idx], [tgt[i] for i in idx], idx)
-            out = model(
-                batch.src.to(tr.device),
-                batch.src_valid_lens.to(tr.device),
-                batch.tgt_in.to(tr.device),
-                need_weights=True,
-                compute_logits=False,
-            )
+            out = teacher_forced(model, batch, tr.device, compute_logits=False)  # over the references
             S, T = batch.src.shape[1], batch.tgt_in.shape[1]
             for kind in modules:
                 w = out.attention[kind].float().cpu()  # (B, L, H, Q, K)
@@ -357,8 +348,6 @@ def format_table(report: HeadsReport) -> str:
 
 def draw_heads(report: HeadsReport, out_dir: str | Path, stem: str = "heads") -> list[Path]:
     """One heatmap (layers × heads) per attention kind (rows) and statistic (columns), values annotated."""
-    from attnlab.inspection.plots import new_figure, save_figure
-
     kinds = list(report.shape)
     stats = [s for s in STATS if any(math.isfinite(h.values.get(s, float("nan"))) for h in report.heads)]
     L = max(n for n, _ in report.shape.values())

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from torch import nn
 
+from attnlab.inspection.plots import new_figure, save_figure
+
 __all__ = ["ParamGroup", "ParamReport", "draw_params", "format_params", "group_of", "parameter_report"]
 
 # (pattern on the parameter name, group, the notes' section); the first match wins.
@@ -123,8 +125,6 @@ def draw_params(
     report: ParamReport, out_dir: str | Path, title: str, stem: str = "params", formats=("png", "svg")
 ) -> list[Path]:
     """A horizontal bar chart of the parameter count per group, labelled with the share."""
-    from attnlab.inspection.plots import new_figure, save_figure
-
     groups = list(report.groups)
     fig = new_figure((8, 1.2 + 0.45 * len(groups)))
     ax = fig.add_subplot()

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+
+from attnlab.io import atomic_write_bytes
+from attnlab.runs import read_metrics
 
 
 def new_figure(figsize=(8, 5)):
     """A Figure on the Agg canvas (no pyplot state, safe in servers and threads)."""
+    # matplotlib is an optional extra: imported when a figure is drawn, so the core never needs it.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -17,10 +22,6 @@ def new_figure(figsize=(8, 5)):
 
 def save_figure(fig, path_stem: Path, formats=("png", "svg")) -> list[Path]:
     """Save ``fig`` as ``path_stem.png`` / ``.svg`` atomically; returns the written paths."""
-    import io
-
-    from attnlab.io import atomic_write_bytes
-
     written = []
     for fmt in formats:
         buf = io.BytesIO()
@@ -33,8 +34,6 @@ def save_figure(fig, path_stem: Path, formats=("png", "svg")) -> list[Path]:
 
 def plot_curves(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
     """curves.png/svg: training and validation loss, validation BLEU and the learning rate."""
-    from attnlab.runs import read_metrics
-
     run_dir = Path(run_dir)
     recs = read_metrics(run_dir)
     train = [r for r in recs if r.get("event") == "train"]

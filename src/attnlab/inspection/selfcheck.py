@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnlab.data import corpus
 from attnlab.data.batching import collate
 from attnlab.data.vocab import PAD
 from attnlab.decoding.beam import beam_search
@@ -60,8 +61,6 @@ def selfcheck_sentences(translator: Translator, n: int = 8) -> tuple[list[str], 
     Returns ``(sentences, where they came from)``. The corpus is read with the run's own tokenizers;
     when it cannot be found (an ``AttnlabError``), the built-in examples are used.
     """
-    from attnlab.data import corpus
-
     try:
         prepared = corpus.prepare(translator.cfg.data, tokenizers=(translator.src_tok, translator.tgt_tok))
         split = prepared.splits["valid"]
@@ -123,19 +122,31 @@ def run_selfcheck(
 
 
 def _run(model, srcs: list[list[int]], device, dcfg, tol: float) -> list[CheckResult]:
-    V = model.output.out_features
     gen = torch.Generator().manual_seed(0)
-    # Teacher-forced targets: the model's own greedy outputs, lengthened with random real tokens when
-    # shorter than 4 (a weak model often stops at once, which would leave nothing for the causal check).
+    tgts = _targets(model, srcs, device, dcfg, gen)
+    alone = [_forward_logits(model, s, t, device) for s, t in zip(srcs, tgts)]
+    scale = max(1.0, max(float(a.abs().max()) for a in alone))
+    return [
+        _padding_check(model, srcs, tgts, alone, device, scale, tol),  # 1
+        _causal_check(model, srcs, tgts, alone, device, scale, tol, gen),  # 2
+        _cached_check(model, srcs, tgts, alone, device, scale, tol),  # 3
+        *_decoding_checks(model, srcs, device, dcfg, tol),  # 4, 5
+    ]
+
+
+def _targets(model, srcs: list[list[int]], device, dcfg, gen: torch.Generator) -> list[list[int]]:
+    """Teacher-forced targets: the model's own greedy outputs, lengthened with random real tokens when
+    shorter than 4 (a weak model often stops at once, which would leave nothing for the causal check)."""
+    V = model.output.out_features
     tgts = []
     for h in decode_many(model, srcs, dcfg, device, beam_size=1):
         t = list(h[0].tokens)
         tgts.append(t + torch.randint(4, max(V, 5), (max(0, 4 - len(t)),), generator=gen).tolist())
-    alone = [_forward_logits(model, s, t, device) for s, t in zip(srcs, tgts)]
-    scale = max(1.0, max(float(a.abs().max()) for a in alone))
-    results = []
+    return tgts
 
-    # 1. padding: extra pads alone, and the sentence inside a padded batch of all the others
+
+def _padding_check(model, srcs, tgts, alone, device, scale: float, tol: float) -> CheckResult:
+    """1. padding: extra pads alone, and the sentence inside a padded batch of all the others."""
     dev = 0.0
     for s, t, ref in zip(srcs, tgts, alone):
         dev = max(dev, _max_abs(_forward_logits(model, s, t, device, src_pad=5, tgt_pad=4), ref))
@@ -143,16 +154,17 @@ def _run(model, srcs: list[list[int]], device, dcfg, tol: float) -> list[CheckRe
     out = model(batch.src.to(device), batch.src_valid_lens.to(device), batch.tgt_in.to(device))
     for i, ref in enumerate(alone):
         dev = max(dev, _max_abs(out.logits[i, : ref.shape[0]].float().cpu(), ref))
-    results.append(
-        _check(
-            "padding does not change outputs",
-            dev / scale,
-            tol,
-            f"{len(srcs)} sentences alone vs +5 source/+4 target pads vs one padded batch",
-        )
+    return _check(
+        "padding does not change outputs",
+        dev / scale,
+        tol,
+        f"{len(srcs)} sentences alone vs +5 source/+4 target pads vs one padded batch",
     )
 
-    # 2. no future-token leak: scramble target inputs from position c on; logits before c must not move
+
+def _causal_check(model, srcs, tgts, alone, device, scale: float, tol: float, gen) -> CheckResult:
+    """2. no future-token leak: scramble target inputs from position c on; logits before c must not move."""
+    V = model.output.out_features
     dev, tried = 0.0, 0
     for s, t, ref in zip(srcs, tgts, alone):
         T = len(t) + 1  # >= 5 by construction
@@ -165,16 +177,16 @@ def _run(model, srcs: list[list[int]], device, dcfg, tol: float) -> list[CheckRe
         )
         dev = max(dev, _max_abs(logits[:cut], ref[:cut]))
         tried += 1
-    results.append(
-        _check(
-            "no future-token leak (causal mask)",
-            dev / scale,
-            tol,
-            f"target inputs changed from the middle on in {tried} sentences",
-        )
+    return _check(
+        "no future-token leak (causal mask)",
+        dev / scale,
+        tol,
+        f"target inputs changed from the middle on in {tried} sentences",
     )
 
-    # 3. step-by-step decoding (cached) == full teacher-forced recomputation
+
+def _cached_check(model, srcs, tgts, alone, device, scale: float, tol: float) -> CheckResult:
+    """3. step-by-step decoding (cached) == full teacher-forced recomputation."""
     dev = 0.0
     for s, t, ref in zip(srcs, tgts, alone):
         b = collate([s], [t], [0])
@@ -184,35 +196,34 @@ def _run(model, srcs: list[list[int]], device, dcfg, tol: float) -> list[CheckRe
             step = model.step(b.tgt_in[:, pos].to(device), state)
             state = step.state
             dev = max(dev, _max_abs(step.logits[0].float().cpu(), ref[pos]))
-    results.append(
-        _check(
-            "step-by-step (KV-cached) == full recomputation",
-            dev / scale,
-            tol,
-            "model.step over <bos> y… vs one teacher-forced forward",
-        )
+    return _check(
+        "step-by-step (KV-cached) == full recomputation",
+        dev / scale,
+        tol,
+        "model.step over <bos> y… vs one teacher-forced forward",
     )
 
-    # 4. beam 1 == greedy, 5. batched == one at a time: identical tokens, scores within tolerance
+
+def _decoding_checks(model, srcs, device, dcfg, tol: float) -> list[CheckResult]:
+    """4. beam 1 == greedy, 5. batched == one at a time: identical tokens, scores within tolerance."""
     b = collate(srcs, [[] for _ in srcs])
     src, valid = b.src.to(device), b.src_valid_lens.to(device)
     cap = int(getattr(model.config, "max_positions", 1024))
     limit = max_lengths(valid, dcfg.max_len_a, dcfg.max_len_b, cap=cap)
     greedy = greedy_search(model, src, valid, limit)
     beam1 = [h[0] for h in beam_search(model, src, valid, 1, limit, dcfg.length_penalty)]
-    results.append(_compare_hyps("beam search (beam 1) == greedy", greedy, beam1, tol))
     one_by_one, batched = [], []
     for beam in (1, max(3, dcfg.beam_size)):
         batched += [
             h[0] for h in decode_many(model, srcs, dcfg, device, beam_size=beam, batch_size=len(srcs))
         ]
         one_by_one += [h[0] for h in decode_many(model, srcs, dcfg, device, beam_size=beam, batch_size=1)]
-    results.append(
+    return [
+        _compare_hyps("beam search (beam 1) == greedy", greedy, beam1, tol),
         _compare_hyps(
             f"batched == one at a time (greedy and beam {max(3, dcfg.beam_size)})", one_by_one, batched, tol
-        )
-    )
-    return results
+        ),
+    ]
 
 
 def _compare_hyps(name: str, a, b, tol: float) -> CheckResult:

@@ -24,8 +24,12 @@ from typing import Any
 
 from attnlab import config as config_mod
 from attnlab.config import Config, ConfigError
+from attnlab.data import corpus
 from attnlab.errors import AttnlabError
+from attnlab.inspection.plots import new_figure, save_figure
 from attnlab.io import atomic_write_json, atomic_write_text
+from attnlab.runs import read_metrics
+from attnlab.training.loop import NonFiniteLossError, train
 
 
 @dataclass
@@ -102,8 +106,6 @@ def trial_config(base: Config, point: dict[str, str], minutes: float) -> Config:
 
 
 def _scores(run_dir: Path) -> tuple[float, float]:
-    from attnlab.runs import read_metrics
-
     valid = [r for r in read_metrics(run_dir) if r.get("event") == "valid"]
     bleus = [r["valid_bleu"] for r in valid if isinstance(r.get("valid_bleu"), int | float)]
     losses = [
@@ -137,9 +139,6 @@ def run_sweep(
     sweep goes on. Raises :class:`AttnlabError` if ``out_dir`` already holds a sweep, or no trial
     produced a score.
     """
-    from attnlab.data import corpus
-    from attnlab.training.loop import NonFiniteLossError, train
-
     out_dir = Path(out_dir)
     if (out_dir / "sweep.json").exists() or any(out_dir.glob("trial-*")):
         raise AttnlabError(f"{out_dir} already holds a sweep; choose another --out")
@@ -159,31 +158,44 @@ def run_sweep(
         log(f"[{i + 1}/{len(points)}] {trial.name}: " + " ".join(f"{k}={v}" for k, v in point.items()))
         if cfg.data not in prepared_cache:
             prepared_cache = {cfg.data: corpus.prepare(cfg.data)}  # keep one: corpora can be large
-        t0 = time.monotonic()
-        try:
-            res = train(
-                cfg,
-                out_dir / trial.name,
-                progress=progress,
-                prepared=prepared_cache[cfg.data],
-                argv=["attnlab", "sweep", *(f"{k}={v}" for k, v in point.items())],
-            )
-            trial.status, trial.steps, trial.stopped_by = "ok", res.step, res.stopped_by
-            trial.tokens_per_s = res.tokens_per_s
-        except NonFiniteLossError as e:
-            trial.status = "diverged"
-            log(f"  diverged: {e}")
-        except AttnlabError as e:
-            trial.status = f"failed: {e}"
-            log(f"  failed: {e}")
-        trial.seconds = time.monotonic() - t0
-        trial.valid_bleu, trial.valid_loss = _scores(out_dir / trial.name)
-        log(
-            f"  BLEU {trial.valid_bleu:.2f}  valid loss {trial.valid_loss:.3f}  ({trial.steps} steps, "
-            f"{trial.seconds:.0f} s, {trial.status})"
-        )
+        _run_trial(trial, cfg, out_dir, prepared_cache[cfg.data], progress, log)
         atomic_write_json(out_dir / "sweep.json", result.to_json())  # progress survives an interrupted sweep
+    _pick_best(result, configs)
+    return result
 
+
+def _run_trial(trial: Trial, cfg: Config, out_dir: Path, prepared, progress: bool, log) -> None:
+    """Train one trial into ``out_dir/trial.name`` and record its status, speed and scores in ``trial``."""
+    t0 = time.monotonic()
+    try:
+        res = train(
+            cfg,
+            out_dir / trial.name,
+            progress=progress,
+            prepared=prepared,
+            argv=["attnlab", "sweep", *(f"{k}={v}" for k, v in trial.overrides.items())],
+        )
+        trial.status, trial.steps, trial.stopped_by = "ok", res.step, res.stopped_by
+        trial.tokens_per_s = res.tokens_per_s
+    except NonFiniteLossError as e:
+        trial.status = "diverged"
+        log(f"  diverged: {e}")
+    except AttnlabError as e:
+        trial.status = f"failed: {e}"
+        log(f"  failed: {e}")
+    trial.seconds = time.monotonic() - t0
+    trial.valid_bleu, trial.valid_loss = _scores(out_dir / trial.name)
+    log(
+        f"  BLEU {trial.valid_bleu:.2f}  valid loss {trial.valid_loss:.3f}  ({trial.steps} steps, "
+        f"{trial.seconds:.0f} s, {trial.status})"
+    )
+
+
+def _pick_best(result: SweepResult, configs: list[Config]) -> None:
+    """Mark the best scored trial and write ``best.toml``, ``sweep.json``, ``sweep.md`` and the figure.
+
+    Raises :class:`AttnlabError` when no trial finished with a validation score."""
+    out_dir = result.out_dir
     scored = [
         t
         for t in result.trials
@@ -201,7 +213,6 @@ def run_sweep(
     atomic_write_json(out_dir / "sweep.json", result.to_json())
     atomic_write_text(out_dir / "sweep.md", format_table(result) + "\n")
     draw_sweep(result)
-    return result
 
 
 def format_table(result: SweepResult) -> str:
@@ -232,8 +243,6 @@ def format_table(result: SweepResult) -> str:
 
 def draw_sweep(result: SweepResult) -> list[Path]:
     """``sweep.png``/``.svg``: validation BLEU and loss per trial, the best one highlighted."""
-    from attnlab.inspection.plots import new_figure, save_figure
-
     trials = result.trials
     labels = [
         f"{t.name}\n" + "\n".join(f"{k.split('.')[-1]}={v}" for k, v in t.overrides.items()) for t in trials

@@ -19,14 +19,18 @@ class ModelTraits:
     ``outputs.py``) and how many layers of maps each has; empty for the fixed-context seq2seq.
     ``heads``: heads per attention layer (1 for additive attention). ``recurrent``: a GRU model
     (its states and gates can be explained step by step). ``embeddings``: attribute names of its
-    ``nn.Embedding`` tables. ``one_sequence``: source and target share one position table
-    (decoder-only: the target starts after the source)."""
+    ``nn.Embedding`` tables, the source's first. ``one_sequence``: source and target share one position table
+    (decoder-only: the target starts after the source). ``attention_modules``: where the
+    ``MultiHeadAttention`` of each kind sits, a dotted path with ``*`` for the layer
+    (``"encoder_blocks.*.attention"``), for tools that reach one head (``attnlab heads``); empty
+    without multi-head attention."""
 
     attention: dict[str, int] = field(default_factory=dict)
     heads: int = 1
     recurrent: bool = False
     embeddings: tuple[str, ...] = ()
     one_sequence: bool = False
+    attention_modules: dict[str, str] = field(default_factory=dict)
 
     @property
     def attention_kinds(self) -> tuple[str, ...]:

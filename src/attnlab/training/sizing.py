@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from attnlab import config as config_mod
-from attnlab.config import Config
+from attnlab.config import Config, ModelConfig
+from attnlab.models import traits
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,9 @@ def measure_peak_gflops(seconds: float = 1.0, n: int = 1024) -> float:
     return best / 1e9
 
 
-def family(kind: str) -> str:
-    return "gru" if kind in ("seq2seq", "bahdanau") else "transformer"
+def family(model: ModelConfig) -> str:
+    """Which tier settings a model takes: the recurrent ones ("gru") or the Transformers'."""
+    return "gru" if traits(model).recurrent else "transformer"
 
 
 def tier_for(compute: float) -> Tier | None:
@@ -90,7 +92,7 @@ def apply_tier(cfg: Config, tier: Tier | None, explicit: frozenset[str]) -> Conf
     name = "base" if tier is None else tier.name
     items = [f"train.size={name}"]
     if tier is not None:
-        for section, values in tier.settings[family(cfg.model.kind)].items():
+        for section, values in tier.settings[family(cfg.model)].items():
             items += [f"{section}.{k}={v}" for k, v in values.items() if f"{section}.{k}" not in explicit]
     return config_mod.apply_overrides(cfg, items)
 
