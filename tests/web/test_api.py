@@ -106,7 +106,7 @@ def test_probes_timeline(client, tiny_runs):
 def test_probes_skip_torn_lines_and_scores_are_read(tiny_runs, tmp_path):
     from fastapi.testclient import TestClient
 
-    from attnlab.web.server import create_app
+    from attnlab.web.app import create_app
 
     run = tmp_path / "copy"
     shutil.copytree(tiny_runs("bahdanau"), run)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnlab.cli import main, make_parser
-from attnlab.web.server import load_runs, parse_run_spec
+from attnlab.web.registry import load_runs, parse_run_spec
 
 
 def test_serve_is_registered_with_loopback_default():

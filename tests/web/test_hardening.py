@@ -23,8 +23,11 @@ from fastapi.testclient import TestClient
 from attnlab import config as C
 from attnlab.models import build_model
 from attnlab.translator import AttentionResult, Translator
-from attnlab.web import server as S
-from attnlab.web.server import Limits, LoadedRun, create_app
+from attnlab.web import guards, registry, server, serving
+from attnlab.web.app import create_app
+from attnlab.web.guards import Limits
+from attnlab.web.registry import LoadedRun
+from attnlab.web.routes import translate as translate_routes
 
 DOTS = "." * 300  # 300 characters, 300 source tokens: the amplification input
 LOOPBACK = "http://127.0.0.1"
@@ -56,7 +59,7 @@ def _untrained(run_dir, kind_overrides=()):
 
 
 def _app_over(tr, name="wide", **limits):
-    facts = S.run_facts(tr, None)
+    facts = server.run_facts(tr, None)
     return create_app({name: LoadedRun(name, tr, None, facts)}, Limits(**limits))
 
 
@@ -172,13 +175,13 @@ def test_bad_selections_get_one_line_422(client, body, loc, needle):
 
 def test_compression_happens_in_the_worker_inside_admission(wide, monkeypatch):
     threads = []
-    real = S.gzip_bytes
+    real = translate_routes.gzip_bytes
 
     def spy(data, *a, **k):
         threads.append(threading.current_thread().name)
         return real(data, *a, **k)
 
-    monkeypatch.setattr(S, "gzip_bytes", spy)
+    monkeypatch.setattr(translate_routes, "gzip_bytes", spy)
     r = wide.post(
         "/api/translate",
         json={"text": DOTS, "kind": "cross", "head": "mean", "encoding": "uint16"},
@@ -246,13 +249,13 @@ def test_probes_are_admitted_like_translations(tmp_path):
 
 def test_probes_are_parsed_once_per_file_version_in_a_worker(tmp_path, monkeypatch):
     calls = []
-    real = S.read_probes
+    real = registry.read_probes
 
     def spy(*a, **k):
         calls.append(threading.current_thread().name)
         return real(*a, **k)
 
-    monkeypatch.setattr(S, "read_probes", spy)
+    monkeypatch.setattr(registry, "read_probes", spy)
     run = _fake_run(tmp_path)
     with TestClient(create_app({"fake": run}), base_url=LOOPBACK) as c:
         first = c.get("/api/probes", params={"run": "fake"})
@@ -289,7 +292,7 @@ def _running(app, limits):
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(S.uvicorn_config(app, "127.0.0.1", port, limits, log_level="warning"))
+    server = uvicorn.Server(serving.uvicorn_config(app, "127.0.0.1", port, limits, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
@@ -381,7 +384,7 @@ def test_prompt_clients_and_keep_alive_still_work(live):
 def test_connections_over_the_limit_get_503():
     run = LoadedRun("fake", _Gated(), None, {"model_kind": "bahdanau", "kinds": ["cross"]})
     limits = Limits(max_connections=2, header_timeout_s=2.0)
-    assert S.uvicorn_config(create_app({"fake": run}, limits), "127.0.0.1", 1, limits).limit_concurrency == 2
+    assert serving.uvicorn_config(create_app({"fake": run}, limits), "127.0.0.1", 1, limits).limit_concurrency == 2
     with _running(create_app({"fake": run}, limits), limits) as port:
         with socket.create_connection(("127.0.0.1", port), timeout=3) as idle:
             idle.sendall(b"GET /health HTTP/1.1\r\n")  # holds a connection
@@ -415,13 +418,13 @@ def test_loopback_host_headers_are_served(client, host):
 def test_host_widens_with_a_non_loopback_bind_or_allowed_host(tiny_runs):
     from attnlab.cli import make_parser
 
-    assert S.allowed_host_names("127.0.0.1") == ("127.0.0.1", "localhost", "::1")
-    assert "192.168.1.5" in S.allowed_host_names("192.168.1.5")
-    assert "0.0.0.0" not in S.allowed_host_names("0.0.0.0")
-    assert "fe80::1" in S.allowed_host_names("::", ["fe80::1"])
+    assert guards.allowed_host_names("127.0.0.1") == ("127.0.0.1", "localhost", "::1")
+    assert "192.168.1.5" in guards.allowed_host_names("192.168.1.5")
+    assert "0.0.0.0" not in guards.allowed_host_names("0.0.0.0")
+    assert "fe80::1" in guards.allowed_host_names("::", ["fe80::1"])
     args = make_parser().parse_args(["serve", "r", "--allowed-host", "box.lan", "--allowed-host", "x.lan"])
     assert args.allowed_hosts == ["box.lan", "x.lan"]
-    hosts = S.allowed_host_names("0.0.0.0", args.allowed_hosts)
+    hosts = guards.allowed_host_names("0.0.0.0", args.allowed_hosts)
     app = create_app([f"t={tiny_runs('bahdanau')}"], allowed_hosts=hosts)
     with TestClient(app, base_url=LOOPBACK) as c:
         assert c.get("/api/runs", headers={"host": "box.lan:8000"}).status_code == 200

@@ -12,7 +12,9 @@ import torch
 
 from attnlab.errors import AttnlabError
 from attnlab.translator import AttentionResult
-from attnlab.web.server import Limits, LoadedRun, create_app
+from attnlab.web.app import create_app
+from attnlab.web.guards import Limits
+from attnlab.web.registry import LoadedRun
 
 
 class GatedTranslator:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
-import os
 import sys
 
 from attnlab.errors import AttnlabError
@@ -19,21 +19,18 @@ def _is_loopback(host: str) -> bool:
 
 
 def cmd_serve(args) -> int:
+    # Imported here, not at the top: `attnlab` imports every command module to build its parser,
+    # and the web extra (fastapi, uvicorn) is optional; without it only `serve` fails, saying why.
     try:
-        import uvicorn  # noqa: F401  (checked here: the web extra)
-
-        from attnlab.web.server import Limits, allowed_host_names, create_app, serve
+        from attnlab.web.app import create_app
+        from attnlab.web.guards import Limits, allowed_host_names
+        from attnlab.web.serving import model_threads, serve
     except ModuleNotFoundError as e:
         raise AttnlabError(
             f"`attnlab serve` needs the web extra ({e.name} is missing); "
             "install it with `pip install 'attnlab[web]'`"
         ) from None
-    import torch
-
-    # Model work runs in `--workers` threads; PyTorch's intra-op pool is shared by all of them, so
-    # split the cores instead of letting each worker ask for all of them.
-    threads = args.threads or max(1, (os.cpu_count() or 1) // args.workers)
-    torch.set_num_threads(threads)
+    model_threads(args.workers, args.threads)
     limits = Limits(
         max_chars=args.max_chars,
         workers=args.workers,
@@ -142,8 +139,6 @@ def register(sub) -> None:
 
 
 def _positive(text: str) -> int:
-    import argparse
-
     try:
         v = int(text)
     except ValueError:

@@ -1,0 +1,127 @@
+"""The attention explorer's HTTP API and page: FastAPI over one :class:`~attnlab.translator.Translator` per run.
+
+:func:`create_app` assembles the parts, each in a file named after it: ``guards.py`` (limits, Host
+guard, body cap, admission), ``schemas.py`` (the request body and error bodies), ``registry.py``
+(the runs and their caches), ``state.py`` (what the routes share), ``routes/`` (the endpoints),
+``server.py`` (run facts, the attention maps as JSON) and ``serving.py`` (uvicorn with read deadlines).
+
+Endpoints (OpenAPI schema at ``/openapi.json``, a readable offline reference at ``/docs``):
+
+- ``POST /api/translate`` ``{"text", "beam_size", "run", "max_len", "kind", "layer", "head",
+  "encoding", "overview"}`` → the translation, the source and target tokens and the chosen run's
+  attention maps, each kind as ``(layers, heads, queries, keys)``. By default every kind, layer and
+  head, as JSON numbers (4 decimals); ``kind``/``layer``/``head`` (``"mean"`` averages the heads) pick
+  one map, ``encoding`` ``"uint8"``/``"uint16"`` sends it quantised as base64, and ``overview`` adds
+  a ≤48×48 max-pooled thumbnail of every layer and head (what the page draws);
+- ``GET /api/runs`` → what is loaded: name, model kind, parameters, layers/heads, the checkpoint, and
+  test BLEU when the run folder's ``eval-test.json`` scored *that* checkpoint (``test``; otherwise
+  ``test_other`` says which one it scored);
+- ``GET /api/probes?run=NAME`` → the probe sentences' attention recorded during training
+  (``probes.jsonl``, heads averaged), grouped by sentence and ordered by step;
+- ``GET /health`` → liveness, never behind the model;
+- ``GET /`` → the explorer page (``static/``, served from the package: no CDN, nothing remote).
+
+Limits, all checked before any model work (:class:`~attnlab.web.guards.Limits`):
+
+- the ``Host`` header must name the server: a loopback name (``127.0.0.1``, ``localhost``, ``::1``,
+  any port) or one allowed with ``--allowed-host`` (400 otherwise: a web page on another site that
+  rebinds its DNS name to 127.0.0.1 cannot use the API);
+- the body is at most ``max_body_bytes`` (413, also for chunked bodies without a length);
+- ``text`` is 1…``max_chars`` characters, not only whitespace, with no control characters, lone
+  surrogates or bidirectional overrides (422 naming the field and the position);
+- at most ``max_output_tokens`` output tokens per translation (``max_len`` asks for fewer);
+- at most ``max_pending`` translations and probe timelines are admitted at once; the next one gets
+  429 at once with ``Retry-After`` (never a hang); admitted work runs in a pool of ``workers``
+  threads — the model, the JSON encoding and the gzip compression all inside the admission slot —
+  so the event loop, and ``/health``, stays free;
+- each translation has ``deadline_s`` seconds (504 past it; work that has not started is cancelled);
+- a response's attention maps are at most ``max_response_bytes``: a kind that would not fit is sent
+  with ``weights: null`` and an ``omitted`` note saying what to ask for instead (the translation is
+  never lost);
+- served by :func:`~attnlab.web.serving.serve`: at most ``max_connections`` connections and requests
+  at once (503 above), a request head must arrive within ``header_timeout_s`` of its first byte (or
+  of the connection) and its body within ``body_timeout_s`` after that (408 and closed otherwise),
+  and an idle keep-alive connection is closed after ``keep_alive_s``.
+
+A request can only reach files of the loaded runs, by run *name* and fixed file names
+(``eval-test.json``, ``probes.jsonl``); no request field is ever used as a path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.gzip import GZipMiddleware
+
+from attnlab import __version__
+from attnlab.errors import AttnlabError
+from attnlab.web.guards import LOOPBACK_NAMES, BodyLimit, HostGuard, Limits, security_headers
+from attnlab.web.registry import LoadedRun, load_runs
+from attnlab.web.responses import GZIP_LEVEL, GZIP_MIN
+from attnlab.web.routes import page
+from attnlab.web.routes import runs as runs_routes
+from attnlab.web.routes import translate as translate_routes
+from attnlab.web.schemas import make_request_model, on_http_error, on_invalid
+from attnlab.web.state import ServerState
+
+
+def create_app(
+    runs: Mapping[str, LoadedRun] | Sequence[str | Path],
+    limits: Limits | None = None,
+    which: str = "best",
+    device: str = "cpu",
+    allowed_hosts: Collection[str] | None = None,
+) -> FastAPI:
+    """Build the app over loaded runs (or run folders, loaded here with :func:`~attnlab.web.registry.load_runs`).
+
+    The first run is the default of ``POST /api/translate``. ``allowed_hosts``: the names the
+    ``Host`` header may carry (default: the loopback names; see
+    :func:`~attnlab.web.guards.allowed_host_names`). Raises :class:`AttnlabError` when a run cannot
+    be loaded. The model thread pool is shut down with the app.
+    """
+    limits = limits or Limits()
+    if not isinstance(runs, Mapping):
+        runs = load_runs(list(runs), which=which, device=device)
+    if not runs:
+        raise AttnlabError("no run to serve; pass at least one run folder")
+    state = ServerState.create(dict(runs), limits)
+    hosts = tuple(allowed_hosts) if allowed_hosts is not None else LOOPBACK_NAMES
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        state.pool.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(
+        title="attnlab attention explorer",
+        version=__version__,
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+        description="Translate English → French with trained attnlab runs and look at every attention map.",
+    )
+    app.state.runs, app.state.limits, app.state.admission = state.runs, limits, state.admission
+    app.state.allowed_hosts = hosts
+    _add_guards(app, limits, hosts)
+    app.add_exception_handler(RequestValidationError, on_invalid)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.include_router(runs_routes.router(state))
+    app.include_router(translate_routes.router(state, make_request_model(limits, list(state.runs))))
+    app.include_router(page.router())
+    page.mount_static(app)
+    return app
+
+
+def _add_guards(app: FastAPI, limits: Limits, hosts: tuple[str, ...]) -> None:
+    """The middleware, innermost first: each ``add_middleware`` wraps the ones before it."""
+    # Small responses (pages, /api/runs) are compressed here, cheaply; the large ones (translations,
+    # probes) arrive already compressed by their worker, inside the admission slot, and pass through.
+    app.add_middleware(GZipMiddleware, minimum_size=GZIP_MIN, compresslevel=GZIP_LEVEL)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    app.middleware("http")(security_headers)
+    app.add_middleware(HostGuard, allowed=hosts)  # outermost: a foreign Host reaches nothing else

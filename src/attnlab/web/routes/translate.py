@@ -1,0 +1,168 @@
+"""``POST /api/translate``: a translation and its attention maps, built in a model thread.
+
+The route checks what it can before admission (the run has the asked kind), then hands a
+:class:`TranslateJob` to :func:`translate_job` in a model thread; that thread runs the model (or
+reuses the cached result of the same sentence), builds the JSON with
+:func:`~attnlab.web.server.attention_payload` and gzips it, so a large answer never holds up the
+event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel
+
+from attnlab.data.text import preprocess
+from attnlab.errors import AttnlabError
+from attnlab.web.registry import LoadedRun, ResultCache
+from attnlab.web.responses import (
+    GZIP_MIN,
+    accepts_gzip,
+    busy,
+    encoded,
+    error,
+    gzip_bytes,
+    json_bytes,
+    too_slow,
+)
+from attnlab.web.schemas import ErrorBody
+from attnlab.web.server import SelectionError, attention_payload
+from attnlab.web.state import Busy, ServerState
+
+
+def router(state: ServerState, body_model: type[BaseModel]) -> APIRouter:
+    """The translate route over ``state``'s runs; ``body_model``: :func:`~attnlab.web.schemas.make_request_model`."""
+    api = APIRouter()
+    limits = state.limits
+
+    async def translate(req, request: Request):
+        name = req.run or state.default_run
+        r = state.runs[name]
+        kinds = r.info.get("kinds")
+        if req.kind is not None and isinstance(kinds, list) and req.kind not in kinds:
+            have = ", ".join(kinds) if kinds else "none (a fixed context)"
+            return error(
+                422,
+                ["body", "kind"],
+                f"run {name!r} has no {req.kind} attention; its kinds: {have}",
+                "value_error",
+            )
+        job = TranslateJob(
+            r,
+            req.text,
+            req.beam_size,
+            req.max_len or limits.max_output_tokens,
+            req.kind,
+            req.layer,
+            req.head,
+            req.encoding,
+            req.overview,
+            limits.max_response_bytes,
+            accepts_gzip(request),
+        )
+        try:
+            body, gz = await state.run_admitted(translate_job, job, state.results, time.perf_counter())
+        except Busy:
+            return busy(limits)
+        except TimeoutError:
+            return too_slow(limits)
+        except SelectionError as e:
+            return error(422, ["body", e.field_name], str(e), "value_error")
+        except AttnlabError as e:
+            return error(422, ["body", "text"], str(e), "value_error")
+        return encoded(body, gz)
+
+    # The body model is built at run time (it carries the limits), so annotate after the fact:
+    # with `from __future__ import annotations` a local name would not resolve.
+    translate.__annotations__["req"] = body_model
+    translate.__annotations__["request"] = Request
+    api.post(
+        "/api/translate",
+        summary="translate and return every attention map",
+        responses={
+            413: {"model": ErrorBody},
+            422: {"model": ErrorBody},
+            429: {"model": ErrorBody},
+            504: {"model": ErrorBody},
+        },
+    )(translate)
+    return api
+
+
+@dataclass(frozen=True)
+class TranslateJob:
+    """One admitted translation request, as the worker thread needs it."""
+
+    run: LoadedRun
+    text: str
+    beam_size: int
+    max_len: int
+    kind: str | None
+    layer: int | None
+    head: int | str | None
+    encoding: str
+    overview: bool
+    max_bytes: int
+    gzip: bool
+
+
+def translate_job(job: TranslateJob, cache: ResultCache, t0: float) -> tuple[bytes, bool]:
+    """Runs in a model thread, inside the admission slot: the translation with its attention (or
+    the cached one of the same request), the JSON encoding and the gzip compression, so that
+    neither a large payload nor its compression ever holds up the event loop (and /health).
+    Returns the body and whether it is gzipped."""
+    r = job.run
+    key = (r.name, job.text, job.beam_size, job.max_len)
+    res = cache.get(key)
+    if res is None:
+        res = r.translator.attention(job.text, beam_size=job.beam_size, max_len=job.max_len)
+        cache.put(key, res)
+    attention = attention_payload(
+        res,
+        kind=job.kind,
+        layer=job.layer,
+        head=job.head,
+        encoding=job.encoding,
+        overview=job.overview,
+        max_bytes=job.max_bytes,
+    )
+    tgt = list(res.tgt_tokens)
+    warnings = [f"{k}: {a['omitted']}" for k, a in attention.items() if a.get("omitted")]
+    finished = bool(tgt) and tgt[-1] == "<eos>"
+    if not finished and len(tgt) >= job.max_len:
+        warnings.append(f"the translation stopped at the output limit of {job.max_len} tokens before <eos>")
+    payload = {
+        "run": r.name,
+        "model_kind": r.info.get("model_kind"),
+        "beam_size": job.beam_size,
+        "max_len": job.max_len,
+        "source": res.source,
+        "translation": res.translation,
+        "src_tokens": list(res.src_tokens),
+        "tgt_tokens": tgt,
+        "tgt_inputs": list(res.tgt_inputs),
+        "finished": finished,
+        "truncated": bool(res.truncated),
+        "unknown_words": unknown_words(r.translator, job.text, res.src_tokens),
+        "kinds": list(res.attention),
+        "attention": attention,
+        "warnings": warnings,
+    }
+    payload["elapsed_ms"] = round(1000 * (time.perf_counter() - t0), 1)
+    body = json_bytes(payload)
+    if job.gzip and len(body) >= GZIP_MIN:
+        return gzip_bytes(body), True
+    return body, False
+
+
+def unknown_words(tr: Any, text: str, src_tokens: Sequence[str]) -> list[str]:
+    """The words of ``text`` the model saw as ``<unk>`` (word vocabularies; BPE gives the count as ``<unk>``s)."""
+    shown = [t for t in src_tokens if t != "<eos>"]
+    if hasattr(getattr(tr, "src_tok", None), "token_to_idx"):  # word vocabulary: one token per word
+        return [w for w, t in zip(preprocess(text).split(), shown) if t == "<unk>"]
+    return [t for t in shown if t == "<unk>"]

@@ -1,0 +1,66 @@
+"""What one app holds while it serves, shared by its routes: the runs, the limits, the model threads.
+
+Model work never runs on the event loop: :meth:`ServerState.run_admitted` takes an admission slot,
+runs the work in one of ``limits.workers`` threads and waits at most ``limits.deadline_s`` for it,
+so ``/health`` answers while every model computes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnlab.web.guards import Admission, Limits
+from attnlab.web.registry import LoadedRun, ProbeCache, ResultCache
+
+
+class Busy(Exception):
+    """No admission slot is free (the route answers 429 at once, never a hang)."""
+
+
+@dataclass
+class ServerState:
+    """The app's runs (the first is the default), limits, model threads, admission and caches."""
+
+    runs: dict[str, LoadedRun]
+    limits: Limits
+    pool: ThreadPoolExecutor
+    admission: Admission
+    results: ResultCache
+    probes: ProbeCache
+    started: float = field(default_factory=time.time)
+
+    @classmethod
+    def create(cls, runs: dict[str, LoadedRun], limits: Limits) -> ServerState:
+        return cls(
+            runs,
+            limits,
+            ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix="attnlab-model"),
+            Admission(limits.max_pending),
+            ResultCache(),
+            ProbeCache(limits.max_probe_bytes),
+        )
+
+    @property
+    def default_run(self) -> str:
+        return next(iter(self.runs))
+
+    async def run_admitted(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in a model thread, under admission; its result, or what it raised.
+
+        Raises :class:`Busy` when every slot is taken, and ``TimeoutError`` past ``deadline_s``
+        (work that has not started is cancelled; started work keeps its slot until its thread ends).
+        """
+        if not self.admission.try_acquire():
+            raise Busy
+        cfut = self.pool.submit(fn, *args)
+        cfut.add_done_callback(self.admission.release)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(cfut), timeout=self.limits.deadline_s)
+        except TimeoutError:
+            cfut.cancel()  # frees the slot at once if the work had not started
+            raise
