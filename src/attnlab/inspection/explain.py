@@ -22,22 +22,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from attnlab.attention.additive import AdditiveAttention
 from attnlab.data.batching import Batch, collate
 from attnlab.data.text import tokenize
 from attnlab.data.vocab import EOS, UNK
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import d2l_bleu
+from attnlab.inspection.movement import FORMED_MOVEMENT, attention_movement, formation_note
 from attnlab.inspection.params import parameter_report
 from attnlab.models import ModelTraits, StepOutput, build_model, traits
 from attnlab.models.gru import ScratchGRU
 from attnlab.translator import Translator, decode_many, teacher_forced, token_labels
 
-__all__ = ["explain", "scratch_gru_copy"]
+__all__ = ["GateTrack", "explain", "gate_tracks", "gates_figure", "scratch_gru_copy"]
 
 Out = Any  # the list.append that collects the text's lines
 
@@ -69,10 +72,12 @@ class RecordingGRU(ScratchGRU):
         super().__init__(like.input_size, like.hidden_size, like.num_layers, like.dropout.p, like.bias,
                          like.bidirectional)
         self.gates: list[Any] = []
+        self.outputs: list[Tensor] = []
 
     def forward(self, x, h0=None, valid_lens=None, return_gates=False):
         out, h, gates = super().forward(x, h0, valid_lens, return_gates=True)
         self.gates.append(gates)  # GRUGates of (B, L·dirs, T, D)
+        self.outputs.append(out)  # (B, T, D·dirs): the top layer's states h_t
         return (out, h, gates) if return_gates else (out, h)
 
 
@@ -100,9 +105,12 @@ class _Watched(nn.Module):
         self.config = model.config
         self.training = model.training  # decode_many restores the mode it finds: the model's own
         self.steps: list[tuple[int, StepOutput]] = []
+        self.memory: Tensor | None = None  # (1, S, M) the encoder states h_t: keys = values (§2)
 
     def encode(self, src, src_valid_lens, need_weights=False):
-        return self.module.encode(src, src_valid_lens, need_weights=need_weights)
+        enc = self.module.encode(src, src_valid_lens, need_weights=need_weights)
+        self.memory = enc.memory
+        return enc
 
     def init_state(self, enc, src_valid_lens):
         return self.module.init_state(enc, src_valid_lens)
@@ -123,6 +131,9 @@ class _Step:
     p_chosen: float
     attention: list[tuple[str, float]] | None = None
     attention_kind: str | None = None
+    weights: Tensor | None = None  # (S,) the whole row that ``attention`` shows the top of
+    context: Tensor | None = None  # (M,) additive attention's output c_t' = Σ α h_t (Bahdanau)
+    context_gap: float | None = None  # max |Σ α h_t − the attention module's own output|
 
 
 def _record_modules(model: nn.Module, run) -> list[tuple[str, str, str, int]]:
@@ -160,8 +171,11 @@ def _record_modules(model: nn.Module, run) -> list[tuple[str, str, str, int]]:
     return [(n, r[0], r[1], r[2]) for n, r in order.items()]
 
 
-def explain(translator: Translator, sentence: str, reference: str | None = None, top_k: int = 5) -> str:
+def explain(translator: Translator, sentence: str, reference: str | None = None, top_k: int = 5,
+            figures_dir: str | Path | None = None) -> str:
     """The §4–9 walk-through of ``sentence`` as text (see the module docstring).
+
+    ``figures_dir``: where to write ``gates.png`` (GRU models: :func:`gates_figure`); None writes nothing.
 
     Raises:
         AttnlabError: when the sentence (or the reference) has no token after preprocessing.
@@ -181,10 +195,11 @@ def explain(translator: Translator, sentence: str, reference: str | None = None,
     _embedding_section(tr, t, model, seq, out)  # 2
     # 5 (decoding) first, so the teacher-forced pass in 3 can follow the model's own output
     steps, hyp = _greedy_steps(model, t, ids, tr, top_k)
-    gates = (model.encoder.rnn.gates[0], list(model.decoder.gates)) if t.recurrent else None
+    src_labels = token_labels(tr.src_tok, ids)
+    tracks = gate_tracks(model, tr.cfg.model.bidirectional, src_labels, [st.input for st in steps]) if t.recurrent else None
     batch, fwd = _network_section(model, ids, hyp, tr, out)  # 3
-    if gates is not None:
-        _gates_section(tr, model, batch, token_labels(tr.src_tok, ids), steps, gates, out)  # 4
+    if tracks is not None:
+        _gates_section(tr, model, batch, tracks, out, Path(figures_dir) if figures_dir is not None else None)  # 4
     translation = _decoding_section(tr, steps, hyp, top_k, out)  # 5
     if reference is not None:
         _loss_section(model, tr, ids, reference, translation, out)  # 6
@@ -228,14 +243,23 @@ def _greedy_steps(
     model: nn.Module, t: ModelTraits, ids: list[int], tr: Translator, top_k: int
 ) -> tuple[list[_Step], list[int]]:
     """Greedy decoding as the translator does it (:func:`decode_many`, so the one greedy search),
-    watched step by step; returns what each step read, looked at and predicted, and the output ids."""
+    watched step by step; returns what each step read, looked at and predicted, and the output ids.
+
+    Additive attention's outputs (Bahdanau's context vectors) are caught by a forward hook, one per step."""
     watched = _Watched(model)
-    hyp = decode_many(watched, [ids], tr.cfg.decode, tr.device, beam_size=1)[0][0]
+    contexts: list[Tensor] = []
+    hooks = [m.register_forward_hook(lambda mod, args, out: contexts.append(out[0].detach()))
+             for m in model.modules() if isinstance(m, AdditiveAttention)]
+    try:
+        hyp = decode_many(watched, [ids], tr.cfg.decode, tr.device, beam_size=1)[0][0]
+    finally:
+        for h in hooks:
+            h.remove()
     chosen_ids = list(hyp.tokens) + ([EOS] if hyp.finished else [])  # one per step
     src_labels = token_labels(tr.src_tok, ids)
     tgt = tr.tgt_tok
     steps: list[_Step] = []
-    for (token, o), chosen in zip(watched.steps, chosen_ids):
+    for k, ((token, o), chosen) in enumerate(zip(watched.steps, chosen_ids)):
         probs = torch.softmax(o.logits[0].float(), dim=-1).cpu()  # (V,) the model's own distribution
         top = probs.topk(min(top_k, probs.numel()))
         step = _Step(
@@ -248,14 +272,24 @@ def _greedy_steps(
             if name in o.attention:
                 w = o.attention[name][0, -1].float().mean(dim=0)[-1, : len(src_labels)].cpu()  # last layer, heads averaged
                 order = w.argsort(descending=True)[:3].tolist()
-                step.attention = [(src_labels[i], float(w[i])) for i in order]
+                step.attention, step.weights = [(src_labels[i], float(w[i])) for i in order], w
                 step.attention_kind = (
                     "top 3 source tokens"  # Bahdanau: one additive attention, no layers or heads
                     if t.recurrent
                     else f"{name}, last layer, heads averaged, top 3 source tokens"
                 )
+        if k < len(contexts) and step.weights is not None and watched.memory is not None:
+            _add_context(step, contexts[k], watched.memory)
         steps.append(step)
     return steps, list(hyp.tokens)
+
+
+def _add_context(step: _Step, context: Tensor, memory: Tensor) -> None:
+    """Set ``step.context`` to the attention module's output ``(1, 1, M)`` and check it against the
+    notes' formula c_t' = Σ_t α_t h_t over ``memory (1, S, M)`` with the step's weights ``(S,)``."""
+    c = context[0, 0].float().cpu()  # (M,)
+    by_formula = step.weights @ memory[0, : step.weights.numel()].float().cpu()  # (S,) @ (S, M) → (M,)
+    step.context, step.context_gap = c, float((c - by_formula).abs().max())
 
 
 def _network_section(model: nn.Module, ids: list[int], hyp: list[int], tr: Translator, out: Out) -> tuple[Batch, Any]:
@@ -286,30 +320,120 @@ def _network_section(model: nn.Module, ids: list[int], hyp: list[int], tr: Trans
     return batch, fwd
 
 
-def _gates_section(
-    tr: Translator, model: nn.Module, batch: Batch, shown: list[str], steps: list[_Step], gates, out: Out
-) -> None:
-    """4. the GRU's update and reset gates at every step (§6–7), recorded while decoding."""
-    enc_gates, dec_gates = gates
-    out(
-        "\n== 4. GRU gates (§6–7; from-scratch GRU with the trained weights). z: update gate — near 1 keeps "
-        "the old state, near 0 takes the candidate h̃; r: reset gate — how much of the old state the "
-        "candidate reads. Means over the hidden units, top layer:"
-    )
-    out(f"  scratch GRU reproduces the trained model's logits: max |Δ| = {_scratch_gap(tr, model, batch):.1e}")
-    bidirectional = tr.cfg.model.bidirectional
+@dataclass
+class GateTrack:
+    """One GRU's top layer over the steps of a sentence: each field ``(D, steps)`` (units × steps).
+
+    ``z`` update gate, ``r`` reset gate, ``h_tilde`` candidate state, ``h`` the new state h_t (§7).
+    """
+
+    z: Tensor
+    r: Tensor
+    h_tilde: Tensor
+    h: Tensor
+    labels: list[str]  # the input token of each step
+
+
+def gate_tracks(model: nn.Module, bidirectional: bool, src_labels: list[str], dec_inputs: list[str]) -> dict[str, GateTrack]:
+    """The encoder's (forward direction) and the decoder's top-layer gates and states, from the first
+    encoder call and the first ``len(dec_inputs)`` decoder calls a :func:`scratch_gru_copy` recorded."""
+    enc_rnn, dec_rnn = model.encoder.rnn, model.decoder
     top = -2 if bidirectional else -1  # gates are (layer, direction)-major: top forward
-    out("  encoder" + (" (forward direction):" if bidirectional else ":"))
-    for t, tok in enumerate(shown):
-        z, r = enc_gates.z[0, top, t], enc_gates.r[0, top, t]  # (D,)
-        out(f"    step {t + 1:>2} {tok:>12}: mean z = {float(z.mean()):.3f}  mean r = {float(r.mean()):.3f}")
-    out("  decoder (one call per generated token):")
-    for t, g in enumerate(dec_gates[: len(steps)]):
-        z, r = g.z[0, -1, 0], g.r[0, -1, 0]
-        out(
-            f"    step {t + 1:>2} in {steps[t].input:>12}: mean z = {float(z.mean()):.3f}  "
-            f"mean r = {float(r.mean()):.3f}"
-        )
+    D = enc_rnn.hidden_size
+    g = enc_rnn.gates[0]
+    enc = GateTrack(g.z[0, top].T, g.r[0, top].T, g.h_tilde[0, top].T, enc_rnn.outputs[0][0, :, :D].T, src_labels)
+    n = len(dec_inputs)
+
+    def steps(tensors) -> Tensor:
+        return torch.stack([x[0, -1, 0] if x.dim() == 4 else x[0, 0] for x in tensors[:n]], dim=1)  # (D, n)
+
+    dec_g = dec_rnn.gates
+    dec = GateTrack(steps([x.z for x in dec_g]), steps([x.r for x in dec_g]), steps([x.h_tilde for x in dec_g]),
+                    steps(dec_rnn.outputs), dec_inputs)
+    return {"encoder": enc, "decoder": dec}
+
+
+#: (GateTrack field, name, formula, meaning): the notes' §7 formulas, as computed here (the candidate in nn.GRU's placement, see RESET_PLACEMENT).
+GATE_FORMULAS = (
+    ("z", "update gate", "z_t = σ(W_xz x_t + W_hz h_t−1 + b_z)", "near 1 keeps the old state"),
+    ("r", "reset gate", "r_t = σ(W_xr x_t + W_hr h_t−1 + b_r)", "near 0 lets the candidate ignore it"),
+    ("h_tilde", "candidate", "h̃_t = tanh(W_xh x_t + b_xh + r_t ⊙ (W_hh h_t−1 + b_hh))", "new content"),
+    ("h", "new state", "h_t = z_t ⊙ h_t−1 + (1 − z_t) ⊙ h̃_t", "old and new mixed"),
+)
+
+RESET_PLACEMENT = (
+    "reset-gate placement: the notes (§7, as Cho et al. 2014) write W_hh (r_t ⊙ h_t−1): reset the old state, then",
+    "multiply. nn.GRU (cuDNN; ONNX's linear_before_reset) multiplies first and resets the product, r_t ⊙ (W_hh h_t−1",
+    "+ b_hh), so W_h h_t−1 of all three gates is one matmul per step. attnlab's ScratchGRU implements nn.GRU's",
+    "placement, so it equals nn.GRU and loads its weights; the notes' placement is another function of the same weights.",
+)
+
+
+def _units(track: GateTrack, k: int = 3) -> list[int]:
+    """The ``k`` units whose update gate varies most over the steps (the first ``k`` with one step)."""
+    spread = track.z.std(dim=1) if track.z.shape[1] > 1 else -torch.arange(track.z.shape[0], dtype=torch.float)
+    return spread.topk(min(k, spread.numel())).indices.tolist()
+
+
+def _gates_section(tr: Translator, model: nn.Module, batch: Batch, tracks: dict[str, GateTrack], out: Out,
+                   figures_dir: Path | None) -> None:
+    """4. the GRU's gates z, r, candidate h̃ and state h_t at every step, for a few units (§6–7)."""
+    D = tr.cfg.model.num_hiddens
+    out(f"\n== 4. GRU gates (§6–7; the from-scratch GRU with the trained weights, top layer, {D} units):")
+    for _, name, formula, meaning in GATE_FORMULAS:
+        out(f"  {name:<11} {formula:<58} {meaning}")
+    for line in RESET_PLACEMENT:
+        out("  " + line)
+    out(f"  scratch GRU reproduces the trained model's logits: max |Δ| = {_scratch_gap(tr, model, batch):.1e}")
+    enc = tracks["encoder"]
+    h_prev = torch.cat([torch.zeros_like(enc.h[:, :1]), enc.h[:, :-1]], dim=1)  # h_0 = 0 (D, S)
+    mix = float((enc.z * h_prev + (1 - enc.z) * enc.h_tilde - enc.h).abs().max())
+    out(f"  h_t = z ⊙ h_t−1 + (1 − z) ⊙ h̃ recomputed from the encoder's gates equals its states: max |Δ| = {mix:.1e}")
+    for part, track in tracks.items():
+        units = _units(track)
+        where = " (forward direction)" if part == "encoder" and tr.cfg.model.bidirectional else ""
+        out(f"  {part}{where}: units {', '.join(map(str, units))} (the {len(units)} whose z varies most over "
+            f"the steps); mean z and r over all {D} units beside")
+        for t, tok in enumerate(track.labels):
+            cols = "  ".join(f"{sym} {_units_vec(getattr(track, f), units, t)}"
+                             for sym, f in (("z", "z"), ("r", "r"), ("h̃", "h_tilde"), ("h", "h")))
+            out(f"    step {t + 1:>2} {tok:>12}: {cols}   mean z {float(track.z[:, t].mean()):.2f} "
+                f"r {float(track.r[:, t].mean()):.2f}")
+    if figures_dir is not None:
+        from attnlab.inspection.plots import save_figure
+
+        for path in save_figure(gates_figure(tracks), Path(figures_dir) / "gates", formats=("png",)):
+            out(f"  heatmaps of every unit × step (z, r, h̃, h_t; encoder and decoder): {path}")
+
+
+def _units_vec(values: Tensor, units: list[int], t: int) -> str:
+    return "[" + " ".join(f"{float(values[u, t]):+.2f}" for u in units) + "]"
+
+
+def gates_figure(tracks: dict[str, GateTrack]):
+    """Units × steps heatmaps of z, r, h̃ and h_t, one row per GRU (encoder, decoder), as a ``Figure``.
+
+    Fixed colour scales: gates on [0, 1], candidate and state on [−1, 1] (their ranges: σ and tanh).
+    """
+    from attnlab.inspection.plots import new_figure
+
+    n_steps = max(t.z.shape[1] for t in tracks.values())
+    fig = new_figure((min(22.0, 4 * (1.6 + 0.3 * n_steps)), 3.2 * len(tracks) + 0.6))
+    axes = fig.subplots(len(tracks), 4, squeeze=False)
+    for row, (part, track) in enumerate(tracks.items()):
+        for col, (field_name, name, formula, _) in enumerate(GATE_FORMULAS):
+            ax = axes[row][col]
+            data = getattr(track, field_name).float().cpu().numpy()  # (D, steps)
+            gate = col < 2
+            im = ax.imshow(data, aspect="auto", interpolation="nearest", cmap="viridis" if gate else "RdBu_r",
+                           vmin=0.0 if gate else -1.0, vmax=1.0)
+            ax.set_xticks(range(len(track.labels)), track.labels, rotation=60, fontsize=8)
+            ax.set_title(f"{part}: {name}\n{formula}", fontsize=8)
+            if col == 0:
+                ax.set_ylabel("hidden unit")
+            fig.colorbar(im, ax=ax, fraction=0.05)
+    fig.suptitle("GRU top layer, every unit at every step (notes §7); x: the step's input token")
+    return fig
 
 
 def _decoding_section(tr: Translator, steps: list[_Step], hyp: list[int], top_k: int, out: Out) -> str:
@@ -318,16 +442,41 @@ def _decoding_section(tr: Translator, steps: list[_Step], hyp: list[int], top_k:
         f"\n== 5. greedy decoding, one step at a time (§22): attention over the source, then logits = W_o s + b_o "
         f"(§8), shape (1, {len(tr.tgt_tok)}), softmax → probabilities; top {top_k} shown"
     )
+    with_context = [st for st in steps if st.context is not None]
+    if with_context:
+        gap = max(st.context_gap for st in with_context)
+        out("  context vector (§1): c_t' = Σ_t α(s_t'−1, h_t) h_t — the encoder states h_t (the values) weighted by")
+        out("  this step's attention; the decoder GRU reads embedding(y_t'−1) ⊕ c_t'. Σ α h recomputed from the weights")
+        out(f"  equals the attention module's own output: max |Δ| = {gap:.1e}")
     for t, st in enumerate(steps):
         out(f"  step {t + 1}: input {st.input!r}")
         if st.attention is not None:
             att = ", ".join(f"{tok} {w:.2f}" for tok, w in st.attention)
             out(f"    attention ({st.attention_kind}): {att}")
+        if st.context is not None:
+            out(f"    context c_{t + 1} = {_vec(st.context)} ({st.context.numel()} dims), "
+                f"‖c‖ = {float(st.context.norm()):.3f}")
         out("    top: " + "  ".join(f"{tok} {p:.3f}" for tok, p in st.top))
         out(f"    → chooses {st.chosen!r} (p = {st.p_chosen:.3f})")
+    _movement_lines(steps, out)
     translation = tr.tgt_tok.decode(hyp)
     out(f"  translation: {translation!r}")
     return translation
+
+
+def _movement_lines(steps: list[_Step], out: Out) -> None:
+    """Does the attention move from step to step (§1)? The rows' mean total variation, and the
+    one-line note of :func:`~attnlab.inspection.movement.formation_note` when it has not formed."""
+    rows = [st.weights for st in steps if st.weights is not None]
+    if len(rows) < 2:
+        return
+    weights = torch.stack(rows)  # (T, S)
+    move = attention_movement(weights)
+    out(f"  attention movement: mean total variation ½Σ|α_t' − α_t'−1| between consecutive steps = {move:.2f} "
+        f"(0 = the same weights at every step; formed above {FORMED_MOVEMENT})")
+    note = formation_note(weights)
+    if note:
+        out("  " + note)
 
 
 def _scratch_gap(tr: Translator, scratch: nn.Module, batch: Batch) -> float:
