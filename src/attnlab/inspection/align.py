@@ -1,0 +1,746 @@
+"""`attnlab align`: does cross-attention show the word alignment? Measured against gold (notes §25).
+
+The gold set is WPT-2003's English–French Hansards test set (447 sentences, sure and possible links,
+Mihalcea & Pedersen 2003), read from a folder the user names (``--gold DIR``, ``$ATTNLAB_GOLD_DIR``,
+or ``$ATTNLAB_DATA_DIR/hansards-enfr``); nothing of it is ever copied into the repository.
+
+For each gold pair the reference translation is force-decoded (teacher forcing, notes §3) through
+the model by :func:`attnlab.translator.teacher_forced`, and the cross-attention of every layer × head
+(and each layer's head average, the average of all, or Bahdanau's one additive map) becomes word
+links: each target word is linked to the source word it attends to most (argmax), read either at
+the decoder step that *predicts* the word (shift 0) or at the next step, where the word is the
+decoder's *input* (shift 1, Chen et al. 2020, "Accurate word alignment induction from neural
+machine translation"). Subword pieces are mapped back to the gold's words: a target word's
+attention is the mean over its pieces' queries, a source word's share the sum over its pieces'
+keys; the source ``<eos>`` key is never a link.
+
+Alignment Error Rate (Och & Ney 2003), with A the predicted, S the sure and P the possible links
+(S ⊆ P), summed over the corpus: ``AER = 1 − (|A∩S| + |A∩P|) / (|A| + |S|)``, precision
+``|A∩P| / |A|``, recall ``|A∩S| / |S|``.
+
+Beside the heads, a statistical aligner trained in the same run on the same sentences: NLTK's IBM
+Model 2 (the ``align`` extra), and the published figures of the README of the gold set.
+
+Dimension key: N maps (heads and averages), L layers, H heads, Q queries (decoder inputs),
+K keys (source tokens), Tt/Ss target/source pieces, Gt/Gs target/source words.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnlab.data import corpus
+from attnlab.data.batching import collate
+from attnlab.data.text import preprocess
+from attnlab.data.vocab import UNK
+from attnlab.errors import AttnlabError
+from attnlab.models import traits
+from attnlab.translator import Translator, teacher_forced
+
+GOLD_ENV = "ATTNLAB_GOLD_DIR"
+GOLD_FOLDER = "hansards-enfr"  # under $ATTNLAB_DATA_DIR
+#: Published AER (%) on this test set, as the gold set's README quotes them (lower is better).
+PUBLISHED = (("fast_align en→fr", 16.4), ("Mgiza (IBM-4) en→fr", 8.0))
+PUBLISHED_SOURCE = "lilt/alignment-scripts results, quoted in the gold set's README.md"
+DOMAIN_NOTE = (
+    "the gold set is Canadian parliamentary debate (Hansards, long formal sentences) while the model "
+    "learned from Tatoeba (short everyday sentences): many gold words are unknown to it, so these "
+    "figures measure attention under a domain shift"
+)
+
+Link = tuple[int, int]  # (English word, French word), 0-based
+
+
+class AlignError(AttnlabError):
+    """The gold folder, its files or the run cannot be used for alignment."""
+
+
+# ----------------------------------------------------------------------------------------- gold set
+
+
+@dataclass(frozen=True)
+class GoldSet:
+    """Sentences as the gold's word lists and their links (0-based ``(en, fr)``; ``possible ⊇ sure``)."""
+
+    folder: Path
+    split: str
+    en: list[list[str]]
+    fr: list[list[str]]
+    sure: list[frozenset[Link]]
+    possible: list[frozenset[Link]]
+
+    def __len__(self) -> int:
+        return len(self.en)
+
+
+def gold_dir(path: str | os.PathLike[str] | None = None) -> Path:
+    """The gold folder: ``path``, else ``$ATTNLAB_GOLD_DIR``, else ``$ATTNLAB_DATA_DIR/hansards-enfr``.
+
+    Raises :class:`AlignError` (one line) when none of them is an existing folder.
+    """
+    if path:
+        p = Path(path).expanduser()
+        if not p.is_dir():
+            raise AlignError(f"--gold {p} is not a folder; name the folder holding test.en-fr.en/.fr/.naacl")
+        return p
+    env = os.environ.get(GOLD_ENV)
+    if env:
+        p = Path(env).expanduser()
+        if not p.is_dir():
+            raise AlignError(f"${GOLD_ENV}={p} is not a folder; point it at the WPT-2003 en-fr gold folder")
+        return p
+    data = os.environ.get("ATTNLAB_DATA_DIR")
+    if data and (Path(data).expanduser() / GOLD_FOLDER).is_dir():
+        return Path(data).expanduser() / GOLD_FOLDER
+    raise AlignError(
+        f"no gold alignment folder: pass --gold DIR or set ${GOLD_ENV} (the WPT-2003 en-fr set: "
+        f"test.en-fr.en, test.en-fr.fr, test.en-fr.naacl), or put it at $ATTNLAB_DATA_DIR/{GOLD_FOLDER}"
+    )
+
+
+def _read_lines(path: Path) -> list[list[str]]:
+    if not path.is_file():
+        raise AlignError(
+            f"{path} is missing; the gold folder needs {path.name} (one tokenised sentence a line)"
+        )
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return [line.split() for line in text.splitlines()]
+
+
+def read_gold(folder: str | os.PathLike[str], split: str = "test") -> GoldSet:
+    """Read ``{split}.en-fr.en``, ``.fr`` (one whitespace-tokenised sentence a line) and ``.naacl``
+    (``SENTENCE EN FR [S|P]``, 1-based, ``S`` when the label is absent; position 0, NULL, is skipped).
+
+    Raises :class:`AlignError` naming the file and line for a malformed or out-of-range link.
+    """
+    folder = Path(folder)
+    stem = f"{split}.en-fr"
+    en, fr = _read_lines(folder / f"{stem}.en"), _read_lines(folder / f"{stem}.fr")
+    if len(en) != len(fr):
+        raise AlignError(f"{folder / stem}.en has {len(en)} lines but .fr has {len(fr)}; they must pair up")
+    naacl = folder / f"{stem}.naacl"
+    if not naacl.is_file():
+        raise AlignError(f"{naacl} is missing; the gold folder needs the links file {naacl.name}")
+    sure: list[set[Link]] = [set() for _ in en]
+    possible: list[set[Link]] = [set() for _ in en]
+    for n, line in enumerate(naacl.read_text(encoding="utf-8").splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        try:
+            s, e, f = (int(x) for x in parts[:3])
+            label = parts[3] if len(parts) > 3 else "S"
+        except ValueError:
+            s = e = f = -1
+            label = ""
+        if len(parts) not in (3, 4) or label not in ("S", "P") or not 1 <= s <= len(en):
+            raise AlignError(
+                f"{naacl}:{n}: {line.strip()!r} is not `SENTENCE EN FR S|P` for {len(en)} sentences"
+            )
+        if e == 0 or f == 0:
+            continue  # a NULL link: not a word pair
+        if not (1 <= e <= len(en[s - 1]) and 1 <= f <= len(fr[s - 1])):
+            raise AlignError(
+                f"{naacl}:{n}: word {e} or {f} is outside sentence {s} "
+                f"({len(en[s - 1])} English, {len(fr[s - 1])} French words)"
+            )
+        link = (e - 1, f - 1)
+        possible[s - 1].add(link)  # S ⊆ P (Och & Ney 2003)
+        if label == "S":
+            sure[s - 1].add(link)
+    return GoldSet(folder, split, en, fr, [frozenset(x) for x in sure], [frozenset(x) for x in possible])
+
+
+# ---------------------------------------------------------------------------------------------- AER
+
+
+@dataclass
+class AERCounts:
+    """Corpus-level counts behind AER, precision and recall (add sentence by sentence)."""
+
+    predicted: int = 0  # |A|
+    sure: int = 0  # |S|
+    hit_sure: int = 0  # |A ∩ S|
+    hit_possible: int = 0  # |A ∩ P|
+
+    def add(
+        self, pred: set[Link] | frozenset[Link], sure: frozenset[Link], possible: frozenset[Link]
+    ) -> None:
+        self.predicted += len(pred)
+        self.sure += len(sure)
+        self.hit_sure += len(pred & sure)
+        self.hit_possible += len(pred & (possible | sure))  # S ⊆ P even if a file forgot it
+
+    @property
+    def aer(self) -> float:
+        denom = self.predicted + self.sure
+        return 1.0 - (self.hit_sure + self.hit_possible) / denom if denom else float("nan")
+
+    @property
+    def precision(self) -> float:
+        return self.hit_possible / self.predicted if self.predicted else float("nan")
+
+    @property
+    def recall(self) -> float:
+        return self.hit_sure / self.sure if self.sure else float("nan")
+
+
+def score_links(pred: Sequence[set[Link]], gold: GoldSet) -> AERCounts:
+    """AER counts of one predicted link set per gold sentence."""
+    if len(pred) != len(gold):
+        raise ValueError(f"{len(pred)} predicted link sets for {len(gold)} gold sentences")
+    counts = AERCounts()
+    for p, s, q in zip(pred, gold.sure, gold.possible):
+        counts.add(set(p), s, q)
+    return counts
+
+
+# ------------------------------------------------------------------------------ words ↔ model tokens
+
+# The Hansards gold writes French with contractions undone ("de le droit", "le ordre", "je en ai");
+# Tatoeba, which the models read, writes "du droit", "l'ordre", "j'en ai". Re-joining them gives the
+# model the text it knows; each joined word keeps the gold indices of the words it came from.
+_FR_FUSED = {("de", "le"): "du", ("de", "les"): "des", ("à", "le"): "au", ("à", "les"): "aux"}
+_FR_ELIDED = {
+    w: w[:-1] + "'"
+    for w in ("le", "la", "de", "je", "me", "te", "se", "ne", "que", "ce", "jusque", "lorsque", "puisque")
+}
+_VOWEL_START = frozenset("aeiouyhàâäéèêëîïôöùûüœæ")
+
+
+def _starts_vowel(word: str) -> bool:
+    return bool(word) and word[0].lower() in _VOWEL_START
+
+
+def contract_french(words: Sequence[str]) -> list[tuple[str, list[int]]]:
+    """Re-join the gold's undone French contractions: ``de le`` → ``du`` (``à les`` → ``aux``…) and
+    elisions before a vowel or h (``le ordre`` → ``l'ordre``, ``si il`` → ``s'il``).
+
+    Returns ``(model word, gold word indices)`` in order; every gold index appears exactly once.
+    """
+    out: list[tuple[str, list[int]]] = []
+    low = [w.lower() for w in words]
+    i = 0
+    while i < len(words):
+        nxt = low[i + 1] if i + 1 < len(words) else ""
+        after = words[i + 2] if i + 2 < len(words) else ""
+        if (low[i], nxt) in _FR_FUSED and not (
+            nxt == "le" and _starts_vowel(after)
+        ):  # de le égard: d'… l'égard
+            out.append((_FR_FUSED[low[i], nxt], [i, i + 1]))
+            i += 2
+        elif (low[i] in _FR_ELIDED and _starts_vowel(nxt)) or (low[i] == "si" and nxt in ("il", "ils")):
+            head = "s'" if low[i] == "si" else _FR_ELIDED[low[i]]
+            out.append((head + words[i + 1], [i, i + 1]))
+            i += 2
+        else:
+            out.append((words[i], [i]))
+            i += 1
+    return out
+
+
+@dataclass
+class Side:
+    """One sentence side as the model reads it: ``ids`` (no ``<eos>``), the word group owning each
+    id (``owner``), and each group's gold word indices (``groups``; a group may own no id)."""
+
+    ids: list[int]
+    owner: list[int]
+    groups: list[list[int]]
+    words: list[str] = field(default_factory=list)  # the model's words, one per group
+
+
+def map_side(tok, words: Sequence[str], contract: bool = False) -> Side:
+    """Encode gold ``words`` group by group with the run's tokenizer (word-level or BPE).
+
+    Preprocessing may split a gold word (``Mr.`` → ``mr .``): all its pieces belong to its group.
+    Encoding word by word gives the ids of encoding the whole sentence, because both tokenizers cut
+    at whitespace first (a test checks it). ``contract``: French groups from :func:`contract_french`.
+    """
+    grouped = contract_french(words) if contract else [(w, [i]) for i, w in enumerate(words)]
+    ids: list[int] = []
+    owner: list[int] = []
+    for g, (word, _) in enumerate(grouped):
+        pieces = tok.encode(word)
+        ids += pieces
+        owner += [g] * len(pieces)
+    return Side(ids, owner, [idx for _, idx in grouped], [w for w, _ in grouped])
+
+
+def oov_rates(tok, sides: Sequence[Side]) -> dict[str, float]:
+    """Shares of the model's (preprocessed) words that are ``<unk>`` and that are not one vocabulary entry
+    (for a word vocabulary the same; for BPE, words cut into pieces are not in its vocabulary as words)."""
+    n = unk = whole = 0
+    for side in sides:
+        for word in side.words:
+            for w in preprocess(word).split():
+                ids = tok.encode(w)
+                n += 1
+                unk += UNK in ids
+                whole += len(ids) == 1 and ids[0] != UNK
+    return {"words": n, "unk": unk / n if n else 0.0, "not_in_vocab": 1 - whole / n if n else 0.0}
+
+
+# ------------------------------------------------------------------------------ attention → links
+
+
+def head_keys(layers: int, heads: int) -> list[tuple[int | None, int | None]]:
+    """Labels of the maps :func:`stack_heads` returns: ``(layer, head)``, then ``(layer, None)`` for each
+    layer's head average (when H > 1), then ``(None, None)`` for the average of all (when L > 1)."""
+    keys: list[tuple[int | None, int | None]] = [(li, h) for li in range(layers) for h in range(heads)]
+    if heads > 1:
+        keys += [(li, None) for li in range(layers)]
+    if layers > 1:
+        keys.append((None, None))
+    return keys
+
+
+def stack_heads(maps: Tensor) -> Tensor:
+    """``(L, H, Q, K)`` → ``(N, Q, K)`` in :func:`head_keys` order."""
+    L, H, Q, K = maps.shape
+    parts = [maps.reshape(L * H, Q, K)]  # (L·H, Q, K)
+    if H > 1:
+        parts.append(maps.mean(1))  # (L, Q, K)
+    if L > 1:
+        parts.append(maps.mean((0, 1))[None])  # (1, Q, K)
+    return torch.cat(parts)
+
+
+def _owner_matrix(owner: Sequence[int], groups: int) -> Tensor:
+    m = torch.zeros(len(owner), groups)
+    if owner:
+        m[torch.arange(len(owner)), torch.tensor(owner)] = 1.0
+    return m  # (pieces, groups)
+
+
+def word_attention(maps: Tensor, src: Side, tgt: Side, shift: int = 0) -> Tensor:
+    """Word-level attention ``(N, Gt, Gs)`` from piece-level maps ``(N, Q, K)`` (queries = decoder inputs
+    ``<bos> y1 … yn``, so ``Q ≥ n + 1``; keys = source pieces then ``<eos>``).
+
+    Target piece k is read at query ``k + shift``: 0 = the step that predicts it, 1 = the step that
+    reads it (Chen et al. 2020). A word's row is the mean over its pieces; a source word's column the
+    sum over its pieces; the ``<eos>`` key is dropped.
+    """
+    nt, ns = len(tgt.ids), len(src.ids)
+    if maps.shape[1] < nt + shift:
+        raise ValueError(f"{maps.shape[1]} queries cannot serve {nt} target pieces at shift {shift}")
+    rows = maps[:, shift : shift + nt, :ns].float()  # (N, Tt, Ss)
+    mt, ms = _owner_matrix(tgt.owner, len(tgt.groups)), _owner_matrix(src.owner, len(src.groups))
+    words = torch.einsum("tg,ntk,ks->ngs", mt, rows, ms)  # (N, Gt, Gs)
+    return words / mt.sum(0).clamp_min(1.0)[None, :, None]
+
+
+def argmax_links(words: Tensor, src: Side, tgt: Side) -> list[set[tuple[int, int]]]:
+    """Per map: each target word linked to its most-attended source word, as ``(source, target)`` gold
+    indices (a joined word links all its gold words). Words without pieces get no link."""
+    owned = set(src.owner)
+    has_s = torch.tensor([g in owned for g in range(len(src.groups))], dtype=torch.bool)
+    t_has = set(tgt.owner)
+    out: list[set[tuple[int, int]]] = [set() for _ in range(words.shape[0])]
+    if not bool(has_s.any()):
+        return out
+    best = words.masked_fill(~has_s[None, None, :], -math.inf).argmax(-1)  # (N, Gt)
+    for n in range(words.shape[0]):
+        for g in t_has:
+            s = int(best[n, g])
+            out[n].update((i, j) for j in tgt.groups[g] for i in src.groups[s])
+    return out
+
+
+def cross_maps(
+    tr: Translator, pairs: Sequence[tuple[Side, Side]], batch_size: int = 16
+) -> Iterator[tuple[int, Tensor]]:
+    """Force-decode each ``(source, target)`` pair; yields ``(index, maps (L, H, n+1, m+1))``: the
+    cross-attention of its ``n + 1`` decoder inputs over its ``m`` source pieces and ``<eos>``.
+
+    Encoder–decoder models give their ``cross`` maps; a one-sequence (decoder-only) model's ``self``
+    maps are cut to the target queries over the source keys. Raises :class:`AlignError` otherwise.
+    """
+    t = traits(tr.model.config)
+    if "cross" not in t.attention and not (t.one_sequence and "self" in t.attention):
+        raise AlignError(
+            f"model.kind={tr.model.config.kind} has no attention from target to source words; "
+            "align a run with attention (bahdanau, transformer, decoder-only)"
+        )
+    order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][0].ids), len(pairs[i][1].ids)))
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        batch = collate([pairs[i][0].ids for i in idx], [pairs[i][1].ids for i in idx], idx)
+        att = teacher_forced(tr.model, batch, tr.device, compute_logits=False).attention
+        if "cross" in att:
+            maps = att["cross"]  # (B, L, H, T, S)
+        else:
+            S = batch.src.shape[1]
+            maps = att["self"][:, :, :, S:, :S]  # (B, L, H, T, S): target queries over source keys
+        for b, i in enumerate(idx):
+            ns, nt = len(pairs[i][0].ids), len(pairs[i][1].ids)
+            yield i, maps[b, :, :, : nt + 1, : ns + 1].float().cpu()  # (L, H, n+1, m+1)
+
+
+# ---------------------------------------------------------------------------------------- IBM Model 2
+
+
+def tatoeba_words(
+    n: int, data_path: str | os.PathLike[str] | None = None
+) -> list[tuple[list[str], list[str]]]:
+    """``n`` (English, French) Tatoeba pairs as preprocessed words, spread evenly over the corpus
+    (``fra.txt`` is sorted by length, so a stride samples every length). ``n = 0``: none."""
+    if n <= 0:
+        return []
+    pairs = corpus.read_pairs(corpus.locate_fra_eng(data_path))
+    step = max(1, len(pairs) // n)
+    return [(preprocess(en).split(), preprocess(fr).split()) for en, fr in pairs[::step][:n]]
+
+
+def require_nltk():
+    """NLTK's ``(AlignedSent, IBMModel2)``; :class:`AlignError` (one line) when the extra is missing."""
+    try:
+        from nltk.translate import AlignedSent, IBMModel2
+    except ImportError:
+        raise AlignError(
+            "the IBM Model 2 baseline needs NLTK: pip install 'attnlab[align]' "
+            "(or skip the baseline with --no-ibm)"
+        ) from None
+    return AlignedSent, IBMModel2
+
+
+def ibm2_links(
+    src: Sequence[Sequence[str]],
+    tgt: Sequence[Sequence[str]],
+    extra: Sequence[tuple[Sequence[str], Sequence[str]]] = (),
+    iterations: int = 5,
+) -> list[set[tuple[int, int]]]:
+    """Train NLTK's IBM Model 2 (``P(tgt | src)``; Model 1 first, as NLTK does) on the pairs ``(src, tgt)``
+    plus ``extra`` and return its Viterbi links ``(source, target)`` for the first ``len(src)`` pairs
+    (each target word to one source word or to NULL, which gives no link). Words are lowercased.
+
+    Raises :class:`AlignError` when NLTK (the ``align`` extra) is not installed.
+    """
+    AlignedSent, IBMModel2 = require_nltk()
+    bitext = [AlignedSent([w.lower() for w in t], [w.lower() for w in s]) for s, t in zip(src, tgt)]
+    bitext += [AlignedSent([w.lower() for w in t], [w.lower() for w in s]) for s, t in extra if s and t]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # NLTK warns about zero-probability tables on tiny corpora
+        IBMModel2(bitext, iterations)  # trains, then aligns every pair in place
+    return [{(i, j) for j, i in sent.alignment if i is not None} for sent in bitext[: len(src)]]
+
+
+# ------------------------------------------------------------------------------------------- report
+
+
+@dataclass
+class HeadScore:
+    """AER of one map: ``layer``/``head`` ``None`` = an average (over heads, or over everything)."""
+
+    layer: int | None
+    head: int | None
+    shift: int
+    counts: AERCounts
+
+    @property
+    def name(self) -> str:
+        if self.layer is None:
+            return "average of all"
+        return f"layer {self.layer} " + ("head average" if self.head is None else f"head {self.head}")
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.counts
+        return {
+            "layer": self.layer,
+            "head": self.head,
+            "shift": self.shift,
+            "aer": _r(c.aer),
+            "precision": _r(c.precision),
+            "recall": _r(c.recall),
+            "links": c.predicted,
+        }
+
+
+def _r(x: float) -> float | None:
+    return round(x, 5) if math.isfinite(x) else None
+
+
+@dataclass
+class AlignReport:
+    run: str
+    kind: str  # the attention kind read: cross, or self (one-sequence model)
+    shape: tuple[int, int]  # (layers, heads)
+    tokenizer: str
+    gold: GoldSet
+    contractions: bool
+    scores: list[HeadScore]
+    oov: dict[str, dict[str, float]]  # lang -> oov_rates
+    ibm: dict[str, Any] | None = None  # {"counts": AERCounts, "pairs": N, "iterations": k, "seconds": s, ...}
+    seconds: float = 0.0
+
+    def best(self, shift: int | None = None, single: bool = True) -> HeadScore:
+        """The lowest-AER map (``single``: a real head, not an average), at ``shift`` or either."""
+        pool = [
+            s
+            for s in self.scores
+            if (shift is None or s.shift == shift) and (not single or s.head is not None)
+        ]
+        return min(pool, key=lambda s: (s.counts.aer, s.shift, s.layer or 0, s.head or 0))
+
+    def grid(self, shift: int) -> Tensor:
+        """AER ``(L, H + 1)``: each head, then the layer's head average (NaN when H = 1)."""
+        L, H = self.shape
+        g = torch.full((L, H + 1), float("nan"))
+        for s in self.scores:
+            if s.shift == shift and s.layer is not None:
+                g[s.layer, H if s.head is None else s.head] = s.counts.aer
+        return g
+
+    def to_json(self) -> dict[str, Any]:
+        gold = self.gold
+        out = {
+            "run": self.run,
+            "attention": self.kind,
+            "layers": self.shape[0],
+            "heads": self.shape[1],
+            "tokenizer": self.tokenizer,
+            "gold": str(gold.folder),
+            "split": gold.split,
+            "sentences": len(gold),
+            "sure": sum(map(len, gold.sure)),
+            "possible": sum(map(len, gold.possible)),
+            "french_contractions_joined": self.contractions,
+            "oov": self.oov,
+            "domain_note": DOMAIN_NOTE,
+            "scores": [s.to_json() for s in self.scores],
+            "best": {str(k): self.best(k).to_json() for k in (0, 1)},
+            "published": {"source": PUBLISHED_SOURCE, **{n: v / 100 for n, v in PUBLISHED}},
+            "seconds": round(self.seconds, 2),
+        }
+        if self.ibm is not None:
+            c = self.ibm["counts"]
+            out["ibm2"] = {
+                **{k: v for k, v in self.ibm.items() if k != "counts"},
+                "aer": _r(c.aer),
+                "precision": _r(c.precision),
+                "recall": _r(c.recall),
+            }
+        return out
+
+
+def _gold_sides(tr: Translator, gold: GoldSet, contract: bool) -> tuple[list[tuple[Side, Side]], bool]:
+    """Model sides per sentence and whether the model's source is the gold's English side."""
+    src_lang = getattr(tr.src_tok, "lang", "en")
+    en_first = src_lang != "fr"
+    pairs = []
+    for en, fr in zip(gold.en, gold.fr):
+        e, f = (
+            map_side(tr.src_tok if en_first else tr.tgt_tok, en),
+            map_side(tr.tgt_tok if en_first else tr.src_tok, fr, contract),
+        )
+        pairs.append((e, f) if en_first else (f, e))
+    return pairs, en_first
+
+
+def attention_scores(
+    tr: Translator, gold: GoldSet, contract: bool = True, batch_size: int = 16
+) -> AlignReport:
+    """Force-decode every gold pair and score every map at shift 0 and 1 (no IBM baseline)."""
+    t0 = time.perf_counter()
+    pairs, en_first = _gold_sides(tr, gold, contract)
+    t = traits(tr.model.config)
+    kind = "cross" if "cross" in t.attention else "self"
+    shape = (t.attention.get(kind, 1), t.heads)
+    keys = head_keys(*shape)
+    counts = {(k, shift): AERCounts() for k in range(len(keys)) for shift in (0, 1)}
+    for i, maps in cross_maps(tr, pairs, batch_size):
+        src, tgt = pairs[i]
+        stacked = stack_heads(maps)  # (N, n+1, m+1)
+        for shift in (0, 1):
+            for k, links in enumerate(argmax_links(word_attention(stacked, src, tgt, shift), src, tgt)):
+                en_fr = links if en_first else {(j, s) for s, j in links}
+                counts[k, shift].add(en_fr, gold.sure[i], gold.possible[i])
+    scores = [HeadScore(*keys[k], shift, c) for (k, shift), c in counts.items()]
+    scores.sort(key=lambda s: (s.shift, s.layer is None, s.layer or 0, s.head is None, s.head or 0))
+    en_sides = [p[0] if en_first else p[1] for p in pairs]
+    fr_sides = [p[1] if en_first else p[0] for p in pairs]
+    oov = {
+        "en": oov_rates(tr.src_tok if en_first else tr.tgt_tok, en_sides),
+        "fr": oov_rates(tr.tgt_tok if en_first else tr.src_tok, fr_sides),
+    }
+    run = str(tr.run_dir) if tr.run_dir is not None else "(in memory)"
+    tok_kind = getattr(tr.src_tok, "kind", "word")
+    return AlignReport(
+        run, kind, shape, tok_kind, gold, contract, scores, oov, seconds=time.perf_counter() - t0
+    )
+
+
+def ibm_baseline(
+    gold: GoldSet,
+    extra: Sequence[tuple[list[str], list[str]]] = (),
+    en_first: bool = True,
+    iterations: int = 5,
+) -> dict[str, Any]:
+    """IBM Model 2 on the gold sentences plus ``extra`` (English, French) pairs, in the model's direction."""
+    import nltk
+
+    t0 = time.perf_counter()
+    src, tgt = (gold.en, gold.fr) if en_first else (gold.fr, gold.en)
+    oriented = list(extra) if en_first else [(f, e) for e, f in extra]
+    links = ibm2_links(src, tgt, oriented, iterations)
+    en_fr = links if en_first else [{(j, i) for i, j in x} for x in links]
+    return {
+        "counts": score_links(en_fr, gold),
+        "tatoeba_pairs": len(oriented),
+        "iterations": iterations,
+        "nltk": nltk.__version__,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def _corpus_path(tr: Translator, data_path: str | os.PathLike[str] | None) -> str | os.PathLike[str] | None:
+    """``data_path``, else the run's ``data.data_path`` when it names an existing path, else None
+    (then ``$ATTNLAB_DATA_DIR`` and the cache, see :func:`attnlab.data.corpus.locate_fra_eng`)."""
+    if data_path:
+        return data_path
+    saved = getattr(tr.cfg.data, "data_path", "") or ""
+    return saved if saved and Path(saved).expanduser().exists() else None
+
+
+def align_run(
+    tr: Translator,
+    gold: GoldSet,
+    contract: bool = True,
+    ibm_pairs: int = 0,
+    ibm_iterations: int = 5,
+    ibm: bool = True,
+    data_path: str | os.PathLike[str] | None = None,
+) -> AlignReport:
+    """:func:`attention_scores` and, with ``ibm``, the IBM Model 2 baseline trained in the same run on the
+    gold sentences plus ``ibm_pairs`` Tatoeba pairs (found through ``data_path`` or the run's config)."""
+    extra: list[tuple[list[str], list[str]]] = []
+    if ibm:  # a missing extra or corpus fails before the model work, not after it
+        require_nltk()
+        extra = tatoeba_words(ibm_pairs, _corpus_path(tr, data_path))
+    report = attention_scores(tr, gold, contract)
+    if ibm:
+        report.ibm = ibm_baseline(gold, extra, getattr(tr.src_tok, "lang", "en") != "fr", ibm_iterations)
+    return report
+
+
+def best_alignment_heads(report: AlignReport, top: int = 3) -> list[HeadScore]:
+    """The ``top`` real heads (not averages) with the lowest AER, each at its better shift, best first.
+
+    For ``attnlab heads`` to name alignment heads: ``best_alignment_heads(attention_scores(tr,
+    read_gold(gold_dir(path))))``; a head's ``name`` and ``counts.aer`` say which and how well.
+    """
+    best: dict[tuple[int | None, int | None], HeadScore] = {}
+    for s in report.scores:
+        if s.head is None:
+            continue
+        key = (s.layer, s.head)
+        if key not in best or s.counts.aer < best[key].counts.aer:
+            best[key] = s
+    return sorted(best.values(), key=lambda s: (s.counts.aer, s.layer or 0, s.head or 0))[:top]
+
+
+def _n(k: int, noun: str) -> str:
+    return f"{k} {noun}" + ("s" if k != 1 else "")
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:5.1f}" if math.isfinite(x) else "    -"
+
+
+def format_report(r: AlignReport) -> str:
+    """The table: AER, precision and recall (%) of every map at shift 0 and 1, the best head, the
+    IBM Model 2 baseline and the published figures, with the domain note and OOV rates."""
+    g = r.gold
+    lines = [
+        f"alignment of {r.run} ({r.kind} attention, {_n(r.shape[0], 'layer')} × {_n(r.shape[1], 'head')}, "
+        f"{r.tokenizer} "
+        f"tokens) against {g.folder} ({g.split}: {len(g)} sentences, {sum(map(len, g.sure)):,} sure, "
+        f"{sum(map(len, g.possible)):,} sure+possible links)",
+        f"note: {DOMAIN_NOTE}.",
+        "OOV (model's words): "
+        + "; ".join(
+            f"{lang} {100 * o['unk']:.1f} % <unk>, {100 * o['not_in_vocab']:.1f} % not one vocabulary entry "
+            f"({o['words']:,} words)"
+            for lang, o in r.oov.items()
+        ),
+        "links: each target word → its most-attended source word; shift 1 reads the step where the word "
+        "is the decoder's input (Chen et al. 2020)"
+        + (
+            "; French contractions re-joined for the model (de le → du, le ordre → l'ordre)"
+            if r.contractions
+            else ""
+        ),
+        "",
+        f"{'map':<22}{'shift 0: AER  P     R':>24}{'shift 1: AER  P     R':>26}",
+    ]
+    by = {(s.layer, s.head, s.shift): s.counts for s in r.scores}
+    for s in [x for x in r.scores if x.shift == 0]:
+        c0, c1 = by[s.layer, s.head, 0], by[s.layer, s.head, 1]
+        lines.append(
+            f"{s.name:<22}"
+            + "".join(f"{'':>7}{_pct(c.aer)} {_pct(c.precision)} {_pct(c.recall)}" for c in (c0, c1))
+        )
+    b = r.best()
+    lines += [
+        "",
+        f"best head: {b.name}, shift {b.shift}: AER {100 * b.counts.aer:.1f} % "
+        f"(precision {100 * b.counts.precision:.1f} %, recall {100 * b.counts.recall:.1f} %)",
+    ]
+    if r.ibm is not None:
+        c = r.ibm["counts"]
+        lines.append(
+            f"IBM Model 2 (NLTK {r.ibm['nltk']}, {r.ibm['iterations']} EM iterations after Model 1, "
+            f"trained here on the {len(g)} gold pairs + {r.ibm['tatoeba_pairs']:,} Tatoeba pairs in "
+            f"{r.ibm['seconds']:.1f} s): AER {100 * c.aer:.1f} % (precision {100 * c.precision:.1f} %, "
+            f"recall {100 * c.recall:.1f} %)"
+        )
+    lines.append(
+        "published on this test set: "
+        + ", ".join(f"{n} {v:.1f} %" for n, v in PUBLISHED)
+        + f" ({PUBLISHED_SOURCE})"
+    )
+    return "\n".join(lines)
+
+
+def heatmap_figure(r: AlignReport):
+    """A matplotlib Figure: AER (%) per layer × head (and each layer's head average), shift 0 and 1."""
+    from attnlab.inspection.plots import new_figure
+
+    L, H = r.shape
+    cols = H + 1 if H > 1 else H
+    fig = new_figure((2.2 + 1.1 * cols * 2, 1.6 + 0.7 * L))
+    axes = fig.subplots(1, 2, squeeze=False)[0]
+    for ax, shift in zip(axes, (0, 1)):
+        grid = 100 * r.grid(shift)[:, :cols]  # (L, cols)
+        im = ax.imshow(grid.numpy(), cmap="viridis_r", vmin=0, vmax=100, aspect="auto")
+        for li in range(L):
+            for h in range(cols):
+                v = float(grid[li, h])
+                ax.text(
+                    h,
+                    li,
+                    f"{v:.1f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if v > 50 else "black",
+                )
+        ax.set_xticks(range(cols), [f"h{h}" for h in range(H)] + (["avg"] if cols > H else []))
+        ax.set_yticks(range(L), [f"layer {li}" for li in range(L)])
+        ax.set_title(f"shift {shift}" + (" (Chen et al. 2020)" if shift else " (predicting step)"))
+    fig.colorbar(im, ax=axes, label="AER % (lower is better)")
+    title = f"AER of {r.kind} attention vs WPT-2003 gold, {Path(r.run).name}"
+    if r.ibm is not None:
+        title += f"; IBM Model 2: {100 * r.ibm['counts'].aer:.1f} %"
+    fig.suptitle(title + f"; fast_align {PUBLISHED[0][1]} %", fontsize=9)
+    return fig

@@ -1,0 +1,132 @@
+"""`attnlab align` end to end on tiny `numbers` runs with a synthetic gold folder (no real data needed)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from attnlab.cli import main
+from attnlab.data import corpus
+from attnlab.data.text import tokenize
+from attnlab.data.vocab import Vocab
+from attnlab.inspection import align as A
+from attnlab.models import build_model
+from attnlab.translator import Translator
+from tests.conftest import tiny_config
+from tests.inspection.test_align import write_gold
+
+
+@pytest.fixture()
+def numbers_gold(tmp_path):
+    """Six numbers pairs with monotone sure links (word i ↔ word i) and the last words possible."""
+    pairs = corpus.numbers_pairs(40, seed=3)[:6]
+    en = [tokenize(e) for e, _ in pairs]
+    fr = [tokenize(f) for _, f in pairs]
+    links = []
+    for s, (e, f) in enumerate(zip(en, fr), 1):
+        links += [(s, i, i, "S") for i in range(1, min(len(e), len(f)) + 1)]
+        links.append((s, len(e), len(f), "P"))
+    return write_gold(tmp_path / "gold", en, fr, links)
+
+
+def _run_align(capsys, *args) -> tuple[int, str, str]:
+    rc = main(["align", *map(str, args)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize("kind", ["transformer", "bahdanau"])
+def test_align_cli_prints_every_head_and_writes_json_and_png(tiny_runs, numbers_gold, tmp_path, capsys, kind):
+    pytest.importorskip("nltk")
+    run, out = tiny_runs(kind), tmp_path / "out"
+    fra = tmp_path / "fra.txt"  # a tiny Tatoeba file: the IBM baseline adds --ibm-pairs of its pairs
+    fra.write_text("".join(f"Go {i}.\tVa {i} !\tCC-BY 2.0\n" for i in range(10)), encoding="utf-8")
+    rc, text, err = _run_align(
+        capsys, run, "--gold", numbers_gold, "--ibm-pairs", 3, "--data", fra, "--save-dir", out
+    )
+    assert rc == 0, err
+    tr = Translator.from_run(run)
+    report = A.attention_scores(tr, A.read_gold(numbers_gold))
+    L, H = report.shape
+    assert "parliamentary" in text and "Tatoeba" in text and "<unk>" in text  # the domain note and OOV
+    assert "best head:" in text and "IBM Model 2" in text and "fast_align en→fr 16.4 %" in text
+    for h in range(H):
+        assert f"layer {L - 1} head {h}" in text
+    data = json.loads((out / "align.json").read_text())
+    assert (out / "align.png").stat().st_size > 0
+    assert len(data["scores"]) == 2 * len(A.head_keys(L, H)) and data["sentences"] == 6
+    # the CLI's figures are the library's on the same run, and "best" is the minimum over real heads
+    lib = {(s.layer, s.head, s.shift): s.counts.aer for s in report.scores}
+    for s in data["scores"]:
+        assert s["aer"] == pytest.approx(lib[s["layer"], s["head"], s["shift"]], abs=1e-5)
+        assert 0 <= s["aer"] <= 1
+    heads = [s for s in data["scores"] if s["head"] is not None]
+    assert data["best"]["1"]["aer"] == min(s["aer"] for s in heads if s["shift"] == 1)
+    assert 0 <= data["ibm2"]["aer"] <= 1 and data["ibm2"]["tatoeba_pairs"] == 3
+    rc, js, _ = _run_align(capsys, run, "--gold", numbers_gold, "--no-ibm", "--json", "--save-dir", out)
+    assert rc == 0 and "ibm2" not in json.loads(js) and json.loads(js)["scores"] == data["scores"]
+
+
+def test_align_batched_equals_one_by_one(tiny_runs, numbers_gold):
+    """Padding in a batch does not change a sentence's maps (cross for the Transformer)."""
+    tr = Translator.from_run(tiny_runs("transformer"))
+    pairs, _ = A._gold_sides(tr, A.read_gold(numbers_gold), True)
+    batched = dict(A.cross_maps(tr, pairs, batch_size=6))
+    for i, pair in enumerate(pairs):
+        ((_, alone),) = A.cross_maps(tr, [pair], batch_size=1)
+        assert torch.allclose(batched[i], alone, atol=1e-5)
+        assert batched[i].shape[-2:] == (len(pair[1].ids) + 1, len(pair[0].ids) + 1)
+
+
+@pytest.mark.slow
+def test_align_decoder_only_reads_its_self_attention(tiny_runs, numbers_gold):
+    """A one-sequence model: target queries over source keys, cut from one padded sequence."""
+    tr = Translator.from_run(tiny_runs("decoder-only"))
+    pairs, _ = A._gold_sides(tr, A.read_gold(numbers_gold), True)
+    batched = dict(A.cross_maps(tr, pairs, batch_size=6))
+    for i, pair in enumerate(pairs):
+        ((_, alone),) = A.cross_maps(tr, [pair], batch_size=1)
+        assert torch.allclose(batched[i], alone, atol=1e-5)
+    report = A.attention_scores(tr, A.read_gold(numbers_gold))
+    assert report.kind == "self" and A.best_alignment_heads(report, top=2)[0].head is not None
+
+
+def test_align_seq2seq_has_no_attention_to_read(numbers_gold):
+    cfg = tiny_config("seq2seq")
+    gold = A.read_gold(numbers_gold)
+    tok = Vocab.build([w for s in gold.en + gold.fr for w in [tokenize(" ".join(s))]], "en")
+    tr = Translator(
+        build_model(cfg.model, len(tok), len(tok)), tok, tok, cfg
+    )  # untrained: only its traits matter
+    with pytest.raises(A.AlignError, match="no attention from target to source") as e:
+        A.attention_scores(tr, gold)
+    assert "\n" not in str(e.value)
+
+
+def test_align_missing_gold_folder_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(A.GOLD_ENV, raising=False)
+    monkeypatch.delenv("ATTNLAB_DATA_DIR", raising=False)
+    for extra in (["--gold", tmp_path / "nope"], []):
+        rc, _, err = _run_align(capsys, tmp_path / "run", *extra)
+        assert rc == 2 and err.startswith("error:") and err.count("\n") == 1 and "gold" in err
+
+
+def test_align_without_nltk_is_one_line(tiny_runs, numbers_gold, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "nltk.translate", None)
+    rc, _, err = _run_align(capsys, tiny_runs("transformer"), "--gold", numbers_gold, "--ibm-pairs", 0)
+    assert rc == 2 and err.count("\n") == 1 and "attnlab[align]" in err and "--no-ibm" in err
+
+
+def test_best_alignment_heads_names_real_heads_best_first(tiny_runs, numbers_gold):
+    report = A.attention_scores(Translator.from_run(tiny_runs("transformer")), A.read_gold(numbers_gold))
+    best = A.best_alignment_heads(report, top=10)
+    L, H = report.shape
+    assert len(best) == L * H and all(b.head is not None for b in best)
+    aers = [b.counts.aer for b in best]
+    assert aers == sorted(aers) and aers[0] == report.best().counts.aer
+    fig = A.heatmap_figure(report)
+    assert isinstance(fig, Figure) and len(fig.axes) == 3  # two panels and the colour bar
