@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
@@ -53,6 +53,7 @@ from torch import nn
 from attnlab import config as config_mod
 from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import CheckpointError
+from attnlab.export.tokenizers import from_hf
 from attnlab.io import atomic_write_json, atomic_write_text, fsync_dir, usual_mode
 
 WEIGHTS = "model.safetensors"
@@ -309,6 +310,10 @@ def resolve_checkpoint(run_dir: str | Path, which: str = "best") -> Path:
         )
     if not run_dir.is_dir():
         raise CheckpointError(f"{run_dir} is not a folder; give the --out folder of an `attnlab train` run")
+    if is_export(run_dir):  # one model, at the folder's root: nothing to choose
+        if which not in ("best", "last"):
+            raise CheckpointError(f"{run_dir} is an exported folder holding one model; drop --checkpoint {which}")
+        return run_dir
     ckpt_root = run_dir / "checkpoints"
     if which in ("best", "last"):
         name = _pointer(ckpt_root, which)
@@ -463,6 +468,94 @@ def read_run(run_dir: str | Path) -> RunFiles:
     except (OSError, ValueError):
         meta = {}
     return RunFiles(cfg, toks, meta)
+
+
+# ------------------------------------------------------------------------------------------------
+# Exported folders (`attnlab export`, attnlab/export/): one model that needs no run folder
+#
+#   OUT/config.json          {"attnlab_export": 1, "config": the resolved config, "tokenizers": side ->
+#                            {"file", "kind", "lang", "min_freq"}, "fingerprint", "source", "engines"}
+#   OUT/model.safetensors    the weights; metadata "attnlab_config" and "attnlab_fingerprint" (JSON)
+#   OUT/tokenizer.<lang>.json  Hugging Face `tokenizers` JSON, one per language
+#   OUT/ctranslate2/         optional: the same model for the CTranslate2 engine
+#   OUT/manifest.json        sha256 of every file above, as in a checkpoint folder
+
+EXPORT_CONFIG = "config.json"
+EXPORT_FORMAT = 1
+
+
+def is_export(path: str | Path) -> bool:
+    """True for a folder `attnlab export` wrote (``config.json`` and ``manifest.json``, no ``config.toml``)."""
+    p = Path(path)
+    return (p / EXPORT_CONFIG).is_file() and (p / MANIFEST).is_file() and not (p / CONFIG).exists()
+
+
+def fingerprint(cfg: config_mod.Config, tokenizers: dict[str, Any]) -> dict[str, Any]:
+    """What weights were trained with, as JSON: the model config (all but dropout) and each
+    vocabulary's size and sha256 (``tokenizers``: side -> attnlab tokenizer JSON)."""
+    fp = {"model": _model_fingerprint(cfg), "vocab": {side: _vocab_fingerprint(tokenizers[side]) for side in ("src", "tgt")}}
+    return json.loads(json.dumps(fp))
+
+
+def _weights_fingerprint(wpath: Path) -> Any:
+    try:
+        with safe_open(str(wpath), "pt") as f:
+            return json.loads((f.metadata() or {}).get("attnlab_fingerprint", "null"))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"{wpath} is not a valid safetensors file ({e}); it was not loaded") from None
+
+
+def _export_tokenizers(path: Path, entries: Any, listed: Any) -> dict[str, Any]:
+    toks = {}
+    for side in ("src", "tgt"):
+        try:
+            e = entries[side]
+            name, kind, lang, min_freq = e["file"], e["kind"], e["lang"], int(e.get("min_freq", 1))
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(f"{path / EXPORT_CONFIG} does not describe the {side} tokenizer") from None
+        if not isinstance(name, str) or Path(name).name != name or name not in listed:
+            raise CheckpointError(f"{path / EXPORT_CONFIG} names the {side} tokenizer {name!r}, not a file of its manifest")
+        try:
+            toks[side] = from_hf((path / name).read_text(encoding="utf-8"), kind, lang, min_freq)
+            load_tokenizer(toks[side])
+        except (OSError, UnicodeDecodeError, ValueError) as err:
+            raise CheckpointError(f"{path / name} is not a usable tokenizer: {err}") from None
+    return toks
+
+
+def read_export(path: str | Path) -> RunFiles:
+    """Read an exported folder as a run: its config, tokenizers (attnlab JSON) and ``source`` facts as meta.
+
+    Checked before anything is used, each failure a :class:`CheckpointError` naming the file: every
+    file's sha256 against ``manifest.json`` (as for a checkpoint), ``config.json`` is an export of a
+    format this version reads, the tokenizer files are HF tokenizers JSON, and the fingerprint of
+    config and tokenizers equals the one recorded in ``config.json`` and in the weights' metadata.
+    """
+    path = Path(path)
+    listed = verify_checkpoint(path).get("files") or {}
+    cpath = path / EXPORT_CONFIG
+    for name in (EXPORT_CONFIG, WEIGHTS):
+        if name not in listed:
+            raise CheckpointError(f"{path / MANIFEST} does not list {name}: the export is incomplete")
+    try:
+        spec = json.loads(cpath.read_text(encoding="utf-8"))
+        version = spec["attnlab_export"]
+        cfg = config_mod.from_dict(spec["config"])
+    except config_mod.ConfigError as e:
+        raise CheckpointError(f"{cpath}: {e}") from None
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise CheckpointError(f"{cpath} is not the config.json of an `attnlab export` folder") from None
+    if version != EXPORT_FORMAT:
+        raise CheckpointError(f"{cpath} has export format {version!r}, this attnlab reads {EXPORT_FORMAT}; "
+                              "export the run again with this version")
+    toks = _export_tokenizers(path, spec.get("tokenizers"), listed)
+    now = fingerprint(cfg, toks)
+    for where, recorded in ((cpath, spec.get("fingerprint")), (path / WEIGHTS, _weights_fingerprint(path / WEIGHTS))):
+        if recorded != now:
+            raise CheckpointError(f"{where} records another model config or vocabulary than the folder holds; "
+                                  "export the run again")
+    source = spec.get("source")
+    return RunFiles(cfg, toks, dict(source) if isinstance(source, dict) else {})
 
 
 _APPEND_FAILING: set[str] = set()  # files whose last append failed (warned once until one works again)

@@ -1,0 +1,256 @@
+"""CTranslate2 (int8, float32) against attnlab's own decoding, in one run on 1,000 test sentences (issue 17).
+
+    python bench/ctranslate2.py --run runs/quality/transformer-15min            # writes ## CTranslate2
+    python bench/ctranslate2.py --run RUN --sentences 200 --threads 1 --no-write  # a quick look
+
+The run is exported into a temporary folder twice (``--format ctranslate2``, float32 and int8); the
+run itself is only read. Six decoders translate the same distinct test sources: attnlab greedy and
+beam 4 (``translator.decode_many``, the path of ``attnlab translate``/``evaluate``), CTranslate2
+float32 and int8, greedy and beam 4 (``CT2Translator``, the path of ``--engine ctranslate2``), and
+attnlab greedy with ``torch.ao`` dynamic int8 ``nn.Linear`` (FFN, W_o and attention output
+projections; the fused ``in_proj`` is sliced by the attention code and stays float32) as the next
+step for the PyTorch path.
+
+- sentences/s: the sentences are cut into chunks; every chunk is translated by every decoder, in
+  an order that rotates from chunk to chunk, all in this one process, so machine noise (other
+  processes on the same cores) hits every decoder alike and cancels in the ratios to attnlab greedy;
+- BLEU: sacreBLEU with all references, exactly as ``attnlab evaluate`` scores (``corpus_scores``);
+  ``same as attnlab greedy``: the share of sentences whose output equals attnlab greedy's;
+- peak memory: each decoder runs again alone in a fresh subprocess; the peak resident set
+  (``VmHWM``, reset after the imports) minus the resident set then, so it counts the loaded model
+  and what decoding adds (Linux).
+
+The matmul peak (fp32, as ``bench/throughput.py`` measures it) is printed to describe the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+from torch import nn
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from throughput import matmul_peak  # noqa: E402
+
+# This file is named after the engine: without bench/ on the path, `import ctranslate2` finds the library.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+
+from attnlab.data import corpus  # noqa: E402
+from attnlab.data.text import detokenize  # noqa: E402
+from attnlab.evaluation.bleu import corpus_scores  # noqa: E402
+from attnlab.export.engine import CT2Translator  # noqa: E402
+from attnlab.export.folder import export_run  # noqa: E402
+from attnlab.translator import Translator, decode_many  # noqa: E402
+
+DECODERS = ("attnlab greedy", "attnlab beam 4", "attnlab+ao-int8 greedy",
+            "ct2 float32 greedy", "ct2 float32 beam 4", "ct2 int8 greedy", "ct2 int8 beam 4")
+
+
+def _rss(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise OSError(f"{field} not in /proc/self/status")
+
+
+def ao_int8(tr: Translator) -> Translator:
+    """A copy of ``tr`` whose ``nn.Linear`` layers (all but the fused ``in_proj``) are torch.ao dynamic int8."""
+    from torch.ao.quantization import quantize_dynamic
+
+    names = {n for n, m in tr.model.named_modules() if isinstance(m, nn.Linear) and not n.endswith("in_proj")}
+    model = quantize_dynamic(tr.model, names, dtype=torch.qint8, inplace=False)
+    q = Translator.__new__(Translator)
+    q.__dict__.update(tr.__dict__)
+    q.model = model.eval()
+    return q
+
+
+def _best(tr: Translator, beam: int, seqs: list[list[int]]) -> list[list[int]]:
+    """Best hypothesis' ids per sentence, through the translator's search (CTranslate2's or decode_many)."""
+    if isinstance(tr, CT2Translator):
+        return [h[0].tokens for h in tr._search(seqs, tr.cfg.decode, beam)]
+    return [h[0].tokens for h in decode_many(tr.model, seqs, tr.cfg.decode, tr.device, beam_size=beam)]
+
+
+def decoders(run: Path, exports: dict[str, Path], threads: int, names=DECODERS) -> dict[str, object]:
+    """name -> a function ``ids list -> list of token-id lists`` (best hypothesis per sentence)."""
+    torch.set_num_threads(threads)
+    out = {}
+    base = None if all(n.startswith("ct2") for n in names) else Translator.from_run(run, device="cpu")
+    for name in names:
+        beam = 4 if "beam" in name else 1
+        if name.startswith("ct2"):
+            tr = CT2Translator.from_export(exports[name.split()[1]], device="cpu", threads=threads)
+        elif "ao-int8" in name:
+            tr = ao_int8(base)
+        else:
+            tr = base
+        out[name] = partial(_best, tr, beam)
+    return out
+
+
+def test_sources(run: Path, n: int):
+    tr = Translator.from_run(run, device="cpu")
+    prepared = corpus.prepare(tr.cfg.data, tokenizers=(tr.src_tok, tr.tgt_tok))
+    split = prepared.splits["test"]
+    rows = split.unique_sources()[:n]
+    src = [split.src[i][: tr.max_src_tokens] for i in rows]
+    refs = [[detokenize(r.split(), "fr") for r in split.references[i]] for i in rows]
+    return tr, src, refs
+
+
+def race(fns: dict, src: list[list[int]], chunk: int) -> tuple[dict[str, float], dict[str, list]]:
+    """Seconds per decoder over all chunks (rotating order) and each decoder's outputs in input order."""
+    names = list(fns)
+    seconds = dict.fromkeys(names, 0.0)
+    outputs: dict[str, list] = {n: [] for n in names}
+    for k, start in enumerate(range(0, len(src), chunk)):
+        part = src[start : start + chunk]
+        order = names[k % len(names):] + names[: k % len(names)]
+        for name in order:
+            t0 = time.perf_counter()
+            outputs[name].append(fns[name](part))
+            seconds[name] += time.perf_counter() - t0
+    return seconds, {n: [h for part in outputs[n] for h in part] for n in names}
+
+
+def memory_child(run: str, exports: str, name: str, n: int, threads: int) -> None:
+    """One decoder alone: print the peak RSS added by loading it and translating ``n`` sentences."""
+    _, src, _ = test_sources(Path(run), n)
+    Path("/proc/self/clear_refs").write_text("5")
+    base = _rss("VmRSS")
+    fn = decoders(Path(run), {k: Path(v) for k, v in json.loads(exports).items()}, threads, (name,))[name]
+    fn(src)
+    print(f"peak_bytes {_rss('VmHWM') - base}")
+
+
+def peak_memory(run: Path, exports: dict[str, Path], name: str, n: int, threads: int) -> float:
+    cmd = [sys.executable, __file__, "--memory-child", name, "--run", str(run), "--sentences", str(n),
+           "--exports", json.dumps({k: str(v) for k, v in exports.items()}), "--threads", str(threads)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("peak_bytes")), None)
+    if line is None:
+        raise RuntimeError(f"memory child for {name} failed: {proc.stderr[-2000:]}")
+    return int(line.split()[1]) / 2**20
+
+
+def measure(run: Path, exports: dict[str, Path], n: int, threads_list: list[int], chunk: int, memory: bool):
+    tr, src, refs = test_sources(run, n)
+    rows = []
+    for threads in threads_list:
+        fns = decoders(run, exports, threads)
+        race(fns, src[: min(chunk, len(src))], chunk)  # warm-up: thread pools, allocators
+        seconds, outs = race(fns, src, chunk)
+        greedy = outs["attnlab greedy"]
+        for name in fns:
+            texts = [tr.tgt_tok.decode(h) for h in outs[name]]
+            scores = corpus_scores(texts, refs)
+            row = {"decoder": name, "threads": threads, "sentences": len(src), "seconds": seconds[name],
+                   "sent_per_s": len(src) / seconds[name], "ratio": seconds["attnlab greedy"] / seconds[name],
+                   "bleu": scores["bleu"], "signature": scores["bleu_signature"],
+                   "same": sum(a == b for a, b in zip(outs[name], greedy)) / len(src)}
+            if memory and threads == threads_list[0]:  # memory hardly depends on the thread count
+                row["peak_mib"] = peak_memory(run, exports, name, n, threads)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def table(rows: list[dict], peak: float, cmd: str) -> str:
+    lines = [
+        "## CTranslate2",
+        "",
+        f"`{cmd}` — {datetime.date.today()}, {_cpu_name()}, {os.cpu_count()} cores (shared with other jobs), "
+        f"torch {torch.__version__}, "
+        f"ctranslate2 {__import__('ctranslate2').__version__}; fp32 matmul peak measured in this run: "
+        f"{peak / 1e9:.1f} GFLOP/s.",
+        "",
+        f"Model: `{rows[0]['run']}` (Transformer, exported to a temporary folder; the run is only read). "
+        "One process, the sentences in chunks that every decoder translates in a rotating order (noise "
+        "cancels in the ratios); BLEU as `attnlab evaluate` scores (sacreBLEU, all references); peak memory: "
+        "a fresh subprocess per decoder, VmHWM after the imports minus the RSS then (model + decoding; "
+        "the ct2 rows include the PyTorch weights that `CT2Translator` keeps for attention maps).",
+        "",
+        "| decoder | threads | sentences/s | × attnlab greedy | BLEU | same as attnlab greedy | peak MiB |",
+        "| --- | --: | --: | --: | --: | --: | --: |",
+    ]
+    for r in rows:
+        mem = f"{r['peak_mib']:.0f}" if "peak_mib" in r else "—"
+        lines.append(f"| {r['decoder']} | {r['threads']} | {r['sent_per_s']:.0f} | {r['ratio']:.2f} | "
+                     f"{r['bleu']:.2f} | {100 * r['same']:.1f} % | {mem} |")
+    if rows:
+        lines += ["", f"sacreBLEU: `{rows[0]['signature']}`"]
+    return "\n".join(lines) + "\n"
+
+
+def write_section(section: str, path: Path) -> None:
+    """Replace (or add) the ``## CTranslate2`` section of ``path``, leaving the other sections alone."""
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else ["# attnlab benchmark results"]
+    start = next((i for i, x in enumerate(lines) if x.strip() == "## CTranslate2"), None)
+    if start is None:
+        lines += [""] + section.rstrip("\n").splitlines()
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        lines = lines[:start] + section.rstrip("\n").splitlines() + [""] + lines[end:]
+    path.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--run", required=True, help="a trained Transformer run folder (read only)")
+    p.add_argument("--sentences", type=int, default=1000, help="distinct test sources")
+    p.add_argument("--threads", default="1,2", help="comma-separated thread counts, e.g. 1,2")
+    p.add_argument("--chunk", type=int, default=100, help="sentences per interleaved chunk")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    p.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
+    p.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
+    p.add_argument("--memory-child", help=argparse.SUPPRESS)
+    p.add_argument("--exports", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    threads = [int(t) for t in args.threads.split(",")]
+    if args.memory_child:
+        memory_child(args.run, args.exports, args.memory_child, args.sentences, threads[0])
+        return 0
+    torch.set_num_threads(max(threads))
+    peak = matmul_peak(torch.device("cpu"), torch.float32)
+    print(f"fp32 matmul peak: {peak / 1e9:.1f} GFLOP/s ({max(threads)} threads)")
+    with tempfile.TemporaryDirectory(prefix="attnlab-ct2-bench-") as tmp:
+        exports = {q: export_run(args.run, Path(tmp) / q, fmt="ctranslate2", quantization=q)
+                   for q in ("float32", "int8")}
+        rows = measure(Path(args.run), exports, args.sentences, threads, args.chunk, not args.no_memory)
+    for r in rows:
+        r["run"] = args.run
+    cmd = "python bench/ctranslate2.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    section = table(rows, peak, cmd)
+    print(section)
+    if not args.no_write:
+        write_section(section, args.results)
+        print(f"wrote the ## CTranslate2 section of {args.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""`attnlab export`: a run's checkpoint as a self-contained folder, optionally for CTranslate2."""
+
+from __future__ import annotations
+
+import argparse
+
+from attnlab.export import FORMATS, QUANTIZATIONS
+
+
+def cmd_export(args) -> int:
+    import json
+
+    from attnlab.export.folder import export_run
+
+    out = export_run(args.run, args.out, which=args.checkpoint, fmt=args.format,
+                     quantization=args.quantization, force=args.force)
+    spec = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    engines = spec.get("engines") or {}
+    extra = "".join(f"; {name}/ ({e['quantization']})" for name, e in engines.items())
+    print(f"exported {args.run} ({spec['model_kind']}, {spec['source']['checkpoint']}) to {out}: "
+          f"config.json, model.safetensors, {spec['tokenizers']['src']['file']}, {spec['tokenizers']['tgt']['file']}{extra}")
+    if engines:
+        print(f"translate with it: attnlab translate {out} --engine ctranslate2 \"i'm home .\"")
+    return 0
+
+
+def register(sub) -> None:
+    e = sub.add_parser(
+        "export", help="write a run's checkpoint as a self-contained folder (safetensors, HF tokenizers, CTranslate2)",
+        description="Write one checkpoint as a folder that needs no run folder: config.json, model.safetensors "
+                    "(config and fingerprint in its metadata) and one Hugging Face tokenizers file per language. "
+                    "Every command that takes a RUN accepts it. --format ctranslate2 adds OUT/ctranslate2/, the "
+                    "model for the CTranslate2 engine (`attnlab translate OUT --engine ctranslate2`).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    e.add_argument("run", metavar="RUN", help="run folder (the --out of `attnlab train`) or an exported folder")
+    e.add_argument("out", metavar="OUT", help="the folder to write")
+    e.add_argument("--checkpoint", default="best", help="best, last or step-N")
+    e.add_argument("--format", choices=FORMATS, default="safetensors",
+                   help="ctranslate2 also converts the Transformer or decoder-only model for CTranslate2")
+    e.add_argument("--quantization", choices=QUANTIZATIONS, default="float32",
+                   help="weights of the CTranslate2 model (int8: 8-bit weights, int8 matmuls on the CPU)")
+    e.add_argument("--force", action="store_true", help="replace OUT when it exists and is not empty")
+    e.set_defaults(func=cmd_export)

@@ -1,0 +1,140 @@
+"""Inference with CTranslate2 behind attnlab's :class:`~attnlab.translator.Translator`.
+
+:class:`CT2Translator` is a Translator whose search (greedy or beam) runs in CTranslate2 on the
+exported model; preprocessing, batching order, detokenisation and the attention maps (one
+teacher-forced pass of the exported PyTorch weights over the chosen output) stay attnlab's. So
+``translate``, ``translate_full``, ``attention`` and therefore ``attnlab translate`` and the web
+server work unchanged on it.
+
+Decoding follows attnlab's rules (``decoding/hypothesis.py``): ``<pad> <bos> <unk>`` are never
+emitted, each sentence stops at its own limit ``a·S + b`` (CTranslate2 decodes a batch up to the
+longest row's limit; a longer output is cut where attnlab would have stopped, which is exact for
+greedy search). Greedy float32 output equals attnlab's (tests/export/). Two differences remain:
+beam search ranks with CTranslate2's length penalty ``score / length^α`` rather than GNMT's, and a
+score is CTranslate2's (log-probability after the banned tokens are removed).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnlab import runs
+from attnlab.config import AUTO_DECODE_ROWS, DecodeConfig
+from attnlab.data.specials import BOS, EOS, PAD, SPECIALS
+from attnlab.decoding.hypothesis import Hypothesis, max_lengths
+from attnlab.errors import AttnlabError
+from attnlab.export import ENGINES
+from attnlab.export.ct2 import SOURCE_PREFIX, require_ctranslate2
+from attnlab.translator import Translator, _length_cap
+
+_BANNED = [[SPECIALS[PAD]], [SPECIALS[BOS]]]  # <unk> is banned by disable_unk
+
+
+def ct2_entry(folder: Path) -> dict[str, Any] | None:
+    """The ``engines.ctranslate2`` entry of an exported folder's config.json (None without one)."""
+    if not runs.is_export(folder):
+        return None
+    try:
+        entry = json.loads((folder / runs.EXPORT_CONFIG).read_text(encoding="utf-8")).get("engines", {})["ctranslate2"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return entry if isinstance(entry, dict) and isinstance(entry.get("path"), str) else None
+
+
+class CT2Translator(Translator):
+    """A :class:`Translator` whose search runs in CTranslate2 (see the module docstring)."""
+
+    engine = "ctranslate2"
+
+    @classmethod
+    def from_export(cls, folder: str | Path, device: str = "auto", compute_type: str = "default",
+                    threads: int = 0) -> CT2Translator:
+        """Load an exported folder holding a CTranslate2 model (``attnlab export … --format ctranslate2``).
+
+        ``compute_type``: ``default`` (as exported), or any CTranslate2 compute type (``int8``,
+        ``float32``…); ``threads``: CTranslate2's intra-op threads (0: PyTorch's thread count).
+        Raises :class:`AttnlabError` when the folder has no such model or ctranslate2 is missing.
+        """
+        folder = Path(folder)
+        entry = ct2_entry(folder)
+        if entry is None:
+            raise AttnlabError(f"{folder} holds no CTranslate2 model; make one with "
+                               f"`attnlab export RUN {folder} --format ctranslate2`")
+        ct2 = require_ctranslate2()
+        tr = cls.from_run(folder, device=device)  # verifies every file, the CTranslate2 ones included
+        where = "cuda" if tr.device.type == "cuda" else "cpu"
+        kind = ct2.Generator if entry.get("one_sequence") else ct2.Translator
+        tr.ct2 = kind(str(folder / entry["path"]), device=where, compute_type=compute_type,
+                      intra_threads=threads or torch.get_num_threads())
+        tr.ct2_info = {**entry, "compute_type": compute_type}
+        tr._tgt_ids = {tr.tgt_tok.id_to_token(i): i for i in range(len(tr.tgt_tok))}
+        return tr
+
+    def _limits(self, src_seqs: list[list[int]], dcfg: DecodeConfig, max_len: int | None) -> list[int]:
+        """Each sentence's decoding steps (``<eos>`` included), as :func:`~attnlab.translator.decode_many` sets them."""
+        valid = torch.tensor([len(ids) + 1 for ids in src_seqs])  # + the source's <eos>
+        base = max_lengths(valid, dcfg.max_len_a, dcfg.max_len_b).tolist()
+        out = []
+        for n, limit in zip(valid.tolist(), base):
+            cap = _length_cap(self.model, n)
+            if max_len is not None:
+                cap = max(1, min(cap, int(max_len)))
+            out.append(min(limit, cap))
+        return out
+
+    def _search(self, src_seqs: list[list[int]], dcfg: DecodeConfig, beam_size: int, nbest: int = 1,
+                max_len: int | None = None) -> list[list[Hypothesis]]:
+        if not src_seqs:
+            return []
+        limits = self._limits(src_seqs, dcfg, max_len)
+        beam = beam_size or dcfg.beam_size
+        opts = dict(beam_size=beam, num_hypotheses=nbest, length_penalty=dcfg.length_penalty, disable_unk=True,
+                    suppress_sequences=_BANNED, end_token=SPECIALS[EOS], return_end_token=True, return_scores=True,
+                    max_batch_size=dcfg.batch_size or max(1, AUTO_DECODE_ROWS // beam))
+        tokens = [[self.src_tok.id_to_token(i) for i in ids] for ids in src_seqs]
+        if self.ct2_info.get("one_sequence"):  # source <eos> <bos>, the source under its prefix
+            prompts = [[SOURCE_PREFIX + t for t in ts] + [SOURCE_PREFIX + SPECIALS[EOS], SPECIALS[BOS]] for ts in tokens]
+            results = self.ct2.generate_batch(prompts, max_length=max(limits), min_length=0,
+                                              include_prompt_in_result=False, **opts)
+            outputs = [r.sequences for r in results]
+        else:
+            results = self.ct2.translate_batch(tokens, max_decoding_length=max(limits), min_decoding_length=0,
+                                               max_input_length=0, **opts)
+            outputs = [r.hypotheses for r in results]
+        return [[self._hypothesis(seq, score, limit) for seq, score in zip(seqs, r.scores)]
+                for seqs, r, limit in zip(outputs, results, limits)]
+
+    def _hypothesis(self, tokens: list[str], score: float, limit: int) -> Hypothesis:
+        finished = bool(tokens) and tokens[-1] == SPECIALS[EOS]
+        ids = [self._tgt_ids[t] for t in (tokens[:-1] if finished else tokens)]
+        if len(ids) + finished > limit:  # decoded for a longer row's limit: stop where attnlab stops
+            ids, finished = ids[:limit], False
+        return Hypothesis(ids, float(score), float(score), finished)
+
+
+def load_translator(run: str | Path, which: str = "best", device: str = "auto", engine: str = "attnlab") -> Translator:
+    """The translator of ``run`` (a run folder or an exported one) for ``engine``.
+
+    ``attnlab``: :meth:`Translator.from_run`. ``ctranslate2``: :meth:`CT2Translator.from_export`
+    (an exported folder with a CTranslate2 model; one-line errors otherwise). ``auto`` (the web
+    server): CTranslate2 when the folder holds such a model and the engine is installed, else attnlab's
+    own (with a note on stderr when only the engine is missing).
+    """
+    if engine not in (*ENGINES, "auto"):
+        raise AttnlabError(f"--engine {engine} is unknown; choose one of: {', '.join(ENGINES)}")
+    if engine == "ctranslate2" or (engine == "auto" and ct2_entry(Path(run)) is not None):
+        if which not in ("best", "last"):
+            raise AttnlabError(f"--engine ctranslate2 runs an exported folder's one model; drop --checkpoint {which}")
+        if engine == "auto":
+            try:
+                require_ctranslate2()
+            except AttnlabError as e:
+                print(f"note: {run} holds a CTranslate2 model but {e}; serving it with attnlab's engine", file=sys.stderr)
+                return Translator.from_run(run, which=which, device=device)
+        return CT2Translator.from_export(run, device=device)
+    return Translator.from_run(run, which=which, device=device)

@@ -1,0 +1,113 @@
+"""`attnlab export RUN OUT`: one checkpoint as a self-contained folder (the layout is in ``runs.py``).
+
+The folder is written under a temporary name beside ``OUT`` and renamed into place, so ``OUT`` is
+either the previous folder or the complete new one. Reading it back (``runs.read_export``) checks
+every file's sha256 and the fingerprint recorded in ``config.json`` and the weights' metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import save as safetensors_bytes
+
+from attnlab import __version__, runs
+from attnlab import config as config_mod
+from attnlab.data.vocab import load_tokenizer
+from attnlab.errors import AttnlabError
+from attnlab.export import FORMATS, ct2
+from attnlab.export.tokenizers import to_hf
+from attnlab.io import atomic_write_json, atomic_write_text, fsync_dir, usual_mode
+from attnlab.models import build_model
+
+CT2_DIR = "ctranslate2"
+
+
+def _tokenizer_files(src_lang: str, tgt_lang: str) -> dict[str, str]:
+    if src_lang != tgt_lang:
+        return {"src": f"tokenizer.{src_lang}.json", "tgt": f"tokenizer.{tgt_lang}.json"}
+    return {"src": f"tokenizer.src.{src_lang}.json", "tgt": f"tokenizer.tgt.{tgt_lang}.json"}
+
+
+def _load(run: Path, which: str):
+    """(run files, checkpoint folder, its step, the model with its weights, src_tok, tgt_tok), all verified."""
+    files = runs.read_export(run) if runs.is_export(run) else runs.read_run(run)
+    path = runs.resolve_checkpoint(run, which)
+    step = runs.verify_checkpoint(path).get("step")
+    src_tok, tgt_tok = load_tokenizer(files.tokenizers["src"]), load_tokenizer(files.tokenizers["tgt"])
+    model = build_model(files.config.model, len(src_tok), len(tgt_tok))
+    runs.load_weights(path, model, verify=False)
+    return files, path, step, model.eval(), src_tok, tgt_tok
+
+
+def _write_tree(tmp: Path, run: Path, which: str, fmt: str, quantization: str) -> None:
+    files, path, step, model, src_tok, tgt_tok = _load(run, which)
+    if fmt == "ctranslate2":
+        ct2.check_convertible(model)  # before any work: a GRU run is refused in one line
+        ct2.require_ctranslate2()
+    cfg = files.config
+    fp = runs.fingerprint(cfg, files.tokenizers)
+    names = _tokenizer_files(src_tok.lang, tgt_tok.lang)
+    entries: dict[str, Any] = {}
+    for side, tok in (("src", src_tok), ("tgt", tgt_tok)):
+        atomic_write_text(tmp / names[side], to_hf(tok).to_str(pretty=True))
+        entries[side] = {"file": names[side], "kind": tok.kind, "lang": tok.lang, "size": len(tok),
+                         "min_freq": int(files.tokenizers[side].get("min_freq", 1))}
+    cfg_dict = config_mod.to_dict(cfg)
+    metadata = {"step": str(step), "attnlab_config": json.dumps(cfg_dict), "attnlab_fingerprint": json.dumps(fp)}
+    (tmp / runs.WEIGHTS).write_bytes(safetensors_bytes(runs.model_state_for_saving(model), metadata=metadata))
+    engines = {}
+    if fmt == "ctranslate2":
+        engines["ctranslate2"] = {"path": CT2_DIR, **ct2.convert(model, src_tok, tgt_tok, tmp / CT2_DIR, quantization)}
+    source = {"run": str(run.resolve()), "checkpoint": path.name, "step": step, "meta": files.meta}
+    atomic_write_json(tmp / runs.EXPORT_CONFIG, {
+        "attnlab_export": runs.EXPORT_FORMAT, "attnlab_version": __version__, "model_kind": cfg.model.kind,
+        "config": cfg_dict, "vocab_sizes": {"src": len(src_tok), "tgt": len(tgt_tok)}, "tokenizers": entries,
+        "fingerprint": fp, "source": source, "engines": engines,
+    })
+    listed = sorted(p for p in tmp.rglob("*") if p.is_file())
+    digests = {p.relative_to(tmp).as_posix(): runs.sha256_file(p) for p in listed}
+    atomic_write_json(tmp / runs.MANIFEST, {"step": step, "files": digests, **fp})
+
+
+def export_run(run: str | Path, out: str | Path, which: str = "best", fmt: str = "safetensors",
+               quantization: str = "float32", force: bool = False) -> Path:
+    """Export checkpoint ``which`` of ``run`` (a run folder or an exported one) into the folder ``out``.
+
+    ``fmt="ctranslate2"`` adds ``out/ctranslate2/``, the model converted with ``quantization``.
+    An existing non-empty ``out`` is replaced only with ``force``. Raises :class:`AttnlabError`
+    (or :class:`~attnlab.errors.CheckpointError`) with one line on any problem; ``out`` is then untouched.
+    """
+    run, out = Path(run), Path(out)
+    if fmt not in FORMATS:
+        raise AttnlabError(f"--format {fmt} is unknown; choose one of: {', '.join(FORMATS)}")
+    if out.exists() and not out.is_dir():
+        raise AttnlabError(f"{out} exists and is not a folder; choose another OUT")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise AttnlabError(f"{out} exists and is not empty; choose another OUT or pass --force to replace it")
+    if out.resolve() == run.resolve() or run.resolve() in out.resolve().parents:
+        raise AttnlabError(f"OUT {out} lies inside RUN {run}; export to another folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        os.chmod(tmp, usual_mode(is_dir=True))  # mkdtemp makes 0700
+        _write_tree(tmp, run, which, fmt, quantization)
+        fsync_dir(tmp)
+        if out.exists():
+            stale = Path(tempfile.mkdtemp(prefix=f".{out.name}.stale.", dir=out.parent))
+            os.replace(out, stale / out.name)
+            os.replace(tmp, out)
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+        fsync_dir(out.parent)
+    except OSError as e:
+        raise AttnlabError(f"could not write {out}: {e.strerror or e}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
