@@ -12,6 +12,7 @@ says how many minutes would do. Uses fra-eng when it can be found or fetched, ot
 from __future__ import annotations
 
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -72,11 +73,15 @@ def _config(kind: str, dataset: str, path: str | None, minutes: float, threads: 
     return sizing.resolve(cfg, frozenset(), peak=peak)
 
 
-def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: int = 0) -> int:
+def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: int = 0,
+             progress: bool = True, verbose: bool = False) -> int:
+    """Train :data:`DEMO_MODELS` for ``minutes`` each into ``out/KIND`` and show what they learnt.
+    ``progress``: the training progress bars on stderr (off under ``--quiet``); ``verbose``: also
+    each model's sized config, as TOML, on stderr."""
     t0 = time.monotonic()
     dataset, path = _dataset(data)
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
-        raise AttnlabError(f"{out} exists and is not a demo folder; choose another --out")
+        raise AttnlabError(f"{out} exists and is not a demo folder; choose another --runs-dir")
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text("made by `attnlab demo`; rerunning the demo replaces this folder's runs\n")
     set_threads(threads)
@@ -85,7 +90,7 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
     if dataset == "fra-eng" and peak * minutes < USABLE_COMPUTE:
         need = USABLE_COMPUTE / peak
         print(f"note: this machine measures {peak:.0f} GFLOP/s; in {minutes:g} min a model will not yet translate "
-              f"the notes' sentences. About {need:.1f} min per model would: `attnlab demo --minutes {need:.1f}`")
+              f"the notes' sentences. About {need:.1f} min per model would: `attnlab demo --max-minutes {need:.1f}`")
     prepared: dict[tuple, object] = {}
     translators = {}
     for kind in DEMO_MODELS:
@@ -96,10 +101,12 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
         print(f"\n== training {kind} for {minutes:g} minutes ==")
         if why:
             print(why)
+        if verbose:
+            print(config_mod.dumps_toml(cfg), file=sys.stderr)
         key = (cfg.data.tokenizer, cfg.data.min_freq, cfg.data.bpe_vocab_size, cfg.data.max_pairs)
         if key not in prepared:
             prepared[key] = corpus.prepare(cfg.data)
-        res = train(cfg, run, prepared=prepared[key])
+        res = train(cfg, run, prepared=prepared[key], progress=progress)
         v = res.last_valid
         print(f"{kind}: {res.step} updates, {res.tokens_per_s:,.0f} target tokens/s, valid BLEU "
               f"{v.get('valid_bleu', float('nan')):.1f}")
@@ -115,7 +122,7 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
 def _show(kind: str, tr, dataset: str, out: Path, peak: float, minutes: float) -> None:
     print(f"\n== {kind}: the notes' examples ==")
     if dataset == "numbers":
-        for s, t in zip(NUMBERS_EXAMPLES, tr.translate_text(list(NUMBERS_EXAMPLES))):
+        for s, t in zip(NUMBERS_EXAMPLES, tr.translate(list(NUMBERS_EXAMPLES))):
             print(f"  {s:<26} => {t}")
         sentence = NUMBERS_EXAMPLES[0]
     else:
@@ -128,7 +135,7 @@ def _show(kind: str, tr, dataset: str, out: Path, peak: float, minutes: float) -
         print(f"  {right} of {len(rows)} right")
         if right < 2:
             print(f"  not usable yet: give it more time (the machine measures {peak:.0f} GFLOP/s; "
-                  f"`attnlab demo --minutes {max(2 * minutes, USABLE_COMPUTE / peak):.1f}`)")
+                  f"`attnlab demo --max-minutes {max(2 * minutes, USABLE_COMPUTE / peak):.1f}`)")
         sentence = "i'm home ."
     result = attention_maps(tr, sentence, extra_pad=0)
     print(cross_attention_table(result))

@@ -2,11 +2,15 @@
 (STYLE.md habit 13).
 
 >>> tr = Translator.from_run("runs/transformer")          # doctest: +SKIP
->>> best = tr.translate(["i'm home ."])[0][0]               # doctest: +SKIP
->>> best.text, best.finished                                # doctest: +SKIP
-('je suis chez moi.', True)
->>> tr.translate_text(["i'm home ."])                       # doctest: +SKIP
-['je suis chez moi.']
+>>> tr.translate("i'm home .")                              # doctest: +SKIP
+'je suis chez moi.'
+>>> tr.translate(["i'm home .", "go ."])                    # doctest: +SKIP
+['je suis chez moi.', 'va !']
+>>> best = tr.translate_full(["i'm home ."], beam_size=4, nbest=2)[0][0]  # doctest: +SKIP
+>>> best.text, best.tokens, best.finished                   # doctest: +SKIP
+('je suis chez moi.', ['je', 'suis', 'chez', 'moi', '.'], True)
+>>> tr.attention("i'm home .").plot("cross")                # doctest: +SKIP
+<Figure size … with 2 Axes>
 
 Sentences are preprocessed as in training (D2L §4), sorted by length into batches (padding is
 wasted work), decoded greedily or with beam search through the model protocol, detokenised, and
@@ -28,13 +32,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab import fast, runs
+from attnlab import fast, fill, runs
 from attnlab.config import AUTO_DECODE_ROWS, Config, DecodeConfig
 from attnlab.data.batching import Batch, collate
 from attnlab.data.vocab import BOS, EOS, PAD, load_tokenizer
 from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy import greedy_search, max_lengths
 from attnlab.device import pick_device
+from attnlab.errors import AttnlabError
 from attnlab.models import ModelOutput, build_model, traits
 
 
@@ -136,9 +141,14 @@ class Translation:
     truncated: bool = False
 
 
-@dataclass
+@dataclass(repr=False)
 class AttentionResult:
-    """Everything needed to draw one sentence's attention maps."""
+    """Everything needed to draw one sentence's attention maps (notes §23–25).
+
+    ``attention[kind]`` is ``(layers, heads, queries, keys)``; :meth:`labels` names its rows and
+    columns; :meth:`plot` draws it as a matplotlib ``Figure``. In Jupyter the result shows itself
+    (:meth:`_repr_html_`): the sentence, the translation and every kind, heads averaged.
+    """
 
     source: str
     translation: str
@@ -147,6 +157,39 @@ class AttentionResult:
     tgt_inputs: list[str]  # decoder inputs: <bos> y1 … (queries of dec_self / cross), one per tgt_token
     attention: dict[str, Tensor] = field(default_factory=dict)  # kind -> (layers, heads, queries, keys)
     truncated: bool = False
+
+    @property
+    def kinds(self) -> list[str]:
+        """The kinds of map this model has: ``enc_self``, ``dec_self``, ``cross``, ``self``."""
+        return list(self.attention)
+
+    def labels(self, kind: str) -> tuple[list[str], list[str]]:
+        """``(queries, keys)``: the tokens of the rows and columns of ``attention[kind]``."""
+        from attnlab.inspection.attention_json import map_axes  # no cycle: it reads results by duck typing
+
+        queries, keys, _outputs = map_axes(self, kind)
+        return queries, keys
+
+    def plot(self, kind: str | None = None, layer: int | None = None, head: int | str | None = None):
+        """A matplotlib ``Figure`` of map ``kind`` (default: ``cross``, or ``self`` for a decoder-only model).
+
+        ``layer`` / ``head`` count from 1, as the figure titles do; ``layer=None`` draws every layer,
+        ``head=None`` averages the heads, ``head="all"`` draws every head. One panel per layer × head
+        shown, plus the colour bar. Raises :class:`AttnlabError` for a kind, layer or head the model lacks.
+        """
+        from attnlab.inspection.attention_maps import attention_figure  # matplotlib: loaded to draw
+
+        return attention_figure(self, kind, layer=layer, head=head)
+
+    def __repr__(self) -> str:
+        maps = ", ".join(f"{k} {tuple(v.shape)}" for k, v in self.attention.items()) or "no attention"
+        return f"AttentionResult({self.source!r} → {self.translation!r}; {maps})"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the sentence, its translation and each map, heads averaged, as inline PNGs."""
+        from attnlab.inspection.attention_maps import attention_html
+
+        return attention_html(self)
 
 
 class Translator:
@@ -175,9 +218,15 @@ class Translator:
         self.max_src_tokens = _longest_source(cfg) if max_src_tokens is None else max_src_tokens
 
     @classmethod
-    def from_run(cls, run_dir: str | Path, which: str = "best", device: str = "cpu") -> Translator:
+    def from_run(cls, run_dir: str | Path, which: str = "best", device: str = "auto") -> Translator:
+        """The model of a run folder at checkpoint ``which`` (``best``, ``last`` or ``step-N``).
+
+        ``device``: ``auto`` (the default) takes the GPU when one is visible, else the CPU; or
+        ``cpu``, ``cuda``, ``cuda:N``. Raises :class:`AttnlabError` for an unreadable run folder,
+        a missing checkpoint or an unavailable device.
+        """
         run_dir = Path(run_dir)
-        files = runs.read_run(run_dir)
+        files = runs.read_export(run_dir) if runs.is_export(run_dir) else runs.read_run(run_dir)  # attnlab export
         path = runs.resolve_checkpoint(run_dir, which)
         src_tok = load_tokenizer(files.tokenizers["src"])
         tgt_tok = load_tokenizer(files.tokenizers["tgt"])
@@ -186,6 +235,11 @@ class Translator:
         dev = pick_device(device)
         return cls(model.to(dev), src_tok, tgt_tok, files.config, dev, run_dir, path)
 
+    def _search(self, src_seqs: list[list[int]], dcfg: DecodeConfig, beam_size: int, nbest: int = 1,
+                max_len: int | None = None) -> list[list[Any]]:
+        """Decode id sequences with :func:`decode_many`: the seam another engine replaces (attnlab/export/)."""
+        return decode_many(self.model, src_seqs, dcfg, self.device, beam_size=beam_size, nbest=nbest, max_len=max_len)
+
     def encode_source(self, sentence: str) -> tuple[list[int], bool]:
         ids = self.src_tok.encode(sentence)
         truncated = len(ids) > self.max_src_tokens
@@ -193,17 +247,44 @@ class Translator:
 
     def translate(
         self,
-        sentences: list[str],
+        sentences: str | Sequence[str],
+        beam_size: int | None = None,
+        length_penalty: float | None = None,
+    ) -> str | list[str]:
+        """The best translation of each sentence: a ``str`` for a ``str``, a ``list[str]`` for a list.
+
+        Scores, n-best lists, tokens and the truncation flag are :meth:`translate_full`'s; this is
+        its best text (same decoding, same batching).
+        """
+        if isinstance(sentences, str):
+            return self.translate_full([sentences], beam_size=beam_size, length_penalty=length_penalty)[0][0].text
+        return [t[0].text for t in self.translate_full(sentences, beam_size=beam_size, length_penalty=length_penalty)]
+
+    def check_translates(self) -> None:
+        """Raise :class:`AttnlabError` for a fill model (encoder-only): it cannot generate a translation."""
+        if traits(self.cfg.model).task == "fill":
+            raise AttnlabError(f"model.kind={self.cfg.model.kind} fills masked words and cannot translate (it reads "
+                               "the whole sentence at once, notes §28.2); use `attnlab fill RUN \"i'm [MASK] .\"`")
+
+    def translate_full(
+        self,
+        sentences: str | Sequence[str],
         beam_size: int | None = None,
         nbest: int = 1,
         length_penalty: float | None = None,
-    ) -> list[list[Translation]]:
-        """Translate each sentence; returns ``nbest`` translations per sentence, best first.
+    ) -> list[Translation] | list[list[Translation]]:
+        """Translate each sentence; returns ``nbest`` :class:`Translation` s per sentence, best first
+        (one sentence given as a ``str``: its list alone).
 
         Never raises on text: any ``str`` (emoji, CJK, control characters, lone surrogates) is
         preprocessed (unknown words become ``<unk>``); a sentence with no tokens left gets one empty
         translation; a source over :attr:`max_src_tokens` is cut and flagged ``truncated``.
+        Raises :class:`AttnlabError` when ``sentences`` is neither a ``str`` nor a sequence of them.
         """
+        self.check_translates()
+        if isinstance(sentences, str):
+            return self.translate_full([sentences], beam_size, nbest, length_penalty)[0]
+        sentences = _sentence_list(sentences)
         dcfg = self.cfg.decode
         if length_penalty is not None:
             dcfg = DecodeConfig(**{**dcfg.__dict__, "length_penalty": length_penalty})
@@ -212,9 +293,7 @@ class Translator:
         out: list[list[Translation]] = [[] for _ in sentences]
         encoded = [self.encode_source(s) for s in sentences]
         todo = [(i, ids) for i, (ids, _) in enumerate(encoded) if ids]
-        hyps = decode_many(
-            self.model, [ids for _, ids in todo], dcfg, self.device, beam_size=beam, nbest=nbest
-        )
+        hyps = self._search([ids for _, ids in todo], dcfg, beam, nbest)
         for (i, _), hs in zip(todo, hyps):
             out[i] = [
                 Translation(
@@ -231,9 +310,6 @@ class Translator:
                 out[i] = [Translation("", [], 0.0, True)]
         return out
 
-    def translate_text(self, sentences: list[str], beam_size: int | None = None) -> list[str]:
-        return [t[0].text for t in self.translate(sentences, beam_size=beam_size)]
-
     def attention(
         self, sentence: str, beam_size: int = 1, max_len: int | None = None, extra_pad: int = 0
     ) -> AttentionResult:
@@ -247,9 +323,11 @@ class Translator:
         ``extra_pad``: ``<pad>`` positions added after the source's ``<eos>`` (its valid length is
         unchanged), as in a batch beside a longer sentence; ``src_tokens`` then ends with their labels.
         """
+        if traits(self.cfg.model).task == "fill":
+            return self._fill_attention(sentence, extra_pad)
         ids, truncated = self.encode_source(sentence)
         hyp = (
-            decode_many(self.model, [ids], self.cfg.decode, self.device, beam_size=beam_size, max_len=max_len)[0][0]
+            self._search([ids], self.cfg.decode, beam_size, max_len=max_len)[0][0]
             if ids
             else None
         )
@@ -272,6 +350,34 @@ class Translator:
             _keep_output_queries(maps, len(src_tokens), len(tgt_tokens)),
             truncated,
         )
+
+    def _fill_attention(self, sentence: str, extra_pad: int) -> AttentionResult:
+        """A fill model's maps (it generates nothing): its self-attention over the sentence as written,
+        ``[MASK]`` included, with ``translation`` the sentence with its masks filled (:mod:`attnlab.fill`)."""
+        ids = fill.encode_masked(self.src_tok, sentence, self.max_src_tokens, require_mask=False)
+        batch = collate([ids], [[]], [0])
+        pads = torch.full((1, extra_pad), PAD, dtype=batch.src.dtype)
+        batch = dataclasses.replace(batch, src=torch.cat([batch.src, pads], dim=1))  # (1, S + extra_pad)
+        out = teacher_forced(self.model, batch, self.device)
+        maps = {k: v[0].float().cpu() for k, v in out.attention.items()}  # enc_self (layers, heads, S, S)
+        filled = fill.rank_fillers(self.src_tok, ids, out.logits[0], top_k=1)[1]
+        src_tokens = fill.mask_labels(self.src_tok, ids) + token_labels(self.src_tok, [], eos=True)
+        return AttentionResult(sentence, filled, src_tokens + [self.src_tok.id_to_token(PAD)] * extra_pad, [], [], maps)
+
+
+def _sentence_list(sentences: Any) -> list[str]:
+    """``sentences`` as a list of ``str``; anything else is an :class:`AttnlabError` saying what to pass."""
+    try:
+        items = list(sentences)
+    except TypeError:
+        items = None
+    if items is None or not all(isinstance(s, str) for s in items):
+        raise AttnlabError(
+            f"translate() takes a sentence (str) or a list of sentences, not {type(sentences).__name__}"
+            + ("" if items is None else " holding " + ", ".join(sorted({type(s).__name__ for s in items})))
+            + "; e.g. tr.translate(\"i'm home .\") or tr.translate([\"go .\", \"i'm home .\"])"
+        )
+    return items
 
 
 def _longest_source(cfg: Config) -> int:

@@ -47,7 +47,7 @@ def test_odd_text_through_the_translator(tiny_runs, kind):
     empty/whitespace/invisible-only input gives ""; nothing is flagged truncated."""
     tr = Translator.from_run(tiny_runs(kind), "last")
     for beam in (1, 3):
-        out = tr.translate(ODD_TEXT, beam_size=beam)
+        out = tr.translate_full(ODD_TEXT, beam_size=beam)
         assert len(out) == len(ODD_TEXT)
         for src, hyps in zip(ODD_TEXT, out):
             text = hyps[0].text
@@ -57,7 +57,7 @@ def test_odd_text_through_the_translator(tiny_runs, kind):
             if not src.strip() or src == "\ud83d":
                 assert text == "", (src, text)
     # the same sentence alone and inside the odd batch gives the same translation (nothing leaks)
-    assert tr.translate(["twenty one"])[0][0].text == tr.translate([*ODD_TEXT, "twenty one"])[-1][0].text
+    assert tr.translate_full(["twenty one"])[0][0].text == tr.translate_full([*ODD_TEXT, "twenty one"])[-1][0].text
 
 
 def test_over_long_input_is_truncated_and_flagged(tiny_runs):
@@ -67,13 +67,13 @@ def test_over_long_input_is_truncated_and_flagged(tiny_runs):
     n = tr.max_src_tokens
     long_text = " ".join(["one"] * (n + 50))
     exact = " ".join(["one"] * n)
-    res = tr.translate([long_text, exact, "two"])
+    res = tr.translate_full([long_text, exact, "two"])
     assert [r[0].truncated for r in res] == [True, False, False]
     assert tr.encode_source(long_text)[0] == tr.encode_source(exact)[0]
     assert res[0][0].text == res[1][0].text  # the long one was translated as its first n tokens
     assert tr.attention(long_text).truncated and not tr.attention("two").truncated
     huge = "one " * 200_000  # a megabyte on one line: bounded work, no crash
-    assert tr.translate([huge])[0][0].truncated
+    assert tr.translate_full([huge])[0][0].truncated
 
 
 def _write_lines(path, lines: list[str]) -> None:

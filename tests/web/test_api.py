@@ -33,7 +33,7 @@ def test_transformer_maps_match_tokens(client, tiny_runs, text):
     d = r.json()
     tr = Translator.from_run(tiny_runs("transformer"))
     # Same answer as the one Translator the CLI uses (greedy).
-    assert d["translation"] == tr.translate([text])[0][0].text
+    assert d["translation"] == tr.translate_full([text])[0][0].text
     assert d["src_tokens"] == tr.src_tok.tokens(text) + ["<eos>"]
     assert d["run"] == "transformer" and d["model_kind"] == "transformer"
     att = d["attention"]
@@ -72,13 +72,13 @@ def test_bahdanau_has_one_cross_map(client, tiny_runs):
         d["src_tokens"]
     )
     tr = Translator.from_run(tiny_runs("bahdanau"))
-    assert d["translation"] == tr.translate(["twenty one"])[0][0].text
+    assert d["translation"] == tr.translate_full(["twenty one"])[0][0].text
 
 
 def test_beam_search_result_matches_translator(client, tiny_runs):
     d = client.post("/api/translate", json={"text": "forty two", "beam_size": 3}).json()
     tr = Translator.from_run(tiny_runs("transformer"))
-    assert d["beam_size"] == 3 and d["translation"] == tr.translate(["forty two"], beam_size=3)[0][0].text
+    assert d["beam_size"] == 3 and d["translation"] == tr.translate_full(["forty two"], beam_size=3)[0][0].text
 
 
 def test_unknown_words_are_named(client):

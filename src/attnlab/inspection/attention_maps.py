@@ -23,7 +23,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,10 +33,14 @@ from attnlab.inspection.attention_json import KIND_TITLES, map_axes
 from attnlab.inspection.plots import new_figure, save_figure
 from attnlab.inspection.probes import PROBES_FILE, read_probes
 from attnlab.models import traits
-from attnlab.translator import AttentionResult, Translator
+
+if TYPE_CHECKING:  # the translator imports this module to draw its results: no import back at run time
+    from attnlab.translator import AttentionResult, Translator
 
 __all__ = [
     "NoAttentionError",
+    "attention_figure",
+    "attention_html",
     "attention_maps",
     "draw_attention",
     "draw_maps",
@@ -44,6 +48,7 @@ __all__ = [
     "map_labels",
     "run_name",
     "slug",
+    "timeline_figure",
 ]
 
 PAD_TOKEN = "<pad>"
@@ -120,69 +125,129 @@ def _style_tick_labels(labels, texts) -> None:
             label.set_color("tab:gray" if text == PAD_TOKEN else "tab:blue")
 
 
-def _draw_grid(result: AttentionResult, kind: str, run_name: str, out_dir: Path, formats) -> list[Path]:
+_AXIS_NAMES = {  # kind -> (row axis, column axis)
+    "cross": ("query → predicted token", "key (source token)"),
+    "enc_self": ("query (source token)", "key (source token)"),
+    "dec_self": ("query (decoder input)", "key (decoder input)"),
+    "self": ("query position", "key: source ┆ target"),
+}
+
+
+def _pick_kind(result: AttentionResult, kind: str | None) -> str:
+    """``kind``, or the map people look at first (cross, else the decoder-only self); checked against the result."""
+    if not result.attention:
+        raise _no_attention("seq2seq")  # the only model without attention maps
+    if kind is None:
+        return next(k for k in ("cross", "self", "dec_self", "enc_self") if k in result.attention)
+    if kind not in result.attention:
+        raise AttnlabError(f"no {kind!r} attention in this model; its kinds are {', '.join(result.attention)}")
+    return kind
+
+
+def _one_based(value: int | None, count: int, what: str, kind: str) -> list[int]:
+    """The 0-based indices picked by a 1-based ``value`` (``None``: all ``count`` of them)."""
+    if value is None:
+        return list(range(count))
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= count:
+        raise AttnlabError(
+            f"{what}={value!r} is out of range: the {kind} maps have {count} {what}(s), counted from 1 "
+            f"as in the figure titles (1…{count}); None for all"
+        )
+    return [value - 1]
+
+
+def _panels(result: AttentionResult, kind: str, layer, head) -> list[list[tuple[str, torch.Tensor]]]:
+    """``(title, (Q, K) weights)`` of each panel: one row per layer shown, one column per head shown
+    (a single column when the heads are averaged), cut to the labels."""
     queries, keys = map_labels(result, kind)
     w = _fit(result.attention[kind].detach().float().cpu(), len(queries), len(keys))  # (L, H, Q, K)
-    L, H = int(w.shape[0]), int(w.shape[1])
+    n_layers, n_heads = int(w.shape[0]), int(w.shape[1])
+    layers = _one_based(layer, n_layers, "layer", kind)
+    if head is None or head == "all":
+        heads = list(range(n_heads))
+    else:
+        heads = _one_based(head, n_heads, "head", kind)
+    if kind == "cross" and n_layers == n_heads == 1:  # Bahdanau: one map over the decoding steps
+        return [[("one row per decoding step", w[0, 0])]]
+    if head is None and n_heads > 1:
+        return [[(f"layer {i + 1}, {n_heads} heads averaged", w[i].mean(dim=0))] for i in layers]  # (Q, K)
+    return [[(f"layer {i + 1}, head {h + 1}", w[i, h]) for h in heads] for i in layers]
+
+
+def attention_figure(
+    result: AttentionResult, kind: str | None = None, layer: int | None = None, head: int | str | None = None,
+    title: str | None = None,
+):
+    """Map ``kind`` of ``result`` as a Figure: one token-labelled panel per layer (× head) and a colour bar.
+
+    ``kind``: default ``cross`` (or ``self``, decoder-only). ``layer``, ``head`` count from 1 like
+    the panel titles; ``layer=None``: every layer; ``head=None``: heads averaged; ``head="all"``:
+    every head (the layers × heads grid that ``attnlab attention`` writes). Queries are rows, keys
+    columns, ``<bos> <eos> <pad>`` included; one colour scale per figure; ``title`` (e.g. the run)
+    heads the suptitle. ``len(fig.axes)`` is the number of panels plus one (the colour bar).
+    Raises :class:`NoAttentionError` (seq2seq) or :class:`AttnlabError` for a kind, layer or head
+    the model does not have.
+    """
+    kind = _pick_kind(result, kind)
+    queries, keys = map_labels(result, kind)
+    grid = _panels(result, kind, layer, head)
+    n_rows, n_cols = len(grid), len(grid[0])
     cell = 0.28  # inches per token: labels stay legible, big grids stay bounded
-    panel_w = max(2.2, cell * len(keys) + 0.8)
-    panel_h = max(2.0, cell * len(queries) + 0.8)
-    fig = new_figure((min(4 + panel_w * H, 40), min(1.6 + panel_h * L, 40)))
-    axes = fig.subplots(L, H, squeeze=False)
-    vmax = float(w.max()) or 1.0  # one colour scale for the whole figure
+    panel_w, panel_h = max(2.2, cell * len(keys) + 0.8), max(2.0, cell * len(queries) + 0.8)
+    fig = new_figure((min(4 + panel_w * n_cols, 40), min(1.6 + panel_h * n_rows, 40)))
+    axes = fig.subplots(n_rows, n_cols, squeeze=False)
+    vmax = max(float(w.max()) for row in grid for _, w in row) or 1.0  # one colour scale for the whole figure
     image = None
-    for layer in range(L):
-        for head in range(H):
-            ax = axes[layer][head]
-            image = ax.imshow(
-                w[layer, head].numpy(),
-                cmap="viridis",
-                vmin=0.0,
-                vmax=vmax,
-                aspect="auto",
-                interpolation="nearest",
-            )
-            ax.set_xticks(range(len(keys)))
-            ax.set_yticks(range(len(queries)))
-            ax.set_xticklabels(keys, rotation=90, fontsize=8)
-            ax.set_yticklabels(queries, fontsize=8)
-            _style_tick_labels(ax.get_xticklabels(), keys)
-            _style_tick_labels(ax.get_yticklabels(), queries)
-            if kind == "self":  # the source | target boundary of the decoder-only sequence
-                b = len(result.src_tokens) - 0.5
-                ax.axvline(b, color="tab:red", lw=1.2, ls="--")
-                ax.axhline(b, color="tab:red", lw=1.2, ls="--")
-            if kind == "cross" and L == H == 1:
-                ax.set_title("one row per decoding step", fontsize=9)
-            else:
-                ax.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=9)
-            if head == 0:
-                ax.set_ylabel(
-                    {
-                        "cross": "query → predicted token",
-                        "enc_self": "query (source token)",
-                        "dec_self": "query (decoder input)",
-                        "self": "query position",
-                    }[kind],
-                    fontsize=8,
-                )
-            if layer == L - 1:
-                ax.set_xlabel(
-                    {
-                        "cross": "key (source token)",
-                        "enc_self": "key (source token)",
-                        "dec_self": "key (decoder input)",
-                        "self": "key: source ┆ target",
-                    }[kind],
-                    fontsize=8,
-                )
+    for r, row in enumerate(grid):
+        for c, (name, w) in enumerate(row):
+            image = _draw_panel(axes[r][c], w, queries, keys, name, result, kind, vmax)
+            if c == 0:
+                axes[r][c].set_ylabel(_AXIS_NAMES[kind][0], fontsize=8)
+            if r == n_rows - 1:
+                axes[r][c].set_xlabel(_AXIS_NAMES[kind][1], fontsize=8)
     fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
-    title = KIND_TITLES[kind]
-    if kind == "cross" and L == H == 1:
-        title = "Bahdanau attention over the decoding steps (§1–3)"
+    heading = KIND_TITLES[kind]
+    if kind == "cross" and tuple(result.attention[kind].shape[:2]) == (1, 1):
+        heading = "Bahdanau attention over the decoding steps (§1–3)"
     shown = f"“{result.translation}”" if result.translation else "(empty translation)"
-    fig.suptitle(f"{run_name} · {title}\n“{result.source}” → {shown}", fontsize=10)
-    return save_figure(fig, out_dir / f"{slug(result.source)}_{kind}", formats=formats)
+    fig.suptitle(f"{title + ' · ' if title else ''}{heading}\n“{result.source}” → {shown}", fontsize=10)
+    return fig
+
+
+def _draw_panel(ax, w: torch.Tensor, queries, keys, name: str, result: AttentionResult, kind: str, vmax: float):
+    image = ax.imshow(w.numpy(), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
+    ax.set_xticks(range(len(keys)))
+    ax.set_yticks(range(len(queries)))
+    ax.set_xticklabels(keys, rotation=90, fontsize=8)
+    ax.set_yticklabels(queries, fontsize=8)
+    _style_tick_labels(ax.get_xticklabels(), keys)
+    _style_tick_labels(ax.get_yticklabels(), queries)
+    if kind == "self":  # the source | target boundary of the decoder-only sequence
+        b = len(result.src_tokens) - 0.5
+        ax.axvline(b, color="tab:red", lw=1.2, ls="--")
+        ax.axhline(b, color="tab:red", lw=1.2, ls="--")
+    ax.set_title(name, fontsize=9)
+    return image
+
+
+def attention_html(result: AttentionResult) -> str:
+    """An HTML summary of ``result`` for Jupyter: sentence, translation, and each kind's figure
+    (every layer, heads averaged) as an inline PNG."""
+    import base64
+    import html
+
+    parts = [f"<p><b>{html.escape(result.source)}</b> → {html.escape(result.translation) or '(empty)'}"
+             + (" <i>(source truncated)</i>" if result.truncated else "") + "</p>"]
+    if not result.attention:
+        parts.append("<p>no attention maps (the seq2seq decoder sees one fixed context vector, notes §1)</p>")
+    for kind in result.attention:
+        png = base64.b64encode(attention_figure(result, kind).png()).decode("ascii")
+        shape = "×".join(map(str, result.attention[kind].shape))
+        parts.append(f"<p><code>{kind}</code> (layers×heads×queries×keys = {shape})<br>"
+                     f'<img src="data:image/png;base64,{png}"/></p>')
+    parts.append("<p><code>.plot(kind, layer=…, head=…)</code> draws one layer or head "
+                 "(counted from 1); <code>.attention[kind]</code> holds the tensors.</p>")
+    return "\n".join(parts)
 
 
 def run_name(translator: Translator) -> str:
@@ -214,11 +279,13 @@ def draw_attention(
 
 
 def draw_maps(result: AttentionResult, out_dir: str | Path, title: str, formats=("png", "svg")) -> list[Path]:
-    """Draw every map of ``result`` (see :func:`draw_attention`); ``title`` names the run."""
+    """Write every map of ``result`` as :func:`attention_figure`'s layers × heads grid (see
+    :func:`draw_attention`); ``title`` names the run."""
     written: list[Path] = []
     for kind in ("enc_self", "dec_self", "cross", "self"):
         if kind in result.attention:
-            written += _draw_grid(result, kind, title, Path(out_dir), formats)
+            fig = attention_figure(result, kind, head="all", title=title)
+            written += save_figure(fig, Path(out_dir) / f"{slug(result.source)}_{kind}", formats=formats)
     return written
 
 
@@ -270,26 +337,19 @@ def _pick(n: int, k: int) -> list[int]:
     return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
 
 
-def draw_timeline(
-    run_dir: str | Path, sentence: str, out_dir: str | Path, max_panels: int = 8, formats=("png",)
-) -> list[Path]:
-    """How the cross-attention of a probe sentence sharpens during training.
+def timeline_figure(run_dir: str | Path, sentence: str, max_panels: int = 8):
+    """How the cross-attention of a probe sentence sharpens during training, as a Figure.
 
-    Reads ``run_dir/probes.jsonl`` and draws a strip of cross-attention maps (heads and layers
-    averaged; rows: generated tokens, columns: source tokens) at up to ``max_panels`` recorded steps,
-    first and last included, on one 0–1 colour scale, as ``out_dir/<slug>_timeline.png``; plus an
-    animated ``<slug>_timeline.gif`` over every recorded step when Pillow is installed.
+    Reads ``run_dir/probes.jsonl``: a strip of cross-attention maps (heads and layers averaged; rows:
+    generated tokens, columns: source tokens) at up to ``max_panels`` recorded steps, first and last
+    included, on one 0–1 colour scale.
 
     Raises:
         AttnlabError: no probes file, the sentence was not a probe (the message lists the probes),
         or the model records no cross-attention (seq2seq).
     """
-    run_dir, out_dir = Path(run_dir), Path(out_dir)
-    name, steps = _probe_steps(run_dir, sentence)
-    frames = [(r["step"], r, w) for r in steps if (w := _probe_cross(r)) is not None]
-    if not frames:
-        raise _no_attention("seq2seq")
-    run_name = run_dir.resolve().name
+    run_dir = Path(run_dir)
+    name, frames = _probe_frames(run_dir, sentence)
     chosen = [frames[i] for i in _pick(len(frames), max_panels)]
     n_src = max(len(f[1]["src_tokens"]) for f in chosen)
     n_tgt = max(max(len(f[1]["tgt_tokens"]), 1) for f in chosen)
@@ -301,13 +361,36 @@ def draw_timeline(
         image = _draw_probe(ax, step, rec, w)
     fig.colorbar(image, ax=list(axes), shrink=0.8, label="attention weight")
     fig.suptitle(
-        f"{run_name} · cross-attention during training\n“{name}” "
+        f"{run_dir.resolve().name} · cross-attention during training\n“{name}” "
         f"(layers and heads averaged; one colour scale, 0–1)",
         fontsize=10,
     )
+    return fig
+
+
+def _probe_frames(run_dir: Path, sentence: str) -> tuple[str, list[tuple[int, dict[str, Any], torch.Tensor]]]:
+    """The probe's name and its ``(step, record, (T_out, S) cross-attention)`` frames (see :func:`timeline_figure`)."""
+    name, steps = _probe_steps(run_dir, sentence)
+    frames = [(r["step"], r, w) for r in steps if (w := _probe_cross(r)) is not None]
+    if not frames:
+        raise _no_attention("seq2seq")
+    return name, frames
+
+
+def draw_timeline(
+    run_dir: str | Path, sentence: str, out_dir: str | Path, max_panels: int = 8, formats=("png",)
+) -> list[Path]:
+    """Write :func:`timeline_figure` as ``out_dir/<slug>_timeline.png``, plus an animated
+    ``<slug>_timeline.gif`` over every recorded step when Pillow is installed; returns the paths.
+
+    Raises what :func:`timeline_figure` raises.
+    """
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    fig = timeline_figure(run_dir, sentence, max_panels)
     stem = out_dir / f"{slug(sentence)}_timeline"
     written = save_figure(fig, stem, formats=formats)
-    gif = _animate(frames, stem.with_suffix(".gif"), run_name, name)
+    name, frames = _probe_frames(run_dir, sentence)
+    gif = _animate(frames, stem.with_suffix(".gif"), run_dir.resolve().name, name)
     if gif is not None:
         written.append(gif)
     return written

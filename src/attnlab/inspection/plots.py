@@ -1,4 +1,8 @@
-"""Matplotlib helpers (object API, Agg backend, imported lazily so the core never needs a display)."""
+"""Matplotlib helpers (object API, Agg backend, imported lazily so the core never needs a display).
+
+Each figure has one drawing function that returns it (a notebook shows it) and the commands save
+what it returns with :func:`save_figure`.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +14,12 @@ from attnlab.runs import read_metrics
 
 
 def new_figure(figsize=(8, 5)):
-    """A Figure on the Agg canvas (no pyplot state, safe in servers and threads)."""
-    # matplotlib is an optional extra: imported when a figure is drawn, so the core never needs it.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    """An :class:`~attnlab.inspection.figure.InlineFigure` (a matplotlib ``Figure`` on the Agg canvas,
+    no pyplot state, safe in servers and threads, shown inline by Jupyter)."""
+    # matplotlib is heavy: imported when a figure is drawn, so the core and `attnlab --help` never load it.
+    from attnlab.inspection.figure import InlineFigure
 
-    fig = Figure(figsize=figsize, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
+    return InlineFigure(figsize=figsize, layout="constrained")
 
 
 def save_figure(fig, path_stem: Path, formats=("png", "svg")) -> list[Path]:
@@ -32,14 +34,15 @@ def save_figure(fig, path_stem: Path, formats=("png", "svg")) -> list[Path]:
     return written
 
 
-def plot_curves(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
-    """curves.png/svg: training and validation loss, validation BLEU and the learning rate."""
+def curves_figure(run_dir: str | Path):
+    """The training curves of a run as a ``Figure`` — training and validation loss, validation BLEU
+    and the learning rate, from ``metrics.jsonl`` — or ``None`` when it holds no record yet."""
     run_dir = Path(run_dir)
     recs = read_metrics(run_dir)
     train = [r for r in recs if r.get("event") == "train"]
     valid = [r for r in recs if r.get("event") == "valid" and "valid_loss" in r]
     if not train and not valid:
-        return []
+        return None
     fig = new_figure((11, 4))
     ax_loss, ax_bleu, ax_lr = fig.subplots(1, 3)
     if train:
@@ -56,4 +59,17 @@ def plot_curves(run_dir: str | Path, out: str | Path | None = None) -> list[Path
     for ax in (ax_loss, ax_bleu, ax_lr):
         ax.grid(alpha=0.3)
     fig.suptitle(f"run {run_dir.name}")
-    return save_figure(fig, Path(out or run_dir) / "curves")
+    return fig
+
+
+def plot_curves(run_dir: str | Path, out: str | Path | None = None, formats=("png", "svg")) -> list[Path]:
+    """Write :func:`curves_figure` as ``curves.png/svg`` (into the run folder unless ``out``); returns the paths.
+
+    Each file is replaced atomically (:func:`save_figure`: temporary file, fsync, rename), so a reader
+    (a browser, the web page) polling during training sees the old curves or the new, never half a PNG.
+    Training redraws only the PNG at each validation (``formats=("png",)``: the SVG doubles the cost).
+    """
+    fig = curves_figure(run_dir)
+    if fig is None:
+        return []
+    return save_figure(fig, Path(out or run_dir) / "curves", formats)
