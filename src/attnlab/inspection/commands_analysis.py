@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-from attnlab.cli_common import add_config_args, build_config
+from attnlab.cli_common import (
+    add_config_args,
+    add_deprecated_alias,
+    add_device_arg,
+    add_verbosity_args,
+    build_config,
+    show_progress,
+)
 from attnlab.config import DATASETS, MODEL_KINDS
+from attnlab.errors import AttnlabError
 
 
 def default_out(run: str | Path, name: str) -> Path:
-    """Where a command writes when no ``--out`` is given: a folder inside the run."""
+    """Where a command writes when no ``--save-dir`` is given: a folder inside the run."""
     return Path(run) / "inspect" / name
 
 
@@ -27,6 +34,8 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_sweep(args) -> int:
+    if args.runs_dir is None:
+        raise AttnlabError("sweep needs --runs-dir DIR, the folder its trial runs and sweep.json go into")
     from attnlab.inspection.sweep import format_table, parse_grid, run_sweep
 
     axes = parse_grid(args.grid)
@@ -34,11 +43,11 @@ def cmd_sweep(args) -> int:
     result = run_sweep(
         base,
         axes,
-        Path(args.out),
-        args.minutes_per_trial,
+        Path(args.runs_dir),
+        args.max_minutes,
         random_n=args.random or 0,
         seed=args.seed if args.seed is not None else 0,
-        progress=not args.quiet,
+        progress=show_progress(args),
     )
     print(format_table(result))
     best = result.trials[result.best]
@@ -56,14 +65,14 @@ def cmd_heads(args) -> int:
     from attnlab.inspection.heads import analyse_heads, draw_heads, format_table
     from attnlab.io import atomic_write_json, atomic_write_text
 
-    out = Path(args.out) if args.out else default_out(args.run, "heads")
+    out = Path(args.save_dir) if args.save_dir else default_out(args.run, "heads")
     report = analyse_heads(
         args.run,
         sentences=args.sentences,
         which=args.checkpoint,
-        device=args.device or "cpu",
+        device=args.device or "auto",
         importance=not args.no_importance,
-        log=None if args.quiet else (lambda m: print(m, file=sys.stderr)),
+        progress=show_progress(args),
     )
     table = format_table(report)
     print(table)
@@ -77,28 +86,49 @@ def cmd_heads(args) -> int:
 def cmd_compare(args) -> int:
     from attnlab.inspection.compare import compare_runs, format_markdown, write_comparison
 
-    runs = compare_runs(
-        args.runs, bleu_sentences=args.sentences, which=args.checkpoint, device=args.device or "cpu"
+    comparison = compare_runs(
+        args.runs,
+        bleu_sentences=args.sentences,
+        which=args.checkpoint,
+        device=args.device or "auto",
+        progress=show_progress(args),
     )
-    out = Path(args.out) if args.out else default_out(args.runs[0], "compare")
-    print(format_markdown(runs))
-    for path in write_comparison(runs, out):
+    out = Path(args.save_dir) if args.save_dir else default_out(args.runs[0], "compare")
+    print(format_markdown(comparison))
+    for path in write_comparison(comparison, out):
         print(f"wrote {path}")
     return 0
 
 
 def register(sub) -> None:
     """Add `doctor`, `sweep`, `heads` and `compare` to the `attnlab` subparsers ``sub``."""
+    for add in (_add_doctor, _add_sweep, _add_heads, _add_compare):
+        add(sub)
+
+
+def _add_doctor(sub) -> None:
     d = sub.add_parser(
-        "doctor", help="diagnose a run's curves: lr too high/low, overfitting, num_steps (notes §10)"
+        "doctor",
+        help="diagnose a run's curves: lr too high/low, overfitting, num_steps (notes §10)",
+        description="Read a run's curves and per-length scores and say what they suggest: lr too high or "
+        "too low, overfitting, num_steps too small (notes §10). Always exits 0 when the run can be read.",
     )
-    d.add_argument("run", help="run folder")
-    d.add_argument("--json", action="store_true", help="print the findings as JSON")
+    d.add_argument("run", metavar="RUN", help="run folder")
+    d.add_argument("--json", action="store_true", help="print the findings as JSON instead of text")
     d.set_defaults(func=cmd_doctor)
 
-    s = sub.add_parser("sweep", help="a small hyperparameter search (grid or random), time budget per trial")
-    s.add_argument("--model", choices=MODEL_KINDS, required=True)
-    s.add_argument("--dataset", choices=DATASETS, default=None)
+
+def _add_sweep(sub) -> None:
+    s = sub.add_parser(
+        "sweep",
+        help="a small hyperparameter search (grid or random), time budget per trial",
+        description="Train one run per point of a grid (or N random points) into --runs-dir/trial-XX, "
+        "each under the same budget, and pick the best by validation BLEU, then loss.",
+    )
+    s.add_argument("--model", choices=MODEL_KINDS, required=True, help="model kind; its preset is the base")
+    s.add_argument(
+        "--dataset", choices=DATASETS, default=None, help="fra-eng or numbers (default: the preset's, fra-eng)"
+    )
     s.add_argument(
         "--grid",
         nargs="+",
@@ -108,24 +138,51 @@ def register(sub) -> None:
         "(put fixed overrides before --grid)",
     )
     s.add_argument(
-        "--random", type=int, default=0, metavar="N", help="try N random points of the grid instead of all"
+        "--random", type=int, default=0, metavar="N", help="try N random points of the grid instead of all (0 = all)"
     )
-    s.add_argument("--minutes-per-trial", type=float, default=1.0, dest="minutes_per_trial")
     s.add_argument(
-        "--max-steps", type=int, dest="max_steps", help="also stop each trial after this many steps"
+        "--max-minutes",
+        type=float,
+        default=1.0,
+        dest="max_minutes",
+        metavar="M",
+        help="time budget of each trial, in minutes (0 = none: then give --max-steps)",
     )
-    s.add_argument("--seed", type=int)
-    s.add_argument("--threads", type=int)
-    s.add_argument("--device")
-    s.add_argument("--out", required=True, help="sweep folder (one run folder per trial inside)")
-    s.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_deprecated_alias(s, "--minutes-per-trial", "--max-minutes", dest="max_minutes", type=float)
+    s.add_argument(
+        "--max-steps",
+        type=int,
+        dest="max_steps",
+        metavar="N",
+        help="also stop each trial after N updates (default: no step limit)",
+    )
+    s.add_argument(
+        "--seed",
+        type=int,
+        help="seed of the random points (default: 0) and train.seed of every trial (default: the config's, 42)",
+    )
+    s.add_argument("--threads", type=int, help="torch threads (default: the config's train.threads, all cores)")
+    add_device_arg(s, config_key=True)
+    s.add_argument(  # not required=True: argparse would refuse the deprecated --out that sets it too
+        "--runs-dir",
+        dest="runs_dir",
+        metavar="DIR",
+        help="sweep folder: sweep.json/md/png, best.toml and one run folder per trial (default: none, required)",
+    )
+    add_deprecated_alias(s, "--out", "--runs-dir", dest="runs_dir")
+    add_verbosity_args(s)
     add_config_args(s)
     s.set_defaults(func=cmd_sweep)
 
+
+def _add_heads(sub) -> None:
     h = sub.add_parser(
-        "heads", help="do heads specialise? per-head statistics and importance (notes §11, §28)"
+        "heads",
+        help="do heads specialise? per-head statistics and importance (notes §11, §28)",
+        description="Per-head statistics (distance, previous/next token, <eos>, entropy, alignment) and "
+        "importance by masking each head, as a table, JSON and figures (notes §11, §28).",
     )
-    h.add_argument("run", help="run folder (transformer or decoder-only)")
+    h.add_argument("run", metavar="RUN", help="run folder (transformer or decoder-only)")
     h.add_argument("--sentences", type=int, default=100, help="validation sentences to measure on")
     h.add_argument("--checkpoint", default="best", help="best, last or step-N")
     h.add_argument(
@@ -134,20 +191,34 @@ def register(sub) -> None:
         dest="no_importance",
         help="skip masking each head (one decoding pass per head)",
     )
-    h.add_argument("--device")
-    h.add_argument("--out", help="output folder (default RUN/inspect/heads)")
-    h.add_argument("--quiet", action="store_true")
+    add_device_arg(h)
+    h.add_argument(
+        "--save-dir", dest="save_dir", metavar="DIR", help="folder for heads.md/json and figures (default: RUN/inspect/heads)"
+    )
+    add_deprecated_alias(h, "--out", "--save-dir", dest="save_dir")
+    add_verbosity_args(h)
     h.set_defaults(func=cmd_heads)
 
-    c = sub.add_parser("compare", help="runs side by side: parameters, speed, BLEU by length, examples (§26)")
-    c.add_argument("runs", nargs="+", help="two or more run folders")
+
+def _add_compare(sub) -> None:
+    c = sub.add_parser(
+        "compare",
+        help="runs side by side: parameters, speed, BLEU by length, examples (§26)",
+        description="Two or more runs side by side: parameters, decoding speed, BLEU by source length and "
+        "examples (§26), as Markdown and figures.",
+    )
+    c.add_argument("runs", nargs="+", metavar="RUN", help="two or more run folders")
     c.add_argument(
         "--sentences",
         type=int,
         default=200,
         help="validation sentences for speed (and BLEU when a run has no eval-test.json)",
     )
-    c.add_argument("--checkpoint", default="best", help="best, last or step-N")
-    c.add_argument("--device")
-    c.add_argument("--out", help="output folder (default RUN_A/inspect/compare)")
+    c.add_argument("--checkpoint", default="best", help="best, last or step-N (for every run)")
+    add_device_arg(c)
+    c.add_argument(
+        "--save-dir", dest="save_dir", metavar="DIR", help="folder for the comparison (default: RUN_A/inspect/compare)"
+    )
+    add_deprecated_alias(c, "--out", "--save-dir", dest="save_dir")
+    add_verbosity_args(c)
     c.set_defaults(func=cmd_compare)

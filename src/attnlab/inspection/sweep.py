@@ -44,6 +44,7 @@ class Trial:
     tokens_per_s: float = 0.0
     seconds: float = 0.0
     stopped_by: str = ""
+    doctor: str = ""  # the doctor's short verdict on the trial's curves (notes §10), "" if it could not read them
 
 
 @dataclass
@@ -141,10 +142,10 @@ def run_sweep(
     """
     out_dir = Path(out_dir)
     if (out_dir / "sweep.json").exists() or any(out_dir.glob("trial-*")):
-        raise AttnlabError(f"{out_dir} already holds a sweep; choose another --out")
+        raise AttnlabError(f"{out_dir} already holds a sweep; choose another --runs-dir")
     if minutes_per_trial <= 0 and not base.train.max_steps and not base.train.max_epochs:
         raise AttnlabError(
-            "a trial needs a budget: give --minutes-per-trial, train.max_steps or train.max_epochs"
+            "a trial needs a budget: give --max-minutes, train.max_steps or train.max_epochs"
         )
     points = grid_points(axes, random_n, seed)
     configs = [trial_config(base, p, minutes_per_trial) for p in points]
@@ -185,10 +186,21 @@ def _run_trial(trial: Trial, cfg: Config, out_dir: Path, prepared, progress: boo
         log(f"  failed: {e}")
     trial.seconds = time.monotonic() - t0
     trial.valid_bleu, trial.valid_loss = _scores(out_dir / trial.name)
+    trial.doctor = _doctor(out_dir / trial.name)
     log(
         f"  BLEU {trial.valid_bleu:.2f}  valid loss {trial.valid_loss:.3f}  ({trial.steps} steps, "
-        f"{trial.seconds:.0f} s, {trial.status})"
+        f"{trial.seconds:.0f} s, {trial.status}); doctor: {trial.doctor or '-'}"
     )
+
+
+def _doctor(run_dir: Path) -> str:
+    """The doctor's short verdict on one trial: the same rules as `attnlab doctor` on that folder."""
+    from attnlab.inspection.doctor import diagnose, short_verdict
+
+    try:
+        return short_verdict(diagnose(run_dir))
+    except AttnlabError:  # a trial that failed before logging anything has no curves to read
+        return ""
 
 
 def _pick_best(result: SweepResult, configs: list[Config]) -> None:
@@ -218,7 +230,7 @@ def _pick_best(result: SweepResult, configs: list[Config]) -> None:
 def format_table(result: SweepResult) -> str:
     """The trials as a markdown table, best first (ranked by BLEU, then validation loss)."""
     axes = list(result.axes)
-    head = ["trial", *axes, "valid BLEU", "valid loss", "steps", "tokens/s", "seconds", "status"]
+    head = ["trial", *axes, "valid BLEU", "valid loss", "steps", "tokens/s", "seconds", "status", "doctor"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for t in sorted(result.trials, key=_rank_key, reverse=True):
         mark = " ★" if t.index == result.best else ""
@@ -234,6 +246,7 @@ def format_table(result: SweepResult) -> str:
                     f"{t.tokens_per_s:,.0f}",
                     f"{t.seconds:.0f}",
                     t.status,
+                    t.doctor or "-",
                 ]
             )
             + " |"
