@@ -24,7 +24,7 @@ import tomli_w
 
 from attnlab.errors import AttnlabError
 
-MODEL_KINDS = ("seq2seq", "bahdanau", "transformer", "decoder-only")
+MODEL_KINDS = ("seq2seq", "bahdanau", "transformer", "decoder-only", "encoder-only")
 DATASETS = ("fra-eng", "numbers")
 TOKENIZERS = ("word", "bpe")
 SCHEDULES = ("auto", "linear", "wsd", "inverse_sqrt", "constant", "cosine")
@@ -156,9 +156,12 @@ class TrainConfig:
     kernels: str = "auto"
     max_nonfinite: int = 5  # consecutive non-finite losses tolerated (steps skipped) before stopping
     probe_sentences: tuple[str, ...] = ("go .", "i lost .", "he's calm .", "i'm home .")
+    # also log to RUN/tensorboard/ (training/tensorboard.py); needs the `tensorboard` extra
+    tensorboard: bool = False
 
     def __post_init__(self) -> None:
         _check(self.lr > 0, f"train.lr={self.lr} must be > 0")
+        _check(isinstance(self.tensorboard, bool), f"train.tensorboard={self.tensorboard!r} must be true or false")
         _check(self.warmup_steps >= 0, "train.warmup_steps must be >= 0")
         _choice("train.schedule", self.schedule, SCHEDULES)
         _choice("train.size", self.size, SIZES)
@@ -410,6 +413,13 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                      "model": {"num_hiddens": 256, "num_layers": 4, "num_heads": 4, "ffn_num_hiddens": 1024,
                                "dropout": 0.1, "attention_dropout": 0.0},
                      "train": {"lr": 1e-3, "warmup_steps": 200, **_EVAL}},
+    # BERT-style masked LM on the English side (models/encoder_only.py): the Transformer's encoder
+    # settings; no label smoothing (the fill probabilities are read as probabilities).
+    "encoder-only": {"data": {**_BPE, "batch_tokens": 2500},
+                     "model": {"num_hiddens": 256, "num_layers": 4, "num_heads": 4, "ffn_num_hiddens": 1024,
+                               "dropout": 0.1, "attention_dropout": 0.0},
+                     "train": {"lr": 1e-3, "warmup_steps": 200, "label_smoothing": 0.0, **_EVAL,
+                               "probe_sentences": ("i'm [MASK] .", "he's [MASK] .", "i [MASK] home .")}},
 }
 
 

@@ -14,12 +14,14 @@ from attnlab.config import Config, ConfigError, ModelConfig
 from attnlab.data.vocab import BOS, EOS, PAD
 from attnlab.models import BUILDERS, build_model
 
-KINDS = ["seq2seq", "bahdanau", "transformer", "decoder-only"]
+KINDS = ["seq2seq", "bahdanau", "transformer", "decoder-only"]  # the translation families (they decode)
+ALL_KINDS = [*KINDS, "encoder-only"]  # and the masked LM (tests/models/test_encoder_only.py)
 ATTENTION_KEYS = {
     "seq2seq": set(),
     "bahdanau": {"cross"},
     "transformer": {"enc_self", "dec_self", "cross"},
     "decoder-only": {"self"},
+    "encoder-only": {"enc_self"},
 }
 SRC_V, TGT_V = 13, 11
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -195,7 +197,7 @@ def test_tied_embeddings_and_length_limit(kind):
 
 
 def test_build_model_dict_and_errors():
-    assert set(BUILDERS) == set(KINDS)
+    assert set(BUILDERS) == set(ALL_KINDS)
     assert build_model(Config(model=tiny("transformer")), 5, 6).output.out_features == 6
     cfg = tiny("transformer")
     object.__setattr__(cfg, "kind", "lstm")  # bypass the frozen config's own validation
@@ -239,7 +241,7 @@ def test_each_family_overfits_a_tiny_batch(kind):
     assert loss < 0.05, f"{kind} did not overfit: loss {loss:.3f} after 150 steps ({seconds:.1f}s)"
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_traits_describe_what_the_model_returns(kind):
     """Inspection and the web page trust ``traits``: its kinds, layers and heads must be the model's own."""
     import functools
@@ -263,3 +265,6 @@ def test_traits_describe_what_the_model_returns(kind):
     assert {id(m) for m in model.modules() if isinstance(m, nn.Embedding)} == {id(e) for e in tables}
     # the decoder-only model's target follows the source in one position table
     assert t.max_target_len(100, 30) == (69 if kind == "decoder-only" else 100)
+    # the task: a translation model predicts each target position in its vocabulary, a fill model each source one
+    rows, vocab = (src.shape[1], SRC_V) if t.task == "fill" else (tgt.shape[1], TGT_V)
+    assert t.task in ("translate", "fill") and out.logits.shape == (4, rows, vocab)

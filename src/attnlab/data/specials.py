@@ -12,10 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["UNK", "PAD", "BOS", "EOS", "SPECIALS", "LANGS", "check_lang", "content_ids"]
+__all__ = ["UNK", "PAD", "BOS", "EOS", "MASK", "MASK_TOKEN", "SPECIALS", "LANGS", "check_lang", "content_ids"]
 
 UNK, PAD, BOS, EOS = 0, 1, 2, 3
 SPECIALS = ("<unk>", "<pad>", "<bos>", "<eos>")  # SPECIALS[UNK] == "<unk>", ...
+# The encoder-only model's [MASK] (BERT, notes §28.2) reuses <bos>'s id. A source never holds <bos>
+# (batches are `x1..xm <eos>`; <bos> only starts the decoder's input), so that row of a source
+# embedding table is free in every family, and the masked LM, which reads sources only, gives it the
+# [MASK] meaning. A fifth special would have changed every tokenizer (word and BPE) and made the
+# encoder-only vocabulary differ from the other families' on the same data; this changes none.
+MASK = BOS
+MASK_TOKEN = "[MASK]"  # how a user writes it (`attnlab fill RUN "i'm [MASK] ."`) and how labels show it
 LANGS = ("en", "fr")
 _DROPPED = frozenset({PAD, BOS})  # decode() drops these; EOS ends decoding; UNK is dropped unless kept
 

@@ -1,4 +1,4 @@
-"""The four model families behind one protocol, chosen from a plain ``kind → builder`` dict
+"""The five model families behind one protocol, chosen from a plain ``kind → builder`` dict
 (STYLE.md habit 4: no registries, no dotted paths).
 
     model = build_model(cfg.model, len(src_tok), len(tgt_tok))
@@ -13,6 +13,7 @@ from torch import nn
 
 from attnlab.config import ConfigError, ModelConfig
 from attnlab.models.decoder_only import DecoderOnly
+from attnlab.models.encoder_only import EncoderOnly
 from attnlab.models.gru import Bahdanau, Seq2Seq
 from attnlab.models.outputs import EncoderOutput, ModelOutput, StepOutput
 from attnlab.models.protocol import DecoderState, Seq2SeqModel
@@ -24,6 +25,7 @@ BUILDERS: dict[str, Callable[[ModelConfig, int, int], nn.Module]] = {
     "bahdanau": Bahdanau,
     "transformer": Transformer,
     "decoder-only": DecoderOnly,
+    "encoder-only": EncoderOnly,
 }
 
 
@@ -59,6 +61,7 @@ __all__ = [
     "Bahdanau",
     "DecoderOnly",
     "DecoderState",
+    "EncoderOnly",
     "ModelTraits",
     "EncoderOutput",
     "ModelOutput",

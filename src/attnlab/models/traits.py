@@ -5,7 +5,7 @@
     t.recurrent, t.heads, t.embeddings, t.max_target_len(max_positions, src_len)
 
 Inspection, the translator and the web page read these facts, so a new family (Luong attention,
-an encoder-only model) is described once, in its own module.
+the encoder-only model) is described once, in its own module.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ class ModelTraits:
     (decoder-only: the target starts after the source). ``attention_modules``: where the
     ``MultiHeadAttention`` of each kind sits, a dotted path with ``*`` for the layer
     (``"encoder_blocks.*.attention"``), for tools that reach one head (``attnlab heads``); empty
-    without multi-head attention."""
+    without multi-head attention. ``task``: what the model is trained to do — ``"translate"``
+    (source → target, decoded left to right through ``init_state``/``step``) or ``"fill"`` (the
+    encoder-only masked LM: predict masked source words from both sides; it cannot generate)."""
 
     attention: dict[str, int] = field(default_factory=dict)
     heads: int = 1
@@ -31,6 +33,7 @@ class ModelTraits:
     embeddings: tuple[str, ...] = ()
     one_sequence: bool = False
     attention_modules: dict[str, str] = field(default_factory=dict)
+    task: str = "translate"
 
     @property
     def attention_kinds(self) -> tuple[str, ...]:

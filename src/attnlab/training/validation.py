@@ -1,6 +1,12 @@
 """What a training run measures on the valid split at its planned steps (the notes' §10, §21):
 the plain cross-entropy and perplexity, greedy BLEU/chrF on a sample, and the attention of the probe
-sentences (``probes.jsonl``, read by ``attnlab attention --timeline``)."""
+sentences (``probes.jsonl``, read by ``attnlab attention --timeline``).
+
+A fill model (the encoder-only masked LM, ``traits.task == "fill"``) translates nothing: its loss
+and accuracy are over masked positions drawn by a generator seeded the same at every validation
+(the same sentences, the same masks, so two validations compare), ``valid_fill_acc`` is that
+masked-token accuracy in %, and BLEU is skipped. :func:`selection_score` is what the best
+checkpoint is chosen by: BLEU, or the fill accuracy."""
 
 from __future__ import annotations
 
@@ -19,10 +25,18 @@ from attnlab.data.batching import TokenBatchSampler, collate
 from attnlab.data.text import detokenize
 from attnlab.device import autocast
 from attnlab.evaluation.bleu import corpus_scores
+from attnlab.models import traits
 from attnlab.training.losses import sequence_loss
 from attnlab.translator import Translator, decode_many
 
 NUMBERS_PROBES = ("twenty-one", "three hundred and five", "one thousand two hundred and thirty-four")
+FILL_SEED = 0  # the validation masks' generator seed (fixed: every validation scores the same masks)
+
+
+def selection_score(rec: dict[str, Any]) -> float:
+    """The figure a validation record's checkpoint is ranked by (higher is better; -1 when absent):
+    ``valid_bleu`` for a translation model, ``valid_fill_acc`` for a fill model."""
+    return float(rec.get("valid_bleu", rec.get("valid_fill_acc", -1.0)))
 
 
 def batches_of(split, sampler: TokenBatchSampler, epoch: int):
@@ -31,7 +45,8 @@ def batches_of(split, sampler: TokenBatchSampler, epoch: int):
 
 
 def validation_loss(model: nn.Module, split, cfg: Config, device: torch.device) -> dict[str, float]:
-    """Plain (unsmoothed) cross-entropy per token and perplexity over the whole split."""
+    """Plain (unsmoothed) cross-entropy per token and perplexity over the whole split (at most
+    ``train.eval_max_pairs`` pairs); a fill model's over its masked positions, plus ``valid_fill_acc``."""
     if not split.src:
         return {"valid_loss": float("nan"), "valid_ppl": float("nan"), "valid_acc": float("nan")}
     n = cfg.train.eval_max_pairs or len(split.src)  # a fixed subset keeps validation cheap under a budget
@@ -41,22 +56,29 @@ def validation_loss(model: nn.Module, split, cfg: Config, device: torch.device) 
     was_training = model.training
     model.eval()
     nll, ntok, correct = 0.0, 0, 0
+    fills = traits(model.config).task == "fill"
+    masks = torch.Generator().manual_seed(FILL_SEED)  # unused by a translation model
     try:
         with torch.inference_mode(), autocast(device, cfg.train.amp):
             for batch in batches_of(split, sampler, 0):
-                out = sequence_loss(model, batch.to(device), 0.0)
+                out = sequence_loss(model, batch.to(device), 0.0, generator=masks)
                 nll += float(out.nll_sum)
                 ntok += out.num_tokens
                 correct += out.num_correct
     finally:
         model.train(was_training)
     loss = nll / max(ntok, 1)
-    return {"valid_loss": loss, "valid_ppl": math.exp(min(loss, 50)), "valid_acc": correct / max(ntok, 1)}
+    rec = {"valid_loss": loss, "valid_ppl": math.exp(min(loss, 50)), "valid_acc": correct / max(ntok, 1)}
+    if fills:
+        rec["valid_fill_acc"] = 100.0 * rec["valid_acc"]
+    return rec
 
 
 def validation_bleu(model: nn.Module, prepared, cfg: Config, device: torch.device) -> dict[str, Any]:
     """Greedy BLEU/chrF on the first ``train.eval_max_sentences`` distinct valid sources, scored as
-    ``attnlab evaluate`` scores (detokenized, all references)."""
+    ``attnlab evaluate`` scores (detokenized, all references). Nothing for a fill model."""
+    if traits(model.config).task == "fill":
+        return {}
     split = prepared.splits["valid"]
     rows = split.unique_sources()[: cfg.train.eval_max_sentences]  # each source once, all its references
     if not rows:

@@ -1,0 +1,135 @@
+"""Masked-word filling with an encoder-only run (notes §28.2): what ``attnlab fill`` prints.
+
+>>> tr = Translator.from_run("runs/encoder-only")                  # doctest: +SKIP
+>>> fill_masks(tr.model, tr.src_tok, ["i'm [MASK] ."], top_k=3)[0].masks[0].candidates  # doctest: +SKIP
+[('home', 0.41), ('sorry', 0.09), ('busy', 0.07)]
+
+A sentence is preprocessed as in training, with each ``[MASK]`` (any case) standing for one token
+of the model's vocabulary — a word for the word tokenizer, one subword piece for BPE. The model
+reads the whole sentence at once, both sides of every mask (its attention is not causal), and each
+masked position gets its own distribution over the vocabulary; several masks are predicted
+together, each without seeing the others' answers (BERT's independence assumption).
+
+``<pad>``, ``<eos>`` and ``[MASK]`` itself can never fill a mask (the model is never trained to
+predict them), so they are left out of the ranking; the probabilities shown are the model's own
+softmax over the whole vocabulary, not renormalised.
+
+Dimension key: B batch, S source len (with ``<eos>``), V source vocab.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from attnlab.data.batching import collate
+from attnlab.data.specials import EOS, MASK, MASK_TOKEN, PAD
+from attnlab.errors import AttnlabError
+
+__all__ = ["FillError", "FillResult", "MaskFill", "encode_masked", "fill_masks", "format_fills", "mask_labels", "rank_fillers"]
+
+_MASK_RE = re.compile(re.escape(MASK_TOKEN), re.IGNORECASE)
+NEVER_FILLS = (PAD, EOS, MASK)  # never a label of the masked LM: left out of the ranking
+
+
+class FillError(AttnlabError):
+    """A sentence ``fill`` cannot answer (no ``[MASK]``, too long)."""
+
+
+@dataclass
+class MaskFill:
+    """One masked position: its index in the token sequence and the ``top_k`` fillers, best first."""
+
+    position: int
+    candidates: list[tuple[str, float]]  # (token, probability)
+
+
+@dataclass
+class FillResult:
+    sentence: str
+    tokens: list[str]  # the model's input, [MASK] shown as such, with the final <eos>
+    masks: list[MaskFill] = field(default_factory=list)
+    filled: str = ""  # the sentence with every mask replaced by its best filler, detokenised
+
+
+def encode_masked(tok, sentence: str, max_tokens: int | None = None, require_mask: bool = True) -> list[int]:
+    """Ids of ``sentence`` with :data:`~attnlab.data.specials.MASK` where it says ``[MASK]``.
+
+    The pieces between the masks go through ``tok.encode`` (preprocessing included). Raises
+    :class:`FillError` when there is no ``[MASK]`` (with ``require_mask``) or when the sentence holds
+    more than ``max_tokens`` tokens (the position table's room).
+    """
+    pieces = _MASK_RE.split(sentence)
+    if require_mask and len(pieces) < 2:
+        raise FillError(f"{sentence!r} has no {MASK_TOKEN}; write it where a word should be filled, "
+                        f"e.g. \"i'm {MASK_TOKEN} .\"")
+    ids: list[int] = []
+    for n, piece in enumerate(pieces):
+        if n:
+            ids.append(MASK)
+        ids += tok.encode(piece)
+    if max_tokens is not None and len(ids) > max_tokens:
+        raise FillError(f"{sentence!r} has {len(ids)} tokens; this model reads at most {max_tokens}; shorten it")
+    return ids
+
+
+def mask_labels(tok, ids: Sequence[int]) -> list[str]:
+    """Token labels of ``ids`` with ``[MASK]`` for the mask id (its row is ``<bos>``'s: ``specials.py``)."""
+    return [MASK_TOKEN if i == MASK else tok.id_to_token(i) for i in ids]
+
+
+def fill_masks(model: nn.Module, tok, sentences: Sequence[str], top_k: int = 5,
+               device: torch.device | None = None) -> list[FillResult]:
+    """The ``top_k`` fillers of every ``[MASK]`` of every sentence (one batch, in eval mode; the
+    model's mode is restored). Raises :class:`FillError` for a sentence without ``[MASK]``."""
+    if top_k < 1:
+        raise FillError(f"top_k={top_k} must be >= 1")
+    device = device or next(model.parameters()).device
+    limit = int(model.config.max_positions) - 1  # room for <eos>
+    encoded = [encode_masked(tok, s, limit) for s in sentences]
+    if not encoded:
+        return []
+    batch = collate(encoded, [[] for _ in encoded], list(range(len(encoded))))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            logits = model(batch.src.to(device), batch.src_valid_lens.to(device), batch.tgt_in.to(device)).logits
+    finally:
+        model.train(was_training)
+    results = []
+    for row, (sentence, ids) in enumerate(zip(sentences, encoded)):
+        masks, filled = rank_fillers(tok, ids, logits[row], top_k)
+        results.append(FillResult(sentence, mask_labels(tok, ids) + [tok.id_to_token(EOS)], masks, filled))
+    return results
+
+
+def rank_fillers(tok, ids: Sequence[int], logits: torch.Tensor, top_k: int = 5) -> tuple[list[MaskFill], str]:
+    """``(the top_k fillers of each mask in ids, the text with each mask's best filler)`` from the
+    model's ``logits (S, V)`` over the sequence ``ids <eos>`` (:data:`NEVER_FILLS` left out)."""
+    logits = logits.float().cpu().clone()  # (S, V)
+    logits[:, list(NEVER_FILLS)] = float("-inf")
+    probs = torch.softmax(logits, dim=-1)  # (S, V)
+    k = min(top_k, probs.shape[-1] - len(NEVER_FILLS))
+    masks, best = [], list(ids)
+    for pos in (p for p, i in enumerate(ids) if i == MASK):
+        p, idx = probs[pos].topk(k)  # (k,), (k,)
+        masks.append(MaskFill(pos, [(tok.id_to_token(int(i)), float(q)) for q, i in zip(p, idx)]))
+        best[pos] = int(idx[0])
+    return masks, tok.decode(best)
+
+
+def format_fills(results: Sequence[FillResult]) -> str:
+    """What ``attnlab fill`` prints: per sentence, the filled sentence, then each mask's fillers."""
+    lines = []
+    for r in results:
+        lines.append(f"{r.sentence} → {r.filled}")
+        for n, m in enumerate(r.masks, 1):
+            where = f"[MASK] {n} (token {m.position + 1})" if len(r.masks) > 1 else "[MASK]"
+            lines.append(f"  {where}:")
+            lines += [f"    {p:7.2%}  {t}" for t, p in m.candidates]
+    return "\n".join(lines)
