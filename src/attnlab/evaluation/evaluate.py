@@ -8,10 +8,14 @@ is not punished. Single-reference figures are printed beside, for comparison wit
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
+from attnlab.config import AUTO_DECODE_ROWS
 from attnlab.data.text import detokenize, tokenize
 from attnlab.evaluation.bleu import bleu_by_length, corpus_scores, d2l_bleu
 from attnlab.io import atomic_write_json, atomic_write_text
@@ -53,7 +57,7 @@ def checkpoint_identity(path: str | Path | None) -> dict[str, Any] | None:
 
 def notes_examples(translator: Translator, beam_size: int = 1) -> list[dict[str, Any]]:
     """Translate the notes' sentences and score each with D2L's BLEU (k = 2)."""
-    outs = translator.translate([src for src, _ in NOTES_EXAMPLES], beam_size=beam_size)
+    outs = translator.translate_full([src for src, _ in NOTES_EXAMPLES], beam_size=beam_size)
     rows = []
     for (src, ref), out in zip(NOTES_EXAMPLES, outs):
         pred = out[0].text
@@ -63,12 +67,13 @@ def notes_examples(translator: Translator, beam_size: int = 1) -> list[dict[str,
 
 
 def evaluate_split(translator: Translator, split, beam_size: int = 1, batch_size: int | None = None,
-                   max_sentences: int = 0) -> dict[str, Any]:
+                   max_sentences: int = 0, progress: bool = False) -> dict[str, Any]:
     """Translate each distinct source of ``split`` once and score it against all its references.
 
     A split holds one row per (source, translation) pair; Tatoeba gives many sources several
     translations, so scoring rows would count those sentences several times. Buckets of BLEU by
-    length use the source's word count (independent of the tokenizer).
+    length use the source's word count (independent of the tokenizer). ``progress``: a tqdm bar on
+    stderr, one tick per sentence (the same batches and hypotheses as without it).
     """
     rows = split.unique_sources()
     if max_sentences:
@@ -76,8 +81,11 @@ def evaluate_split(translator: Translator, split, beam_size: int = 1, batch_size
     n = len(rows)
     src = [split.src[i][: translator.max_src_tokens] for i in rows]
     t0 = time.perf_counter()
-    hyps = decode_many(translator.model, src, translator.cfg.decode, translator.device, beam_size=beam_size,
-                       batch_size=batch_size)
+    if progress:
+        hyps = decode_with_bar(translator, src, beam_size, batch_size)
+    else:
+        hyps = decode_many(translator.model, src, translator.cfg.decode, translator.device, beam_size=beam_size,
+                           batch_size=batch_size)
     seconds = time.perf_counter() - t0
     texts = [translator.tgt_tok.decode(h[0].tokens) for h in hyps]
     refs = [[detokenize(r.split(), "fr") for r in split.references[i]] for i in rows]
@@ -87,6 +95,30 @@ def evaluate_split(translator: Translator, split, beam_size: int = 1, batch_size
             **scores, "by_length": by_len, "hypotheses": texts,
             "checkpoint": checkpoint_identity(getattr(translator, "checkpoint", None)),
             "sources": [detokenize(split.src_text[i].split(), "en") for i in rows]}
+
+
+def decode_with_bar(translator: Translator, src: list[list[int]], beam_size: int | None,
+                    batch_size: int | None) -> list[list[Any]]:
+    """:func:`decode_many` of ``src``, one of its batches at a time, with a progress bar on stderr.
+
+    The batches are the ones ``decode_many`` makes itself (sources sorted by length, stably, then cut
+    every ``batch_size`` sentences, auto: ``AUTO_DECODE_ROWS`` decoder rows), so the hypotheses are
+    the same as one call's; only the bar is added.
+    """
+    dcfg = translator.cfg.decode
+    beam = beam_size or dcfg.beam_size
+    bs = batch_size or dcfg.batch_size or max(1, AUTO_DECODE_ROWS // beam)
+    order = sorted(range(len(src)), key=lambda i: len(src[i]))
+    hyps: list[list[Any]] = [[] for _ in src]
+    with tqdm(total=len(src), desc=f"evaluate (beam {beam})", unit="sent", dynamic_ncols=True, file=sys.stderr) as bar:
+        for start in range(0, len(order), bs):
+            idx = order[start : start + bs]
+            out = decode_many(translator.model, [src[i] for i in idx], dcfg, translator.device, beam_size=beam,
+                              batch_size=bs)
+            for i, h in zip(idx, out):
+                hyps[i] = h
+            bar.update(len(idx))
+    return hyps
 
 
 def write_report(run_dir: Path, split_name: str, result: dict[str, Any], examples: list[dict[str, Any]]) -> Path:

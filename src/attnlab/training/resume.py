@@ -24,6 +24,7 @@ RESUME_MAY_CHANGE = frozenset({
     "train.log_every", "train.keep_checkpoints", "train.threads", "train.device", "train.eval_max_sentences",
     "train.probe_sentences", "train.max_nonfinite", "train.eval_frac", "train.eval_max_pairs", "data.data_path",
     "train.kernels",  # attnlab/fast/ or the plain code: speed, not the maths
+    "train.tensorboard",  # logging only: a resumed run may start or stop writing RUN/tensorboard/
 })
 RESUME_MAY_CHANGE_SECTIONS = frozenset({"decode"})  # decoding settings never touch the weights or the split
 
@@ -101,13 +102,14 @@ def check_resume_overrides(saved_cfg: config_mod.Config, new_cfg: config_mod.Con
 def set_aside_dead_records(run_dir: Path, names: tuple[str, ...]) -> list[Path]:
     """Move records a dead run left behind (it died before its first checkpoint) out of a new run's way.
 
-    ``metrics.jsonl`` becomes ``metrics.jsonl.old`` (or ``.old.2``, ``.old.3``… when that is taken):
-    nothing is deleted, and the new run's records start afresh. Returns the new paths.
+    ``metrics.jsonl`` becomes ``metrics.jsonl.old`` (or ``.old.2``, ``.old.3``… when that is taken), and
+    so does a folder (``tensorboard/``): nothing is deleted, and the new run's records start afresh.
+    Returns the new paths.
     """
     moved = []
     for name in names:
         path = run_dir / name
-        if not path.is_file():
+        if not path.exists():
             continue
         dest, n = run_dir / f"{name}.old", 1
         while dest.exists():

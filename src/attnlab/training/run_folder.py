@@ -1,12 +1,13 @@
 """The training side of a run folder (its layout and readers are in ``attnlab/runs.py``): refuse a
 folder that holds another run, write what describes the run (resolved config, tokenizers, seed,
 versions, data statistics, command line), forget log lines a killed process left after its last
-checkpoint, and close the description at the end."""
+checkpoint, redraw ``curves.png`` as the run goes, and close the description at the end."""
 
 from __future__ import annotations
 
 import json
 import platform
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from attnlab.config import Config
 from attnlab.errors import AttnlabError
 from attnlab.io import atomic_write_json, atomic_write_text
 from attnlab.training.resume import set_aside_dead_records
+from attnlab.training.tensorboard import BOARD_DIR
 
 RECORDS = (runs.METRICS, "probes.jsonl")  # the run's append-only logs
 
@@ -39,6 +41,7 @@ def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = 
     if restarted and not resume:
         for name in RECORDS:
             (out_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(out_dir / BOARD_DIR, ignore_errors=True)  # its event files are this job's too
         return
     if resume:
         if not (out_dir / "checkpoints" / "LAST").is_file():
@@ -47,7 +50,7 @@ def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = 
     if (out_dir / "checkpoints").exists() and any((out_dir / "checkpoints").iterdir()):
         raise AttnlabError(f"{out_dir} already holds a run; add --resume to continue it or choose another --out")
     out_dir.mkdir(parents=True, exist_ok=True)
-    for moved in set_aside_dead_records(out_dir, RECORDS):  # a run that died before saving
+    for moved in set_aside_dead_records(out_dir, (*RECORDS, BOARD_DIR)):  # a run that died before saving
         print(f"note: {out_dir} held records of a run with no checkpoint; moved them to {moved.name}", file=sys.stderr)
 
 
@@ -95,3 +98,45 @@ def finish_meta(out_dir: Path, facts: dict[str, Any]) -> None:
         plot_curves(out_dir)
     except ImportError:
         pass
+
+
+class CurvesPainter:
+    """Redraws ``curves.png`` after a validation (rank 0), so the curves can be watched while a run goes.
+
+    One draw (matplotlib, PNG only) measured 0.66-0.81 s on a busy 2-core Xeon, about 30 % of a validation
+    of the 15-minute fra-eng Transformer (2.1-2.3 s: loss on 1,000 pairs, BLEU on 200 sentences, 4 probes)
+    and more than a tiny run's whole validation. So a draw is skipped while the time since the previous
+    one is under :attr:`RATIO` times what that one cost: drawing then takes at most 1/RATIO of the run's
+    wall time, whatever the validation cadence. :func:`finish_meta` draws at the end in any case (PNG
+    and SVG). A failing disk or a missing matplotlib never stops training.
+    """
+
+    RATIO = 50
+
+    def __init__(self) -> None:
+        self.cost_s = 0.0  # what the last draw took
+        self.last_end: float | None = None
+        self.draws = self.skipped = 0
+
+    def after_validation(self, run_dir: Path) -> bool:
+        """Redraw ``run_dir/curves.png`` unless it is too soon (see the class docstring); True when drawn."""
+        start = time.perf_counter()
+        if self.last_end is not None and start - self.last_end < self.RATIO * self.cost_s:
+            self.skipped += 1
+            return False
+        try:
+            import matplotlib.figure  # noqa: F401  (its import is paid once, not a draw's cost)
+
+            from attnlab.inspection.plots import plot_curves
+        except ImportError:
+            return False
+        start = time.perf_counter()
+        try:
+            plot_curves(run_dir, formats=("png",))
+        except OSError as e:
+            print(f"warning: could not redraw {run_dir / 'curves.png'} ({e.strerror or e}); training goes on",
+                  file=sys.stderr)
+        self.last_end = time.perf_counter()
+        self.cost_s = self.last_end - start
+        self.draws += 1
+        return True

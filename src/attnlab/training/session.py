@@ -42,11 +42,12 @@ from attnlab.errors import AttnlabError
 from attnlab.models import build_model
 from attnlab.training import distributed as D
 from attnlab.training import sizing
+from attnlab.training import tensorboard as tb
 from attnlab.training.budget import WARM_UPDATES, BudgetPlan
 from attnlab.training.optim import make_optimizer
 from attnlab.training.resume import check_resume_overrides
-from attnlab.training.run_folder import drop_records_after, prepare_run_dir, write_run_files
-from attnlab.training.validation import record_probes, validation_bleu, validation_loss
+from attnlab.training.run_folder import CurvesPainter, drop_records_after, prepare_run_dir, write_run_files
+from attnlab.training.validation import record_probes, selection_score, validation_bleu, validation_loss
 
 
 @dataclass
@@ -185,10 +186,13 @@ class Session:
     resumed: bool = False
     t_start: float = 0.0
     last_valid: dict[str, Any] = field(default_factory=dict)
+    board: tb.Board = field(default_factory=tb.Board)  # TensorBoard on rank 0 with train.tensorboard
+    curves: CurvesPainter = field(default_factory=CurvesPainter)
 
     @classmethod
     def open(cls, cfg: Config, out_dir: Path, resume: bool, prepared, argv, device, clock) -> Session:
         """Set the run up on this rank (see the module docstring); ``clock`` is the loop's."""
+        tb.require(cfg.train.tensorboard)  # a missing extra stops every rank before anything is written
         restarted, resume = agree_on_restart(out_dir, resume)
         if D.is_main():
             prepare_run_dir(cfg, out_dir, resume, restarted=restarted)
@@ -213,6 +217,7 @@ class Session:
             s.resumed = True
         if D.is_main():
             write_run_files(out_dir, cfg, prepared, model, device, world, argv)
+        s.board = tb.open_board(cfg.train.tensorboard, out_dir, s.progress.step if resume else None, D.is_main())
         return s
 
     # ------------------------------------------------------------------------------------ data
@@ -284,11 +289,13 @@ class Session:
             rec.update(validation_loss(self.model, self.prepared.splits["valid"], self.cfg, self.device))
             rec.update(validation_bleu(self.model, self.prepared, self.cfg, self.device))
             record_probes(self.model, self.prepared, self.cfg, self.device, self.out_dir, p.step)
-        is_best = main and rec.get("valid_bleu", -1.0) > p.best_bleu
+        is_best = main and selection_score(rec) > p.best_bleu  # BLEU, or a fill model's masked-token accuracy
         if is_best:
-            p.best_bleu = rec["valid_bleu"]
+            p.best_bleu = selection_score(rec)
         if main:
             runs.append_metrics(self.out_dir, rec)
+            self.curves.after_validation(self.out_dir)  # inside the validation's time: the budget sees it
+            self.board.valid(rec, self.out_dir)
         rec, is_best, p.best_bleu = D.broadcast_object((rec, is_best, p.best_bleu))
         self.save(is_best=is_best)
         self.budget.validated(p.step, self.clock() - t0)
@@ -304,6 +311,7 @@ class Session:
             self.save()
         else:
             self.validate()
+        self.board.close()
 
     # ------------------------------------------------------------------------------------ resume
 
@@ -426,6 +434,7 @@ class TrainLog:
                "elapsed_s": p.elapsed_before + now - s.t_start, "horizon": s.budget.horizon}
         if D.is_main():
             runs.append_metrics(s.out_dir, rec)
+            s.board.train(rec)
         if self.bar is not None:
             self.bar.set_postfix(loss=f"{rec['loss']:.3f}", lr=f"{rec['lr']:.2e}", tok_s=f"{tps:,.0f}")
         self.t, self.tokens, self.nll, self.ntok = now, 0, 0.0, 0
