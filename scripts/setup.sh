@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # Set up attnlab in ./.venv from a bare python3 (3.11+).
 #   scripts/setup.sh        the package (train, translate, evaluate, inspect, serve)
-#   scripts/setup.sh dev    + test and lint tools (pytest, hypothesis, ruff, playwright's Python API)
-# torch is pinned to a CPU-capable release: an unpinned `torch` can pull a multi-GB CUDA build onto a
-# CPU-only machine. To install from a specific wheel index (a CPU-only or a CUDA one), set
-# ATTNLAB_TORCH_INDEX to that index's URL.
+#   scripts/setup.sh dev    + test and lint tools (pytest, hypothesis, ruff, playwright's Python API, nbclient and
+#                           ipykernel, which run examples/notes_tour.ipynb in tests/test_notebook.py) and the
+#                           align extra (NLTK, for `attnlab align`'s IBM Model 2 baseline) and the tensorboard
+#                           extra (train.tensorboard=true; its tests read the event files back) and the ct2
+#                           extra (CTranslate2, for `attnlab export --format ctranslate2`; tests/export/)
+# torch comes first, pinned to ATTNLAB_TORCH_VERSION (default 2.13.0: the release CI tests, and the floor
+# pyproject.toml declares). The pin picks the version, not the build: whether pip installs a CPU-only or
+# a CUDA build depends on where it finds torch. For Linux x86-64 the default package index serves the
+# CUDA build (several GB with its CUDA libraries); a CPU-only build comes from PyTorch's CPU-only wheel
+# index, or from a local wheel folder named in pip's own configuration (find-links), which is where this
+# project's development and CI machines get theirs. ATTNLAB_TORCH_INDEX=URL installs torch from that
+# index instead of the default one (a CPU-only index, or the CUDA one that matches your driver).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -22,6 +30,6 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   fi
 fi
 extras="web"
-[ "${1:-}" = "dev" ] && extras="web,dev"
+[ "${1:-}" = "dev" ] && extras="web,dev,align,tensorboard,ct2"
 pip install -e ".[${extras}]"
 echo "attnlab is set up in .venv ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

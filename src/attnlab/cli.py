@@ -1,7 +1,8 @@
 """The `attnlab` command: thin — parse, call the library, print.
 
 A user mistake (bad path, config typo, corrupt checkpoint) prints one line, ``error: …``, and
-exits with code 2; an interrupted command exits 130. Anything else is a bug and keeps its traceback.
+exits with code 2; a command-line mistake prints that (sub)command's usage above that line. An
+interrupted command exits 130. Anything else is a bug and keeps its traceback.
 
 Each command imports the library inside its body (here and in the command modules): building the
 parser then never imports torch, so ``attnlab --help`` and a mistyped option answer at once.
@@ -16,18 +17,59 @@ import sys
 import tomllib
 from pathlib import Path
 
-from attnlab import __version__
+from attnlab import __version__, commands_fill
 from attnlab import config as config_mod
-from attnlab.cli_common import add_config_args, build_config
+from attnlab.cli_common import (
+    Parser,
+    add_config_args,
+    add_deprecated_alias,
+    add_device_arg,
+    add_verbosity_args,
+    build_config,
+    say,
+    show_progress,
+)
 from attnlab.config import MODEL_KINDS, Config
 from attnlab.errors import AttnlabError
-from attnlab.inspection import commands_analysis, commands_views
+from attnlab.export import ENGINES
+from attnlab.export import commands as export_commands
+from attnlab.inspection import commands_align, commands_analysis, commands_views
 from attnlab.web import commands as web_commands
 
+DESCRIPTION = """\
+Train, evaluate, serve and explain attention-based translation models (GRU seq2seq, GRU + Bahdanau
+attention, Transformer, decoder-only) on Tatoeba English→French, or on the offline `numbers` task.
+Every command below has its own --help; options show their defaults there."""
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2 (argparse prints usage + message otherwise)
-        self.exit(2, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+EPILOG = """\
+examples:
+  attnlab demo                                   train two models briefly, translate, draw attention
+  attnlab train --model transformer --max-minutes 15 --out runs/t
+  attnlab config --model transformer train.lr=3e-4     the config `train` would run, as TOML
+  attnlab translate runs/t "i'm home ." --beam 4
+  echo "he's calm ." | attnlab translate runs/t
+  attnlab evaluate runs/t --split test
+  attnlab attention runs/t "i'm home ."           the three attention maps, token-labelled
+  attnlab serve runs/t                           web page + HTTP API on 127.0.0.1:8000
+  attnlab completion bash > ~/.local/share/bash-completion/completions/attnlab
+
+environment variables:
+  ATTNLAB_DATA_DIR          folder (or file) holding fra-eng.zip or fra.txt; looked at after --data,
+                            before the cache ($XDG_CACHE_HOME/attnlab, else ~/.cache/attnlab)
+  ATTNLAB_OFFLINE=1         never download the corpus (use --data, ATTNLAB_DATA_DIR or --dataset numbers)
+  ATTNLAB_DOWNLOAD_TIMEOUT  seconds the whole corpus download may take (default 120)
+  ATTNLAB_GOLD_DIR          folder of the WPT-2003 English-French gold word alignments for
+                            `attnlab align` (default: $ATTNLAB_DATA_DIR/hansards-enfr)
+  ATTNLAB_DIST_TIMEOUT      seconds data-parallel processes wait for each other in one collective
+                            (default 1800)
+  ATTNLAB_MAX_RESTARTS      times `train --nproc N` restarts all workers from the last checkpoint
+                            after one fails (default 0)
+  ATTNLAB_TORCH_INDEX       scripts/setup.sh only: the wheel index to install torch from (a CPU-only
+                            or a CUDA one; default: pip's configured indexes)
+  ATTNLAB_TORCH_VERSION     scripts/setup.sh only: the torch version to install (default 2.13.0)
+
+A mistake (bad path, config typo, corrupt checkpoint) prints one `error:` line and exits 2; an
+interrupted command exits 130."""
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -80,7 +122,9 @@ def cmd_train(args) -> int:
             cfg = _size_for_machine(cfg, args)
     if args.nproc and args.nproc > 1:
         return launch_nproc(args.nproc, sys.argv[1:])
-    res = train(cfg, out, resume=args.resume, progress=not args.quiet, argv=sys.argv)
+    if os.environ.get("RANK", "0") == "0":
+        say(args, f"config of {out}:\n{config_mod.dumps_toml(cfg)}")
+    res = train(cfg, out, resume=args.resume, progress=show_progress(args), argv=sys.argv)
     if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
         return 130 if res.stopped_by == "signal" else 0
     v = res.last_valid
@@ -88,12 +132,37 @@ def cmd_train(args) -> int:
             f"{res.tokens_per_s:,.0f} target tokens/s")
     if "valid_bleu" in v:
         line += f"; valid loss {v['valid_loss']:.3f}, BLEU {v['valid_bleu']:.2f} (best {res.best_bleu:.2f})"
+    elif "valid_fill_acc" in v:  # a fill model (encoder-only): masked-token accuracy, its best checkpoint's figure
+        line += f"; valid loss {v['valid_loss']:.3f}, fill accuracy {v['valid_fill_acc']:.1f}% (best {res.best_bleu:.1f}%)"
     print(line)
     print(f"run folder: {out}")
     if res.stopped_by == "signal":
         print(f"interrupted: saved the last checkpoint; continue with `attnlab train --resume --out {out}`")
         return 130
     return 0
+
+
+def _add_train_config_args(p: argparse.ArgumentParser, model_required: bool) -> None:
+    """The options that shape a training config, shared by `train` and `config` (same line, same config)."""
+    p.add_argument("--model", choices=MODEL_KINDS, required=model_required,
+                   help="model kind; its preset is the starting config" + (
+                       "" if model_required else " (default: none: required for a new run; --resume keeps "
+                                                 "the run's own)"))
+    p.add_argument("--dataset", choices=config_mod.DATASETS, default=None,
+                   help="fra-eng (Tatoeba) or the offline numbers task (default: the preset's, fra-eng)")
+    p.add_argument("--max-minutes", type=float, dest="max_minutes", metavar="M",
+                   help="time budget in minutes; the schedule and (train.size=auto) the model are planned on it "
+                        "(default: the config's train.max_minutes; 0 = no time limit)")
+    p.add_argument("--max-steps", type=int, dest="max_steps", metavar="N",
+                   help="stop after N updates (default: the config's train.max_steps; 0 = no step limit)")
+    p.add_argument("--size", choices=config_mod.SIZES,
+                   help="model/vocabulary/batch size: auto fits a minute budget to this machine's measured "
+                        "speed; base = the preset as it is; or a tier by name (default: the config's, auto)")
+    p.add_argument("--seed", type=int, help="random seed (default: the config's train.seed, 42)")
+    p.add_argument("--threads", type=int,
+                   help="torch threads (default: the config's train.threads; 0 = PyTorch's default, all cores)")
+    add_device_arg(p, config_key=True)
+    add_config_args(p)
 
 
 def _explicit_keys(args) -> frozenset[str]:
@@ -121,7 +190,12 @@ def _size_for_machine(cfg: Config, args) -> Config:
 def _load_translator(args):
     from attnlab.translator import Translator
 
-    return Translator.from_run(args.run, which=args.checkpoint, device=args.device or "cpu")
+    if getattr(args, "engine", "attnlab") != "attnlab":  # attnlab translate OUT --engine ctranslate2
+        from attnlab.export.engine import load_translator as load_engine
+        return load_engine(args.run, which=args.checkpoint, device=args.device or "auto", engine=args.engine)
+    tr = Translator.from_run(args.run, which=args.checkpoint, device=args.device or "auto")
+    say(args, f"loaded {args.run} ({tr.cfg.model.kind}, checkpoint {args.checkpoint}) on {tr.device}")
+    return tr
 
 
 def cmd_translate(args) -> int:
@@ -134,7 +208,7 @@ def cmd_translate(args) -> int:
     emitted = [0]  # lines handled so far, for warnings that name the input line
 
     def emit(lines: list[str]) -> None:
-        results = tr.translate(lines, beam_size=beam, nbest=nbest)
+        results = tr.translate_full(lines, beam_size=beam, nbest=nbest)
         for n, res in enumerate(results):
             if res and getattr(res[0], "truncated", False):
                 print(f"warning: input line {emitted[0] + n + 1} is longer than {tr.max_src_tokens} tokens; "
@@ -147,6 +221,7 @@ def cmd_translate(args) -> int:
                 out.write(" ||| ".join(t.text for t in res) + "\n")
         out.flush()
 
+    bar = None
     try:
         if args.text:
             emit(list(args.text))
@@ -154,6 +229,15 @@ def cmd_translate(args) -> int:
             # Only "\n" ends a line (a stray "\r" inside a line must not split it); "\r\n" is stripped below.
             if args.file:
                 stream = open(args.file, encoding="utf-8", errors="replace", newline="\n")  # noqa: SIM115
+                if show_progress(args):  # a file has a known length: a bar on stderr, ticked per chunk
+                    from tqdm.auto import tqdm
+
+                    total, last = 0, b"\n"  # lines as the loop below counts them: a last unended one too
+                    with open(args.file, "rb") as f:
+                        for block in iter(lambda: f.read(1 << 20), b""):
+                            total, last = total + block.count(b"\n"), block[-1:]
+                    bar = tqdm(total=total + (last != b"\n"), desc="translate", unit="line", dynamic_ncols=True,
+                               file=sys.stderr)
             else:
                 stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="\n")
             chunk: list[str] = []
@@ -161,10 +245,16 @@ def cmd_translate(args) -> int:
                 chunk.append(line.rstrip("\n").rstrip("\r"))
                 if len(chunk) >= 2000:  # bounded memory, sorted-by-length batches inside each chunk
                     emit(chunk)
+                    if bar is not None:
+                        bar.update(len(chunk))
                     chunk = []
             if chunk:
                 emit(chunk)
+                if bar is not None:
+                    bar.update(len(chunk))
     finally:
+        if bar is not None:
+            bar.close()
         if args.output:
             out.close()
     return 0
@@ -177,6 +267,7 @@ def cmd_evaluate(args) -> int:
     from attnlab.evaluation.evaluate import evaluate_split, format_report, notes_examples, write_report
 
     tr = _load_translator(args)
+    tr.check_translates()  # a fill model is refused before the corpus is read
     dcfg = tr.cfg.data
     if args.data:
         dcfg = config_mod.apply_overrides(Config(data=dcfg), [f"data.data_path={args.data}"]).data
@@ -184,7 +275,8 @@ def cmd_evaluate(args) -> int:
     if args.split not in prepared.splits:
         raise AttnlabError(f"--split {args.split} is unknown; choose one of: {', '.join(prepared.splits)}")
     beam = args.beam or tr.cfg.decode.beam_size
-    result = evaluate_split(tr, prepared.splits[args.split], beam_size=beam, max_sentences=args.max_sentences)
+    result = evaluate_split(tr, prepared.splits[args.split], beam_size=beam, max_sentences=args.max_sentences,
+                            progress=show_progress(args))
     examples = notes_examples(tr, beam_size=beam)
     path = write_report(Path(args.run), args.split, result, examples)
     print(format_report(result, examples))
@@ -197,70 +289,155 @@ def cmd_evaluate(args) -> int:
 def cmd_demo(args) -> int:
     from attnlab.demo import run_demo
 
-    return run_demo(out=Path(args.out), minutes=args.minutes, data=args.data, threads=args.threads)
+    return run_demo(out=Path(args.runs_dir), minutes=args.max_minutes, data=args.data, threads=args.threads,
+                    progress=show_progress(args), verbose=args.verbose)
+
+
+# -------------------------------------------------------------------------------------- config, completion
+
+def cmd_config(args) -> int:
+    cfg = build_config(args, kind=args.model, dataset=args.dataset)
+    size = cfg.train.size
+    if size == "base":
+        note = ""
+    elif args.resolve:
+        cfg = _size_for_machine(cfg, args)
+        note = f"# train.size = \"{size}\" resolved as `attnlab train` would (the reason, if any, is on stderr)\n"
+    else:
+        how = ("with a minute budget on fra-eng, a 1-second matmul probe sizes the model, vocabulary and batches "
+               "for this machine" if size == "auto" else "the tier's model, vocabulary and batch settings")
+        note = (f"# train.size = \"{size}\" is NOT applied yet: `attnlab train` applies it when it starts\n"
+                f"# ({how}); add --resolve to apply it now\n")
+    print(f"# what `attnlab train` would run with these options: the {cfg.model.kind} preset, then --config, "
+          f"the flags, the overrides\n{note}")
+    print(config_mod.dumps_toml(cfg), end="")
+    return 0
+
+
+def _path_completion(parser: argparse.ArgumentParser, shtab) -> None:
+    """Complete folders for RUN and DIR arguments, files for FILE and PATH, in every subcommand."""
+    kinds = {"RUN": shtab.DIRECTORY, "DIR": shtab.DIRECTORY, "FILE": shtab.FILE, "PATH": shtab.FILE}
+    parsers = [parser, *next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices.values()]
+    for p in parsers:
+        for action in p._actions:
+            if action.metavar in kinds:
+                action.complete = kinds[action.metavar]
+
+
+def cmd_completion(args) -> int:
+    import shtab  # imported here: only this command needs it, and it is not free to import
+
+    parser = make_parser()
+    _path_completion(parser, shtab)
+    print(shtab.complete(parser, shell=args.shell))
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------- main
 
 def make_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="attnlab", description=__doc__.splitlines()[0])
+    p = Parser(prog="attnlab", description=DESCRIPTION, epilog=EPILOG)
     p.add_argument("--version", action="version", version=f"attnlab {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
 
-    d = sub.add_parser("data", help="corpus statistics and the notes' §4 tokens → ids walk-through")
-    d.add_argument("--dataset", choices=config_mod.DATASETS, default="fra-eng")
-    d.add_argument("--sentence", help="an English sentence to follow through preprocessing and the vocabulary")
+    d = sub.add_parser("data", help="corpus statistics and the notes' §4 tokens → ids walk-through",
+                       description="Corpus statistics, and one sentence followed through preprocessing, "
+                                   "the vocabulary and padding (the notes' §4).")
+    d.add_argument("--dataset", choices=config_mod.DATASETS, default="fra-eng", help="which corpus")
+    d.add_argument("--sentence", help="an English sentence to follow through preprocessing and the vocabulary "
+                                      "(default: none, the statistics alone)")
     add_config_args(d)
     d.set_defaults(func=cmd_data)
 
-    t = sub.add_parser("train", help="train a model into a run folder")
-    t.add_argument("--model", choices=MODEL_KINDS)
-    t.add_argument("--dataset", choices=config_mod.DATASETS, default=None)
-    t.add_argument("--out", required=True, help="run folder")
+    t = sub.add_parser("train", help="train a model into a run folder",
+                       description="Train a model into a run folder. The config is the model's preset, then "
+                                   "--config, then the flags below, then section.key=value overrides "
+                                   "(`attnlab config` prints it). Ctrl-C saves; --resume continues exactly.")
+    t.add_argument("--out", required=True, metavar="RUN",
+                   help="the run folder to create (or, with --resume, to continue)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
-    t.add_argument("--max-minutes", type=float, dest="max_minutes")
-    t.add_argument("--max-steps", type=int, dest="max_steps")
-    t.add_argument("--size", choices=config_mod.SIZES,
-                   help="model/vocabulary/batch size: auto (default) fits a minute budget to this machine's "
-                        "measured speed; base = the preset as it is")
-    t.add_argument("--seed", type=int)
-    t.add_argument("--threads", type=int)
-    t.add_argument("--device")
-    t.add_argument("--nproc", type=int, default=0, help="data-parallel processes on this machine (torchrun)")
-    t.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_config_args(t)
+    _add_train_config_args(t, model_required=False)
+    t.add_argument("--nproc", type=int, default=0,
+                   help="data-parallel processes on this machine, through torchrun; 0 or 1 = this process alone")
+    add_verbosity_args(t)
     t.set_defaults(func=cmd_train)
 
-    for name, func, helptext in (("translate", cmd_translate, "translate sentences with a trained run"),
-                                 ("evaluate", cmd_evaluate, "BLEU/chrF (sacreBLEU, all references) on a split")):
-        q = sub.add_parser(name, help=helptext)
-        q.add_argument("run", help="run folder")
-        q.add_argument("--checkpoint", default="best", help="best, last or step-N")
-        q.add_argument("--beam", type=int, help="beam size (1 = greedy)")
-        q.add_argument("--device", help="cpu, cuda, auto")
-        if name == "translate":
-            q.add_argument("text", nargs="*", help="sentences (stdin when none)")
-            q.add_argument("--file", help="read sentences from this file, one per line")
-            q.add_argument("--output", help="write translations to this file")
-            q.add_argument("--nbest", type=int, help="print the n best translations, separated by ' ||| '")
-        else:
-            q.add_argument("--split", default="test")
-            q.add_argument("--max-sentences", type=int, default=0, dest="max_sentences")
-            q.add_argument("--data", metavar="PATH", help="where the corpus is, if not where the run found it")
-        q.set_defaults(func=func)
+    c = sub.add_parser("config", help="print the config `attnlab train` would run, as TOML",
+                       description="Print, as TOML, the config `attnlab train` would start from with the same "
+                                   "options: the preset, --config, the flags and the overrides. train.size=auto "
+                                   "is resolved only when training starts (a 1-second matmul probe sizes the "
+                                   "model for the machine); --resolve runs that probe now. The output is a "
+                                   "valid --config file.")
+    _add_train_config_args(c, model_required=True)
+    c.add_argument("--resolve", action="store_true",
+                   help="also settle train.size=auto for this machine, as train would (measures it for a second)")
+    c.set_defaults(func=cmd_config)
 
-    m = sub.add_parser("demo", help="train Bahdanau and a Transformer briefly, translate, draw attention maps")
-    m.add_argument("--out", default="runs/demo")
-    m.add_argument("--minutes", type=float, default=1.5,
-                   help="training minutes per model (default 1.5: the whole demo, setup included, fits in 6 minutes); "
-                        "the models are sized for this machine and this budget")
-    m.add_argument("--data", metavar="PATH")
-    m.add_argument("--threads", type=int, default=0)
-    m.set_defaults(func=cmd_demo)
-
-    for module in (commands_views, commands_analysis, web_commands):  # each adds its subcommands
+    _add_translate_evaluate(sub)
+    _add_demo(sub)
+    _add_completion(sub)
+    for module in (commands_views, commands_analysis, commands_fill, commands_align, web_commands, export_commands):  # each adds its subcommands
         module.register(sub)
     return p
+
+
+def _add_translate_evaluate(sub) -> None:
+    """`translate` and `evaluate`: both read a run, decode with a beam, and report on stderr."""
+    for name, func, helptext in (("translate", cmd_translate, "translate sentences with a trained run"),
+                                 ("evaluate", cmd_evaluate, "BLEU/chrF (sacreBLEU, all references) on a split")):
+        q = sub.add_parser(name, help=helptext, description=helptext[0].upper() + helptext[1:] + ".")
+        q.add_argument("run", metavar="RUN", help="run folder (the --out of `attnlab train`)")
+        q.add_argument("--checkpoint", default="best", help="best, last or step-N")
+        q.add_argument("--beam", type=int, help="beam size, 1 = greedy (default: the run's decode.beam_size)")
+        add_device_arg(q)
+        if name == "translate":
+            q.add_argument("text", nargs="*", default=[], metavar="TEXT",
+                           help="sentences to translate (default: lines from --file, else from stdin)")
+            q.add_argument("--file", metavar="FILE",
+                           help="read sentences from this file, one per line (default: none: TEXT, else stdin)")
+            q.add_argument("--output", metavar="FILE", help="write translations to this file (default: stdout)")
+            q.add_argument("--nbest", type=int,
+                           help="print the n best translations, separated by ' ||| ' (default: 1)")
+            q.add_argument("--engine", choices=ENGINES, default="attnlab",
+                           help="ctranslate2: decode with CTranslate2 (RUN: a folder from `attnlab export "
+                                "--format ctranslate2`) (default: attnlab)")
+        else:
+            q.add_argument("--split", default="test", help="which split of the run's corpus: train, valid or test")
+            q.add_argument("--max-sentences", type=int, default=0, dest="max_sentences",
+                           help="score at most this many sentences of the split (0 = all)")
+            q.add_argument("--data", metavar="PATH",
+                           help="where the corpus is (default: where the run found it)")
+        add_verbosity_args(q)
+        q.set_defaults(func=func)
+
+
+def _add_demo(sub) -> None:
+    m = sub.add_parser("demo", help="train Bahdanau and a Transformer briefly, translate, draw attention maps",
+                       description="The README's main job: train a GRU + Bahdanau model and a Transformer for "
+                                   "a few minutes each (sized for this machine), translate the notes' sentences, "
+                                   "say which are right and draw every attention map.")
+    m.add_argument("--runs-dir", default="runs/demo", dest="runs_dir", metavar="DIR",
+                   help="folder for the demo's two run folders (replaced on each demo run)")
+    add_deprecated_alias(m, "--out", "--runs-dir", dest="runs_dir")
+    m.add_argument("--max-minutes", type=float, default=1.5, dest="max_minutes", metavar="M",
+                   help="training minutes per model (default 1.5: the whole demo, setup included, fits in 6 minutes); "
+                        "the models are sized for this machine and this budget")
+    add_deprecated_alias(m, "--minutes", "--max-minutes", dest="max_minutes", type=float)
+    m.add_argument("--data", metavar="PATH",
+                   help="fra-eng zip, fra.txt or folder (default: $ATTNLAB_DATA_DIR, then the cache; "
+                        "without the corpus: the offline numbers task)")
+    m.add_argument("--threads", type=int, default=0, help="torch threads (0 = PyTorch's default, all cores)")
+    add_verbosity_args(m)
+    m.set_defaults(func=cmd_demo)
+
+
+def _add_completion(sub) -> None:
+    x = sub.add_parser("completion", help="print a shell completion script (bash or zsh)",
+                       description="Print a completion script for attnlab's commands and options. bash: "
+                                   "`attnlab completion bash > ~/.local/share/bash-completion/completions/attnlab`; "
+                                   "zsh: `attnlab completion zsh > ~/.zfunc/_attnlab` (with ~/.zfunc on $fpath).")
+    x.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
+    x.set_defaults(func=cmd_completion)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,8 +449,10 @@ def main(argv: list[str] | None = None) -> int:
         slot = next((n for n in ("text", "overrides") if isinstance(getattr(args, n, None), list)), None)
         bad = [r for r in rest if r.startswith("-") and r != "-"]
         if slot is None or bad:
-            parser.error(f"unrecognized arguments: {' '.join(bad or rest)}")
-        getattr(args, slot).extend(rest)
+            # the subcommand's own usage and --help, not the top level's
+            sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            sub.choices.get(args.command, parser).unknown_options(bad or rest)
+        setattr(args, slot, [*getattr(args, slot), *rest])
     try:
         return int(args.func(args) or 0)
     except AttnlabError as e:

@@ -30,8 +30,17 @@ def test_wrong_config_key(tmp_path):
                                   str(tmp_path / "r"), "model.num_layerz=2"), "valid keys in [model]")
 
 
+def assert_usage_error(proc, prog, needle):
+    """A command-line mistake: the (sub)command's usage, then one ``error:`` line naming its own --help."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert proc.stderr.startswith(f"usage: {prog} ") and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {prog}: ") and needle in last and f"`{prog} --help`" in last, last
+
+
 def test_unknown_model_kind(tmp_path):
-    assert_one_line_error(attnlab("train", "--model", "lstm", "--out", str(tmp_path / "r")), "invalid choice")
+    assert_usage_error(attnlab("train", "--model", "lstm", "--out", str(tmp_path / "r")), "attnlab train",
+                       "invalid choice")
 
 
 @pytest.mark.parametrize("content", [None, b"PK\x03\x04" + os.urandom(300), os.urandom(2000)])

@@ -31,7 +31,7 @@ def test_cross_attention_table_names_what_each_output_token_looks_at(tiny_runs):
 
 @pytest.mark.slow
 def test_demo_runs_offline_on_numbers(tmp_path):
-    proc = attnlab("demo", "--out", str(tmp_path / "demo"), "--minutes", "0.05", "--threads", "1",
+    proc = attnlab("demo", "--runs-dir", str(tmp_path / "demo"), "--max-minutes", "0.05", "--threads", "1",
                    "--data", str(tmp_path / "no-corpus-here"), timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout

@@ -1,7 +1,7 @@
 """Subcommands that let a person *see* the notes' ideas on a model: ``attention``, ``explain``,
 ``params``, ``positional`` and ``selfcheck`` (thin: parse, call the library, print).
 
-Every command that draws takes ``--out DIR`` (default: ``RUN/figures``) and prints each path it wrote.
+Every command that draws takes ``--save-dir DIR`` (default: ``RUN/figures``) and prints each path it wrote.
 """
 
 from __future__ import annotations
@@ -9,24 +9,33 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnlab.cli_common import build_config
+from attnlab.cli_common import add_deprecated_alias, add_device_arg, build_config, say
+from attnlab.config import MODEL_KINDS
 from attnlab.errors import AttnlabError
 
 
 def _translator(args):
     from attnlab.translator import Translator
 
-    return Translator.from_run(args.run, which=args.checkpoint, device=args.device or "cpu")
+    tr = Translator.from_run(args.run, which=args.checkpoint, device=args.device or "auto")
+    say(args, f"loaded {args.run} ({tr.cfg.model.kind}, checkpoint {args.checkpoint}) on {tr.device}")
+    return tr
 
 
 def _out_dir(args, default: Path) -> Path:
-    return Path(args.out) if args.out else default
+    return Path(args.save_dir) if args.save_dir else default
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", help="run folder (from `attnlab train --out`)")
+    p.add_argument("run", metavar="RUN", help="run folder (from `attnlab train --out`)")
     p.add_argument("--checkpoint", default="best", help="best, last or step-N")
-    p.add_argument("--device", help="cpu (default), cuda, auto")
+    add_device_arg(p)
+
+
+def _add_save_dir(p: argparse.ArgumentParser, what: str, default: str) -> None:
+    """``--save-dir DIR`` (the old ``--out`` still works, with a warning): where the figures go."""
+    p.add_argument("--save-dir", dest="save_dir", metavar="DIR", help=f"folder for {what} (default: {default})")
+    add_deprecated_alias(p, "--out", "--save-dir", dest="save_dir")
 
 
 def _formats(args) -> tuple[str, ...]:
@@ -50,6 +59,10 @@ def cmd_attention(args) -> int:
     beam = args.beam or 1
     result = am.attention_maps(tr, args.sentence, beam_size=beam, extra_pad=args.pad)
     print(f"{args.sentence} → {result.translation}")
+    from attnlab.inspection.movement import formation_note  # one line when cross-attention has not formed (§1)
+
+    if "cross" in result.attention and (note := formation_note(result.attention["cross"].mean(dim=1)[-1])):
+        print(note)
     for path in am.draw_maps(result, out, am.run_name(tr), _formats(args)):
         print(path)
     if args.json:
@@ -70,7 +83,8 @@ def cmd_explain(args) -> int:
 
     if args.top < 1:
         raise AttnlabError(f"--top {args.top} must be >= 1")
-    print(explain(_translator(args), args.sentence, reference=args.reference, top_k=args.top))
+    print(explain(_translator(args), args.sentence, reference=args.reference, top_k=args.top,
+                  figures_dir=Path(args.run) / "figures"))
     return 0
 
 
@@ -193,8 +207,8 @@ def register(sub) -> None:
     )
     _add_run_args(a)
     a.add_argument("sentence", help='English sentence, e.g. "i\'m home ."')
-    a.add_argument("--out", help="folder for the figures (default: RUN/figures)")
-    a.add_argument("--beam", type=int, help="beam size of the translation whose maps are drawn (default 1)")
+    _add_save_dir(a, "the figures", "RUN/figures")
+    a.add_argument("--beam", type=int, help="beam size of the translation whose maps are drawn (default: 1, greedy)")
     a.add_argument(
         "--pad", type=int, default=3, help="extra <pad> positions on the source, as in a batch (§23)"
     )
@@ -204,7 +218,7 @@ def register(sub) -> None:
         help="draw how the sentence's cross-attention formed during training (needs it as a probe)",
     )
     a.add_argument("--json", action="store_true", help="also write the maps as JSON (the web page's format)")
-    a.add_argument("--formats", default="png,svg", help="comma-separated figure formats (default png,svg)")
+    a.add_argument("--formats", default="png,svg", help="comma-separated figure formats")
     a.set_defaults(func=cmd_attention)
 
     e = sub.add_parser(
@@ -213,39 +227,25 @@ def register(sub) -> None:
         "logits, loss; parameters vs computed values (§4–9)",
     )
     _add_run_args(e)
-    e.add_argument("sentence")
-    e.add_argument("--reference", help="a French reference: also show the teacher-forced loss and BLEU")
+    e.add_argument("sentence", help='English sentence, e.g. "i\'m home ."')
+    e.add_argument("--reference", help="a French reference: also show the teacher-forced loss and BLEU (default: none)")
     e.add_argument("--top", type=int, default=5, help="how many of the most probable tokens to show per step")
     e.set_defaults(func=cmd_explain)
 
-    p = sub.add_parser("params", help="trainable parameters by module, count and share (§9, §21, §28.4)")
-    p.add_argument("run", nargs="?", help="run folder (or use --model)")
-    p.add_argument(
-        "--model",
-        choices=("seq2seq", "bahdanau", "transformer", "decoder-only"),
-        help="count an untrained model built from the preset and overrides",
-    )
-    p.add_argument("--checkpoint", default="best")
-    p.add_argument("--device", help=argparse.SUPPRESS)
-    p.add_argument("--src-vocab", type=int, dest="src_vocab", help="source vocabulary size (with --model)")
-    p.add_argument("--tgt-vocab", type=int, dest="tgt_vocab", help="target vocabulary size (with --model)")
-    p.add_argument("--out", help="folder for the bar chart (default: RUN/figures, or ./figures)")
-    p.add_argument("--verbose", action="store_true", help="list every tensor with its shape")
-    p.add_argument("--formats", default="png,svg")
-    p.add_argument("--config", help="TOML config file (with --model)")
-    p.add_argument("--data", metavar="PATH", help="corpus location, to size the vocabularies (with --model)")
-    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="typed overrides (with --model)")
-    p.set_defaults(func=cmd_params)
+    _add_params(sub)
 
     q = sub.add_parser(
         "positional", help="the sinusoidal positional encoding and its rotation property (§13–16)"
     )
-    q.add_argument("--dim", type=int, default=32)
-    q.add_argument("--positions", type=int, default=60)
+    q.add_argument("--dim", type=int, default=32, help="encoding dimension d")
+    q.add_argument("--positions", type=int, default=60, help="positions 0 … N-1 to encode and draw")
     q.add_argument("--max-shift", type=int, default=10, dest="max_shift", help="largest offset δ checked")
-    q.add_argument("--columns", help="columns to draw as curves, e.g. 0,1,6,7")
-    q.add_argument("--out", help="folder for the figures (default ./figures)")
-    q.add_argument("--formats", default="png,svg")
+    q.add_argument(
+        "--columns",
+        help="columns to draw as curves, e.g. 0,1,6,7 (default: 6-9 as D2L draws, the first ones for a small --dim)",
+    )
+    _add_save_dir(q, "the figures", "./figures")
+    q.add_argument("--formats", default="png,svg", help="comma-separated figure formats")
     q.set_defaults(func=cmd_positional)
 
     s = sub.add_parser(
@@ -254,6 +254,35 @@ def register(sub) -> None:
         "pass/fail on your trained model",
     )
     _add_run_args(s)
-    s.add_argument("text", nargs="*", help="sentences to check with (default: the run's valid split)")
+    s.add_argument(
+        "text", nargs="*", default=[], metavar="TEXT", help="sentences to check with (default: the run's valid split)"
+    )
     s.add_argument("--sentences", type=int, default=8, help="how many valid-split sentences to use")
     s.set_defaults(func=cmd_selfcheck)
+
+
+def _add_params(sub) -> None:
+    p = sub.add_parser("params", help="trainable parameters by module, count and share (§9, §21, §28.4)")
+    p.add_argument("run", nargs="?", metavar="RUN", help="run folder (or use --model)")
+    p.add_argument(
+        "--model",
+        choices=MODEL_KINDS,
+        help="count an untrained model built from the preset and overrides (default: none: give RUN)",
+    )
+    p.add_argument("--checkpoint", default="best", help="best, last or step-N (with RUN)")
+    p.add_argument("--device", help=argparse.SUPPRESS)
+    p.add_argument("--src-vocab", type=int, dest="src_vocab", help="source vocabulary size (with --model) (default: from the data config)")
+    p.add_argument("--tgt-vocab", type=int, dest="tgt_vocab", help="target vocabulary size (with --model) (default: from the data config)")
+    _add_save_dir(p, "the bar chart", "RUN/figures, or ./figures with --model")
+    p.add_argument("-v", "--verbose", action="store_true", help="also list every tensor with its shape")
+    p.add_argument("--formats", default="png,svg", help="comma-separated figure formats")
+    p.add_argument("--config", metavar="FILE", help="TOML config file (with --model) (default: none, the preset alone)")
+    p.add_argument(
+        "--data",
+        metavar="PATH",
+        help="corpus location, to size the vocabularies (with --model) (default: $ATTNLAB_DATA_DIR, then the cache)",
+    )
+    p.add_argument(
+        "overrides", nargs="*", default=[], metavar="section.key=value", help="typed overrides (with --model)"
+    )
+    p.set_defaults(func=cmd_params)

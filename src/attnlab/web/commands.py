@@ -6,6 +6,7 @@ import argparse
 import ipaddress
 import sys
 
+from attnlab.cli_common import add_device_arg
 from attnlab.errors import AttnlabError
 
 
@@ -79,8 +80,8 @@ def register(sub) -> None:
         "Runs are named after their folder, or NAME=PATH.",
     )
     s.add_argument("runs", nargs="+", metavar="RUN", help="run folder, or NAME=PATH (e.g. bahdanau=runs/b)")
-    s.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
+    s.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
     s.add_argument(
         "--allowed-host",
         action="append",
@@ -88,10 +89,10 @@ def register(sub) -> None:
         metavar="NAME",
         help="also answer requests whose Host header is NAME (repeatable; the loopback names and a "
         "non-wildcard --host are always accepted; '*' accepts any name and turns the DNS-rebinding "
-        "guard off)",
+        "guard off) (default: none)",
     )
     s.add_argument("--checkpoint", default="best", help="best, last or step-N (for every run)")
-    s.add_argument("--device", default="cpu", help="cpu, cuda, auto")
+    add_device_arg(s)
     s.add_argument("--workers", type=_positive, default=2, help="threads running models")
     s.add_argument(
         "--threads", type=_positive, default=None, help="PyTorch intra-op threads (default: cores / workers)"
@@ -106,7 +107,9 @@ def register(sub) -> None:
     s.add_argument(
         "--max-chars", type=_positive, default=300, dest="max_chars", help="longest input accepted"
     )
-    s.add_argument("--max-beam", type=_positive, default=8, dest="max_beam")
+    s.add_argument(
+        "--max-beam", type=_positive, default=8, dest="max_beam", help="largest beam size a request may ask for"
+    )
     s.add_argument("--deadline", type=float, default=30.0, help="seconds per translation before 504")
     s.add_argument(
         "--max-output-tokens",
@@ -134,6 +137,7 @@ def register(sub) -> None:
         default="info",
         dest="log_level",
         choices=("critical", "error", "warning", "info", "debug"),
+        help="the server's log level (uvicorn's)",
     )
     s.set_defaults(func=cmd_serve)
 

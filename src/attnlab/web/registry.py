@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from attnlab.errors import AttnlabError
+from attnlab.export.engine import load_translator
 from attnlab.inspection.probes import read_probes
-from attnlab.translator import Translator
 from attnlab.web.responses import GZIP_MIN, gzip_bytes, json_bytes
 from attnlab.web.server import run_facts
 
@@ -61,7 +61,8 @@ def _safe_name(raw: str) -> str:
 
 
 def load_runs(specs: Sequence[str | Path], which: str = "best", device: str = "cpu") -> dict[str, LoadedRun]:
-    """Load each run folder once (``NAME=PATH`` or ``PATH``) with :meth:`Translator.from_run`.
+    """Load each run folder once (``NAME=PATH`` or ``PATH``) with :func:`attnlab.export.engine.load_translator`
+    (:meth:`~attnlab.translator.Translator.from_run`; an exported folder with a CTranslate2 model decodes with it).
 
     Raises :class:`AttnlabError` for a bad name, a duplicate name or an unusable folder.
     """
@@ -83,8 +84,8 @@ def load_runs(specs: Sequence[str | Path], which: str = "best", device: str = "c
             )
         if name in runs:
             raise AttnlabError(f"run name {name!r} is given twice; name them apart, e.g. a={path} b=…")
-        tr = Translator.from_run(path, which=which, device=device)
-        runs[name] = LoadedRun(name, tr, path, run_facts(tr, path))
+        tr = load_translator(path, which=which, device=device, engine="auto")  # an export's CTranslate2 model
+        runs[name] = LoadedRun(name, tr, path, {**run_facts(tr, path), "engine": getattr(tr, "engine", "attnlab")})
     return runs
 
 
