@@ -47,6 +47,7 @@ def _formats(args) -> tuple[str, ...]:
 
 def cmd_attention(args) -> int:
     from attnlab.inspection import attention_maps as am
+    from attnlab.inspection.movement import formation_note
 
     out = _out_dir(args, Path(args.run) / "figures")
     if args.beam is not None and args.beam < 1:
@@ -59,8 +60,7 @@ def cmd_attention(args) -> int:
     beam = args.beam or 1
     result = am.attention_maps(tr, args.sentence, beam_size=beam, extra_pad=args.pad)
     print(f"{args.sentence} → {result.translation}")
-    from attnlab.inspection.movement import formation_note  # one line when cross-attention has not formed (§1)
-
+    # one line when cross-attention has not formed (§1)
     if "cross" in result.attention and (note := formation_note(result.attention["cross"].mean(dim=1)[-1])):
         print(note)
     for path in am.draw_maps(result, out, am.run_name(tr), _formats(args)):
