@@ -55,7 +55,7 @@ def test_align_cli_prints_every_head_and_writes_json_and_png(tiny_runs, numbers_
     assert "parliamentary" in text and "Tatoeba" in text and "<unk>" in text  # the domain note and OOV
     assert "best head:" in text and "IBM Model 2" in text and "fast_align en→fr 16.4 %" in text
     for h in range(H):
-        assert f"layer {L - 1} head {h}" in text
+        assert f"layer {L} head {h + 1}" in text  # counted from 1
     data = json.loads((out / "align.json").read_text())
     assert (out / "align.png").stat().st_size > 0
     assert len(data["scores"]) == 2 * len(A.head_keys(L, H)) and data["sentences"] == 6

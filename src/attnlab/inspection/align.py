@@ -451,7 +451,8 @@ class HeadScore:
     def name(self) -> str:
         if self.layer is None:
             return "average of all"
-        return f"layer {self.layer} " + ("head average" if self.head is None else f"head {self.head}")
+        # counted from 1, as every figure and table (the JSON keeps 0-based indices)
+        return f"layer {self.layer + 1} " + ("head average" if self.head is None else f"head {self.head + 1}")
 
     def to_json(self) -> dict[str, Any]:
         c = self.counts
@@ -735,8 +736,8 @@ def heatmap_figure(r: AlignReport):
                     fontsize=8,
                     color="white" if v > 50 else "black",
                 )
-        ax.set_xticks(range(cols), [f"h{h}" for h in range(H)] + (["avg"] if cols > H else []))
-        ax.set_yticks(range(L), [f"layer {li}" for li in range(L)])
+        ax.set_xticks(range(cols), [f"h{h + 1}" for h in range(H)] + (["avg"] if cols > H else []))
+        ax.set_yticks(range(L), [f"layer {li + 1}" for li in range(L)])
         ax.set_title(f"shift {shift}" + (" (Chen et al. 2020)" if shift else " (predicting step)"))
     fig.colorbar(im, ax=axes, label="AER % (lower is better)")
     title = f"AER of {r.kind} attention vs WPT-2003 gold, {Path(r.run).name}"

@@ -448,7 +448,7 @@ def analyse_heads(
                     vals.setdefault("diag_agreement", float("nan"))
                     if importance:
                         vals.update(_importance(mods[layer], h, model, tr, (src, tgt, refs), base, boot))
-                        bar.set_postfix_str(f"{kind} {layer}.{h}: BLEU {-vals['bleu_drop']:+.2f}")
+                        bar.set_postfix_str(f"{kind} {layer + 1}.{h + 1}: BLEU {-vals['bleu_drop']:+.2f}")
                         bar.update(1)
                     else:
                         vals["bleu_drop"] = vals["loss_increase"] = float("nan")
@@ -501,7 +501,7 @@ def format_table(report: HeadsReport) -> str:
         effect = EFFECTS.get(h.effect, "-")
         lines.append(
             "| "
-            + " | ".join([KIND_NAMES.get(h.kind, h.kind), str(h.layer), str(h.head), *cells, effect, h.role])
+            + " | ".join([KIND_NAMES.get(h.kind, h.kind), str(h.layer + 1), str(h.head + 1), *cells, effect, h.role])
             + " |"
         )
     return "\n".join(lines)
@@ -547,8 +547,8 @@ def draw_heads(report: HeadsReport, out_dir: str | Path, stem: str = "heads") ->
                             fontsize=6,
                             color="black" if light else "white",
                         )
-            ax.set_xticks(range(grid.shape[1]))
-            ax.set_yticks(range(grid.shape[0]))
+            ax.set_xticks(range(grid.shape[1]), [str(i + 1) for i in range(grid.shape[1])])  # counted from 1
+            ax.set_yticks(range(grid.shape[0]), [str(i + 1) for i in range(grid.shape[0])])
             ax.tick_params(labelsize=6)
             ax.set_title(LABELS[stat], fontsize=8)
             if c == 0:
