@@ -3,6 +3,7 @@ the model learned, and `nine thousand nine hundred` the task's `nine thousand , 
 
 from __future__ import annotations
 
+import pytest
 from num2words import num2words
 
 from attnlab.data.corpus import numbers_canonical
@@ -10,12 +11,12 @@ from attnlab.data.text import preprocess
 from attnlab.translator import Translator
 
 
-def test_typed_numbers_become_the_tasks_spelling():
-    for k in [*range(0, 130), *range(130, 100_000, 37), 1005, 1100, 21_345, 99_999]:
-        task = preprocess(num2words(k, lang="en"))  # what numbers_pairs trains on
-        typed = task.replace("-", " ").replace(" ,", "")  # no hyphens, no commas
-        assert numbers_canonical(typed) == task, k
-        assert numbers_canonical(task) == task, k  # already in the task's form: unchanged
+@pytest.mark.parametrize("k", [*range(0, 130), *range(130, 100_000, 37), 1005, 1100, 21_345, 99_999])
+def test_typed_numbers_become_the_tasks_spelling(k):
+    task = preprocess(num2words(k, lang="en"))  # what numbers_pairs trains on
+    typed = task.replace("-", " ").replace(" ,", "")  # no hyphens, no commas
+    assert numbers_canonical(typed) == task
+    assert numbers_canonical(task) == task  # already in the task's form: unchanged
 
 
 def test_other_text_is_only_preprocessed():
