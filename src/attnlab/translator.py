@@ -35,7 +35,6 @@ from torch import Tensor, nn
 from attnlab import fast, fill, runs
 from attnlab.config import AUTO_DECODE_ROWS, Config, DecodeConfig
 from attnlab.data.batching import Batch, collate
-from attnlab.data.corpus import numbers_canonical
 from attnlab.data.vocab import BOS, EOS, PAD, load_tokenizer
 from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy import greedy_search, max_lengths
@@ -242,10 +241,6 @@ class Translator:
         return decode_many(self.model, src_seqs, dcfg, self.device, beam_size=beam_size, nbest=nbest, max_len=max_len)
 
     def encode_source(self, sentence: str) -> tuple[list[int], bool]:
-        """The source ids (cut to :attr:`max_src_tokens`) and whether they were cut. On the numbers task
-        a number typed as people type it (``twenty one``) is first spelled as the task spells it."""
-        if self.cfg.data.dataset == "numbers":
-            sentence = numbers_canonical(sentence)
         ids = self.src_tok.encode(sentence)
         truncated = len(ids) > self.max_src_tokens
         return ids[: self.max_src_tokens], truncated

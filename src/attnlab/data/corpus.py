@@ -395,25 +395,6 @@ def _number_words(k: int) -> tuple[str, str]:
     return preprocess(num2words(k, lang="en")), preprocess(num2words(k, lang="fr"))
 
 
-_TENS = frozenset({"twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"})
-_UNITS = frozenset({"one", "two", "three", "four", "five", "six", "seven", "eight", "nine"})
-
-
-def numbers_canonical(text: str) -> str:
-    """An English number as the numbers task spells it (num2words, then :func:`preprocess`), from the
-    way people type it: ``twenty one`` → ``twenty-one``, ``nine thousand nine hundred`` → ``nine
-    thousand , nine hundred``. Text already in that form, and any other text, is only preprocessed."""
-    out: list[str] = []
-    for word in preprocess(text).split():
-        if out and out[-1] in _TENS and word in _UNITS:
-            out[-1] += "-" + word  # num2words hyphenates 21..99
-            continue
-        if out and out[-1] == "thousand" and word not in ("and", ","):
-            out.append(",")  # and puts a comma before the hundreds: "one thousand, two hundred"
-        out.append(word)
-    return " ".join(out)
-
-
 def numbers_pairs(n: int, seed: int = NUMBERS_SEED) -> list[tuple[str, str]]:
     """``n`` distinct numbers in ``0..99,999`` as (English words, French words), D2L-preprocessed.
 
