@@ -171,7 +171,7 @@ def test_heads_cli_on_tiny_transformer(tiny_runs, tmp_path, capsys):
     assert sum(h["loss_increase"] for h in report["heads"]) > 0
     for name in ("heads.md", "heads.png", "heads.svg"):
         assert (out / name).stat().st_size > 0 and f"wrote {out / name}" in text
-    assert "| cross (enc-dec) | 0 | 1 |" in (out / "heads.md").read_text()
+    assert "| cross (enc-dec) | 1 | 2 |" in (out / "heads.md").read_text()  # layer 1, head 2: counted from 1
 
 
 @pytest.mark.slow
