@@ -42,7 +42,7 @@ from attnlab.models.transformer import (
     init_blocks,
     make_embedding,
     make_positional,
-    stack_weights,
+    run_encoder,
 )
 
 # BERT's recipe (Devlin et al. 2019, §3.1 and appendix A.1): 15 % of the positions are predicted;
@@ -127,11 +127,7 @@ class EncoderOnly(nn.Module):
         positions = torch.arange(S, device=src.device)
         x = self.dropout(self.src_embedding(src) * self.scale + self.positional(positions))  # (B, S, D)
         mask = padding_mask(src_valid_lens, S)[:, None, :]  # (B, 1, S): padding columns stay empty
-        weights = []
-        for block in self.encoder_blocks:
-            x, w = block(x, mask, need_weights=need_weights)
-            weights.append(w)
-        attention = {"enc_self": stack_weights(weights)} if need_weights else {}
+        x, attention = run_encoder(self.encoder_blocks, x, mask, need_weights)
         return EncoderOutput(memory=self.encoder_norm(x), attention=attention)
 
     def forward(

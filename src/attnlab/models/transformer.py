@@ -168,6 +168,16 @@ def stack_weights(weights: list[Tensor | None]) -> Tensor:
     return torch.stack(weights, dim=1)  # type: ignore[arg-type]
 
 
+def run_encoder(blocks: nn.ModuleList, x: Tensor, mask: Tensor, need_weights: bool) -> tuple[Tensor, dict[str, Tensor]]:
+    """The encoder stack (§17): ``x (B, S, D)`` through every block under ``mask (B, 1, S)``; returns the
+    states and, if asked, ``{"enc_self": (B, L, H, S, S)}`` (also the encoder-only model's stack)."""
+    weights = []
+    for block in blocks:
+        x, w = block(x, mask, need_weights=need_weights)
+        weights.append(w)
+    return x, ({"enc_self": stack_weights(weights)} if need_weights else {})
+
+
 @dataclass
 class TransformerState(DecoderState):
     self_caches: list[KVCache]  # per layer, (B, H, t, Dh): the target steps decoded so far
@@ -218,11 +228,7 @@ class Transformer(nn.Module):
         check_positions(S, self.config.max_positions)
         x = self._embed(self.src_embedding, src, torch.arange(S, device=src.device))
         mask = padding_mask(src_valid_lens, S)[:, None, :]  # (B, 1, S): padding columns stay empty (§23)
-        weights = []
-        for block in self.encoder_blocks:
-            x, w = block(x, mask, need_weights=need_weights)
-            weights.append(w)
-        attention = {"enc_self": stack_weights(weights)} if need_weights else {}
+        x, attention = run_encoder(self.encoder_blocks, x, mask, need_weights)
         return EncoderOutput(memory=self.encoder_norm(x), attention=attention)
 
     # -- teacher-forced pass -----------------------------------------------------------------------
