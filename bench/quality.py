@@ -203,7 +203,8 @@ def write_budget_table(rows: list[dict], baseline: dict | None, cmd: str) -> Non
     notes = ""
     if m:
         body = m.group(1)
-        for line in body.splitlines():
+        table = body.split("<!-- budget notes -->", 1)[0]  # the notes below hold tables of their own
+        for line in table.splitlines():
             cells = [c.strip() for c in line.strip("|").split("|")]
             if line.startswith("| ") and len(cells) > 3 and cells[0] not in ("model", "---"):
                 old[(cells[0], cells[1], cells[2])] = line

@@ -12,7 +12,8 @@ def _cfg(kind: str, *items: str) -> C.Config:
     return C.apply_overrides(C.preset(kind), ["data.dataset=fra-eng", *items])
 
 
-@pytest.mark.parametrize("peak,minutes,tier", [(64, 1.5, "tiny"), (64, 12, "small"), (322, 2.5, "small"),
+@pytest.mark.parametrize("peak,minutes,tier", [(64, 1.5, "tiny"), (64, 12, "small"), (322, 1.5, "tiny"),
+                                               (210, 1.5, "tiny"), (322, 2.5, "small"),
                                                (322, 15, "medium"), (322, 60, "base"), (64, 60, "medium")])
 def test_compute_budget_picks_the_tier(peak, minutes, tier):
     cfg, why = sizing.resolve(_cfg("transformer", f"train.max_minutes={minutes}"), peak=peak)
