@@ -151,7 +151,13 @@ def _vocab_sizes(args, cfg) -> tuple[int, int]:
 
 
 def cmd_positional(args) -> int:
-    from attnlab.inspection.positional import positional_report
+    from attnlab.inspection.positional import (
+        delta_for,
+        format_delta,
+        format_model_section,
+        model_section,
+        positional_report,
+    )
 
     columns = None
     if args.columns:
@@ -161,10 +167,16 @@ def cmd_positional(args) -> int:
             raise AttnlabError(
                 f"--columns {args.columns!r} must be integers separated by commas, e.g. 0,1,6,7"
             ) from None
+    tr, dim = None, 32 if args.dim is None else args.dim
+    if args.run is not None:  # the run's own d, its own position table, and §13–14 on its model
+        tr = _translator(args)
+        dim = tr.cfg.model.num_hiddens
+        if args.dim is not None and args.dim != dim:
+            raise AttnlabError(f"--dim {args.dim} differs from the run's model.num_hiddens={dim}; drop --dim with RUN")
     report = positional_report(
-        args.dim,
+        dim,
         args.positions,
-        _out_dir(args, Path("figures")),
+        _out_dir(args, Path(args.run) / "figures" if args.run else Path("figures")),
         max_shift=args.max_shift,
         columns=columns,
         formats=_formats(args),
@@ -172,6 +184,9 @@ def cmd_positional(args) -> int:
     for path in report.paths:
         print(path)
     print(report.line())
+    print("\n" + format_delta(*delta_for(tr.model if tr else None, dim)))
+    if tr is not None:
+        print("\n" + format_model_section(model_section(tr, args.sentence)))
     return 0
 
 
@@ -235,9 +250,15 @@ def register(sub) -> None:
     _add_params(sub)
 
     q = sub.add_parser(
-        "positional", help="the sinusoidal positional encoding and its rotation property (§13–16)"
+        "positional", help="the sinusoidal positional encoding and its rotation property (§13–16); with RUN, "
+        "order-blindness and adding vs concatenating on its model"
     )
-    q.add_argument("--dim", type=int, default=32, help="encoding dimension d")
+    q.add_argument("run", nargs="?", metavar="RUN",
+                   help="a trained run: draw its d, and show §13–14 on its model (default: none, the formula alone)")
+    q.add_argument("--checkpoint", default="best", help="best, last or step-N (with RUN)")
+    add_device_arg(q)
+    q.add_argument("--sentence", default="i'm home .", help="the sentence reordered for §13 (with RUN)")
+    q.add_argument("--dim", type=int, help="encoding dimension d (default: the run's num_hiddens with RUN, else 32)")
     q.add_argument("--positions", type=int, default=60, help="positions 0 … N-1 to encode and draw")
     q.add_argument("--max-shift", type=int, default=10, dest="max_shift", help="largest offset δ checked")
     q.add_argument(
