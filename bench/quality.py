@@ -211,7 +211,8 @@ def write_budget_table(rows: list[dict], baseline: dict | None, cmd: str) -> Non
         notes = body.split("<!-- budget notes -->", 1)[1] if "<!-- budget notes -->" in body else ""
     for r in rows:
         base = (f"{baseline['bleu_greedy']:.1f} / {baseline['chrf']:.1f} / {baseline['updates']:,}" if baseline else "")
-        ratio = f"{r['bleu_greedy'] / max(baseline['bleu_greedy'], 1e-9):.2f}×" if baseline else ""
+        ratio = ("" if not baseline else "– (the recipe learned nothing)" if baseline["bleu_greedy"] < 1
+                 else f"{r['bleu_greedy'] / baseline['bleu_greedy']:.2f}×")
         old[(r["model"], f"{r['budget']:g} min", r["machine"])] = (
             f"| {r['model']} | {r['budget']:g} min | {r['machine']} | {r['minutes']:.2f} | {r['size']} | "
             f"{r['updates']:,} | {r['tokens_per_s']:,.0f} | {r['bleu_greedy']:.1f} | {r['chrf']:.1f} | "
