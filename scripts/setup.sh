@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Set up attnlab in ./.venv from a bare python3 (3.11+).
 #   scripts/setup.sh        the package (train, translate, evaluate, inspect, serve)
-#   scripts/setup.sh dev    + test and lint tools (pytest, hypothesis, ruff, playwright's Python API, nbclient and
+#   scripts/setup.sh dev    + test and lint tools (pytest, hypothesis, ruff, Babel, playwright's Python API, nbclient and
 #                           ipykernel, which run examples/notes_tour.ipynb in tests/test_notebook.py) and the
 #                           align extra (NLTK, for `attnlab align`'s IBM Model 2 baseline) and the tensorboard
 #                           extra (train.tensorboard=true; its tests read the event files back) and the ct2
-#                           extra (CTranslate2, for `attnlab export --format ctranslate2`; tests/export/)
+#                           extra (CTranslate2, for `attnlab export --format ctranslate2`; tests/export/) and the
+#                           explain extra (Captum, for `attnlab attribute`'s gradient attribution)
 # torch comes first, pinned to ATTNLAB_TORCH_VERSION (default 2.13.0: the release CI tests, and the floor
 # pyproject.toml declares). The pin picks the version, not the build: whether pip installs a CPU-only or
 # a CUDA build depends on where it finds torch. For Linux x86-64 the default package index serves the
@@ -30,6 +31,26 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   fi
 fi
 extras="web"
-[ "${1:-}" = "dev" ] && extras="web,dev,align,tensorboard,ct2"
+[ "${1:-}" = "dev" ] && extras="web,dev,align,tensorboard,ct2,explain"
 pip install -e ".[${extras}]"
+# A CJK font, so figures draw Chinese labels (--lang zh) and CJK tokens (attnlab/inspection/fonts.py falls
+# back to it). Debian's fonts-noto-cjk where apt-get can install it (root, or sudo without a password);
+# otherwise one line says how, and setup goes on: figures still draw, with boxes for the missing glyphs.
+cjk_font() {
+  dpkg -s fonts-noto-cjk >/dev/null 2>&1 && return 0
+  local su=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null && su="sudo -n" || return 1
+  fi
+  command -v apt-get >/dev/null 2>&1 || return 1
+  local get="$su env DEBIAN_FRONTEND=noninteractive apt-get -y -qq --no-install-recommends install fonts-noto-cjk"
+  $get >/dev/null 2>&1 || { $su apt-get -qq update >/dev/null 2>&1 && $get >/dev/null 2>&1; }
+}
+# Only for `dev` (the tests draw Chinese) or ATTNLAB_LANG=zh: the package is large, and the demo's minutes
+# (README command 1) are the learner's.
+case "${1:-}:${ATTNLAB_LANG:-}" in
+  dev:*|*:zh*)
+    cjk_font || echo "note: Chinese figure labels need a CJK font: sudo apt-get install fonts-noto-cjk (Debian/Ubuntu; \
+elsewhere any Noto Sans CJK font); setup goes on without it" ;;
+esac
 echo "attnlab is set up in .venv ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

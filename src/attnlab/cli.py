@@ -17,7 +17,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from attnlab import __version__, commands_fill
+from attnlab import __version__, commands_data, commands_fill
 from attnlab import config as config_mod
 from attnlab.cli_common import (
     Parser,
@@ -33,7 +33,13 @@ from attnlab.config import MODEL_KINDS, Config
 from attnlab.errors import AttnlabError
 from attnlab.export import ENGINES
 from attnlab.export import commands as export_commands
-from attnlab.inspection import commands_align, commands_analysis, commands_views
+from attnlab.i18n import add_lang_argument, set_language
+from attnlab.inspection import (
+    commands_align,
+    commands_analysis,
+    commands_scaling,
+    commands_views,
+)
 from attnlab.web import commands as web_commands
 
 DESCRIPTION = """\
@@ -64,38 +70,14 @@ environment variables:
                             (default 1800)
   ATTNLAB_MAX_RESTARTS      times `train --nproc N` restarts all workers from the last checkpoint
                             after one fails (default 0)
+  ATTNLAB_LANG              language of the teaching text (doctor, explain, data, params, the web notes):
+                            en or zh (the notes' Chinese); --lang on any command overrides it
   ATTNLAB_TORCH_INDEX       scripts/setup.sh only: the wheel index to install torch from (a CPU-only
                             or a CUDA one; default: pip's configured indexes)
   ATTNLAB_TORCH_VERSION     scripts/setup.sh only: the torch version to install (default 2.13.0)
 
 A mistake (bad path, config typo, corrupt checkpoint) prints one `error:` line and exits 2; an
 interrupted command exits 130."""
-
-
-# ---------------------------------------------------------------------------------------------- data
-
-def cmd_data(args) -> int:
-    from attnlab.data import corpus
-    from attnlab.data.vocab import EOS, PAD
-
-    cfg = build_config(args, dataset=args.dataset)
-    prepared = corpus.prepare(cfg.data)
-    print(corpus.format_stats(prepared))
-    if args.sentence is not None:
-        src_tok = prepared.src_tok
-        ids = src_tok.encode(args.sentence)[: cfg.data.num_steps - 1]
-        seq = ids + [EOS]
-        width = max(len(seq) + 3, 10)  # D2L's example pads to num_steps = 10
-        padded = seq + [PAD] * (width - len(seq))
-        shown = [src_tok.id_to_token(i) for i in padded]
-        print(f"\nthe notes' §4 walk-through for {args.sentence!r} (padded to num_steps={width}):")
-        print(f"  preprocessed : {' '.join(src_tok.tokens(args.sentence))}")
-        print(f"  tokens       : {' '.join(shown)}")
-        print(f"  ids          : {padded}")
-        print(f"  valid_len    : {len(seq)}  (tokens before padding, <eos> included)")
-        print("  vocabulary   : " + ", ".join(f"{t} = {i}" for t, i in dict(zip(shown, padded)).items()))
-        print(f"  (ids are row numbers of a {len(src_tok)}-entry vocabulary, not magnitudes: see the notes' §4)")
-    return 0
 
 
 # --------------------------------------------------------------------------------------------- train
@@ -340,14 +322,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"attnlab {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
 
-    d = sub.add_parser("data", help="corpus statistics and the notes' §4 tokens → ids walk-through",
-                       description="Corpus statistics, and one sentence followed through preprocessing, "
-                                   "the vocabulary and padding (the notes' §4).")
-    d.add_argument("--dataset", choices=config_mod.DATASETS, default="fra-eng", help="which corpus")
-    d.add_argument("--sentence", help="an English sentence to follow through preprocessing and the vocabulary "
-                                      "(default: none, the statistics alone)")
-    add_config_args(d)
-    d.set_defaults(func=cmd_data)
+    commands_data.register(sub)  # `data` first, as before: the corpus comes before training
 
     t = sub.add_parser("train", help="train a model into a run folder",
                        description="Train a model into a run folder. The config is the model's preset, then "
@@ -376,8 +351,11 @@ def make_parser() -> argparse.ArgumentParser:
     _add_translate_evaluate(sub)
     _add_demo(sub)
     _add_completion(sub)
-    for module in (commands_views, commands_analysis, commands_fill, commands_align, web_commands, export_commands):  # each adds its subcommands
+    for module in (commands_views, commands_analysis, commands_fill, commands_align, commands_scaling,
+                   web_commands, export_commands):  # each adds its subcommands
         module.register(sub)
+    for parser in (p, *dict.fromkeys(sub.choices.values())):  # --lang on every command (aliases: once)
+        add_lang_argument(parser, top_level=parser is p)
     return p
 
 
@@ -454,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
             sub.choices.get(args.command, parser).unknown_options(bad or rest)
         setattr(args, slot, [*getattr(args, slot), *rest])
     try:
+        set_language(args.lang)  # --lang, else $ATTNLAB_LANG, else English; a bad one is an error: line
         return int(args.func(args) or 0)
     except AttnlabError as e:
         print(f"error: {e}", file=sys.stderr)

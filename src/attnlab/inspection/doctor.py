@@ -42,6 +42,7 @@ from typing import Any
 
 from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import AttnlabError
+from attnlab.i18n import N_, _
 from attnlab.runs import read_metrics
 
 # --- evidence -------------------------------------------------------------------------------------
@@ -111,21 +112,22 @@ SYMPTOMS = (
     "num_steps_too_small",
     "attention_not_formed",
 )
+#: Shown in the current language: ``_(TITLES[symptom])`` (:mod:`attnlab.i18n`).
 TITLES = {
-    "lr_too_high": "oscillating, rising or diverging loss (learning rate too high)",
-    "lr_too_low": "slow, steady fall (learning rate too low)",
-    "undertrained": "still improving at the end (undertrained)",
-    "overfitting": "validation loss rising while the training loss falls (overfitting)",
-    "num_steps_too_small": "many sentences cut (num_steps too small)",
-    "attention_not_formed": "attention not formed (near-uniform rows, or the same row at every step)",
+    "lr_too_high": N_("oscillating, rising or diverging loss (learning rate too high)"),
+    "lr_too_low": N_("slow, steady fall (learning rate too low)"),
+    "undertrained": N_("still improving at the end (undertrained)"),
+    "overfitting": N_("validation loss rising while the training loss falls (overfitting)"),
+    "num_steps_too_small": N_("many sentences cut (num_steps too small)"),
+    "attention_not_formed": N_("attention not formed (near-uniform rows, or the same row at every step)"),
 }
 SHORT = {
-    "lr_too_high": "lr too high",
-    "lr_too_low": "lr too low",
-    "undertrained": "undertrained",
-    "overfitting": "overfitting",
-    "num_steps_too_small": "num_steps too small",
-    "attention_not_formed": "attention not formed",
+    "lr_too_high": N_("lr too high"),
+    "lr_too_low": N_("lr too low"),
+    "undertrained": N_("undertrained"),
+    "overfitting": N_("overfitting"),
+    "num_steps_too_small": N_("num_steps too small"),
+    "attention_not_formed": N_("attention not formed"),
 }
 
 
@@ -168,12 +170,13 @@ class DoctorReport:
         if seen:
             if [f.symptom for f in seen] == ["undertrained"]:
                 if self.missing:  # too early to clear the settings
-                    return "undertrained; too early to judge the settings (" + "; ".join(self.missing) + ")"
-                return "undertrained: no wrong setting seen; train longer, or use the budget schedule"
-            return ", ".join(SHORT[f.symptom] for f in seen)
+                    return _("undertrained; too early to judge the settings ({missing})").format(
+                        missing="; ".join(self.missing))
+                return _("undertrained: no wrong setting seen; train longer, or use the budget schedule")
+            return ", ".join(_(SHORT[f.symptom]) for f in seen)
         if self.missing:
-            return "not enough evidence to call it healthy (" + "; ".join(self.missing) + ")"
-        return "healthy"
+            return _("not enough evidence to call it healthy ({missing})").format(missing="; ".join(self.missing))
+        return _("healthy")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -184,6 +187,11 @@ class DoctorReport:
             "missing_evidence": list(self.missing),
             "notes": list(self.notes),
         }
+
+
+def _new_finding(symptom: str) -> Finding:
+    """A ``symptom`` not seen (yet), titled in the current language."""
+    return Finding(symptom, _(TITLES[symptom]), False)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -244,12 +252,13 @@ def check_lr_too_high(train: list[dict[str, Any]], vocab_size: int, lr: float | 
     """Non-finite losses; the loss climbing back above its best by more than ``RISE_SHARE · L0``; a
     loss worse than both the start and ``UNIFORM_FACTOR · ln V``; or consecutive losses jumping by more
     than ``OSCILLATION_SHARE · L0`` (std, second half of the run)."""
-    f = Finding("lr_too_high", TITLES["lr_too_high"], False)
+    f = _new_finding("lr_too_high")
     bad = [r["step"] for r in train if not _finite(r.get("loss"))]
     f.numbers["nonfinite_events"] = len(bad)
     if bad:
         f.detected = True
-        f.evidence.append(f"{len(bad)} logged training loss(es) are not finite (first at step {bad[0]})")
+        f.evidence.append(_("{count} logged training loss(es) are not finite (first at step {step})").format(
+            count=len(bad), step=bad[0]))
     pts = _losses(train)
     if len(pts) < 2:
         f.checked = bool(bad)
@@ -265,22 +274,26 @@ def check_lr_too_high(train: list[dict[str, Any]], vocab_size: int, lr: float | 
     if rise > RISE_SHARE * l0:
         f.detected = True
         f.evidence.append(
-            f"the training loss rose from its best so far, {_fmt(base)}, to {_fmt(base + rise)} "
-            f"(step {at}): +{_fmt(rise)} nats, {rise / l0:.0%} of the start L0 = {_fmt(l0)} "
-            f"(tolerance {RISE_SHARE:.0%})"
+            _("the training loss rose from its best so far, {base}, to {top} (step {step}): +{rise} nats, "
+              "{share:.0%} of the start L0 = {l0} (tolerance {tolerance:.0%})").format(
+                base=_fmt(base), top=_fmt(base + rise), step=at, rise=_fmt(rise), share=rise / l0, l0=_fmt(l0),
+                tolerance=RISE_SHARE)
         )
     if vocab_size > 1 and peak > max(l0, UNIFORM_FACTOR * math.log(vocab_size)):
         f.detected = True
         f.evidence.append(
-            f"it reached {_fmt(peak)} at step {step}: above the start ({_fmt(l0)}) and above "
-            f"{UNIFORM_FACTOR} × ln V = {_fmt(UNIFORM_FACTOR * math.log(vocab_size))} (a uniform guess "
-            f"over {vocab_size} words scores {_fmt(math.log(vocab_size))}): confidently wrong"
+            _("it reached {peak} at step {step}: above the start ({l0}) and above {factor} × ln V = {limit} "
+              "(a uniform guess over {vocab} words scores {uniform}): confidently wrong").format(
+                peak=_fmt(peak), step=step, l0=_fmt(l0), factor=UNIFORM_FACTOR,
+                limit=_fmt(UNIFORM_FACTOR * math.log(vocab_size)), vocab=vocab_size,
+                uniform=_fmt(math.log(vocab_size)))
         )
     if jumps > OSCILLATION_SHARE * l0:
         f.detected = True
         f.evidence.append(
-            f"over the second half, consecutive logged losses jump by ±{_fmt(jumps)} nats (std), "
-            f"{jumps / l0:.0%} of L0 (threshold {OSCILLATION_SHARE:.0%}): it oscillates"
+            _("over the second half, consecutive logged losses jump by ±{jumps} nats (std), {share:.0%} of L0 "
+              "(threshold {threshold:.0%}): it oscillates").format(
+                jumps=_fmt(jumps), share=jumps / l0, threshold=OSCILLATION_SHARE)
         )
     return _too_high_suggestion(f, lr, exploded=bool(bad) or peak > l0)
 
@@ -289,10 +302,8 @@ def _too_high_suggestion(f: Finding, lr: float | None, exploded: bool) -> Findin
     if f.detected:
         factor = 10 if exploded else 3  # worse than the untrained model: a big step down, not a nudge
         f.suggestion = (
-            (f"train.lr={_fmt(lr / factor)}" if lr else f"lower train.lr {factor}×")
-            + " (÷"
-            + str(factor)
-            + "; keep train.clip_grad_norm=1.0, or raise train.warmup_steps)"
+            (f"train.lr={_fmt(lr / factor)}" if lr else _("lower train.lr {factor}×").format(factor=factor))
+            + _(" (÷{factor}; keep train.clip_grad_norm=1.0, or raise train.warmup_steps)").format(factor=factor)
         )
     return f
 
@@ -310,10 +321,10 @@ def _still_improving(
         )
         b0, b1 = prev.get("valid_bleu"), last.get("valid_bleu")
         bleu_gain = b1 - b0 if _finite(b0) and _finite(b1) else math.nan
-        text = (
-            f"at the last validation (step {last['step']}) the validation loss went "
-            f"{_fmt(prev['valid_loss'])} → {_fmt(last['valid_loss'])} ({-gain:+.1%})"
-            + (f" and BLEU {b0:.1f} → {b1:.1f}" if math.isfinite(bleu_gain) else "")
+        text = _("at the last validation (step {step}) the validation loss went {before} → {after} "
+                 "({change:+.1%})").format(step=last["step"], before=_fmt(prev["valid_loss"]),
+                                           after=_fmt(last["valid_loss"]), change=-gain) + (
+            _(" and BLEU {before:.1f} → {after:.1f}").format(before=b0, after=b1) if math.isfinite(bleu_gain) else ""
         )
         improving = gain >= share or (math.isfinite(bleu_gain) and bleu_gain >= STILL_IMPROVING_BLEU)
         return improving, text
@@ -323,9 +334,8 @@ def _still_improving(
     q = len(pts) // 4
     before, last = _mean([x for _, x in pts[-2 * q : -q]]), _mean([x for _, x in pts[-q:]])
     gain = (before - last) / before if before > 0 else 0.0
-    text = (
-        f"the mean training loss of the last quarter of events fell {before:.3g} → {last:.3g} ({-gain:+.1%})"
-    )
+    text = _("the mean training loss of the last quarter of events fell {before:.3g} → {after:.3g} "
+             "({change:+.1%})").format(before=before, after=last, change=-gain)
     return gain >= share, text
 
 
@@ -334,26 +344,27 @@ def check_lr_too_low(
 ) -> Finding:
     """After ``SLOW_AFTER_STEPS`` updates the loss fell by less than ``SLOW_FALL_SHARE`` of L0 (but did
     fall), without rising, and it was still falling at the end: the steps are too small."""
-    f = Finding("lr_too_low", TITLES["lr_too_low"], False)
+    f = _new_finding("lr_too_low")
     pts = _losses(train)
     if len(pts) < MIN_EVENTS or pts[-1][0] < SLOW_AFTER_STEPS:
         f.checked = False
         return f
     l0, end = start_loss(pts, vocab_size), _end_loss(pts)
     share = (l0 - end) / l0 if l0 > 0 else 0.0
-    rise, _, _ = _max_rise(pts)
+    rise = _max_rise(pts)[0]
     improving, text = _still_improving(train, valid, STILL_FALLING)
     f.numbers.update(start_loss=l0, end_loss=end, fall_share=share, steps=pts[-1][0])
     if STUCK_FALL_SHARE <= share < SLOW_FALL_SHARE and rise <= RISE_SHARE * l0 and improving:
         f.detected = True
         f.evidence.append(
-            f"in {pts[-1][0]} updates the training loss fell only {share:.0%} of the start "
-            f"(L0 = {_fmt(l0)} → {_fmt(end)}); a working lr takes it down by more than "
-            f"{SLOW_FALL_SHARE:.0%} within {SLOW_AFTER_STEPS} updates"
+            _("in {steps} updates the training loss fell only {share:.0%} of the start (L0 = {l0} → {end}); "
+              "a working lr takes it down by more than {needed:.0%} within {within} updates").format(
+                steps=pts[-1][0], share=share, l0=_fmt(l0), end=_fmt(end), needed=SLOW_FALL_SHARE,
+                within=SLOW_AFTER_STEPS)
         )
-        f.evidence.append(f"and it fell steadily, never climbing back: {text}")
+        f.evidence.append(_("and it fell steadily, never climbing back: {evidence}").format(evidence=text))
         # The lr is searched on a log scale: a decade up, then the doctor again.
-        f.suggestion = (f"train.lr={_fmt(lr * 10)}" if lr else "raise train.lr 10×") + (
+        f.suggestion = (f"train.lr={_fmt(lr * 10)}" if lr else _("raise train.lr 10×")) + _(
             " (×10: the steps are too small, not the model)"
         )
     return f
@@ -363,13 +374,11 @@ def _budget_suggestion(budget: dict[str, Any] | None) -> str:
     """The "train longer" advice in terms of the run's own budget (a budgeted run re-plans its schedule)."""
     b = budget or {}
     if _finite(b.get("max_minutes")) and b["max_minutes"] > 0:
-        return (
-            f"train longer: --max-minutes {_fmt(2 * b['max_minutes'])} (the budget schedule re-plans the "
-            "warm-up and the decay to 0 on the longer horizon)"
-        )
+        return _("train longer: --max-minutes {minutes} (the budget schedule re-plans the warm-up and the "
+                 "decay to 0 on the longer horizon)").format(minutes=_fmt(2 * b["max_minutes"]))
     if b.get("max_steps"):
-        return f"train longer: train.max_steps={2 * int(b['max_steps'])}"
-    return (
+        return _("train longer: train.max_steps={steps}").format(steps=2 * int(b["max_steps"]))
+    return _(
         "train longer, or use the budget schedule: --max-minutes N with train.schedule=auto plans the "
         "warm-up and decays the lr to 0 exactly when the budget ends"
     )
@@ -379,7 +388,7 @@ def check_undertrained(
     train: list[dict[str, Any]], valid: list[dict[str, Any]], budget: dict[str, Any] | None = None
 ) -> Finding:
     """Still improving when the run stopped: more training would pay (see :func:`_still_improving`)."""
-    f = Finding("undertrained", TITLES["undertrained"], False)
+    f = _new_finding("undertrained")
     improving, text = _still_improving(train, valid)
     if improving is None:
         f.checked = False
@@ -387,7 +396,8 @@ def check_undertrained(
     f.numbers["still_improving"] = improving
     if improving:
         f.detected = True
-        f.evidence.append(text + f" (threshold {STILL_IMPROVING:.0%} or +{STILL_IMPROVING_BLEU:g} BLEU)")
+        f.evidence.append(text + _(" (threshold {share:.0%} or +{bleu:g} BLEU)").format(
+            share=STILL_IMPROVING, bleu=STILL_IMPROVING_BLEU))
         f.suggestion = _budget_suggestion(budget)
     return f
 
@@ -400,7 +410,7 @@ def _train_loss_near(pts: list[tuple[int, float]], step: int) -> float | None:
 def check_overfitting(train: list[dict[str, Any]], valid: list[dict[str, Any]]) -> Finding:
     """The validation loss ends more than ``OVERFIT_VALID_RISE`` above its minimum while the training
     loss (mean of the logged losses just before each validation) kept falling."""
-    f = Finding("overfitting", TITLES["overfitting"], False)
+    f = _new_finding("overfitting")
     vals = _valids(valid)
     if len(vals) < MIN_VALIDATIONS:
         f.checked = False
@@ -421,15 +431,17 @@ def check_overfitting(train: list[dict[str, Any]], valid: list[dict[str, Any]]) 
         if tr_last < tr_best:
             f.detected = True
             f.evidence.append(
-                f"the validation loss rose from {_fmt(best['valid_loss'])} (step {best['step']}) to "
-                f"{_fmt(last['valid_loss'])} (step {last['step']}), +{rise:.0%}, while the training "
-                f"loss fell from {_fmt(tr_best)} to {_fmt(tr_last)}: the model learns the training "
-                f"pairs, not French (gap now {_fmt(last['valid_loss'] - tr_last)} nats)"
+                _("the validation loss rose from {best} (step {best_step}) to {last} (step {last_step}), "
+                  "+{rise:.0%}, while the training loss fell from {train_best} to {train_last}: the model learns "
+                  "the training pairs, not French (gap now {gap} nats)").format(
+                    best=_fmt(best["valid_loss"]), best_step=best["step"], last=_fmt(last["valid_loss"]),
+                    last_step=last["step"], rise=rise, train_best=_fmt(tr_best), train_last=_fmt(tr_last),
+                    gap=_fmt(last["valid_loss"] - tr_last))
             )
-            f.suggestion = (
+            f.suggestion = _(
                 "raise model.dropout (e.g. 0.3), train.weight_decay or the data (data.max_pairs=0); "
-                f"use the `best` checkpoint (step {best['step']}), not `last`"
-            )
+                "use the `best` checkpoint (step {step}), not `last`"
+            ).format(step=best["step"])
     return f
 
 
@@ -473,7 +485,7 @@ def check_num_steps(data_stats: dict[str, Any], eval_report: dict[str, Any] | No
     """A material share of the training pairs cut (``TRUNCATED_SHARE``), or poor long-sentence BLEU
     where the cut pairs are a material share (``LONG_CUT_SHARE``) of that length bucket. Long sentences
     scoring lower *without* being cut is a note, not this symptom: a longer num_steps cannot help them."""
-    f = Finding("num_steps_too_small", TITLES["num_steps_too_small"], False)
+    f = _new_finding("num_steps_too_small")
     num_steps = data_stats.get("num_steps")
     splits = data_stats.get("splits") or {}
     train = splits.get("train") or {}
@@ -486,8 +498,9 @@ def check_num_steps(data_stats: dict[str, Any], eval_report: dict[str, Any] | No
         if share > TRUNCATED_SHARE:
             f.detected = True
             f.evidence.append(
-                f"{cut:,} of {pairs:,} training pairs ({share:.1%}) were cut to num_steps - 1 = "
-                f"{num_steps - 1} tokens (threshold {TRUNCATED_SHARE:.0%}): the model never sees their ends"
+                _("{cut:,} of {pairs:,} training pairs ({share:.1%}) were cut to num_steps - 1 = {kept} tokens "
+                  "(threshold {threshold:.0%}): the model never sees their ends").format(
+                    cut=cut, pairs=pairs, share=share, kept=num_steps - 1, threshold=TRUNCATED_SHARE)
             )
     poor = _long_bucket(eval_report)
     if poor is not None:
@@ -502,26 +515,28 @@ def check_num_steps(data_stats: dict[str, Any], eval_report: dict[str, Any] | No
             best_bleu=top["bleu"],
             long_cut_share=cut_share,
         )
-        text = (
-            f"BLEU falls with source length: {longest['bleu']:.1f} on {longest['bucket']} words "
-            f"({longest['sentences']} sentences) vs {top['bleu']:.1f} on {top['bucket']}"
-        )
+        text = _("BLEU falls with source length: {bleu:.1f} on {bucket} words ({sentences} sentences) vs "
+                 "{top_bleu:.1f} on {top_bucket}").format(
+            bleu=longest["bleu"], bucket=longest["bucket"], sentences=longest["sentences"], top_bleu=top["bleu"],
+            top_bucket=top["bucket"])
         if cut_share >= LONG_CUT_SHARE:
             f.detected = True
             f.evidence.append(
-                f"{text}, and {eval_cut} {split} pairs were cut ({cut_share:.0%} of that bucket)"
+                _("{evidence}, and {cut} {split} pairs were cut ({share:.0%} of that bucket)").format(
+                    evidence=text, cut=eval_cut, split=split, share=cut_share)
             )
         else:
-            f.numbers["long_sentences_note"] = (
-                f"{text}; but only {eval_cut} {split} pairs were cut ({cut_share:.0%} of that bucket): "
-                "long sentences are harder, not truncated (train longer or add capacity; num_steps is not it)"
-            )
+            f.numbers["long_sentences_note"] = _(
+                "{evidence}; but only {cut} {split} pairs were cut ({share:.0%} of that bucket): long sentences "
+                "are harder, not truncated (train longer or add capacity; num_steps is not it)"
+            ).format(evidence=text, cut=eval_cut, split=split, share=cut_share)
     if f.detected:
         suggested = _suggested_num_steps(data_stats)
         f.suggestion = (
-            f"data.num_steps={suggested} (keeps {NUM_STEPS_COVERAGE:.0%} of sentences uncut)"
+            _("data.num_steps={num_steps} (keeps {coverage:.0%} of sentences uncut)").format(
+                num_steps=suggested, coverage=NUM_STEPS_COVERAGE)
             if suggested
-            else "raise data.num_steps"
+            else _("raise data.num_steps")
         )
     return f
 
@@ -545,14 +560,14 @@ def _probe_layers(rec: dict[str, Any]) -> tuple[str, list[list[list[float]]]] | 
     its self-attention onto the source positions (renormalised), layer by layer."""
     att = rec.get("attention") or {}
     if att.get("cross"):
-        return "cross", att["cross"]
+        return N_("cross"), att["cross"]
     if att.get("self"):
         n = len(rec.get("src_tokens") or [])
         layers = []
         for layer in att["self"]:
             rows = [[w / s for w in row[:n]] for row in layer if (s := sum(row[:n])) > 0]
             layers.append(rows)
-        return "self (onto the source)", layers
+        return N_("self (onto the source)"), layers
     return None
 
 
@@ -579,15 +594,15 @@ def _attention_at(sentences: list[dict[str, Any]], pick: int) -> tuple[str, int,
 
 
 def _layer_text(i: int, ent: float | None, tv: float | None) -> str:
-    e = f"entropy {ent:.2f} × ln K" if ent is not None else "entropy -"
-    t = f"consecutive rows differ by {tv:.2f} (TV)" if tv is not None else "one row only"
-    return f"layer {i + 1}: {e}, {t}"
+    e = _("entropy {entropy:.2f} × ln K").format(entropy=ent) if ent is not None else _("entropy -")
+    t = _("consecutive rows differ by {tv:.2f} (TV)").format(tv=tv) if tv is not None else _("one row only")
+    return _("layer {layer}: {entropy}, {movement}").format(layer=i + 1, entropy=e, movement=t)
 
 
 def check_attention(probes: dict[str, Any] | None) -> Finding:
     """Attention formed on the probe sentences (last record): some layer's rows are not near-uniform
     (entropy share below ``UNIFORM_ENTROPY_SHARE``) and move from step to step (TV ≥ ``STATIC_TV``)."""
-    f = Finding("attention_not_formed", TITLES["attention_not_formed"], False)
+    f = _new_finding("attention_not_formed")
     sentences = [s for s in (probes or {}).get("sentences", []) if s.get("steps")]
     last = _attention_at(sentences, -1) if sentences else None
     if last is None:
@@ -603,15 +618,18 @@ def check_attention(probes: dict[str, Any] | None) -> Finding:
     if not any(formed(e, t) for e, t in layers):
         f.detected = True
         f.evidence.append(
-            f"on {len(sentences)} probe sentences at step {step}, {kind} attention: "
-            + "; ".join(_layer_text(i, e, t) for i, (e, t) in enumerate(layers))
-            + f" (near-uniform above {UNIFORM_ENTROPY_SHARE}, the same row below {STATIC_TV})"
+            _("on {count} probe sentences at step {step}, {kind} attention: {layers} (near-uniform above "
+              "{uniform}, the same row below {static})").format(
+                count=len(sentences), step=step, kind=_(kind),
+                layers="; ".join(_layer_text(i, e, t) for i, (e, t) in enumerate(layers)),
+                uniform=UNIFORM_ENTROPY_SHARE, static=STATIC_TV)
         )
         if first is not None and first[1] != step:
             f.evidence.append(
-                f"at step {first[1]}: " + "; ".join(_layer_text(i, e, t) for i, (e, t) in enumerate(first[2]))
+                _("at step {step}: {layers}").format(
+                    step=first[1], layers="; ".join(_layer_text(i, e, t) for i, (e, t) in enumerate(first[2])))
             )
-        f.suggestion = (
+        f.suggestion = _(
             "train longer (alignment forms after the word frequencies are learnt); if the rows stay the same "
             "at every step, the decoder is not using its attention: see `attnlab attention RUN --timeline`"
         )
@@ -624,20 +642,23 @@ def missing_evidence(train: list[dict[str, Any]], valid: list[dict[str, Any]]) -
     pts = _losses(train)
     last_step = max([int(r["step"]) for r in train + valid if "step" in r], default=0)
     if last_step < MIN_STEPS:
-        out.append(f"only {last_step} updates (need {MIN_STEPS}): train longer")
+        out.append(_("only {steps} updates (need {need}): train longer").format(steps=last_step, need=MIN_STEPS))
     if len(pts) < MIN_EVENTS:
-        out.append(f"only {len(pts)} logged training losses (need {MIN_EVENTS}): lower train.log_every")
+        out.append(_("only {count} logged training losses (need {need}): lower train.log_every").format(
+            count=len(pts), need=MIN_EVENTS))
     vals = _valids(valid)
     if len(vals) < MIN_VALIDATIONS:
         out.append(
-            f"only {len(vals)} validation(s) (need {MIN_VALIDATIONS}): set train.eval_frac or train.eval_every"
+            _("only {count} validation(s) (need {need}): set train.eval_frac or train.eval_every").format(
+                count=len(vals), need=MIN_VALIDATIONS)
         )
     bleus = [r["valid_bleu"] for r in valid if _finite(r.get("valid_bleu"))]
     if not bleus:
-        out.append("no validation BLEU")
+        out.append(_("no validation BLEU"))
     elif max(bleus) < MIN_BLEU:
         out.append(
-            f"validation BLEU {max(bleus):.1f} is too low to call (below {MIN_BLEU:g}: it does not translate yet)"
+            _("validation BLEU {bleu:.1f} is too low to call (below {need:g}: it does not translate yet)").format(
+                bleu=max(bleus), need=MIN_BLEU)
         )
     return out
 
@@ -694,9 +715,9 @@ def diagnose_curves(
     if note:
         report.notes.append(note)
     if eval_report is None:
-        report.notes.append("no eval-test.json: BLEU by length not checked (run `attnlab evaluate RUN`)")
+        report.notes.append(_("no eval-test.json: BLEU by length not checked (run `attnlab evaluate RUN`)"))
     if not report.finding("attention_not_formed").checked:
-        report.notes.append("no probe attention (probes.jsonl): attention formation not checked")
+        report.notes.append(_("no probe attention (probes.jsonl): attention formation not checked"))
     return report
 
 
@@ -784,25 +805,24 @@ def diagnose(run_dir: str | Path) -> DoctorReport:
 def format_report(report: DoctorReport) -> str:
     """The report as text: each symptom seen (evidence, what to try), those checked and not seen, the
     evidence missing to call the run healthy, notes, and a one-line verdict."""
-    lines = [f"doctor: {report.run}"]
+    lines = [_("doctor: {run}").format(run=report.run)]
     for f in report.findings:
         if f.detected and f.caused_by:
-            lines.append(
-                f"  ~ {f.title}: seen, but a consequence of the {SHORT[f.caused_by]} (fix that first)"
-            )
+            lines.append("  ~ " + _("{title}: seen, but a consequence of the {cause} (fix that first)").format(
+                title=f.title, cause=_(SHORT[f.caused_by])))
             lines += [f"      - {e}" for e in f.evidence]
         elif f.detected:
             lines.append(f"  ✗ {f.title}")
             lines += [f"      - {e}" for e in f.evidence]
-            lines.append(f"      → try: {f.suggestion}")
+            lines.append("      → " + _("try: {suggestion}").format(suggestion=f.suggestion))
         elif f.checked:
-            lines.append(f"  ✓ no sign of {f.title}")
+            lines.append("  ✓ " + _("no sign of {title}").format(title=f.title))
             lines += [f"      {e}" for e in f.evidence]
         else:
-            lines.append(f"  ? not checked: {f.title}")
-    lines += [f"  missing evidence: {m}" for m in report.missing]
-    lines += [f"  note: {n}" for n in report.notes]
-    lines.append("verdict: " + report.verdict())
+            lines.append("  ? " + _("not checked: {title}").format(title=f.title))
+    lines += ["  " + _("missing evidence: {what}").format(what=m) for m in report.missing]
+    lines += ["  " + _("note: {note}").format(note=n) for n in report.notes]
+    lines.append(_("verdict: {verdict}").format(verdict=report.verdict()))
     return "\n".join(lines)
 
 
@@ -811,5 +831,5 @@ def short_verdict(report: DoctorReport) -> str:
     "healthy", or "too little evidence"."""
     seen = report.detected
     if seen:
-        return "; ".join(f"{SHORT[f.symptom]} → {f.suggestion.split(' (')[0]}" for f in seen)
-    return "healthy" if report.healthy else "no symptom, too little evidence"
+        return "; ".join(f"{_(SHORT[f.symptom])} → {f.suggestion.split(' (')[0]}" for f in seen)
+    return _("healthy") if report.healthy else _("no symptom, too little evidence")

@@ -8,11 +8,16 @@
    for a Transformer — recorded by forward hooks on a teacher-forced pass;
 4. for GRU models, the update gate z and reset gate r at every step (§6–7), read from the
    from-scratch GRU (the same weights loaded into ``scratch_gru=True``; it is checked to give the
-   same logits as the trained model);
+   same logits as the trained model); for Transformers, the norm placement (pre-norm against the
+   notes' post-norm, §20) and the residual adds X + Sublayer(·) of every layer (:mod:`.explain_roles`);
 5. greedy decoding step by step (§3, §22): the attention over the source and the top-k logits with
    their probabilities (§8) — the translator's own greedy search, watched step by step;
-6. with a reference: the teacher-forced cross-entropy, token by token, and the sentence BLEU (§21);
-7. the §9 tables: which things are parameters (with shapes) and which are computed values.
+6. Query, Key and Value of each attention kind (§2, §12, §18), ``in_proj`` split into W_q, W_k, W_v
+   and heads (§11), and step 1's scores worked by hand (:mod:`.explain_roles`);
+7. one logit worked by hand, ``W_o[id]·out + b_o[id]`` (§8), and weight tying;
+8. with a reference: the teacher-forced cross-entropy, token by token, and the sentence BLEU (§21);
+9. the §9 tables: which things are parameters (with shapes) and which are not: computed values
+   (context vectors included) and buffers (the positional encoding).
 
 What differs between model families is asked of the model (:func:`attnlab.models.traits`), never
 of its kind name.
@@ -34,8 +39,10 @@ from attnlab.data.text import tokenize
 from attnlab.data.vocab import EOS, UNK
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import d2l_bleu
+from attnlab.i18n import N_, _
+from attnlab.inspection import explain_roles as roles
 from attnlab.inspection.movement import FORMED_MOVEMENT, attention_movement, formation_note
-from attnlab.inspection.params import parameter_report
+from attnlab.inspection.params import parameter_report, tied_note
 from attnlab.models import ModelTraits, StepOutput, build_model, traits
 from attnlab.models.gru import ScratchGRU
 from attnlab.translator import Translator, decode_many, teacher_forced, token_labels
@@ -198,26 +205,32 @@ def explain(translator: Translator, sentence: str, reference: str | None = None,
     src_labels = token_labels(tr.src_tok, ids)
     tracks = gate_tracks(model, tr.cfg.model.bidirectional, src_labels, [st.input for st in steps]) if t.recurrent else None
     batch, fwd = _network_section(model, ids, hyp, tr, out)  # 3
+    cap = roles.capture(model, batch, tr.device)  # the tensors sections 4, 6, 7 and 9 work by hand
+    tgt_labels = token_labels(tr.tgt_tok, batch.tgt_in[0].tolist(), eos=False)  # <bos> y1 …: decoder inputs
     if tracks is not None:
         _gates_section(tr, model, batch, tracks, out, Path(figures_dir) if figures_dir is not None else None)  # 4
+    roles.residual_section(model, cap, src_labels, tgt_labels, out)  # 4 (Transformers)
     translation = _decoding_section(tr, steps, hyp, top_k, out)  # 5
+    roles.roles_section(model, t, cap, src_labels, tgt_labels, steps[0].weights if steps else None, out)  # 6
+    roles.logit_section(model, t, cap, tr.tgt_tok, out)  # 7
     if reference is not None:
-        _loss_section(model, tr, ids, reference, translation, out)  # 6
-    _tables(tr, t, model, seq, fwd, batch.tgt_in.shape[1], reference is not None, out)  # 7
+        _loss_section(model, tr, ids, reference, translation, out)  # 8
+    _tables(tr, t, model, seq, cap, batch.tgt_in.shape[1], reference is not None, out)  # 9
     return "\n".join(lines)
 
 
 def _tokens_section(tr: Translator, sentence: str, ids: list[int], truncated: bool, out: Out) -> None:
     """1. tokens → ids (§4)."""
     seq = ids + [EOS]
-    out(f"== 1. tokens → ids (notes §4) — {tr.cfg.model.kind} model, source vocabulary of {len(tr.src_tok)} entries")
+    out(_("== 1. tokens → ids (notes §4) — {kind} model, source vocabulary of {size} entries").format(
+        kind=tr.cfg.model.kind, size=len(tr.src_tok)))
     out(f"  sentence     : {sentence!r}")
     tokens = " ".join(token_labels(tr.src_tok, ids))
     out(f"  tokens       : {tokens}" + ("   (truncated to fit the model)" if truncated else ""))
     out(f"  ids  X       : {seq}   shape ({len(seq)},), valid_len = {len(seq)}")
     unk = [w for w, i in zip(tr.src_tok.tokens(sentence), ids) if i == UNK]
     if unk:
-        out(f"  unknown words became <unk> (id {UNK}): {', '.join(unk)}")
+        out(_("  unknown words became <unk> (id {unk}): {words}").format(unk=UNK, words=", ".join(unk)))
     out("  ids are row numbers in the vocabulary, not quantities: 86 is not 'more' than 37.")
 
 
@@ -227,15 +240,18 @@ def _embedding_section(tr: Translator, t: ModelTraits, model: nn.Module, seq: li
     E = tr.cfg.model.embed_size if t.recurrent else D  # GRU models have their own embedding size
     emb = model.get_submodule(t.embeddings[0])  # the source's table (traits list it first)
     V_src = emb.weight.shape[0]
-    out(f"\n== 2. embedding (§5): a trainable lookup table of shape ({V_src}, {E}); each id selects one row")
+    out("\n" + _("== 2. embedding (§5): a trainable lookup table of shape ({rows}, {cols}); each id selects one row")
+        .format(rows=V_src, cols=E))
     with torch.inference_mode():
         for tok, i in zip(token_labels(tr.src_tok, seq[:-1]), seq):
-            out(f"  {tok:>12} → row {i:>5} = {_vec(emb.weight[i].float().cpu())}")
-    out(f"  → source embeddings of shape (1, {len(seq)}, {E}) (batch, steps, embed size)")
+            out(_("  {token:>12} → row {id:>5} = {vector}").format(token=tok, id=i,
+                                                                   vector=_vec(emb.weight[i].float().cpu())))
+    out(_("  → source embeddings of shape (1, {steps}, {size}) (batch, steps, embed size)").format(
+        steps=len(seq), size=E))
     if not t.recurrent:
         out(
-            f"  Transformer input: embedding × √D (√{D} = {math.sqrt(D):.2f}) + positional encoding P[0:{len(seq)}] "
-            f"(§13–15) → (1, {len(seq)}, {D})"
+            _("  Transformer input: embedding × √D (√{D} = {scale:.2f}) + positional encoding P[0:{steps}] "
+              "(§13–15) → (1, {steps}, {D})").format(D=D, scale=math.sqrt(D), steps=len(seq))
         )
 
 
@@ -305,7 +321,8 @@ def _network_section(model: nn.Module, ids: list[int], hyp: list[int], tr: Trans
     modules = _record_modules(model, run)
     fwd = holder["out"]
     out(
-        f"\n== 3. through the network (teacher-forced over its own output: decoder input <bos> y…, {T} steps)"
+        "\n" + _("== 3. through the network (teacher-forced over its own output: decoder input <bos> y…, {T} steps)")
+        .format(T=T)
     )
     width = max(len(n) for n, *_ in modules)
     for name, cls, shape, calls in modules:
@@ -350,15 +367,15 @@ def gate_tracks(model: nn.Module, bidirectional: bool, src_labels: list[str], de
     dec_g = dec_rnn.gates
     dec = GateTrack(steps([x.z for x in dec_g]), steps([x.r for x in dec_g]), steps([x.h_tilde for x in dec_g]),
                     steps(dec_rnn.outputs), dec_inputs)
-    return {"encoder": enc, "decoder": dec}
+    return {N_("encoder"): enc, N_("decoder"): dec}
 
 
 #: (GateTrack field, name, formula, meaning): the notes' §7 formulas, as computed here (the candidate in nn.GRU's placement, see RESET_PLACEMENT).
 GATE_FORMULAS = (
-    ("z", "update gate", "z_t = σ(W_xz x_t + W_hz h_t−1 + b_z)", "near 1 keeps the old state"),
-    ("r", "reset gate", "r_t = σ(W_xr x_t + W_hr h_t−1 + b_r)", "near 0 lets the candidate ignore it"),
-    ("h_tilde", "candidate", "h̃_t = tanh(W_xh x_t + b_xh + r_t ⊙ (W_hh h_t−1 + b_hh))", "new content"),
-    ("h", "new state", "h_t = z_t ⊙ h_t−1 + (1 − z_t) ⊙ h̃_t", "old and new mixed"),
+    ("z", N_("update gate"), "z_t = σ(W_xz x_t + W_hz h_t−1 + b_z)", N_("near 1 keeps the old state")),
+    ("r", N_("reset gate"), "r_t = σ(W_xr x_t + W_hr h_t−1 + b_r)", N_("near 0 lets the candidate ignore it")),
+    ("h_tilde", N_("candidate"), "h̃_t = tanh(W_xh x_t + b_xh + r_t ⊙ (W_hh h_t−1 + b_hh))", N_("new content")),
+    ("h", N_("new state"), "h_t = z_t ⊙ h_t−1 + (1 − z_t) ⊙ h̃_t", N_("old and new mixed")),
 )
 
 RESET_PLACEMENT = (
@@ -379,9 +396,10 @@ def _gates_section(tr: Translator, model: nn.Module, batch: Batch, tracks: dict[
                    figures_dir: Path | None) -> None:
     """4. the GRU's gates z, r, candidate h̃ and state h_t at every step, for a few units (§6–7)."""
     D = tr.cfg.model.num_hiddens
-    out(f"\n== 4. GRU gates (§6–7; the from-scratch GRU with the trained weights, top layer, {D} units):")
-    for _, name, formula, meaning in GATE_FORMULAS:
-        out(f"  {name:<11} {formula:<58} {meaning}")
+    out("\n" + _("== 4. GRU gates (§6–7; the from-scratch GRU with the trained weights, top layer, {D} units):")
+        .format(D=D))
+    for _field, name, formula, meaning in GATE_FORMULAS:
+        out(f"  {_(name):<11} {formula:<58} {_(meaning)}")
     for line in RESET_PLACEMENT:
         out("  " + line)
     out(f"  scratch GRU reproduces the trained model's logits: max |Δ| = {_scratch_gap(tr, model, batch):.1e}")
@@ -392,7 +410,7 @@ def _gates_section(tr: Translator, model: nn.Module, batch: Batch, tracks: dict[
     for part, track in tracks.items():
         units = _units(track)
         where = " (forward direction)" if part == "encoder" and tr.cfg.model.bidirectional else ""
-        out(f"  {part}{where}: units {', '.join(map(str, units))} (the {len(units)} whose z varies most over "
+        out(f"  {_(part)}{where}: units {', '.join(map(str, units))} (the {len(units)} whose z varies most over "
             f"the steps); mean z and r over all {D} units beside")
         for t, tok in enumerate(track.labels):
             cols = "  ".join(f"{sym} {_units_vec(getattr(track, f), units, t)}"
@@ -421,14 +439,14 @@ def gates_figure(tracks: dict[str, GateTrack]):
     fig = new_figure((min(22.0, 4 * (1.6 + 0.3 * n_steps)), 3.2 * len(tracks) + 0.6))
     axes = fig.subplots(len(tracks), 4, squeeze=False)
     for row, (part, track) in enumerate(tracks.items()):
-        for col, (field_name, name, formula, _) in enumerate(GATE_FORMULAS):
+        for col, (field_name, name, formula, _meaning) in enumerate(GATE_FORMULAS):
             ax = axes[row][col]
             data = getattr(track, field_name).float().cpu().numpy()  # (D, steps)
             gate = col < 2
             im = ax.imshow(data, aspect="auto", interpolation="nearest", cmap="viridis" if gate else "RdBu_r",
                            vmin=0.0 if gate else -1.0, vmax=1.0)
             ax.set_xticks(range(len(track.labels)), track.labels, rotation=60, fontsize=8)
-            ax.set_title(f"{part}: {name}\n{formula}", fontsize=8)
+            ax.set_title(f"{_(part)}: {_(name)}\n{formula}", fontsize=8)
             if col == 0:
                 ax.set_ylabel("hidden unit")
             fig.colorbar(im, ax=ax, fraction=0.05)
@@ -439,28 +457,30 @@ def gates_figure(tracks: dict[str, GateTrack]):
 def _decoding_section(tr: Translator, steps: list[_Step], hyp: list[int], top_k: int, out: Out) -> str:
     """5. greedy decoding, one step at a time (§3, §8, §22); returns the translation."""
     out(
-        f"\n== 5. greedy decoding, one step at a time (§22): attention over the source, then logits = W_o s + b_o "
-        f"(§8), shape (1, {len(tr.tgt_tok)}), softmax → probabilities; top {top_k} shown"
+        "\n" + _("== 5. greedy decoding, one step at a time (§22): attention over the source, then logits = "
+                 "W_o s + b_o (§8), shape (1, {V}), softmax → probabilities; top {k} shown").format(
+            V=len(tr.tgt_tok), k=top_k)
     )
     with_context = [st for st in steps if st.context is not None]
     if with_context:
         gap = max(st.context_gap for st in with_context)
-        out("  context vector (§1): c_t' = Σ_t α(s_t'−1, h_t) h_t — the encoder states h_t (the values) weighted by")
-        out("  this step's attention; the decoder GRU reads embedding(y_t'−1) ⊕ c_t'. Σ α h recomputed from the weights")
-        out(f"  equals the attention module's own output: max |Δ| = {gap:.1e}")
+        out(_("  context vector (§1): c_t' = Σ_t α(s_t'−1, h_t) h_t — the encoder states h_t (the values) weighted by"))
+        out(_("  this step's attention; the decoder GRU reads embedding(y_t'−1) ⊕ c_t'. Σ α h recomputed from the weights"))
+        out(_("  equals the attention module's own output: max |Δ| = {gap:.1e}").format(gap=gap))
     for t, st in enumerate(steps):
-        out(f"  step {t + 1}: input {st.input!r}")
+        out(_("  step {step}: input {input!r}").format(step=t + 1, input=st.input))
         if st.attention is not None:
             att = ", ".join(f"{tok} {w:.2f}" for tok, w in st.attention)
-            out(f"    attention ({st.attention_kind}): {att}")
+            out(_("    attention ({kind}): {weights}").format(kind=st.attention_kind, weights=att))
         if st.context is not None:
-            out(f"    context c_{t + 1} = {_vec(st.context)} ({st.context.numel()} dims), "
+            out(_("    context c_{step} = {vector} ({dims} dims), ").format(
+                step=t + 1, vector=_vec(st.context), dims=st.context.numel()) +
                 f"‖c‖ = {float(st.context.norm()):.3f}")
         out("    top: " + "  ".join(f"{tok} {p:.3f}" for tok, p in st.top))
-        out(f"    → chooses {st.chosen!r} (p = {st.p_chosen:.3f})")
+        out(_("    → chooses {token!r} (p = {p:.3f})").format(token=st.chosen, p=st.p_chosen))
     _movement_lines(steps, out)
     translation = tr.tgt_tok.decode(hyp)
-    out(f"  translation: {translation!r}")
+    out(_("  translation: {text!r}").format(text=translation))
     return translation
 
 
@@ -503,8 +523,8 @@ def _loss_section(model, tr: Translator, ids: list[int], reference: str, transla
     labels = b.tgt_out[0]
     nll = -log_probs.gather(1, labels[:, None])[:, 0]  # (T,)
     out(
-        "\n== 6. loss against the reference (§3, §21): teacher forcing feeds <bos> + reference, labels are "
-        "reference + <eos>; cross-entropy = mean of −log p(label)"
+        "\n" + _("== 8. loss against the reference (§3, §21): teacher forcing feeds <bos> + reference, labels are "
+                 "reference + <eos>; cross-entropy = mean of −log p(label)")
     )
     for t in range(labels.numel()):
         inp = tr.tgt_tok.id_to_token(int(b.tgt_in[0, t]))
@@ -521,41 +541,51 @@ def _loss_section(model, tr: Translator, ids: list[int], reference: str, transla
 
 
 def _tables(
-    tr: Translator, t: ModelTraits, model: nn.Module, seq: list[int], fwd, T: int, has_loss: bool, out: Out
+    tr: Translator, t: ModelTraits, model: nn.Module, seq: list[int], cap: roles.Capture, T: int, has_loss: bool,
+    out: Out,
 ) -> None:
-    """7. which things are parameters (with shapes) and which are computed values (§9)."""
+    """9. which things are parameters (with shapes) and which are not: computed values, buffers (§9)."""
+    fwd = cap.fwd
     report = parameter_report(model)
-    out("\n== 7. what is a parameter and what is computed (§9)")
-    out(f"  parameters: learned by backpropagation, saved in the checkpoint — {report.total:,} numbers")
+    out("\n" + _("== 9. what is a parameter and what is computed (§9)"))
+    out(_("  parameters: learned by backpropagation, saved in the checkpoint — {total:,} numbers").format(
+        total=report.total))
     for g in report.groups:
         shapes = ", ".join(f"{n} {'×'.join(map(str, s))}" for n, s in g.tensors[:3])
         more = f", … ({len(g.tensors) - 3} more tensors)" if len(g.tensors) > 3 else ""
-        tied = f" [+ {', '.join(a for a, _ in g.tied)} tied, counted once]" if g.tied else ""
+        tied = f" [{tied_note(report, g)}]" if g.tied else ""
         out(f"    {g.name:<30} {g.count:>10,}  {shapes}{more}{tied}")
     S, V, D = len(seq), len(tr.tgt_tok), tr.cfg.model.num_hiddens
-    out("  computed values: recomputed for every sentence, never saved, not learned")
+    out(_("  computed values: recomputed for every sentence, never saved, not learned"))
     rows = [
-        ("token ids X", f"({S},)", "integers, row numbers in the vocabulary (§4)"),
-        ("source embeddings", f"(1, {S}, {tr.cfg.model.embed_size if t.recurrent else D})",
-         "rows of the embedding table (§5)"),
+        (_("token ids X"), f"({S},)", _("integers, row numbers in the vocabulary (§4)")),
+        (_("source embeddings"), f"(1, {S}, {tr.cfg.model.embed_size if t.recurrent else D})",
+         _("rows of the embedding table (§5)")),
         *_state_rows(tr, t, S, T),
     ]
     for k, w in fwd.attention.items():
-        rows.append((f"attention weights {k}", _fmt_shape(w), "softmax of scores: rows sum to 1 (§12)"))
+        rows.append((_("attention weights {kind}").format(kind=k), _fmt_shape(w),
+                     _("softmax of scores: rows sum to 1 (§12)")))
+    rows += roles.context_rows(model, t, cap)
     rows += [
         ("logits", f"(1, {T}, {V})", "W_o s + b_o (§8)"),
-        ("probabilities", f"(1, {T}, {V})", "softmax of the logits"),
+        (_("probabilities"), f"(1, {T}, {V})", _("softmax of the logits")),
     ]
     if has_loss:
-        rows.append(("loss", "scalar", "cross-entropy against the reference (§21)"))
-    rows.append(("BLEU", "scalar", "a score of the output text, not differentiable (§21)"))
+        rows.append(("loss", _("scalar"), _("cross-entropy against the reference (§21)")))
+    rows.append(("BLEU", _("scalar"), _("a score of the output text, not differentiable (§21)")))
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
     for name, shape, note in rows:
         out(f"    {name:<{w0}}  {shape:<{w1}}  {note}")
+    buffers = [r for r in report.not_parameters if r.what == "buffer"]
+    if buffers:
+        out(_("  buffers: tensors the model holds that are not parameters (no gradient, not learned)"))
+        for r in buffers:
+            out(f"    {r.name}  {r.size}: {r.note}")
     m = tr.cfg.model
     out(
-        f"  hyperparameters (set by you, neither learned nor computed, §10): num_hiddens={m.num_hiddens}, "
+        _("  hyperparameters (set by you, neither learned nor computed, §10): ") + f"num_hiddens={m.num_hiddens}, "
         f"num_layers={m.num_layers}, num_heads={m.num_heads}, dropout={m.dropout}, lr={tr.cfg.train.lr}, "
         f"num_steps={tr.cfg.data.num_steps}"
     )
@@ -568,15 +598,15 @@ def _state_rows(tr: Translator, t: ModelTraits, S: int, T: int) -> list[tuple[st
     if t.recurrent:
         dirs = 2 if m.bidirectional else 1
         return [
-            ("encoder hidden states h_t", f"(1, {S}, {dirs * D})",
-             "GRU states, one per source step (§6)" + ("; [h→; h←]" if dirs == 2 else "")),
-            ("gates z, r and candidate h̃", f"(1, {dirs * m.num_layers}, steps, {D})",
-             "per step (§7)" + ("; encoder: layers × directions" if dirs == 2 else "")),
-            ("decoder states s_t'", f"({m.num_layers}, 1, {D}) per step", "(§6)"),
+            (_("encoder hidden states h_t"), f"(1, {S}, {dirs * D})",
+             _("GRU states, one per source step (§6)") + ("; [h→; h←]" if dirs == 2 else "")),
+            (_("gates z, r and candidate h̃"), f"(1, {dirs * m.num_layers}, steps, {D})",
+             _("per step (§7)") + ("; encoder: layers × directions" if dirs == 2 else "")),
+            (_("decoder states s_t'"), f"({m.num_layers}, 1, {D}) per step", "(§6)"),
         ]
     if t.one_sequence:
         return [("hidden states", f"(1, {S} + {T}, {D}) per layer", "source and target in one sequence (§28)")]
     return [
-        ("encoder states (memory)", f"(1, {S}, {D})", "keys and values of the cross-attention (§17)"),
-        ("decoder states", f"(1, {T}, {D})", "(§18)"),
+        (_("encoder states (memory)"), f"(1, {S}, {D})", _("keys and values of the cross-attention (§17)")),
+        (_("decoder states"), f"(1, {T}, {D})", "(§18)"),
     ]

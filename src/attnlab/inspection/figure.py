@@ -11,6 +11,8 @@ import io
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from attnlab.inspection.fonts import use_cjk_fallback
+
 __all__ = ["InlineFigure"]
 
 
@@ -22,6 +24,7 @@ class InlineFigure(Figure):
     """
 
     def __init__(self, *args, **kwargs) -> None:
+        use_cjk_fallback()  # Chinese labels (--lang zh) and CJK tokens: a CJK font where one is installed
         super().__init__(*args, **kwargs)
         FigureCanvasAgg(self)
 

@@ -1,0 +1,126 @@
+"""The learner's language: the teaching text in English or in the notes' Chinese (issue #18, item 10).
+
+The notes are Chinese; the commands that teach (``doctor``, ``explain``, ``data``'s walk-through, the
+``params`` tables, the web page's notes) speak Chinese on request, in the notes' own terms (查询/键/值,
+更新门/重置门, 上下文向量, 位置编码, 参数/超参数, 注意力权重, …). The mechanism is the standard one, Python's
+:mod:`gettext`: the English text is the message id, wrapped in ``_()`` where it is printed, and the
+catalogue ``locale/<lang>/LC_MESSAGES/attnlab.po`` holds each translation. The compiled ``.mo`` beside
+it is committed (so an installed package needs nothing to build it) and must agree with the ``.po``:
+``tests/test_i18n.py`` compiles the ``.po`` with Babel and compares. After editing the ``.po``::
+
+    pybabel compile -D attnlab -d src/attnlab/locale          # Babel is a dev dependency
+
+Texts with values are ``str.format`` templates (``_("loss {loss:.3f}").format(loss=x)``), never
+f-strings, so the message id is a constant that a catalogue can hold; ``N_()`` marks a constant that
+is stored first and translated where it is shown (a table of titles).
+
+Which language: :func:`set_language` (the CLI's ``--lang`` on every command), else the
+``ATTNLAB_LANG`` environment variable, else English. The system locale (``LANG``) is deliberately not
+read: a user's output, and the tests', should not change with the machine they run on. A language
+without a catalogue is a :class:`LanguageError` naming the available ones.
+
+Imports only the standard library and :mod:`attnlab.errors` (the base layer).
+"""
+
+from __future__ import annotations
+
+import gettext
+import os
+from pathlib import Path
+
+from attnlab.errors import AttnlabError
+
+__all__ = ["DOMAIN", "ENV_VAR", "LOCALE_DIR", "LanguageError", "N_", "Templates", "_", "add_lang_argument",
+           "available_languages", "language",
+           "set_language"]
+
+DOMAIN = "attnlab"
+ENV_VAR = "ATTNLAB_LANG"
+LOCALE_DIR = Path(__file__).resolve().parent / "locale"
+SOURCE_LANGUAGE = "en"  # the message ids themselves: no catalogue
+
+
+class LanguageError(AttnlabError):
+    """A language asked for (``--lang`` or ``ATTNLAB_LANG``) that has no catalogue."""
+
+
+_translations: gettext.NullTranslations | None = None  # None: not chosen yet (read ATTNLAB_LANG on first use)
+_language = SOURCE_LANGUAGE
+
+
+def available_languages() -> list[str]:
+    """``en`` and every language with a compiled catalogue (``locale/<lang>/LC_MESSAGES/attnlab.mo``)."""
+    found = sorted(p.parent.parent.name for p in LOCALE_DIR.glob(f"*/LC_MESSAGES/{DOMAIN}.mo"))
+    return [SOURCE_LANGUAGE, *(lang for lang in found if lang != SOURCE_LANGUAGE)]
+
+
+def _normalise(lang: str) -> str:
+    """``zh``, ``zh_CN``, ``zh-Hans``, ``zh_CN.UTF-8`` → ``zh``: one catalogue per language, not per region."""
+    return lang.strip().replace("-", "_").split(".")[0].split("_")[0].lower()
+
+
+def set_language(lang: str | None = None) -> str:
+    """Speak ``lang`` from now on (``None``: ``$ATTNLAB_LANG``, else English); returns the language set.
+
+    Raises:
+        LanguageError: no catalogue for ``lang`` (the message names the available languages).
+    """
+    global _translations, _language
+    source = "--lang"
+    if lang is None or not lang.strip():
+        lang, source = os.environ.get(ENV_VAR, "").strip() or SOURCE_LANGUAGE, ENV_VAR
+    code = _normalise(lang)
+    if code == SOURCE_LANGUAGE:
+        _translations, _language = gettext.NullTranslations(), code
+        return code
+    langs = available_languages()
+    if code not in langs:
+        raise LanguageError(
+            f"{source} {lang!r} is not an available language; choose one of: {', '.join(langs)}"
+        )
+    _translations = gettext.translation(DOMAIN, localedir=LOCALE_DIR, languages=[code])
+    _language = code
+    return code
+
+
+def language() -> str:
+    """The language the text is written in now (``en``, ``zh``, …)."""
+    if _translations is None:
+        set_language(None)
+    return _language
+
+
+def _(message: str) -> str:
+    """``message`` in the current language (itself when the catalogue has no translation)."""
+    if _translations is None:
+        set_language(None)
+    return _translations.gettext(message)  # type: ignore[union-attr]
+
+
+def N_(message: str) -> str:
+    """Mark ``message`` for the catalogue without translating it now (translate it where it is shown)."""
+    return message
+
+
+def add_lang_argument(parser, top_level: bool = False) -> None:
+    """Add ``--lang LANG`` to an argparse ``parser`` (the CLI puts it on the top level and every command).
+
+    Commands' copies leave the value unset unless given (``SUPPRESS``), so ``attnlab --lang zh doctor RUN``
+    and ``attnlab doctor RUN --lang zh`` both work; :func:`set_language` checks the value (one clear line).
+    """
+    import argparse  # the CLI's business; this module is otherwise only gettext
+
+    parser.add_argument(
+        "--lang", metavar="LANG", default=None if top_level else argparse.SUPPRESS,
+        help=f"language of the teaching text: {' or '.join(available_languages())} (default: ${ENV_VAR}, else en)",
+    )
+
+
+class Templates(dict):
+    """A ``{key: English template}`` table whose lookups are translated: ``T[key]`` is ``_(stored value)``.
+
+    The table a module prints from (its values wrapped in :func:`N_` for the catalogue) stays one plain
+    dict literal; ``.items()`` / ``.values()`` give the English originals."""
+
+    def __getitem__(self, key: str) -> str:
+        return _(super().__getitem__(key))
