@@ -130,3 +130,43 @@ def test_best_alignment_heads_names_real_heads_best_first(tiny_runs, numbers_gol
     assert aers == sorted(aers) and aers[0] == report.best().counts.aer
     fig = A.heatmap_figure(report)
     assert isinstance(fig, Figure) and len(fig.axes) == 3  # two panels and the colour bar
+
+
+def test_align_cli_extraction_options_and_top_k(tiny_runs, numbers_gold, tmp_path, capsys):
+    run = tiny_runs("transformer")
+    args = ["--gold", numbers_gold, "--no-ibm", "--json", "--save-dir", tmp_path / "o"]
+    rc, js, err = _run_align(capsys, run, *args, "--links", "grow-diag", "--null", "--threshold", 0.05, "--top-k", 2)
+    assert rc == 0, err
+    data = json.loads(js)
+    assert data["links"] == {"method": "grow-diag", "threshold": 0.05, "null": True}
+    ex = A.Extraction("grow-diag", 0.05, True)
+    report = A.attention_scores(Translator.from_run(run), A.read_gold(numbers_gold), ex=ex, top_k=2)
+    lib = {(s.layer, s.head, s.shift): s.counts.aer for s in report.scores}
+    assert all(s["aer"] == pytest.approx(lib[s["layer"], s["head"], s["shift"]], abs=1e-5) for s in data["scores"])
+    # the top-k members are the two best real heads at the best head's shift, best first
+    shift = report.best().shift
+    ranked = sorted(
+        (s for s in report.scores if s.shift == shift and s.head is not None),
+        key=lambda s: (s.counts.aer, s.layer, s.head),
+    )
+    assert data["top_k"]["members"] == [[s.layer, s.head] for s in ranked[:2]]
+    rc, _, err = _run_align(capsys, run, *args, "--threshold", 1.5)
+    assert rc == 2 and "[0, 1)" in err and err.count("\n") == 1
+
+
+def test_heads_names_alignment_heads_with_gold(tiny_runs, numbers_gold, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(A.GOLD_ENV, raising=False)
+    run = tiny_runs("transformer")
+    base = ["heads", str(run), "--sentences", "4", "--no-importance", "--save-dir", str(tmp_path / "h")]
+    assert main(base) == 0
+    assert "AER vs gold" not in capsys.readouterr()[0]  # no gold named: no column
+    monkeypatch.setenv(A.GOLD_ENV, str(numbers_gold))
+    assert main(base) == 0
+    out = capsys.readouterr()[0]
+    best = A.best_alignment_heads(A.attention_scores(Translator.from_run(run), A.read_gold(numbers_gold)))[0]
+    assert "AER vs gold" in out and "Alignment heads" in out
+    assert f"cross (enc-dec) layer {best.layer + 1} head {best.head + 1} ({100 * best.counts.aer:.1f} %)" in out
+    data = json.loads((tmp_path / "h" / "heads.json").read_text())
+    cross = [h for h in data["heads"] if h["kind"] == "cross"]
+    assert cross and all(0 <= h["align_aer"] <= 1 for h in cross)
+    assert all("align_aer" not in h for h in data["heads"] if h["kind"] != "cross")

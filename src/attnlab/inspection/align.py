@@ -18,8 +18,12 @@ Alignment Error Rate (Och & Ney 2003), with A the predicted, S the sure and P th
 (S ⊆ P), summed over the corpus: ``AER = 1 − (|A∩S| + |A∩P|) / (|A| + |S|)``, precision
 ``|A∩P| / |A|``, recall ``|A∩S| / |S|``.
 
+How a map becomes links beyond this argmax (both directions of one map symmetrised, a threshold,
+``<eos>`` as NULL, the best heads averaged) lives in :mod:`attnlab.inspection.align_extract`.
+
 Beside the heads, a statistical aligner trained in the same run on the same sentences: NLTK's IBM
-Model 2 (the ``align`` extra), and the published figures of the README of the gold set.
+Model 2 (the ``align`` extra; :mod:`attnlab.inspection.align_ibm`), both directions symmetrised with
+grow-diag-final-and by default, and the published figures of the README of the gold set.
 
 Dimension key: N maps (heads and averages), L layers, H heads, Q queries (decoder inputs),
 K keys (source tokens), Tt/Ss target/source pieces, Gt/Gs target/source words.
@@ -30,20 +34,36 @@ from __future__ import annotations
 import math
 import os
 import time
-import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from attnlab.data import corpus
 from attnlab.data.batching import collate
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK
-from attnlab.errors import AttnlabError
+from attnlab.inspection.align_extract import (  # noqa: F401  (re-exported: align's public names)
+    METHODS,
+    AlignError,
+    Extraction,
+    Side,
+    argmax_links,
+    extract_links,
+    head_keys,
+    stack_heads,
+    symmetrise,
+    word_attention,
+    word_matrix,
+)
+from attnlab.inspection.align_ibm import (  # noqa: F401
+    ibm2_links,
+    ibm_baseline,
+    require_nltk,
+    tatoeba_words,
+)
 from attnlab.models import traits
 from attnlab.translator import Translator, teacher_forced
 
@@ -59,10 +79,6 @@ DOMAIN_NOTE = (
 )
 
 Link = tuple[int, int]  # (English word, French word), 0-based
-
-
-class AlignError(AttnlabError):
-    """The gold folder, its files or the run cannot be used for alignment."""
 
 
 # ----------------------------------------------------------------------------------------- gold set
@@ -249,17 +265,6 @@ def contract_french(words: Sequence[str]) -> list[tuple[str, list[int]]]:
     return out
 
 
-@dataclass
-class Side:
-    """One sentence side as the model reads it: ``ids`` (no ``<eos>``), the word group owning each
-    id (``owner``), and each group's gold word indices (``groups``; a group may own no id)."""
-
-    ids: list[int]
-    owner: list[int]
-    groups: list[list[int]]
-    words: list[str] = field(default_factory=list)  # the model's words, one per group
-
-
 def map_side(tok, words: Sequence[str], contract: bool = False) -> Side:
     """Encode gold ``words`` group by group with the run's tokenizer (word-level or BPE).
 
@@ -294,69 +299,6 @@ def oov_rates(tok, sides: Sequence[Side]) -> dict[str, float]:
 # ------------------------------------------------------------------------------ attention → links
 
 
-def head_keys(layers: int, heads: int) -> list[tuple[int | None, int | None]]:
-    """Labels of the maps :func:`stack_heads` returns: ``(layer, head)``, then ``(layer, None)`` for each
-    layer's head average (when H > 1), then ``(None, None)`` for the average of all (when L > 1)."""
-    keys: list[tuple[int | None, int | None]] = [(li, h) for li in range(layers) for h in range(heads)]
-    if heads > 1:
-        keys += [(li, None) for li in range(layers)]
-    if layers > 1:
-        keys.append((None, None))
-    return keys
-
-
-def stack_heads(maps: Tensor) -> Tensor:
-    """``(L, H, Q, K)`` → ``(N, Q, K)`` in :func:`head_keys` order."""
-    L, H, Q, K = maps.shape
-    parts = [maps.reshape(L * H, Q, K)]  # (L·H, Q, K)
-    if H > 1:
-        parts.append(maps.mean(1))  # (L, Q, K)
-    if L > 1:
-        parts.append(maps.mean((0, 1))[None])  # (1, Q, K)
-    return torch.cat(parts)
-
-
-def _owner_matrix(owner: Sequence[int], groups: int) -> Tensor:
-    m = torch.zeros(len(owner), groups)
-    if owner:
-        m[torch.arange(len(owner)), torch.tensor(owner)] = 1.0
-    return m  # (pieces, groups)
-
-
-def word_attention(maps: Tensor, src: Side, tgt: Side, shift: int = 0) -> Tensor:
-    """Word-level attention ``(N, Gt, Gs)`` from piece-level maps ``(N, Q, K)`` (queries = decoder inputs
-    ``<bos> y1 … yn``, so ``Q ≥ n + 1``; keys = source pieces then ``<eos>``).
-
-    Target piece k is read at query ``k + shift``: 0 = the step that predicts it, 1 = the step that
-    reads it (Chen et al. 2020). A word's row is the mean over its pieces; a source word's column the
-    sum over its pieces; the ``<eos>`` key is dropped.
-    """
-    nt, ns = len(tgt.ids), len(src.ids)
-    if maps.shape[1] < nt + shift:
-        raise ValueError(f"{maps.shape[1]} queries cannot serve {nt} target pieces at shift {shift}")
-    rows = maps[:, shift : shift + nt, :ns].float()  # (N, Tt, Ss)
-    mt, ms = _owner_matrix(tgt.owner, len(tgt.groups)), _owner_matrix(src.owner, len(src.groups))
-    words = torch.einsum("tg,ntk,ks->ngs", mt, rows, ms)  # (N, Gt, Gs)
-    return words / mt.sum(0).clamp_min(1.0)[None, :, None]
-
-
-def argmax_links(words: Tensor, src: Side, tgt: Side) -> list[set[tuple[int, int]]]:
-    """Per map: each target word linked to its most-attended source word, as ``(source, target)`` gold
-    indices (a joined word links all its gold words). Words without pieces get no link."""
-    owned = set(src.owner)
-    has_s = torch.tensor([g in owned for g in range(len(src.groups))], dtype=torch.bool)
-    t_has = set(tgt.owner)
-    out: list[set[tuple[int, int]]] = [set() for _ in range(words.shape[0])]
-    if not bool(has_s.any()):
-        return out
-    best = words.masked_fill(~has_s[None, None, :], -math.inf).argmax(-1)  # (N, Gt)
-    for n in range(words.shape[0]):
-        for g in t_has:
-            s = int(best[n, g])
-            out[n].update((i, j) for j in tgt.groups[g] for i in src.groups[s])
-    return out
-
-
 def cross_maps(
     tr: Translator, pairs: Sequence[tuple[Side, Side]], batch_size: int = 16
 ) -> Iterator[tuple[int, Tensor]]:
@@ -387,54 +329,6 @@ def cross_maps(
             yield i, maps[b, :, :, : nt + 1, : ns + 1].float().cpu()  # (L, H, n+1, m+1)
 
 
-# ---------------------------------------------------------------------------------------- IBM Model 2
-
-
-def tatoeba_words(
-    n: int, data_path: str | os.PathLike[str] | None = None
-) -> list[tuple[list[str], list[str]]]:
-    """``n`` (English, French) Tatoeba pairs as preprocessed words, spread evenly over the corpus
-    (``fra.txt`` is sorted by length, so a stride samples every length). ``n = 0``: none."""
-    if n <= 0:
-        return []
-    pairs = corpus.read_pairs(corpus.locate_fra_eng(data_path))
-    step = max(1, len(pairs) // n)
-    return [(preprocess(en).split(), preprocess(fr).split()) for en, fr in pairs[::step][:n]]
-
-
-def require_nltk():
-    """NLTK's ``(AlignedSent, IBMModel2)``; :class:`AlignError` (one line) when the extra is missing."""
-    try:
-        from nltk.translate import AlignedSent, IBMModel2
-    except ImportError:
-        raise AlignError(
-            "the IBM Model 2 baseline needs NLTK: pip install 'attnlab[align]' "
-            "(or skip the baseline with --no-ibm)"
-        ) from None
-    return AlignedSent, IBMModel2
-
-
-def ibm2_links(
-    src: Sequence[Sequence[str]],
-    tgt: Sequence[Sequence[str]],
-    extra: Sequence[tuple[Sequence[str], Sequence[str]]] = (),
-    iterations: int = 5,
-) -> list[set[tuple[int, int]]]:
-    """Train NLTK's IBM Model 2 (``P(tgt | src)``; Model 1 first, as NLTK does) on the pairs ``(src, tgt)``
-    plus ``extra`` and return its Viterbi links ``(source, target)`` for the first ``len(src)`` pairs
-    (each target word to one source word or to NULL, which gives no link). Words are lowercased.
-
-    Raises :class:`AlignError` when NLTK (the ``align`` extra) is not installed.
-    """
-    AlignedSent, IBMModel2 = require_nltk()
-    bitext = [AlignedSent([w.lower() for w in t], [w.lower() for w in s]) for s, t in zip(src, tgt)]
-    bitext += [AlignedSent([w.lower() for w in t], [w.lower() for w in s]) for s, t in extra if s and t]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # NLTK warns about zero-probability tables on tiny corpora
-        IBMModel2(bitext, iterations)  # trains, then aligns every pair in place
-    return [{(i, j) for j, i in sent.alignment if i is not None} for sent in bitext[: len(src)]]
-
-
 # ------------------------------------------------------------------------------------------- report
 
 
@@ -446,9 +340,14 @@ class HeadScore:
     head: int | None
     shift: int
     counts: AERCounts
+    members: tuple[tuple[int, int], ...] = ()  # (layer, head) averaged, for the best-k combination
 
     @property
     def name(self) -> str:
+        if self.members:
+            return f"best {len(self.members)} heads averaged (" + ", ".join(
+                f"L{li + 1}H{h + 1}" for li, h in self.members
+            ) + ")"
         if self.layer is None:
             return "average of all"
         # counted from 1, as every figure and table (the JSON keeps 0-based indices)
@@ -464,6 +363,7 @@ class HeadScore:
             "precision": _r(c.precision),
             "recall": _r(c.recall),
             "links": c.predicted,
+            **({"members": [list(m) for m in self.members]} if self.members else {}),
         }
 
 
@@ -481,8 +381,10 @@ class AlignReport:
     contractions: bool
     scores: list[HeadScore]
     oov: dict[str, dict[str, float]]  # lang -> oov_rates
-    ibm: dict[str, Any] | None = None  # {"counts": AERCounts, "pairs": N, "iterations": k, "seconds": s, ...}
+    ibm: dict[str, Any] | None = None  # ibm_baseline's dict with "counts": AERCounts instead of "links"
     seconds: float = 0.0
+    extraction: Extraction = Extraction()
+    top_k: HeadScore | None = None  # the best k heads' average (k ≥ 2), when asked for
 
     def best(self, shift: int | None = None, single: bool = True) -> HeadScore:
         """The lowest-AER map (``single``: a real head, not an average), at ``shift`` or either."""
@@ -518,8 +420,11 @@ class AlignReport:
             "french_contractions_joined": self.contractions,
             "oov": self.oov,
             "domain_note": DOMAIN_NOTE,
+            "links": {"method": self.extraction.method, "threshold": self.extraction.threshold,
+                      "null": self.extraction.null},
             "scores": [s.to_json() for s in self.scores],
             "best": {str(k): self.best(k).to_json() for k in (0, 1)},
+            **({"top_k": self.top_k.to_json()} if self.top_k is not None else {}),
             "published": {"source": PUBLISHED_SOURCE, **{n: v / 100 for n, v in PUBLISHED}},
             "seconds": round(self.seconds, 2),
         }
@@ -548,25 +453,50 @@ def _gold_sides(tr: Translator, gold: GoldSet, contract: bool) -> tuple[list[tup
     return pairs, en_first
 
 
+def _score_maps(
+    words: Sequence[Sequence[Tensor]],
+    pairs: Sequence[tuple[Side, Side]],
+    gold: GoldSet,
+    en_first: bool,
+    ex: Extraction,
+) -> list[AERCounts]:
+    """AER counts per map of ``words[i] (N, Gt, Gs + 1)``, sentence ``i`` by sentence."""
+    counts: list[AERCounts] = []
+    for i, w in enumerate(words):
+        links = extract_links(w, *pairs[i], ex)
+        counts = counts or [AERCounts() for _ in links]
+        for c, x in zip(counts, links):
+            c.add(x if en_first else {(j, s) for s, j in x}, gold.sure[i], gold.possible[i])
+    return counts
+
+
 def attention_scores(
-    tr: Translator, gold: GoldSet, contract: bool = True, batch_size: int = 16
+    tr: Translator,
+    gold: GoldSet,
+    contract: bool = True,
+    batch_size: int = 16,
+    ex: Extraction = Extraction(),
+    top_k: int = 0,
 ) -> AlignReport:
-    """Force-decode every gold pair and score every map at shift 0 and 1 (no IBM baseline)."""
+    """Force-decode every gold pair and score every map at shift 0 and 1 with links read as ``ex``
+    says (no IBM baseline). ``top_k ≥ 2``: also the average of the ``top_k`` best real heads (chosen
+    by their AER on this same gold set, at the best head's shift)."""
     t0 = time.perf_counter()
     pairs, en_first = _gold_sides(tr, gold, contract)
     t = traits(tr.model.config)
     kind = "cross" if "cross" in t.attention else "self"
     shape = (t.attention.get(kind, 1), t.heads)
     keys = head_keys(*shape)
-    counts = {(k, shift): AERCounts() for k in range(len(keys)) for shift in (0, 1)}
+    words: dict[int, list[Tensor]] = {0: [None] * len(pairs), 1: [None] * len(pairs)}  # type: ignore[list-item]
     for i, maps in cross_maps(tr, pairs, batch_size):
-        src, tgt = pairs[i]
         stacked = stack_heads(maps)  # (N, n+1, m+1)
         for shift in (0, 1):
-            for k, links in enumerate(argmax_links(word_attention(stacked, src, tgt, shift), src, tgt)):
-                en_fr = links if en_first else {(j, s) for s, j in links}
-                counts[k, shift].add(en_fr, gold.sure[i], gold.possible[i])
-    scores = [HeadScore(*keys[k], shift, c) for (k, shift), c in counts.items()]
+            words[shift][i] = word_matrix(stacked, *pairs[i], shift)  # (N, Gt, Gs + 1)
+    scores = [
+        HeadScore(*keys[k], shift, c)
+        for shift in (0, 1)
+        for k, c in enumerate(_score_maps(words[shift], pairs, gold, en_first, ex))
+    ]
     scores.sort(key=lambda s: (s.shift, s.layer is None, s.layer or 0, s.head is None, s.head or 0))
     en_sides = [p[0] if en_first else p[1] for p in pairs]
     fr_sides = [p[1] if en_first else p[0] for p in pairs]
@@ -576,32 +506,29 @@ def attention_scores(
     }
     run = str(tr.run_dir) if tr.run_dir is not None else "(in memory)"
     tok_kind = getattr(tr.src_tok, "kind", "word")
-    return AlignReport(
-        run, kind, shape, tok_kind, gold, contract, scores, oov, seconds=time.perf_counter() - t0
-    )
+    report = AlignReport(run, kind, shape, tok_kind, gold, contract, scores, oov, extraction=ex)
+    if top_k >= 2 and shape[0] * shape[1] >= 2:
+        report.top_k = _top_k_score(report, words, pairs, en_first, top_k, keys)
+    report.seconds = time.perf_counter() - t0
+    return report
 
 
-def ibm_baseline(
-    gold: GoldSet,
-    extra: Sequence[tuple[list[str], list[str]]] = (),
-    en_first: bool = True,
-    iterations: int = 5,
-) -> dict[str, Any]:
-    """IBM Model 2 on the gold sentences plus ``extra`` (English, French) pairs, in the model's direction."""
-    import nltk
-
-    t0 = time.perf_counter()
-    src, tgt = (gold.en, gold.fr) if en_first else (gold.fr, gold.en)
-    oriented = list(extra) if en_first else [(f, e) for e, f in extra]
-    links = ibm2_links(src, tgt, oriented, iterations)
-    en_fr = links if en_first else [{(j, i) for i, j in x} for x in links]
-    return {
-        "counts": score_links(en_fr, gold),
-        "tatoeba_pairs": len(oriented),
-        "iterations": iterations,
-        "nltk": nltk.__version__,
-        "seconds": round(time.perf_counter() - t0, 2),
-    }
+def _top_k_score(
+    report: AlignReport,
+    words: dict[int, list[Tensor]],
+    pairs: Sequence[tuple[Side, Side]],
+    en_first: bool,
+    k: int,
+    keys: list[tuple[int | None, int | None]],
+) -> HeadScore:
+    """Score the mean word matrix of the ``k`` best real heads at the best head's shift."""
+    shift = report.best().shift
+    members = [s for s in report.scores if s.shift == shift and s.head is not None]
+    members = sorted(members, key=lambda s: (s.counts.aer, s.layer or 0, s.head or 0))[:k]
+    rows = [keys.index((m.layer, m.head)) for m in members]
+    mean = [w[rows].mean(0, keepdim=True) for w in words[shift]]  # (1, Gt, Gs + 1) each
+    (c,) = _score_maps(mean, pairs, report.gold, en_first, report.extraction)
+    return HeadScore(None, None, shift, c, tuple((m.layer, m.head) for m in members))  # type: ignore[misc]
 
 
 def _corpus_path(tr: Translator, data_path: str | os.PathLike[str] | None) -> str | os.PathLike[str] | None:
@@ -621,16 +548,24 @@ def align_run(
     ibm_iterations: int = 5,
     ibm: bool = True,
     data_path: str | os.PathLike[str] | None = None,
+    ex: Extraction = Extraction(),
+    top_k: int = 0,
+    ibm_method: str = "grow-diag-final-and",
+    ibm_null: bool = True,
 ) -> AlignReport:
     """:func:`attention_scores` and, with ``ibm``, the IBM Model 2 baseline trained in the same run on the
-    gold sentences plus ``ibm_pairs`` Tatoeba pairs (found through ``data_path`` or the run's config)."""
+    gold sentences plus ``ibm_pairs`` Tatoeba pairs (found through ``data_path`` or the run's config),
+    both directions symmetrised by ``ibm_method`` (``argmax``: the run's direction only)."""
     extra: list[tuple[list[str], list[str]]] = []
     if ibm:  # a missing extra or corpus fails before the model work, not after it
         require_nltk()
         extra = tatoeba_words(ibm_pairs, _corpus_path(tr, data_path))
-    report = attention_scores(tr, gold, contract)
+    report = attention_scores(tr, gold, contract, ex=ex, top_k=top_k)
     if ibm:
-        report.ibm = ibm_baseline(gold, extra, getattr(tr.src_tok, "lang", "en") != "fr", ibm_iterations)
+        en_first = getattr(tr.src_tok, "lang", "en") != "fr"
+        base = ibm_baseline(gold.en, gold.fr, extra, en_first, ibm_iterations, ibm_method, ibm_null)
+        base["counts"] = score_links(base.pop("links"), gold)
+        report.ibm = base
     return report
 
 
@@ -650,12 +585,41 @@ def best_alignment_heads(report: AlignReport, top: int = 3) -> list[HeadScore]:
     return sorted(best.values(), key=lambda s: (s.counts.aer, s.layer or 0, s.head or 0))[:top]
 
 
+def gold_for_heads(path: str | os.PathLike[str] | None = None) -> Path | None:
+    """The gold folder ``attnlab heads`` scores alignment against: ``path`` or ``$ATTNLAB_GOLD_DIR`` as
+    :func:`gold_dir` reads them, else None (no AER column). Not the ``$ATTNLAB_DATA_DIR`` fallback:
+    ``heads`` runs on every corpus, and only an en–fr run asked for it should pay the force-decoding."""
+    if path or os.environ.get(GOLD_ENV):
+        return gold_dir(path)
+    return None
+
+
+def annotate_heads(heads_report, report: AlignReport) -> list[HeadScore]:
+    """Write each head's AER at its better shift into ``heads_report`` (a
+    :class:`~attnlab.inspection.heads.HeadsReport`): ``values["align_aer"]`` and ``values["align_shift"]``
+    of the heads of the attention kind ``report`` read. Returns :func:`best_alignment_heads` (all heads)."""
+    best = best_alignment_heads(report, top=report.shape[0] * report.shape[1])
+    by = {(b.layer, b.head): b for b in best}
+    for h in heads_report.heads:
+        b = by.get((h.layer, h.head)) if h.kind == report.kind else None
+        if b is not None:
+            h.values["align_aer"] = b.counts.aer
+            h.values["align_shift"] = float(b.shift)
+    return best
+
+
 def _n(k: int, noun: str) -> str:
     return f"{k} {noun}" + ("s" if k != 1 else "")
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:5.1f}" if math.isfinite(x) else "    -"
+
+
+def _prf(c: AERCounts) -> str:
+    return (
+        f"AER {100 * c.aer:.1f} % (precision {100 * c.precision:.1f} %, recall {100 * c.recall:.1f} %)"
+    )
 
 
 def format_report(r: AlignReport) -> str:
@@ -674,8 +638,13 @@ def format_report(r: AlignReport) -> str:
             f"({o['words']:,} words)"
             for lang, o in r.oov.items()
         ),
-        "links: each target word → its most-attended source word; shift 1 reads the step where the word "
-        "is the decoder's input (Chen et al. 2020)"
+        f"links ({r.extraction.label}): "
+        + (
+            "each target word → its most-attended source word"
+            if r.extraction.method == "argmax"
+            else "target→source and source→target argmax over the same map, symmetrised"
+        )
+        + "; shift 1 reads the step where the word is the decoder's input (Chen et al. 2020)"
         + (
             "; French contractions re-joined for the model (de le → du, le ordre → l'ordre)"
             if r.contractions
@@ -692,18 +661,24 @@ def format_report(r: AlignReport) -> str:
             + "".join(f"{'':>7}{_pct(c.aer)} {_pct(c.precision)} {_pct(c.recall)}" for c in (c0, c1))
         )
     b = r.best()
-    lines += [
-        "",
-        f"best head: {b.name}, shift {b.shift}: AER {100 * b.counts.aer:.1f} % "
-        f"(precision {100 * b.counts.precision:.1f} %, recall {100 * b.counts.recall:.1f} %)",
-    ]
+    lines += ["", f"best head: {b.name}, shift {b.shift}: {_prf(b.counts)}"]
+    if r.top_k is not None:
+        lines.append(f"{r.top_k.name}, shift {r.top_k.shift}: {_prf(r.top_k.counts)}")
+    lines.append(
+        "(the best head and the best-k set are chosen on these same gold sentences: an upper bound for "
+        "a head picked beforehand)"
+    )
     if r.ibm is not None:
-        c = r.ibm["counts"]
+        i = r.ibm
+        how = (
+            "one direction"
+            if i["method"] == "argmax"
+            else f"both directions, {i['method']}"
+        ) + (", NULL allowed" if i["null"] else ", no NULL")
         lines.append(
-            f"IBM Model 2 (NLTK {r.ibm['nltk']}, {r.ibm['iterations']} EM iterations after Model 1, "
-            f"trained here on the {len(g)} gold pairs + {r.ibm['tatoeba_pairs']:,} Tatoeba pairs in "
-            f"{r.ibm['seconds']:.1f} s): AER {100 * c.aer:.1f} % (precision {100 * c.precision:.1f} %, "
-            f"recall {100 * c.recall:.1f} %)"
+            f"IBM Model 2 (NLTK {i['nltk']}, {i['iterations']} EM iterations after Model 1, {how}; "
+            f"trained here on the {len(g)} gold pairs + {i['tatoeba_pairs']:,} Tatoeba pairs in "
+            f"{i['seconds']:.1f} s): {_prf(i['counts'])}"
         )
     lines.append(
         "published on this test set: "

@@ -10,6 +10,9 @@ from pathlib import Path
 from attnlab.cli_common import add_device_arg
 from attnlab.errors import AttnlabError
 
+#: the link methods (attnlab.inspection.align_extract.METHODS, written here so --help imports no torch)
+A_METHODS = ("argmax", "intersect", "union", "grow-diag", "grow-diag-final-and")
+
 
 def cmd_align(args) -> int:
     from attnlab.inspection import align as A
@@ -17,10 +20,14 @@ def cmd_align(args) -> int:
     from attnlab.io import atomic_write_json
     from attnlab.translator import Translator
 
-    if args.ibm_pairs < 0 or args.ibm_iterations < 1:
+    if args.ibm_pairs < 0 or args.ibm_iterations < 1 or args.top_k < 0:
         raise AttnlabError(
-            f"--ibm-pairs {args.ibm_pairs} must be >= 0 and --ibm-iterations {args.ibm_iterations} >= 1"
+            f"--ibm-pairs {args.ibm_pairs} and --top-k {args.top_k} must be >= 0 and "
+            f"--ibm-iterations {args.ibm_iterations} >= 1"
         )
+    if not 0.0 <= args.threshold < 1.0:
+        raise AttnlabError(f"--threshold {args.threshold} is an attention share: give a number in [0, 1)")
+    ex = A.Extraction(args.links, args.threshold, args.null)
     gold = A.read_gold(
         A.gold_dir(args.gold), args.split
     )  # a missing gold folder fails before the model loads
@@ -33,6 +40,10 @@ def cmd_align(args) -> int:
         ibm_iterations=args.ibm_iterations,
         ibm=not args.no_ibm,
         data_path=args.data,
+        ex=ex,
+        top_k=args.top_k,
+        ibm_method=args.ibm_links,
+        ibm_null=not args.ibm_no_null,
     )
     out = Path(args.save_dir) if args.save_dir else Path(args.run) / "inspect" / "align"
     atomic_write_json(out / "align.json", report.to_json())
@@ -70,7 +81,7 @@ def register(sub) -> None:
         default=5000,
         dest="ibm_pairs",
         metavar="N",
-        help="Tatoeba pairs added to the gold sentences to train IBM Model 2 (about 30 s for 5000)",
+        help="Tatoeba pairs added to the gold sentences to train IBM Model 2 (about 30 s per direction for 5000)",
     )
     a.add_argument(
         "--ibm-iterations",
@@ -80,13 +91,7 @@ def register(sub) -> None:
         metavar="N",
         help="IBM Model 2 EM iterations (NLTK runs twice as many of Model 1 first)",
     )
-    a.add_argument("--no-ibm", action="store_true", dest="no_ibm", help="skip the IBM Model 2 baseline")
-    a.add_argument(
-        "--no-contractions",
-        action="store_true",
-        dest="no_contractions",
-        help="feed the gold's French as written (de le, le ordre) instead of re-joined (du, l'ordre)",
-    )
+    _add_link_args(a)
     a.add_argument(
         "--data",
         metavar="PATH",
@@ -100,3 +105,55 @@ def register(sub) -> None:
     )
     a.add_argument("--json", action="store_true", help="print the report as JSON")
     a.set_defaults(func=cmd_align)
+
+
+def _add_link_args(a) -> None:
+    """How links are read from the maps, and the IBM Model 2 baseline's options."""
+    a.add_argument(
+        "--links",
+        default="argmax",
+        choices=A_METHODS,
+        help="how a map becomes links: argmax = each target word to its most-attended source word; the others "
+        "also read the map source→target and symmetrise the two (default: argmax)",
+    )
+    a.add_argument(
+        "--threshold",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="drop a link whose attention share is below P (0 = keep all)",
+    )
+    a.add_argument(
+        "--null",
+        action="store_true",
+        help="leave a target word unaligned when it attends to the source <eos> more than to any word",
+    )
+    a.add_argument(
+        "--top-k",
+        type=int,
+        default=3,
+        dest="top_k",
+        metavar="K",
+        help="also score the average of the K best heads (default 3; 0 or 1: skip)",
+    )
+    a.add_argument("--no-ibm", action="store_true", dest="no_ibm", help="skip the IBM Model 2 baseline")
+    a.add_argument(
+        "--ibm-links",
+        default="grow-diag-final-and",
+        choices=A_METHODS,
+        dest="ibm_links",
+        help="IBM Model 2: argmax = one direction; otherwise both directions symmetrised "
+        "(default: grow-diag-final-and, the usual practice)",
+    )
+    a.add_argument(
+        "--ibm-no-null",
+        action="store_true",
+        dest="ibm_no_null",
+        help="IBM Model 2: every word takes its best real word instead of NULL",
+    )
+    a.add_argument(
+        "--no-contractions",
+        action="store_true",
+        dest="no_contractions",
+        help="feed the gold's French as written (de le, le ordre) instead of re-joined (du, l'ordre)",
+    )
