@@ -50,16 +50,19 @@ def cmd_data(args) -> int:
                                "a run keeps the data config it was trained with; drop them or drop --run")
         files = _run_files(args.run)
         tokenizers = (load_tokenizer(files.tokenizers["src"]), load_tokenizer(files.tokenizers["tgt"]))
-        num_steps = files.config.data.num_steps
+        data_cfg = files.config.data
+        num_steps = data_cfg.num_steps
         print(_run_stats(args, files, tokenizers))
     else:
         cfg = build_config(args, dataset=args.dataset or "fra-eng")
         prepared = corpus.prepare(cfg.data)
+        data_cfg = cfg.data
         tokenizers, num_steps = (prepared.src_tok, prepared.tgt_tok), cfg.data.num_steps
         print(corpus.format_stats(prepared))
     if args.sentence is not None:
         print()
-        print(format_walkthrough(walk_through(tokenizers[0], args.sentence, num_steps), run=args.run))
+        sentence = corpus.source_text(data_cfg, args.sentence, tokenizers[0])  # spelled as the model read it
+        print(format_walkthrough(walk_through(tokenizers[0], sentence, num_steps), run=args.run))
     return 0
 
 

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from attnlab import fast, fill, runs
 from attnlab.config import AUTO_DECODE_ROWS, Config, DecodeConfig
 from attnlab.data.batching import Batch, collate
+from attnlab.data.corpus import source_text
 from attnlab.data.vocab import BOS, EOS, PAD, load_tokenizer
 from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy import greedy_search, max_lengths
@@ -241,7 +242,10 @@ class Translator:
         return decode_many(self.model, src_seqs, dcfg, self.device, beam_size=beam_size, nbest=nbest, max_len=max_len)
 
     def encode_source(self, sentence: str) -> tuple[list[int], bool]:
-        ids = self.src_tok.encode(sentence)
+        """The source ids (cut to :attr:`max_src_tokens`) and whether they were cut. The sentence is first
+        spelled as the run's training sources are (:func:`attnlab.data.corpus.source_text`): on the
+        numbers task ``twenty-one`` reads as the ``twenty one`` the model learned."""
+        ids = self.src_tok.encode(source_text(self.cfg.data, sentence, self.src_tok))
         truncated = len(ids) > self.max_src_tokens
         return ids[: self.max_src_tokens], truncated
 

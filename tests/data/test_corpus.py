@@ -236,14 +236,18 @@ def test_numbers_task_is_deterministic_and_distinct():
         numbers_pairs(100_001)
 
 
-def test_numbers_words_are_num2words():
+def test_numbers_words_are_num2words_as_people_type_them():
     from num2words import num2words
 
+    # English: num2words' words and its "and", without its hyphens and comma (#18 item 11), so the task
+    # reads "twenty one" as it is typed; French: num2words as it is (the model writes it, nobody types it).
+    assert num2words(21345, lang="en") == "twenty-one thousand, three hundred and forty-five"
     assert corpus._number_words(21345) == (
-        "twenty-one thousand , three hundred and forty-five",
+        "twenty one thousand three hundred and forty five",
         preprocess(num2words(21345, lang="fr")),
     )
     assert corpus._number_words(80) == ("eighty", "quatre-vingts")
+    assert corpus._number_words(1005) == ("one thousand and five", "mille cinq")
 
 
 # ----------------------------------------------------------------------------------------------

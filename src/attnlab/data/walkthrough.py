@@ -31,7 +31,7 @@ TEXT: dict[str, str] = Templates({
     "header": N_("the notes' §4 walk-through for {sentence!r}, with {source}'s {kind} tokenizer "
                 "({size:,} entries), padded to data.num_steps={num_steps}:"),
     "source_run": N_("the run {run}"),
-    "source_fresh": N_("a fresh tokenizer built from this corpus' training split (give --run RUN for a trained run's own)"),
+    "source_fresh": N_("this corpus' training split (built afresh; give --run RUN for a trained run's own)"),
     "kind_word": N_("word"),
     "kind_bpe": N_("BPE subword"),
     "preprocessed": N_("  preprocessed : {text}"),
