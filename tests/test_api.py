@@ -90,8 +90,9 @@ def test_attention_plot_returns_a_figure_with_one_axes_per_panel(tiny_runs, run_
         assert res.attention[kind].shape[-2:] == (len(queries), len(keys))
         fig = res.plot(kind)  # every layer, heads averaged, + the colour bar
         assert isinstance(fig, Figure) and len(fig.axes) == L + 1
-        assert len(res.plot(kind, head="all").axes) == L * H + 1
-        assert len(res.plot(kind, layer=L, head=H).axes) == 2
+        per_row = H + 1 if H > 1 else H  # the heads, then their mean (when there are several)
+        assert len(res.plot(kind, head="all").axes) == L * per_row + 1
+        assert len(res.plot(kind, layer=L, head=H).axes) == (per_row - H + 1) + 1
         panel = fig.axes[0]
         assert [t.get_text() for t in panel.get_xticklabels()] == keys
         # heads averaged: the drawn image is the mean of the layer's heads
@@ -104,11 +105,13 @@ def test_attention_plot_counts_layers_and_heads_from_one(tiny_runs):
     res = attnlab.load(tiny_runs("transformer"), device="cpu").attention("forty two")
     L, H = _layers_heads(res, "enc_self")
     fig = res.plot("enc_self", layer=1, head=H)
-    assert fig.axes[0].get_title() == f"layer 1, head {H}"
+    assert fig.axes[0].get_title().startswith(f"layer 1, head {H} · max ")
     drawn = torch.as_tensor(fig.axes[0].images[0].get_array().data)
     assert torch.allclose(drawn.float(), res.attention["enc_self"][0, H - 1])
-    titles = [ax.get_title() for ax in res.plot("enc_self", head="all").axes[:-1]]
-    assert titles == [f"layer {i}, head {h}" for i in range(1, L + 1) for h in range(1, H + 1)]
+    titles = [ax.get_title().split(" · max ")[0] for ax in res.plot("enc_self", head="all").axes[:-1]]
+    assert titles == [
+        t for i in range(1, L + 1) for t in [*(f"layer {i}, head {h}" for h in range(1, H + 1)), f"layer {i}, mean of {H} heads"]
+    ]
     with pytest.raises(AttnlabError, match=rf"layer=0 is out of range.*counted from 1.*1…{L}"):
         res.plot("enc_self", layer=0)
     with pytest.raises(AttnlabError, match=rf"head={H + 1} is out of range"):

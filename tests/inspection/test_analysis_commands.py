@@ -169,7 +169,8 @@ def test_heads_cli_on_tiny_transformer(tiny_runs, tmp_path, capsys):
             assert h["diag_agreement"] is None
     # silencing every head's contribution is not free on average (the model uses its attention)
     assert sum(h["loss_increase"] for h in report["heads"]) > 0
-    for name in ("heads.md", "heads.png", "heads.svg"):
+    figures = [f"heads_{k}.{ext}" for k in ("enc_self", "dec_self", "cross") for ext in ("png", "svg")]
+    for name in ("heads.md", *figures):  # one figure per attention kind, each path printed
         assert (out / name).stat().st_size > 0 and f"wrote {out / name}" in text
     assert "| cross (enc-dec) | 1 | 2 |" in (out / "heads.md").read_text()  # layer 1, head 2: counted from 1
 

@@ -199,7 +199,9 @@ class _Gated:
     def __init__(self) -> None:
         self.gate, self.started = threading.Event(), threading.Event()
 
-    def attention(self, sentence: str, beam_size: int = 1, max_len: int | None = None) -> AttentionResult:
+    def attention(
+        self, sentence: str, beam_size: int = 1, max_len: int | None = None, extra_pad: int = 0
+    ) -> AttentionResult:  # Translator.attention's signature
         self.started.set()
         assert self.gate.wait(10)
         w = torch.full((1, 1, 2, 2), 0.5)

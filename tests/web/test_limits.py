@@ -24,7 +24,9 @@ class GatedTranslator:
         self.gate, self.delay, self.started = threading.Event(), delay, 0
         self._lock = threading.Lock()
 
-    def attention(self, sentence: str, beam_size: int = 1, max_len: int | None = None) -> AttentionResult:
+    def attention(
+        self, sentence: str, beam_size: int = 1, max_len: int | None = None, extra_pad: int = 0
+    ) -> AttentionResult:  # Translator.attention's signature
         with self._lock:
             self.started += 1
         if self.delay is not None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from attnlab.data.specials import MASK_TOKEN, SPECIALS
 from attnlab.data.text import preprocess
 from attnlab.errors import AttnlabError
 from attnlab.inspection.attention_json import KIND_TITLES, map_axes
@@ -42,6 +43,8 @@ __all__ = [
     "attention_figure",
     "attention_html",
     "attention_maps",
+    "continues_word",
+    "display_tokens",
     "draw_attention",
     "draw_maps",
     "draw_timeline",
@@ -93,8 +96,39 @@ def attention_maps(
     return translator.attention(sentence, beam_size=beam_size, extra_pad=extra_pad)
 
 
+#: BPE's word-start mark (SentencePiece's U+2581, :mod:`attnlab.data.subword`), and the mark a
+#: displayed piece that continues the word before it carries instead.
+WORD_START, CONTINUES = "\u2581", "·"
+_SPECIAL_LABELS = (*SPECIALS, MASK_TOKEN)
+
+
+def display_tokens(tokens) -> list[str]:
+    """Token labels as a reader should see them: BPE pieces without their ``▁``.
+
+    A sequence that holds a ``▁`` piece is BPE (a word vocabulary never makes one): ``▁mai`` shows
+    as ``mai`` and a piece that continues the word before it, ``son``, as ``·son``, so the columns
+    stay one per token and the word ``maison`` reads ``mai ·son``. Specials (``<eos>``, ``<pad>``,
+    ``[MASK]``, …) are unchanged, and so is a sequence of words.
+    """
+    tokens = list(tokens)
+    if not any(t.startswith(WORD_START) for t in tokens):
+        return tokens
+    return [
+        t if t in _SPECIAL_LABELS
+        else (t[len(WORD_START):] or WORD_START) if t.startswith(WORD_START)
+        else CONTINUES + t
+        for t in tokens
+    ]
+
+
+def continues_word(tokens) -> list[bool]:
+    """For each token, whether it continues the word before it (a BPE piece without ``▁``; see
+    :func:`display_tokens`): text built from the pieces joins these without a space."""
+    return [shown.startswith(CONTINUES) and shown != raw for raw, shown in zip(tokens, display_tokens(tokens))]
+
+
 def map_labels(result: AttentionResult, kind: str) -> tuple[list[str], list[str]]:
-    """``(row labels, column labels)`` of map ``kind`` in a figure.
+    """``(row labels, column labels)`` of map ``kind`` in a figure, as :func:`display_tokens` shows them.
 
     Rows and columns are the map's queries and keys (:func:`~attnlab.inspection.attention_json.map_axes`),
     except that cross-attention rows name the token each query predicted: the alignment reads
@@ -102,7 +136,7 @@ def map_labels(result: AttentionResult, kind: str) -> tuple[list[str], list[str]
     ``<bos> y1 …``; the decoder-only map over ``source <bos> target``.
     """
     queries, keys, outputs = map_axes(result, kind)
-    return (list(outputs) if kind == "cross" else queries), keys
+    return display_tokens(outputs if kind == "cross" else queries), display_tokens(keys)
 
 
 def _fit(weights: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
@@ -158,7 +192,8 @@ def _one_based(value: int | None, count: int, what: str, kind: str) -> list[int]
 
 def _panels(result: AttentionResult, kind: str, layer, head) -> list[list[tuple[str, torch.Tensor]]]:
     """``(title, (Q, K) weights)`` of each panel: one row per layer shown, one column per head shown
-    (a single column when the heads are averaged), cut to the labels."""
+    and, where the model has several heads, a last column with the layer's heads averaged (the one
+    panel when ``head`` is ``None``); cut to the labels. Titles count layers and heads from 1."""
     queries, keys = map_labels(result, kind)
     w = _fit(result.attention[kind].detach().float().cpu(), len(queries), len(keys))  # (L, H, Q, K)
     n_layers, n_heads = int(w.shape[0]), int(w.shape[1])
@@ -169,9 +204,13 @@ def _panels(result: AttentionResult, kind: str, layer, head) -> list[list[tuple[
         heads = _one_based(head, n_heads, "head", kind)
     if kind == "cross" and n_layers == n_heads == 1:  # Bahdanau: one map over the decoding steps
         return [[("one row per decoding step", w[0, 0])]]
+    mean = [(f"layer {i + 1}, mean of {n_heads} heads", w[i].mean(dim=0)) for i in layers]  # (Q, K) each
     if head is None and n_heads > 1:
-        return [[(f"layer {i + 1}, {n_heads} heads averaged", w[i].mean(dim=0))] for i in layers]  # (Q, K)
-    return [[(f"layer {i + 1}, head {h + 1}", w[i, h]) for h in heads] for i in layers]
+        return [[m] for m in mean]
+    grid = [[(f"layer {i + 1}, head {h + 1}", w[i, h]) for h in heads] for i in layers]
+    # The heads' mean beside the heads: what the layer passes on is their sum through W_o (§11), and
+    # the mean is the map a reader compares each head against.
+    return [row + [m] for row, m in zip(grid, mean)] if n_heads > 1 else grid
 
 
 def attention_figure(
@@ -182,8 +221,10 @@ def attention_figure(
 
     ``kind``: default ``cross`` (or ``self``, decoder-only). ``layer``, ``head`` count from 1 like
     the panel titles; ``layer=None``: every layer; ``head=None``: heads averaged; ``head="all"``:
-    every head (the layers × heads grid that ``attnlab attention`` writes). Queries are rows, keys
-    columns, ``<bos> <eos> <pad>`` included; one colour scale per figure; ``title`` (e.g. the run)
+    every head (the layers × heads grid that ``attnlab attention`` writes). With several heads, every
+    row of panels ends with the layer's heads averaged. Queries are rows, keys columns, ``<bos> <eos>
+    <pad>`` included. The colour scale is fixed, 0 to 1, in every figure (a flat map of 0.36 looks
+    pale, not bright), and each panel's title prints its largest weight; ``title`` (e.g. the run)
     heads the suptitle. ``len(fig.axes)`` is the number of panels plus one (the colour bar).
     Raises :class:`NoAttentionError` (seq2seq) or :class:`AttnlabError` for a kind, layer or head
     the model does not have.
@@ -193,29 +234,32 @@ def attention_figure(
     grid = _panels(result, kind, layer, head)
     n_rows, n_cols = len(grid), len(grid[0])
     cell = 0.28  # inches per token: labels stay legible, big grids stay bounded
-    panel_w, panel_h = max(2.2, cell * len(keys) + 0.8), max(2.0, cell * len(queries) + 0.8)
+    panel_w, panel_h = max(2.6, cell * len(keys) + 0.8), max(2.0, cell * len(queries) + 0.8)
     fig = new_figure((min(4 + panel_w * n_cols, 40), min(1.6 + panel_h * n_rows, 40)))
     axes = fig.subplots(n_rows, n_cols, squeeze=False)
-    vmax = max(float(w.max()) for row in grid for _, w in row) or 1.0  # one colour scale for the whole figure
     image = None
     for r, row in enumerate(grid):
         for c, (name, w) in enumerate(row):
-            image = _draw_panel(axes[r][c], w, queries, keys, name, result, kind, vmax)
+            image = _draw_panel(axes[r][c], w, queries, keys, name, result, kind)
             if c == 0:
                 axes[r][c].set_ylabel(_AXIS_NAMES[kind][0], fontsize=8)
             if r == n_rows - 1:
                 axes[r][c].set_xlabel(_AXIS_NAMES[kind][1], fontsize=8)
-    fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
+    fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight (fixed scale 0–1)")
     heading = KIND_TITLES[kind]
     if kind == "cross" and tuple(result.attention[kind].shape[:2]) == (1, 1):
         heading = "Bahdanau attention over the decoding steps (§1–3)"
     shown = f"“{result.translation}”" if result.translation else "(empty translation)"
-    fig.suptitle(f"{title + ' · ' if title else ''}{heading}\n“{result.source}” → {shown}", fontsize=10)
+    note = ""
+    if any(t.startswith(CONTINUES) for t in (*queries, *keys)):
+        note = f"\nBPE pieces, one per row/column: {CONTINUES}x continues the word before it"
+    fig.suptitle(f"{title + ' · ' if title else ''}{heading}\n“{result.source}” → {shown}{note}", fontsize=10)
     return fig
 
 
-def _draw_panel(ax, w: torch.Tensor, queries, keys, name: str, result: AttentionResult, kind: str, vmax: float):
-    image = ax.imshow(w.numpy(), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
+def _draw_panel(ax, w: torch.Tensor, queries, keys, name: str, result: AttentionResult, kind: str):
+    # vmin/vmax fixed at 0 and 1: colours mean the same weight in every panel, figure and run.
+    image = ax.imshow(w.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(len(keys)))
     ax.set_yticks(range(len(queries)))
     ax.set_xticklabels(keys, rotation=90, fontsize=8)
@@ -226,7 +270,7 @@ def _draw_panel(ax, w: torch.Tensor, queries, keys, name: str, result: Attention
         b = len(result.src_tokens) - 0.5
         ax.axvline(b, color="tab:red", lw=1.2, ls="--")
         ax.axhline(b, color="tab:red", lw=1.2, ls="--")
-    ax.set_title(name, fontsize=9)
+    ax.set_title(f"{name} · max {float(w.max()):.2f}", fontsize=9)
     return image
 
 
@@ -269,7 +313,8 @@ def draw_attention(
 
     One figure per kind (see :data:`KIND_TITLES`), written as ``out_dir/<slug>_<kind>.<fmt>``.
     Queries are rows, keys are columns, both labelled with tokens (``<bos> <eos> <pad>`` included);
-    one colour scale and colour bar per figure; titled with the run and the translation.
+    each row of heads ends with their mean; the colour scale is 0–1 in every figure, with each
+    panel's largest weight in its title; titled with the run and the translation.
 
     Raises:
         NoAttentionError: for the seq2seq model (it has no attention).
@@ -397,7 +442,7 @@ def draw_timeline(
 
 
 def _draw_probe(ax, step: int, rec: dict[str, Any], w: torch.Tensor):
-    src, tgt = rec["src_tokens"], rec["tgt_tokens"]
+    src, tgt = display_tokens(rec["src_tokens"]), display_tokens(rec["tgt_tokens"])
     rows = w[: len(tgt)] if tgt else w[:1]
     image = ax.imshow(
         rows.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest"

@@ -62,9 +62,12 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_heads(args) -> int:
+    from attnlab.inspection import align as A
     from attnlab.inspection.heads import analyse_heads, draw_heads, format_table
     from attnlab.io import atomic_write_json, atomic_write_text
 
+    folder = A.gold_for_heads(getattr(args, "gold", None))  # a bad folder fails before the long analysis
+    gold = A.read_gold(folder) if folder is not None else None
     out = Path(args.save_dir) if args.save_dir else default_out(args.run, "heads")
     report = analyse_heads(
         args.run,
@@ -74,6 +77,11 @@ def cmd_heads(args) -> int:
         importance=not args.no_importance,
         progress=show_progress(args),
     )
+    if gold is not None:  # `--gold` / $ATTNLAB_GOLD_DIR: each head's AER against gold alignments (§25)
+        from attnlab.translator import Translator
+
+        tr = Translator.from_run(args.run, which=args.checkpoint, device=args.device or "auto")
+        A.annotate_heads(report, A.attention_scores(tr, gold))
     table = format_table(report)
     print(table)
     atomic_write_text(out / "heads.md", table + "\n")
@@ -197,6 +205,11 @@ def _add_heads(sub) -> None:
     )
     add_deprecated_alias(h, "--out", "--save-dir", dest="save_dir")
     add_verbosity_args(h)
+    h.add_argument(
+        "--gold",
+        metavar="DIR",
+        help="WPT-2003 en-fr gold alignments: add each cross head's AER (default: $ATTNLAB_GOLD_DIR if set)",
+    )
     h.set_defaults(func=cmd_heads)
 
 

@@ -487,11 +487,14 @@ def importance_summary(report: HeadsReport) -> str:
 def format_table(report: HeadsReport) -> str:
     """Markdown: one row per head, its role when one statistic dominates, and what silencing it did
     (importance columns: value [interval])."""
+    aligned = any("align_aer" in h.values for h in report.heads)  # `heads --gold`: align's AER per head
     head = ["attention", "layer", "head", *(LABELS[s] for s in STATS), "silenced", "role"]
+    head += ["AER vs gold"] if aligned else []
     lines = [
         f"Heads of {report.run} on {report.sentences} validation sentences "
         f"(greedy BLEU {report.base_bleu:.2f}, loss {report.base_loss:.3f} with every head on).",
         importance_summary(report),
+        *([alignment_summary(report)] if aligned else []),
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -499,66 +502,117 @@ def format_table(report: HeadsReport) -> str:
     for h in report.heads:
         cells = [_cell(h, s) for s in STATS]
         effect = EFFECTS.get(h.effect, "-")
-        lines.append(
-            "| "
-            + " | ".join([KIND_NAMES.get(h.kind, h.kind), str(h.layer + 1), str(h.head + 1), *cells, effect, h.role])
-            + " |"
-        )
+        row = [KIND_NAMES.get(h.kind, h.kind), str(h.layer + 1), str(h.head + 1), *cells, effect, h.role]
+        lines.append("| " + " | ".join(row + ([_aer_cell(h)] if aligned else [])) + " |")
     return "\n".join(lines)
 
 
-def draw_heads(report: HeadsReport, out_dir: str | Path, stem: str = "heads") -> list[Path]:
-    """One heatmap (layers × heads) per attention kind (rows) and statistic (columns), values annotated."""
-    kinds = list(report.shape)
-    stats = [s for s in STATS if any(math.isfinite(h.values.get(s, float("nan"))) for h in report.heads)]
-    L = max(n for n, _ in report.shape.values())
-    H = max(n for _, n in report.shape.values())
-    cell = 0.45
-    fig = new_figure((max(8.0, len(stats) * (H * cell + 1.1)), max(3.0, len(kinds) * (L * cell + 1.3))))
-    axes = fig.subplots(len(kinds), len(stats), squeeze=False)
-    for c, stat in enumerate(stats):
-        # One colour scale per statistic (column), so kinds compare: shares on [0, 1], importance
-        # diverging around 0 (a negative drop means the model did better without that head).
-        column = torch.cat([report.grid(k, stat).flatten() for k in kinds])
-        top = float(column[torch.isfinite(column)].abs().max()) if torch.isfinite(column).any() else 1.0
-        diverging = stat in ("bleu_drop", "loss_increase")
-        share = stat in ("prev", "same", "next", "eos", "diag_agreement")
-        vmin, vmax = (-(top or 1.0), top or 1.0) if diverging else (0.0, 1.0 if share else (top or 1.0))
-        for r, kind in enumerate(kinds):
-            ax = axes[r][c]
-            grid = report.grid(kind, stat)
-            if not torch.isfinite(grid).any():
-                ax.axis("off")
-                continue
-            im = ax.imshow(
-                grid.numpy(), cmap="RdBu_r" if diverging else "viridis", aspect="auto", vmin=vmin, vmax=vmax
-            )
-            for i in range(grid.shape[0]):
-                for j in range(grid.shape[1]):
-                    v = float(grid[i, j])
-                    if math.isfinite(v):
-                        light = abs(v) / vmax > 0.5 if not diverging else abs(v) / vmax < 0.6
-                        ax.text(
-                            j,
-                            i,
-                            f"{v:.2f}",
-                            ha="center",
-                            va="center",
-                            fontsize=6,
-                            color="black" if light else "white",
-                        )
-            ax.set_xticks(range(grid.shape[1]), [str(i + 1) for i in range(grid.shape[1])])  # counted from 1
-            ax.set_yticks(range(grid.shape[0]), [str(i + 1) for i in range(grid.shape[0])])
-            ax.tick_params(labelsize=6)
-            ax.set_title(LABELS[stat], fontsize=8)
-            if c == 0:
-                ax.set_ylabel(f"{KIND_NAMES.get(kind, kind)}\nlayer", fontsize=7)
-            if r == len(kinds) - 1:
-                ax.set_xlabel("head", fontsize=7)
-            fig.colorbar(im, ax=ax, shrink=0.8).ax.tick_params(labelsize=5)
-    fig.suptitle(
-        f"heads of {Path(report.run).name}: {report.sentences} validation sentences, "
-        f"BLEU {report.base_bleu:.1f} with all heads",
-        fontsize=9,
+def _aer_cell(h: HeadStats) -> str:
+    aer = h.values.get("align_aer", math.nan)
+    return f"{100 * aer:.1f} % (shift {int(h.values['align_shift'])})" if math.isfinite(aer) else "-"
+
+
+def alignment_summary(report: HeadsReport, top: int = 3) -> str:
+    """One line naming the alignment heads: the ``top`` heads with the lowest AER against gold."""
+    scored = sorted(
+        (h for h in report.heads if math.isfinite(h.values.get("align_aer", math.nan))),
+        key=lambda h: (h.values["align_aer"], h.layer, h.head),
     )
-    return save_figure(fig, Path(out_dir) / stem)
+    named = ", ".join(
+        f"{KIND_NAMES.get(h.kind, h.kind)} layer {h.layer + 1} head {h.head + 1} "
+        f"({100 * h.values['align_aer']:.1f} %)"
+        for h in scored[:top]
+    )
+    return (
+        f"Alignment heads (AER against gold word alignments, each head's links by argmax at its better "
+        f"shift, lower is better; see `attnlab align`): {named}."
+    )
+
+
+#: Statistics whose values are shares of one query's weight (colour scale 0–1), and the importance
+#: ones (a diverging scale around 0: a negative drop means the model did better without that head).
+SHARES = ("prev", "same", "next", "eos", "diag_agreement")
+SIGNED = ("bleu_drop", "loss_increase")
+#: Text sizes of the heads figures, in points: nothing smaller than 8 pt (a test checks it).
+FONT = {"value": 8, "tick": 8, "label": 9, "title": 10, "suptitle": 11}
+
+
+def _scale(report: HeadsReport, stat: str) -> tuple[float, float]:
+    """``(vmin, vmax)`` of ``stat``, the same in every kind's figure so that kinds compare."""
+    column = torch.cat([report.grid(k, stat).flatten() for k in report.shape])
+    finite = column[torch.isfinite(column)]
+    top = float(finite.abs().max()) if finite.numel() else 1.0
+    if stat in SIGNED:
+        return -(top or 1.0), top or 1.0
+    return 0.0, 1.0 if stat in SHARES else (top or 1.0)
+
+
+def heads_figure(report: HeadsReport, kind: str):
+    """The statistics of ``kind``'s heads as a Figure: one panel per statistic, each a layers × heads
+    grid with the values written in and a last column, "mean", averaging the layer's heads. Layers
+    and heads count from 1; text is at least 8 pt (:data:`FONT`); one colour bar per panel, on the
+    scale :func:`_scale` gives the statistic in every kind."""
+    stats = [s for s in STATS if torch.isfinite(report.grid(kind, s)).any()]
+    L, H = report.shape[kind]
+    n_cols = min(3, len(stats))
+    n_rows = math.ceil(len(stats) / n_cols)
+    cell = 0.62  # inches per grid cell: room for "+0.12" at 8 pt
+    panel_w, panel_h = (H + 1) * cell + 1.9, L * cell + 1.2
+    fig = new_figure((n_cols * panel_w, n_rows * panel_h + 0.9))
+    axes = fig.subplots(n_rows, n_cols, squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        if i >= len(stats):
+            ax.axis("off")
+            continue
+        _heads_panel(fig, ax, report, kind, stats[i])
+    fig.suptitle(
+        f"{KIND_NAMES.get(kind, kind)} heads of {Path(report.run).name}: {report.sentences} validation "
+        f"sentences, BLEU {report.base_bleu:.1f} with all heads (layers and heads counted from 1)",
+        fontsize=FONT["suptitle"],
+    )
+    return fig
+
+
+def _heads_panel(fig, ax, report: HeadsReport, kind: str, stat: str) -> None:
+    """One statistic: the ``(L, H)`` grid and its per-layer mean over the heads as a last column."""
+    grid = report.grid(kind, stat)  # (L, H)
+    finite = torch.isfinite(grid)
+    mean = torch.where(finite, grid, 0.0).sum(1) / finite.sum(1).clamp_min(1)  # (L,): heads averaged
+    mean[finite.sum(1) == 0] = float("nan")
+    shown = torch.cat([grid, mean[:, None]], dim=1)  # (L, H + 1)
+    vmin, vmax = _scale(report, stat)
+    cmap = "RdBu_r" if stat in SIGNED else "viridis"
+    lo, hi = report.grid(kind, f"{stat}_lo"), report.grid(kind, f"{stat}_hi")  # (L, H); NaN: no interval
+    beyond = (lo > 0) | (hi < 0)  # the bootstrap interval excludes 0: an effect beyond the noise
+    im = ax.imshow(shown.numpy(), cmap=cmap, aspect="auto", vmin=vmin, vmax=vmax)
+    for i in range(shown.shape[0]):
+        for j in range(shown.shape[1]):
+            v = float(shown[i, j])
+            if math.isfinite(v):
+                r, g, b, _ = im.cmap(im.norm(v))
+                dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5  # the cell's luminance picks the ink
+                star = "*" if j < beyond.shape[1] and bool(beyond[i, j]) else ""
+                ax.text(j, i, f"{v:+.2f}{star}" if stat in SIGNED else f"{v:.2f}", ha="center", va="center",
+                        fontsize=FONT["value"], color="white" if dark else "black")
+    H = grid.shape[1]
+    ax.axvline(H - 0.5, color="white", lw=3)  # the mean column stands apart from the heads
+    ax.set_xticks(range(H + 1), [str(h + 1) for h in range(H)] + ["mean"])
+    ax.set_yticks(range(grid.shape[0]), [str(i + 1) for i in range(grid.shape[0])])
+    ax.tick_params(labelsize=FONT["tick"])
+    noise = stat in SIGNED and bool(torch.isfinite(lo).any())
+    ax.set_title(LABELS[stat] + (f"\n* beyond the noise ({CONFIDENCE:.0%} interval excludes 0)" if noise else ""),
+                 fontsize=FONT["title"])
+    ax.set_xlabel("head", fontsize=FONT["label"])
+    ax.set_ylabel("layer", fontsize=FONT["label"])
+    fig.colorbar(im, ax=ax, shrink=0.9).ax.tick_params(labelsize=FONT["tick"])
+
+
+def draw_heads(
+    report: HeadsReport, out_dir: str | Path, stem: str = "heads", formats=("png", "svg")
+) -> list[Path]:
+    """Write :func:`heads_figure` of each attention kind as ``out_dir/<stem>_<kind>.png`` and ``.svg``
+    (one readable figure per kind rather than every kind in one); returns the written paths."""
+    written: list[Path] = []
+    for kind in report.shape:
+        written += save_figure(heads_figure(report, kind), Path(out_dir) / f"{stem}_{kind}", formats)
+    return written

@@ -140,6 +140,16 @@ def _request_fields(limits: Limits, names: list[str]) -> dict[str, Any]:
                 description=f"add a ≤{OVERVIEW_SIZE}×{OVERVIEW_SIZE} max-pooled uint8 thumbnail of every layer × head",
             ),
         ),
+        pad=(
+            StrictInt,
+            Field(
+                0,
+                ge=0,
+                le=8,
+                description="<pad> positions added after the source's <eos>, as in a batch beside a longer "
+                "sentence (notes §23): their key columns get exactly 0 weight",
+            ),
+        ),
     )
 
 

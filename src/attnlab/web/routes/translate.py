@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from attnlab.data.text import preprocess
 from attnlab.errors import AttnlabError
+from attnlab.inspection.attention_maps import continues_word, display_tokens
 from attnlab.web.registry import LoadedRun, ResultCache
 from attnlab.web.responses import (
     GZIP_MIN,
@@ -64,6 +65,7 @@ def router(state: ServerState, body_model: type[BaseModel]) -> APIRouter:
             req.overview,
             limits.max_response_bytes,
             accepts_gzip(request),
+            req.pad,
         )
         try:
             body, gz = await state.run_admitted(translate_job, job, state.results, time.perf_counter())
@@ -109,6 +111,7 @@ class TranslateJob:
     overview: bool
     max_bytes: int
     gzip: bool
+    pad: int = 0  # <pad> positions after the source's <eos> (Translator.attention's extra_pad)
 
 
 def translate_job(job: TranslateJob, cache: ResultCache, t0: float) -> tuple[bytes, bool]:
@@ -117,10 +120,10 @@ def translate_job(job: TranslateJob, cache: ResultCache, t0: float) -> tuple[byt
     neither a large payload nor its compression ever holds up the event loop (and /health).
     Returns the body and whether it is gzipped."""
     r = job.run
-    key = (r.name, job.text, job.beam_size, job.max_len)
+    key = (r.name, job.text, job.beam_size, job.max_len, job.pad)
     res = cache.get(key)
     if res is None:
-        res = r.translator.attention(job.text, beam_size=job.beam_size, max_len=job.max_len)
+        res = r.translator.attention(job.text, beam_size=job.beam_size, max_len=job.max_len, extra_pad=job.pad)
         cache.put(key, res)
     attention = attention_payload(
         res,
@@ -149,6 +152,8 @@ def translate_job(job: TranslateJob, cache: ResultCache, t0: float) -> tuple[byt
         "finished": finished,
         "truncated": bool(res.truncated),
         "unknown_words": unknown_words(r.translator, job.text, res.src_tokens),
+        "pad": job.pad,
+        **display_fields(res),
         "kinds": list(res.attention),
         "attention": attention,
         "warnings": warnings,
@@ -160,9 +165,37 @@ def translate_job(job: TranslateJob, cache: ResultCache, t0: float) -> tuple[byt
     return body, False
 
 
+def display_fields(res: Any) -> dict[str, Any]:
+    """What the page shows instead of raw tokens: ``token_labels`` maps each token of the response
+    whose label differs to that label (BPE's ``▁je`` → ``je``, a piece continuing a word ``son`` →
+    ``·son``; empty for a word vocabulary), and ``tgt_continues[i]`` says whether ``tgt_tokens[i]``
+    joins the word before it (no space) when the translation is built up token by token."""
+    labels: dict[str, str] = {}
+    for seq in (res.src_tokens, res.tgt_tokens, res.tgt_inputs):
+        labels.update({t: d for t, d in zip(seq, display_tokens(seq)) if d != t})
+    return {"token_labels": labels, "tgt_continues": continues_word(res.tgt_tokens)}
+
+
 def unknown_words(tr: Any, text: str, src_tokens: Sequence[str]) -> list[str]:
-    """The words of ``text`` the model saw as ``<unk>`` (word vocabularies; BPE gives the count as ``<unk>``s)."""
-    shown = [t for t in src_tokens if t != "<eos>"]
-    if hasattr(getattr(tr, "src_tok", None), "token_to_idx"):  # word vocabulary: one token per word
-        return [w for w, t in zip(preprocess(text).split(), shown) if t == "<unk>"]
-    return [t for t in shown if t == "<unk>"]
+    """The words of ``text`` the model saw as ``<unk>``, as typed (preprocessed), never ``"<unk>"`` itself.
+
+    A word vocabulary maps a whole word to ``<unk>``: the word is listed. A subword (BPE) vocabulary
+    maps only the characters it never saw in training (§4): the word is listed with those characters,
+    ``"日本 (日, 本)"``, found by tokenizing each word and each of its characters alone (``<unk>`` comes
+    from a character outside the vocabulary, whatever its neighbours). ``src_tokens`` is what the model
+    was given (a word vocabulary's tokens follow the words one for one; the cut-off rest is not listed).
+    """
+    tok = getattr(tr, "src_tok", None)
+    words = preprocess(text).split()
+    unk = "<unk>"
+    if hasattr(tok, "token_to_idx"):  # word vocabulary: one token per word
+        shown = [t for t in src_tokens if t != "<eos>"]
+        return [w for w, t in zip(words, shown) if t == unk]
+    if tok is None or unk not in src_tokens:
+        return []
+    out = []
+    for word in dict.fromkeys(words):  # each word once, in order
+        if unk in tok.tokens(word):
+            chars = [c for c in dict.fromkeys(word) if unk in tok.tokens(c)]
+            out.append(f"{word} ({', '.join(chars)})" if chars and chars != [word] else word)
+    return out
