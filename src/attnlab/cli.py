@@ -37,6 +37,7 @@ from attnlab.i18n import add_lang_argument, set_language
 from attnlab.inspection import (
     commands_align,
     commands_analysis,
+    commands_attribution,
     commands_scaling,
     commands_views,
 )
@@ -351,8 +352,8 @@ def make_parser() -> argparse.ArgumentParser:
     _add_translate_evaluate(sub)
     _add_demo(sub)
     _add_completion(sub)
-    for module in (commands_views, commands_analysis, commands_fill, commands_align, commands_scaling,
-                   web_commands, export_commands):  # each adds its subcommands
+    for module in (commands_views, commands_analysis, commands_fill, commands_align, commands_attribution,
+                   commands_scaling, web_commands, export_commands):  # each adds its subcommands
         module.register(sub)
     for parser in (p, *dict.fromkeys(sub.choices.values())):  # --lang on every command (aliases: once)
         add_lang_argument(parser, top_level=parser is p)

@@ -122,8 +122,11 @@ def test_translate_and_explore(server, browser, tmp_path):
     page.click("#translate")
     page.wait_for_selector("#heatmap .hm-row")
 
-    api = httpx.post(server + "/api/translate", json={"text": "i'm home .", "run": "transformer"}).json()
+    # the page asks for 2 <pad> positions (its PAD_SHOWN), so the padding columns are on screen
+    api = httpx.post(server + "/api/translate", json={"text": "i'm home .", "run": "transformer", "pad": 2}).json()
+    assert api["src_tokens"][-2:] == ["<pad>", "<pad>"]
     assert page.input_value("#kind") == "cross"
+    assert page.input_value("#layer") == str(api["attention"]["cross"]["layers"] - 1)  # opens on the last layer
     shape = _heatmap_shape(page)
     assert len(shape) == len(api["tgt_tokens"])  # one row per target token
     assert set(shape) == {len(api["src_tokens"])}  # one column per source token
@@ -137,7 +140,7 @@ def test_translate_and_explore(server, browser, tmp_path):
     assert page.text_content("#translation").strip() == (api["translation"] or "(empty)")
     first = page.get_attribute("#heatmap .hm-row[data-row='0'] .hm-cell[data-col='0']", "data-weight")
     want = api["attention"]["cross"]["weights"]
-    mean = sum(h[0][0] for h in want[0]) / len(want[0])  # default view: the heads' mean, first layer
+    mean = sum(h[0][0] for h in want[-1]) / len(want[-1])  # default view: the heads' mean, last layer
     assert float(first) == pytest.approx(mean, abs=2e-3)
 
     # Hover a cell: the tooltip names both tokens.
@@ -160,6 +163,8 @@ def test_translate_and_explore(server, browser, tmp_path):
     page.select_option("#kind", "enc_self")
     page.wait_for_selector("#heatmap[data-view^='enc_self:']")
     assert _heatmap_shape(page) == [len(api["src_tokens"])] * len(api["src_tokens"])
+    assert "0 steps" not in page.text_content("#step-text") and page.is_disabled("#step-next")  # no decoding steps
+    assert "<pad>" in page.text_content("#kind-note")
     page.select_option("#kind", "cross")
     page.wait_for_selector("#heatmap[data-view^='cross:']")
 
@@ -187,7 +192,7 @@ def test_translate_and_explore(server, browser, tmp_path):
     ]
     page.select_option("#run", "bahdanau")
     page.wait_for_selector("#result-meta:text-matches('^bahdanau')")
-    bahd = httpx.post(server + "/api/translate", json={"text": "i'm home .", "run": "bahdanau"}).json()
+    bahd = httpx.post(server + "/api/translate", json={"text": "i'm home .", "run": "bahdanau", "pad": 2}).json()
     assert _heatmap_shape(page) == [len(bahd["src_tokens"])] * len(bahd["tgt_tokens"])
     assert page.eval_on_selector_all("#kind option", "o => o.map(x => x.value)") == ["cross"]
 

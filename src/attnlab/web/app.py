@@ -13,6 +13,9 @@ Endpoints (OpenAPI schema at ``/openapi.json``, a readable offline reference at 
   head, as JSON numbers (4 decimals); ``kind``/``layer``/``head`` (``"mean"`` averages the heads) pick
   one map, ``encoding`` ``"uint8"``/``"uint16"`` sends it quantised as base64, and ``overview`` adds
   a ≤48×48 max-pooled thumbnail of every layer and head (what the page draws);
+- ``POST /api/attribution`` ``{"text", "run", "method", "steps"}`` → gradient attribution (integrated
+  gradients or input × gradient) of each output token beside the attention and the rollout, with
+  Spearman's ρ, or the attention rollout of each self-attention stack (``routes/attribution.py``);
 - ``GET /api/runs`` → what is loaded: name, model kind, parameters, layers/heads, the checkpoint, and
   test BLEU when the run folder's ``eval-test.json`` scored *that* checkpoint (``test``; otherwise
   ``test_other`` says which one it scored);
@@ -63,6 +66,7 @@ from attnlab.errors import AttnlabError
 from attnlab.web.guards import LOOPBACK_NAMES, BodyLimit, HostGuard, Limits, security_headers
 from attnlab.web.registry import LoadedRun, load_runs
 from attnlab.web.responses import GZIP_LEVEL, GZIP_MIN
+from attnlab.web.routes import attribution as attribution_routes
 from attnlab.web.routes import page
 from attnlab.web.routes import runs as runs_routes
 from attnlab.web.routes import translate as translate_routes
@@ -112,6 +116,7 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.include_router(runs_routes.router(state))
     app.include_router(translate_routes.router(state, make_request_model(limits, list(state.runs))))
+    app.include_router(attribution_routes.router(state))
     app.include_router(page.router())
     page.mount_static(app)
     return app

@@ -16,9 +16,13 @@ const svgEl = (tag, attrs) => {
   return e;
 };
 
+// <pad> positions the page asks for after the source's <eos> (the request's `pad`), so the padding
+// columns the notes' §23 talks about are on screen, with their weight of exactly 0.
+const PAD_SHOWN = 2;
+const BPE_NOTE = " Tokens are BPE pieces, one per row or column: “·son” continues the word before it (mai ·son = maison).";
 const KIND_NOTES = {
-  cross: "Cross-attention (notes §3, §25): each row is one generated French token; it shows how much the decoder looked at each English source token when producing it. A good model draws a near-diagonal alignment.",
-  enc_self: "Encoder self-attention (notes §12, §23): every source token looks at every source token, in both directions. Padding would get no weight.",
+  cross: `Cross-attention (notes §3, §25): each row is one generated French token; it shows how much the decoder looked at each English source token when producing it. A good model draws a near-diagonal alignment. The last ${PAD_SHOWN} columns are <pad> (a batch's padding): they get exactly 0 weight.`,
+  enc_self: `Encoder self-attention (notes §12, §23): every source token looks at every source token, in both directions, all at once (no decoding steps). The last ${PAD_SHOWN} columns are <pad>, as in a batch beside a longer sentence: masked_softmax gives them exactly 0 weight.`,
   dec_self: "Decoder masked self-attention (notes §18, §24): a token may only look at itself and earlier tokens, so the map is lower-triangular.",
   self: "Decoder-only self-attention (notes §28): one causal map over “source <eos> <bos> target”; the target rows reading the source columns play the role of cross-attention.",
 };
@@ -35,7 +39,7 @@ function color(w) {
 }
 
 const state = {
-  runs: [], limits: {}, result: null, kind: null, layer: 0, head: "mean", step: 0, playing: null,
+  runs: [], limits: {}, result: null, kind: null, layer: -1, head: "mean", step: 0, playing: null,  // layer -1: the last
   probes: null, probePlaying: null, requestId: 0, query: null,
 };
 const KIND_ORDER = ["cross", "self", "enc_self", "dec_self"];
@@ -104,8 +108,8 @@ function matrixOf(att) {
 }
 
 // The request body for the run's view: the kind, layer and head the page shows, plus thumbnails.
-function viewBody(query, kind, layer, head, overview) {
-  const body = { text: query.text, beam_size: query.beam_size, run: query.run, encoding: "uint16" };
+function viewBody(query, kind, layer, head, overview, pad) {
+  const body = { text: query.text, beam_size: query.beam_size, run: query.run, encoding: "uint16", pad: pad || 0 };
   if (kind) Object.assign(body, { kind, layer, head, overview: !!overview });
   return body;
 }
@@ -117,15 +121,28 @@ function fitSelection(run) {
   const kinds = [...(run.kinds || [])].sort((a, b) => KIND_ORDER.indexOf(a) - KIND_ORDER.indexOf(b));
   if (!kinds.includes(state.kind)) state.kind = kinds[0] || null;
   const layers = Math.max(1, run.attention_layers || 1), heads = Math.max(1, run.num_heads || 1);
-  state.layer = Math.max(0, Math.min(state.layer, layers - 1));
+  state.layer = state.layer < 0 ? -1 : Math.min(state.layer, layers - 1);  // -1 (the last) until one is picked
   if (heads === 1) state.head = 0;
   else if (state.head !== "mean" && state.head >= heads) state.head = "mean";
 }
 
-function rowLabels(att) {
+function rowLabels(att, res) {
   // Cross rows are named by the token they produced; self-attention rows by the query token itself.
-  if (att.outputs && !att.keys.every((k, i) => k === att.queries[i])) return att.outputs.map((o, i) => o || att.queries[i]);
-  return att.queries;
+  if (att.outputs && !att.keys.every((k, i) => k === att.queries[i])) return labels(res, att.outputs.map((o, i) => o || att.queries[i]));
+  return labels(res, att.queries);
+}
+
+// Tokens as a reader sees them: the response's token_labels (BPE's "▁je" → "je", "son" → "·son").
+function labels(res, tokens) {
+  const map = (res && res.token_labels) || {};
+  return tokens.map((t) => (Object.prototype.hasOwnProperty.call(map, t) ? map[t] : t));
+}
+
+// The same rule for the probe recordings, which come without token_labels
+// (attnlab.inspection.attention_maps.display_tokens): a sequence with a "▁" piece is BPE.
+function shownTokens(tokens) {
+  if (!tokens.some((t) => t.startsWith("\u2581"))) return tokens;
+  return tokens.map((t) => (/^(<[a-z]+>|\[MASK\])$/.test(t) ? t : t.startsWith("\u2581") ? t.slice(1) || t : "·" + t));
 }
 
 // --------------------------------------------------------------------------------------- heatmap
@@ -325,7 +342,7 @@ async function refreshView() {
   const id = ++state.requestId;
   state.step = Number($("#step").value);
   try {
-    const res = await api("/api/translate", viewBody(state.query, state.kind, state.layer, state.head, true));
+    const res = await api("/api/translate", viewBody(state.query, state.kind, state.layer, state.head, true, PAD_SHOWN));
     if (id !== state.requestId) return;
     showResult(res, true);
   } catch (e) {
@@ -346,7 +363,8 @@ function setupKind() {
     $("#translation").textContent = res.translation;
     return;
   }
-  state.layer = Math.min(att.layer === null || att.layer === undefined ? state.layer : att.layer, att.layers - 1);
+  if (att.layer !== null && att.layer !== undefined) state.layer = att.layer;  // the server's, counted from 0
+  state.layer = state.layer < 0 ? att.layers - 1 : Math.min(state.layer, att.layers - 1);
   if (att.head !== null && att.head !== undefined) state.head = att.head;
   fillSelect($("#layer"), [...Array(att.layers).keys()].map((l) => [l, `${l + 1} of ${att.layers}`]), state.layer);
   const heads = [...Array(att.heads).keys()].map((h) => [h, `${h + 1} of ${att.heads}`]);
@@ -354,8 +372,11 @@ function setupKind() {
   if (att.heads === 1) state.head = 0;
   else if (state.head !== "mean" && state.head >= att.heads) state.head = "mean";
   fillSelect($("#head"), heads, state.head);
-  $("#kind-note").textContent = KIND_NOTES[state.kind] || "";
+  const bpe = Object.keys(res.token_labels || {}).length > 0;
+  $("#kind-note").textContent = (KIND_NOTES[state.kind] || "") + (bpe ? BPE_NOTE : "");
   const stepRows = decodingRows(att);
+  // The encoder has no decoding steps (it reads the whole source at once, §12): no stepper.
+  for (const id of ["#step", "#step-prev", "#step-next", "#step-play"]) $(id).disabled = !stepRows.length;
   $("#step").max = stepRows.length;
   $("#step").value = Math.min(state.step, stepRows.length);
   renderOverview(att);
@@ -380,14 +401,16 @@ function draw() {
     return;
   }
   $("#heatmap").dataset.view = `${state.kind}:${att.layer}:${att.head}`;
-  const rows = rowLabels(att);
+  const rows = rowLabels(att, res);
+  const cols = labels(res, att.keys);
   const steps = decodingRows(att);
   const step = Number($("#step").value);
   const cur = step > 0 && steps.length ? steps[step - 1] : null;
-  renderHeatmap($("#heatmap"), m, rows, att.keys, {
+  const [qs, outs] = [labels(res, att.queries), att.outputs ? labels(res, att.outputs) : null];
+  renderHeatmap($("#heatmap"), m, rows, cols, {
     numbers: $("#numbers").checked, corner: state.kind === "cross" ? "out ↓ src →" : "",
-    describe: (i) => (att.outputs && att.outputs[i] && att.outputs[i] !== att.queries[i]
-      ? `query “${att.queries[i]}” produced “${att.outputs[i]}”` : ""),
+    describe: (i) => (outs && outs[i] && att.outputs[i] !== att.queries[i]
+      ? `query “${qs[i]}” produced “${outs[i]}”` : ""),
   });
   if (cur !== null) {
     $("#heatmap").querySelectorAll(".hm-row").forEach((r) => {
@@ -396,19 +419,21 @@ function draw() {
       r.classList.toggle("future", steps.includes(i) && i > cur);
     });
   }
-  renderAlignment($("#alignment"), m, rows, att.keys, cur);
+  renderAlignment($("#alignment"), m, rows, cols, cur);
   // The translation, built up to the current step when stepping.
   const out = $("#translation");
   out.replaceChildren();
-  const toks = res.tgt_tokens;
+  const toks = labels(res, res.tgt_tokens);
+  const joins = res.tgt_continues || [];
   const upto = cur === null ? toks.length : steps.indexOf(cur) + 1;
-  toks.forEach((t, i) => {
-    const s = el("span", "tok" + (i === upto - 1 && cur !== null ? " current" : "") + (i >= upto ? " hidden-tok" : ""), t);
-    out.appendChild(s);
-    out.appendChild(document.createTextNode(" "));
+  toks.forEach((t, i) => {  // BPE pieces joined into words: no "▁", no space inside a word
+    if (i > 0 && !joins[i]) out.appendChild(document.createTextNode(" "));
+    const text = joins[i] ? t.replace(/^·/, "") : t;
+    out.appendChild(el("span", "tok" + (i === upto - 1 && cur !== null ? " current" : "") + (i >= upto ? " hidden-tok" : ""), text));
   });
   if (cur === null) out.replaceChildren(document.createTextNode(res.translation || "(empty)"));
-  $("#step-text").textContent = cur === null
+  if (!steps.length) $("#step-text").textContent = "the encoder reads every source token at once: no decoding steps";
+  else $("#step-text").textContent = cur === null
     ? `all ${steps.length} steps` : `step ${step} of ${steps.length}: “${toks[step - 1] || ""}”`;
   $("#overview").querySelectorAll(".ov-cell").forEach((b) => b.classList.toggle(
     "selected", Number(b.dataset.layer) === state.layer && String(b.dataset.head) === String(state.head)));
@@ -446,7 +471,7 @@ async function translate(ev) {
   const query = { text, beam_size: Number($("#beam").value), run: $("#run").value };
   fitSelection(runInfo(query.run));
   try {
-    const res = await api("/api/translate", viewBody(query, state.kind, state.layer, state.head, true));
+    const res = await api("/api/translate", viewBody(query, state.kind, state.layer, state.head, true, PAD_SHOWN));
     if (id !== state.requestId) return;
     state.query = query;
     setStatus("");
@@ -479,13 +504,74 @@ async function compareRuns() {
       if (!att) { body.appendChild(el("p", "note", "no attention (fixed context)")); return; }
       const m = matrixOf(att);
       if (!m) { body.appendChild(el("p", "note", att.omitted || "no weights sent")); return; }
-      const rows = rowLabels(att);
+      const rows = rowLabels(att, res);
       const hm = el("div", "heatmap small");
       hm.setAttribute("role", "grid");
       hm.setAttribute("aria-label", `${r.name} cross-attention`);
       body.appendChild(hm);
-      renderHeatmap(hm, m, rows, att.keys, { cell: 22 });
+      renderHeatmap(hm, m, rows, labels(res, att.keys), { cell: 22 });
     }).catch((e) => { body.replaceChildren(el("p", "status error", e.message)); });
+  }
+}
+
+// ----------------------------------------------------------------------------------- attribution
+
+// Is attention an explanation? (notes §27.5, §28.5): POST /api/attribution, drawn as heatmaps side by side.
+const rhoText = (v) => (v === null || v === undefined ? "—" : (v >= 0 ? "+" : "") + v.toFixed(2));
+
+function attrPanel(box, title, m, rows, cols) {
+  const fig = el("figure", "panel");
+  fig.appendChild(el("figcaption", "", title));
+  const hm = el("div", "heatmap");
+  hm.setAttribute("role", "grid");
+  hm.setAttribute("aria-label", title);
+  fig.appendChild(hm);
+  box.appendChild(fig);
+  renderHeatmap(hm, m, rows, cols, { cell: 30, numbers: true });
+}
+
+function showAttribution(res) {
+  const box = $("#attr-out");
+  box.replaceChildren();
+  const bits = [`${res.source} → ${res.translation || "(empty)"}`];
+  if (res.method === "rollout") {
+    for (const m of res.maps) {
+      const name = KIND_SHORT[m.kind] || m.kind;
+      bits.push(`${name}: ρ(rollout, last layer) ${rhoText(m.mean_rho)}`);
+      attrPanel(box, `${name}: last layer, heads averaged`, m.attention, m.labels, m.labels);
+      attrPanel(box, `${name}: rollout`, m.rollout, m.labels.map((t, i) => `${t} · ρ ${rhoText(m.rho[i])}`), m.labels);
+    }
+  } else {
+    bits.push(res.method_name + (res.steps ? `, ${res.steps} steps` : ""));
+    for (const c of res.compare) {
+      bits.push(`${c.title}: ρ ${rhoText(c.mean_rho)}, top-1 ${Math.round(c.top1_agreement * res.rows.length)}/${res.rows.length}`);
+      attrPanel(box, c.title, c.weights, res.rows, res.cols);
+    }
+    if (res.completeness_gap !== null && res.completeness_gap !== undefined) {
+      // Integrated gradients: how far each row's sum is from f(x) − f(0); more steps close it.
+      bits.push(`completeness gap ≤ ${(100 * res.completeness_gap).toFixed(2)} %${res.completeness_gap > 0.01 ? " (raise the steps)" : ""}`);
+    }
+    const first = res.compare[0];
+    const rows = res.rows.map((t, i) => (first ? `${t} · ρ ${rhoText(first.rho[i])}` : t));
+    attrPanel(box, `${res.method_name}: share of |attribution|`, res.shares, rows, res.cols);
+  }
+  bits.push(`${res.elapsed_ms} ms`);
+  $("#attr-summary").textContent = bits.join("  ·  ");
+}
+
+async function attribute() {
+  const text = $("#sentence").value;
+  if (!text.trim()) { setStatus("Type a sentence first, then attribute it.", "error"); return; }
+  const body = { text, run: $("#run").value, method: $("#attr-method").value, steps: Number($("#attr-steps").value) };
+  $("#attribute").disabled = true;
+  $("#attr-summary").textContent = "computing…";
+  try {
+    showAttribution(await api("/api/attribution", body));
+  } catch (e) {
+    $("#attr-out").replaceChildren();
+    $("#attr-summary").textContent = e.message;
+  } finally {
+    $("#attribute").disabled = false;
   }
 }
 
@@ -540,12 +626,12 @@ function drawProbe() {
   if (!kind) { $("#probe-heatmap").replaceChildren(); return; }
   const A = rec.attention[kind];
   const m = A[Math.min(Number($("#probe-layer").value), A.length - 1)];
-  let keys = rec.src_tokens;
-  if (kind === "self") keys = rec.src_tokens.concat(["<bos>"], rec.tgt_tokens.slice(0, -1));  // keys: source <bos> y1 …
+  let keys = shownTokens(rec.src_tokens);
+  if (kind === "self") keys = keys.concat(["<bos>"], shownTokens(rec.tgt_tokens).slice(0, -1));  // keys: source <bos> y1 …
   const nk = m.length ? m[0].length : 0;
   keys = keys.slice(0, nk);
   while (keys.length < nk) keys.push("·");
-  const rows = rec.tgt_tokens.slice(0, m.length);
+  const rows = shownTokens(rec.tgt_tokens).slice(0, m.length);
   while (rows.length < m.length) rows.push("·");
   renderHeatmap($("#probe-heatmap"), m, rows, keys, { cell: 34, corner: "mean of heads" });
 }
@@ -613,6 +699,7 @@ async function start() {
 document.addEventListener("DOMContentLoaded", () => {
   $("#form").addEventListener("submit", translate);
   $("#run").addEventListener("change", () => {
+    state.layer = -1;  // a new run opens on its last layer
     showRunFacts();
     loadProbes();
     if (state.result && $("#sentence").value.trim()) translate();
@@ -631,6 +718,8 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#step-next").addEventListener("click", () => { stopPlaying(); $("#step").value = Math.min(Number($("#step").max), Number($("#step").value) + 1); draw(); });
   $("#step-play").addEventListener("click", togglePlay);
   $("#compare").addEventListener("click", compareRuns);
+  $("#attribute").addEventListener("click", attribute);
+  $("#attr-method").addEventListener("change", () => { $("#attr-steps").disabled = $("#attr-method").value !== "ig"; });
   $("#probe-sentence").addEventListener("change", () => { stopProbe(); setupProbe(true); });
   $("#probe-layer").addEventListener("change", drawProbe);
   $("#probe-step").addEventListener("input", () => { stopProbe(); drawProbe(); });

@@ -1,0 +1,126 @@
+"""``POST /api/attribution``: is attention an explanation? (notes §27.5, §28.5), computed in a model thread.
+
+Body ``{"text", "run", "method", "steps"}``: ``method`` ``"ig"`` (integrated gradients, the default)
+or ``"ixg"`` (input × gradient) attributes each output token of the greedy translation to the source
+tokens and returns it beside the attention (last layer, heads averaged) and the rollout, with
+Spearman's ρ per output token and per sentence (:meth:`attnlab.inspection.attribution.Attribution.to_json`);
+``"rollout"`` returns the attention rollout of each self-attention stack beside its last layer
+(:meth:`~attnlab.inspection.attribution.RolloutReport.to_json`). Gradients cost about ``steps``
+forward and backward passes per output token, so ``steps`` is capped at :data:`MAX_STEPS`; the
+work runs under the same admission and deadline as a translation.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, create_model, field_validator
+
+from attnlab.errors import AttnlabError
+from attnlab.inspection.attribution import (
+    DEFAULT_STEPS,
+    AttributionError,
+    attention_rollout,
+    gradient_attribution,
+)
+from attnlab.web.registry import LoadedRun
+from attnlab.web.responses import (
+    GZIP_MIN,
+    accepts_gzip,
+    busy,
+    encoded,
+    error,
+    gzip_bytes,
+    json_bytes,
+    too_slow,
+)
+from attnlab.web.schemas import ErrorBody, check_text
+from attnlab.web.state import Busy, ServerState
+
+MAX_STEPS = 128  # each point is one more forward and backward pass per output token: a bound on the work
+
+
+def request_model(max_chars: int, run_names: list[str]) -> type[BaseModel]:
+    """The body of ``POST /api/attribution`` with the server's limits and run names in its schema."""
+
+    def _text(cls, v: str) -> str:
+        return check_text(v, max_chars)
+
+    def _run(cls, v: str | None) -> str | None:
+        if v is not None and v not in run_names:
+            raise ValueError(f"unknown run; loaded runs: {', '.join(run_names)}")
+        return v
+
+    return create_model(
+        "AttributionRequest",
+        __config__=ConfigDict(extra="forbid"),
+        __validators__={"check_text": field_validator("text")(_text), "check_run": field_validator("run")(_run)},
+        text=(StrictStr, Field(min_length=1, max_length=max_chars, description="an English sentence",
+                               examples=["i'm home ."])),
+        run=(StrictStr | None, Field(None, max_length=64, description=f"one of: {', '.join(run_names)}")),
+        method=(Literal["ig", "ixg", "rollout"], Field("ig", description="ig: integrated gradients, ixg: input × "
+                                                       "gradient, rollout: attention rollout")),
+        steps=(StrictInt, Field(DEFAULT_STEPS, ge=1, le=MAX_STEPS, description="integrated gradients' interpolation points")),
+    )
+
+
+@dataclass(frozen=True)
+class AttributionJob:
+    """One admitted request, as the worker thread needs it."""
+
+    run: LoadedRun
+    text: str
+    method: str
+    steps: int
+    max_len: int
+    gzip: bool
+
+
+def attribution_job(job: AttributionJob, t0: float) -> tuple[bytes, bool]:
+    """Runs in a model thread, inside the admission slot: the attribution, its JSON and its gzip."""
+    tr = job.run.translator
+    if job.method == "rollout":
+        report = attention_rollout(tr, job.text, max_len=job.max_len)
+    else:
+        report = gradient_attribution(tr, job.text, job.method, steps=job.steps, max_len=job.max_len)
+    payload: dict[str, Any] = {"run": job.run.name, "model_kind": job.run.info.get("model_kind"), **report.to_json()}
+    payload["elapsed_ms"] = round(1000 * (time.perf_counter() - t0), 1)
+    body = json_bytes(payload)
+    if job.gzip and len(body) >= GZIP_MIN:
+        return gzip_bytes(body), True
+    return body, False
+
+
+def router(state: ServerState) -> APIRouter:
+    """The attribution route over ``state``'s runs."""
+    api = APIRouter()
+    limits = state.limits
+
+    async def attribution(req, request: Request):
+        r = state.runs[req.run or state.default_run]
+        job = AttributionJob(r, req.text, req.method, req.steps, limits.max_output_tokens, accepts_gzip(request))
+        try:
+            body, gz = await state.run_admitted(attribution_job, job, time.perf_counter())
+        except Busy:
+            return busy(limits)
+        except TimeoutError:
+            return too_slow(limits)
+        except AttributionError as e:  # a method this model cannot do (what, why, which to use instead)
+            return error(422, ["body", "method"], str(e), "value_error")
+        except AttnlabError as e:
+            return error(422, ["body", "text"], str(e), "value_error")
+        return encoded(body, gz)
+
+    # The body model carries the limits, so it is built here and annotated after the fact.
+    attribution.__annotations__["req"] = request_model(limits.max_chars, list(state.runs))
+    attribution.__annotations__["request"] = Request
+    api.post(
+        "/api/attribution",
+        summary="gradient attribution and attention rollout beside the attention",
+        responses={413: {"model": ErrorBody}, 422: {"model": ErrorBody}, 429: {"model": ErrorBody},
+                   504: {"model": ErrorBody}},
+    )(attribution)
+    return api

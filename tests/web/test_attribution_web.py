@@ -1,0 +1,60 @@
+"""``POST /api/attribution`` and its view, on the session's tiny `numbers` runs (the real model, no fakes)."""
+
+from __future__ import annotations
+
+import pytest
+
+SENTENCE = "twenty one"
+
+
+def test_integrated_gradients_beside_the_attention(client):
+    r = client.post("/api/attribution", json={"text": SENTENCE, "run": "bahdanau", "method": "ig", "steps": 16})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d["run"] == "bahdanau" and d["method"] == "ig" and d["steps"] == 16
+    assert d["cols"] == ["twenty", "one", "<eos>"]
+    T, S = len(d["rows"]), len(d["cols"])
+    assert len(d["scores"]) == T and all(len(row) == S for row in d["scores"] + d["shares"])
+    for total, fx, f0 in zip(d["total"], d["logprob"], d["baseline_logprob"]):
+        assert total == pytest.approx(fx - f0, rel=0.01, abs=1e-3)  # completeness, after 4-decimal rounding
+    assert 0 <= d["completeness_gap"] <= 0.01
+    (c,) = d["compare"]
+    assert c["title"] == "additive attention (Bahdanau)" and len(c["rho"]) == T
+    assert all(sum(row) == pytest.approx(1.0, abs=1e-3) for row in c["weights"])
+    # The attention is the one the translate route shows for the same sentence.
+    t = client.post("/api/translate", json={"text": SENTENCE, "run": "bahdanau", "kind": "cross", "layer": 0, "head": 0})
+    assert t.json()["tgt_tokens"] == d["rows"]
+    shown = t.json()["attention"]["cross"]["weights"][0][0]  # (T, S): layer 1, head 1 (Bahdanau's one map)
+    assert [w for row in c["weights"] for w in row] == pytest.approx([w for row in shown for w in row], abs=2e-4)
+
+
+def test_rollout_of_the_default_transformer(client):
+    r = client.post("/api/attribution", json={"text": SENTENCE, "method": "rollout"})
+    assert r.status_code == 200, r.text
+    (m,) = r.json()["maps"]
+    assert m["kind"] == "enc_self" and m["labels"] == ["twenty", "one", "<eos>"]
+    assert all(sum(row) == pytest.approx(1.0, abs=1e-3) for row in m["rollout"])
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "needle"),
+    [
+        ({"text": SENTENCE, "run": "bahdanau", "method": "rollout"}, "method", "no stack of self-attention"),
+        ({"text": SENTENCE, "method": "saliency"}, "method", ""),
+        ({"text": SENTENCE, "steps": 129}, "steps", ""),
+        ({"text": SENTENCE, "run": "nope"}, "run", "unknown run"),
+        ({"text": "   "}, "text", "empty"),
+    ],
+)
+def test_refusals_name_the_field(client, body, field, needle):
+    r = client.post("/api/attribution", json=body)
+    assert r.status_code == 422, r.text
+    (item,) = r.json()["detail"]
+    assert item["loc"][-1] == field and needle in item["msg"]
+
+
+def test_the_page_offers_the_view(client):
+    page = client.get("/").text
+    assert 'id="attribution-card"' in page and 'id="attr-method"' in page
+    js = client.get("/static/app.js").text
+    assert '"/api/attribution"' in js and "function showAttribution" in js
