@@ -43,7 +43,12 @@ def test_float32_greedy_equals_attnlab(export_runs, tmp_path, numbers_sentences,
     ct2 = CT2Translator.from_export(out, device="cpu")
     expected = _hyps(ours, numbers_sentences)
     assert _hyps(ct2, numbers_sentences) == expected
-    assert any(f for _, f in expected) == (name == "transformer")  # both stopping rules are exercised
+    # Both stopping rules are exercised: the trained model's outputs end with <eos>; some of an
+    # untrained one's run to the length limit, which CTranslate2 must cut per row as attnlab does.
+    if name == "transformer":
+        assert any(f for _, f in expected)
+    else:
+        assert not all(f for _, f in expected)
     capped = ct2._search([ours.encode_source("seven thousand")[0]], ours.cfg.decode, 1, max_len=2)[0][0]
     assert capped.tokens == ours._search([ours.encode_source("seven thousand")[0]], ours.cfg.decode, 1,
                                          max_len=2)[0][0].tokens

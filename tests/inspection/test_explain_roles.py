@@ -131,3 +131,11 @@ def test_an_untied_model_says_W_o_is_its_own_matrix(tmp_path):
                                      r"the model's logit ([+-][0-9.]+)", text)
     assert hand == pytest.approx(model, abs=2e-4)
     assert "is tied to the" not in text.split("== 9.")[1]  # the §9 table counts W_o in its own row
+
+
+def test_module_paths_are_labelled_with_layers_counted_from_1():
+    from attnlab.inspection.explain import _layer_from_1
+
+    assert _layer_from_1("encoder_blocks.0.attention") == "   (layer 1)"
+    assert _layer_from_1("decoder_blocks.1.cross_attention.in_proj") == "   (layer 2)"
+    assert _layer_from_1("src_embedding") == ""

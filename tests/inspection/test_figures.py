@@ -148,3 +148,13 @@ def test_heads_figure_scales_shares_on_0_1_and_importance_around_0():
     lo, hi = by_title[Hd.LABELS["bleu_drop"]]
     assert lo == -hi and hi >= max(abs(h.values["bleu_drop"]) for h in report.heads)
     assert Hd.LABELS["diag_agreement"] not in by_title  # not defined for a self-attention head
+
+
+def test_save_figure_keeps_a_stem_with_a_dot_whole(tmp_path):
+    from attnlab.inspection.plots import new_figure, save_figure
+
+    fig = new_figure((2, 2))
+    fig.subplots().plot([0, 1], [0, 1])
+    paths = save_figure(fig, tmp_path / "params_bahdanau-1.5min", formats=("png", "svg"))
+    assert [p.name for p in paths] == ["params_bahdanau-1.5min.png", "params_bahdanau-1.5min.svg"]
+    assert all(p.is_file() and p.stat().st_size > 0 for p in paths)

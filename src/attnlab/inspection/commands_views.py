@@ -84,7 +84,7 @@ def cmd_explain(args) -> int:
     if args.top < 1:
         raise AttnlabError(f"--top {args.top} must be >= 1")
     print(explain(_translator(args), args.sentence, reference=args.reference, top_k=args.top,
-                  figures_dir=Path(args.run) / "figures"))
+                  figures_dir=_out_dir(args, Path(args.run) / "figures")))
     return 0
 
 
@@ -245,6 +245,7 @@ def register(sub) -> None:
     e.add_argument("sentence", help='English sentence, e.g. "i\'m home ."')
     e.add_argument("--reference", help="a French reference: also show the teacher-forced loss and BLEU (default: none)")
     e.add_argument("--top", type=int, default=5, help="how many of the most probable tokens to show per step")
+    _add_save_dir(e, "gates.png (GRU models)", "RUN/figures")
     e.set_defaults(func=cmd_explain)
 
     _add_params(sub)

@@ -26,6 +26,7 @@ of its kind name.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,13 @@ class _Step:
     weights: Tensor | None = None  # (S,) the whole row that ``attention`` shows the top of
     context: Tensor | None = None  # (M,) additive attention's output c_t' = Σ α h_t (Bahdanau)
     context_gap: float | None = None  # max |Σ α h_t − the attention module's own output|
+
+
+def _layer_from_1(module_path: str) -> str:
+    """`` (layer N)`` for a PyTorch module path with a block index (``encoder_blocks.0.…`` → layer 1):
+    the paths count from 0, every label and figure of attnlab counts layers from 1."""
+    m = re.search(r"blocks\.(\d+)", module_path)
+    return f"   (layer {int(m.group(1)) + 1})" if m else ""
 
 
 def _record_modules(model: nn.Module, run) -> list[tuple[str, str, str, int]]:
@@ -331,7 +339,7 @@ def _network_section(model: nn.Module, ids: list[int], hyp: list[int], tr: Trans
             if calls > 1
             else ""
         )
-        out(f"  {name:<{width}}  {cls:<28} → {shape}{extra}")
+        out(f"  {name:<{width}}  {cls:<28} → {shape}{extra}{_layer_from_1(name)}")
     for k, w in fwd.attention.items():
         out(f"  attention weights {k:<8} (batch, layers, heads, queries, keys) = {_fmt_shape(w)}")
     return batch, fwd

@@ -23,12 +23,13 @@ def new_figure(figsize=(8, 5)):
 
 
 def save_figure(fig, path_stem: Path, formats=("png", "svg")) -> list[Path]:
-    """Save ``fig`` as ``path_stem.png`` / ``.svg`` atomically; returns the written paths."""
+    """Save ``fig`` as ``path_stem.png`` / ``.svg`` atomically; returns the written paths. The stem is
+    kept whole: a run named ``bahdanau-1.5min`` gives ``bahdanau-1.5min_x.png``, not ``bahdanau-1.png``."""
     written = []
     for fmt in formats:
         buf = io.BytesIO()
         fig.savefig(buf, format=fmt, dpi=120)
-        path = path_stem.with_suffix("." + fmt)
+        path = path_stem.parent / f"{path_stem.name}.{fmt}"
         atomic_write_bytes(path, buf.getvalue())
         written.append(path)
     return written
