@@ -38,6 +38,13 @@ _BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u20
 _ALLOWED_CONTROLS = frozenset("\t\n\r")
 
 
+def check_run(name: str | None, run_names: Sequence[str]) -> str | None:
+    """A request's ``run``: None (the default run) or one of the loaded runs' names."""
+    if name is not None and name not in run_names:
+        raise ValueError(f"unknown run; loaded runs: {', '.join(run_names)}")
+    return name
+
+
 def check_text(text: str, max_chars: int) -> str:
     """Refuse what is not a sentence a person typed; the message names the rule and the position."""
     if not text.strip():
@@ -71,9 +78,7 @@ def make_request_model(limits: Limits, run_names: Sequence[str]) -> type[BaseMod
         raise ValueError(f'head must be a head number (0, 1, …) or "mean", not {json.dumps(v)[:40]}')
 
     def _run(cls, v: str | None) -> str | None:
-        if v is not None and v not in names:
-            raise ValueError(f"unknown run; loaded runs: {', '.join(names)}")
-        return v
+        return check_run(v, names)
 
     return create_model(
         "TranslateRequest",

@@ -37,7 +37,7 @@ from attnlab.web.responses import (
     json_bytes,
     too_slow,
 )
-from attnlab.web.schemas import ErrorBody, check_text
+from attnlab.web.schemas import ErrorBody, check_run, check_text
 from attnlab.web.state import Busy, ServerState
 
 MAX_STEPS = 128  # each point is one more forward and backward pass per output token: a bound on the work
@@ -50,9 +50,7 @@ def request_model(max_chars: int, run_names: list[str]) -> type[BaseModel]:
         return check_text(v, max_chars)
 
     def _run(cls, v: str | None) -> str | None:
-        if v is not None and v not in run_names:
-            raise ValueError(f"unknown run; loaded runs: {', '.join(run_names)}")
-        return v
+        return check_run(v, run_names)
 
     return create_model(
         "AttributionRequest",
