@@ -48,19 +48,24 @@ def _fields(template: str) -> list[tuple[str, str, str | None]]:
 
 
 def test_the_catalogue_holds_exactly_the_messages_the_code_wraps():
-    """Every ``_("…")`` / ``N_("…")`` in src/ has an entry, and no entry is left over from old code."""
+    """Every ``_("…")`` / ``N_("…")`` in src/ and every string the web page marks (``data-i18n`` in
+    index.html, ``t("…")`` / ``N_("…")`` in app.js) has an entry, and no entry is left over from old code."""
     pytest.importorskip("babel", reason="Babel (a dev dependency) extracts the messages")
     from babel.messages.extract import extract_from_dir
+
+    from attnlab.web.page_text import page_messages
 
     in_code: dict[str, str] = {}
     for fname, _line, msg, _comments, _ctx in extract_from_dir(
         str(SRC), method_map=[("**.py", "python")], keywords={"_": None, "N_": None}
     ):
         in_code.setdefault(msg, fname)
+    for msg, fname in page_messages().items():
+        in_code.setdefault(msg, fname)
     in_po = {m.id for m in _po() if m.id}
     assert {m: f for m, f in in_code.items() if m not in in_po} == {}, "wrapped in code, missing from the .po"
     assert sorted(in_po - set(in_code)) == [], "in the .po, no longer in the code"
-    assert any(f.endswith("doctor.py") for f in in_code.values())
+    assert any(f.endswith("doctor.py") for f in in_code.values()) and "app.js" in in_code.values()
 
 
 def test_every_message_is_translated_and_keeps_its_format_fields():

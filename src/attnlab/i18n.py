@@ -12,7 +12,9 @@ it is committed (so an installed package needs nothing to build it) and must agr
 
 Texts with values are ``str.format`` templates (``_("loss {loss:.3f}").format(loss=x)``), never
 f-strings, so the message id is a constant that a catalogue can hold; ``N_()`` marks a constant that
-is stored first and translated where it is shown (a table of titles).
+is stored first and translated where it is shown (a table of titles). The web page's own text is marked
+in its files (``data-i18n`` in index.html, ``t("…")`` in app.js; :mod:`attnlab.web.page_text`) and its
+translations live in this same catalogue; :func:`catalogue` reads one language without switching to it.
 
 Which language: :func:`set_language` (the CLI's ``--lang`` on every command), else the
 ``ATTNLAB_LANG`` environment variable, else English. The system locale (``LANG``) is deliberately not
@@ -31,8 +33,7 @@ from pathlib import Path
 from attnlab.errors import AttnlabError
 
 __all__ = ["DOMAIN", "ENV_VAR", "LOCALE_DIR", "LanguageError", "N_", "Templates", "_", "add_lang_argument",
-           "available_languages", "language",
-           "set_language"]
+           "available_languages", "catalogue", "language", "set_language"]
 
 DOMAIN = "attnlab"
 ENV_VAR = "ATTNLAB_LANG"
@@ -59,6 +60,25 @@ def _normalise(lang: str) -> str:
     return lang.strip().replace("-", "_").split(".")[0].split("_")[0].lower()
 
 
+def catalogue(lang: str, source: str = "--lang") -> tuple[str, gettext.NullTranslations]:
+    """``lang``'s code (``zh_CN`` → ``zh``) and its translations, without making it the current language
+    (the web server answers each page in the language it asks for). English: the message ids themselves.
+
+    Raises:
+        LanguageError: no catalogue for ``lang``; the message names ``source`` (where the value came
+            from: ``--lang``, ``ATTNLAB_LANG``, ``lang``) and the available languages.
+    """
+    code = _normalise(lang)
+    if code == SOURCE_LANGUAGE:
+        return code, gettext.NullTranslations()
+    langs = available_languages()
+    if code not in langs:
+        raise LanguageError(
+            f"{source} {lang!r} is not an available language; choose one of: {', '.join(langs)}"
+        )
+    return code, gettext.translation(DOMAIN, localedir=LOCALE_DIR, languages=[code])
+
+
 def set_language(lang: str | None = None) -> str:
     """Speak ``lang`` from now on (``None``: ``$ATTNLAB_LANG``, else English); returns the language set.
 
@@ -69,18 +89,8 @@ def set_language(lang: str | None = None) -> str:
     source = "--lang"
     if lang is None or not lang.strip():
         lang, source = os.environ.get(ENV_VAR, "").strip() or SOURCE_LANGUAGE, ENV_VAR
-    code = _normalise(lang)
-    if code == SOURCE_LANGUAGE:
-        _translations, _language = gettext.NullTranslations(), code
-        return code
-    langs = available_languages()
-    if code not in langs:
-        raise LanguageError(
-            f"{source} {lang!r} is not an available language; choose one of: {', '.join(langs)}"
-        )
-    _translations = gettext.translation(DOMAIN, localedir=LOCALE_DIR, languages=[code])
-    _language = code
-    return code
+    _language, _translations = catalogue(lang, source)
+    return _language
 
 
 def language() -> str:

@@ -2,7 +2,8 @@
 
 Starts `attnlab serve` in a subprocess on a free loopback port, types the notes' sentence, checks
 the heatmap's rows and columns against the API's tokens, changes layer and head, steps through the
-decoding, compares runs, and saves screenshots under the test's tmp folder.
+decoding, compares runs, scores the alignment against a synthetic gold folder, opens the page in
+Chinese, and saves screenshots under the test's tmp folder.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import time
 
 import httpx
 import pytest
+
+from tests.inspection.test_align import write_gold
+from tests.web.test_alignment_web import EN, FR, LINKS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -47,6 +51,8 @@ def server(tiny_runs, tmp_path_factory):
     pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
     port = _free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
+    gold = write_gold(tmp_path_factory.mktemp("gold") / "gold", EN, FR, LINKS)  # synthetic, WPT-2003 format
+    env = {**os.environ, "ATTNLAB_GOLD_DIR": str(gold), "ATTNLAB_LANG": "en"}
     cmd = [
         sys.executable,
         "-m",
@@ -64,7 +70,7 @@ def server(tiny_runs, tmp_path_factory):
         "warning",
     ]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -218,3 +224,36 @@ def test_errors_are_shown_not_thrown(server, browser):
     page.wait_for_selector("#status.error")
     assert "at most 300" in page.text_content("#status")
     assert page.get_attribute("#status", "role") == "alert"
+
+
+def test_alignment_quality_and_the_chinese_notes(server, browser, tmp_path):
+    """The alignment view draws the API's AER table with its best head outlined; ?lang=zh speaks Chinese."""
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server + "/?lang=zh")
+    page.wait_for_selector("#run option:nth-child(2)", state="attached")
+    assert page.get_attribute("html", "lang") == "zh"
+    assert page.text_content("#h-align") == "与金标准对比的对齐质量"
+    assert page.get_attribute("#sentence", "placeholder").startswith("输入一个英语句子")
+    assert "加拿大议会" in page.text_content("#align-card") and "Tatoeba" in page.text_content("#align-card")
+    page.select_option("#align-sentences", "25")
+    page.click("#align-score")
+    page.wait_for_selector("#align-out table.aer-table[data-shift='1']")
+    api = httpx.get(server + "/api/alignment", params={"run": "transformer", "sentences": 25}).json()
+    assert api["cached"] is True  # the page's request computed it; this one is served from the cache
+    best = page.eval_on_selector_all("#align-out .aer-cell.best", "c => c.map(x => x.textContent)")
+    assert best == [f"{100 * api['best_head']['aer']:.1f}"]
+    assert page.eval_on_selector_all("table.aer-table[data-shift='0'] tr", "r => r.length") == api["layers"] + 1
+    assert "最好的头" in page.text_content("#align-summary")
+    page.fill("#sentence", "twenty one")
+    page.click("#translate")
+    page.wait_for_selector("#heatmap .hm-row")
+    note = page.text_content("#kind-note")
+    assert "编码器-解码器注意力" in note and "<pad>" in note and "{pad}" not in note
+    page.screenshot(path=str(tmp_path / "explorer-zh-align.png"), full_page=True)
+    page.goto(server + "/?lang=klingon")  # an unknown language: said once, the page stays English
+    page.wait_for_selector("#status.error")
+    assert "klingon" in page.text_content("#status") and page.text_content("#h-align") == "Alignment quality against gold"
+    assert not errors, errors
+

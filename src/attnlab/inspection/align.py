@@ -98,6 +98,10 @@ class GoldSet:
     def __len__(self) -> int:
         return len(self.en)
 
+    def first(self, n: int) -> GoldSet:
+        """The first ``n`` sentences (all of them when ``n >= len(self)``), e.g. a web request's bounded share."""
+        return GoldSet(self.folder, self.split, self.en[:n], self.fr[:n], self.sure[:n], self.possible[:n])
+
 
 def gold_dir(path: str | os.PathLike[str] | None = None) -> Path:
     """The gold folder: ``path``, else ``$ATTNLAB_GOLD_DIR``, else ``$ATTNLAB_DATA_DIR/hansards-enfr``.
@@ -299,6 +303,24 @@ def oov_rates(tok, sides: Sequence[Side]) -> dict[str, float]:
 # ------------------------------------------------------------------------------ attention → links
 
 
+def aligned_kind(model_cfg: Any) -> str:
+    """The attention kind alignment reads from a model of ``model_cfg``: ``cross`` (an encoder–decoder
+    model), or ``self`` (a one-sequence decoder-only model: its target queries over the source keys).
+
+    Raises :class:`AlignError` (one line) for a model with no attention from target to source words
+    (the fixed-context seq2seq, the encoder-only masked LM).
+    """
+    t = traits(model_cfg)
+    if "cross" in t.attention:
+        return "cross"
+    if t.one_sequence and "self" in t.attention:
+        return "self"
+    raise AlignError(
+        f"model.kind={model_cfg.kind} has no attention from target to source words; "
+        "align a run with attention (bahdanau, transformer, decoder-only)"
+    )
+
+
 def cross_maps(
     tr: Translator, pairs: Sequence[tuple[Side, Side]], batch_size: int = 16
 ) -> Iterator[tuple[int, Tensor]]:
@@ -308,12 +330,7 @@ def cross_maps(
     Encoder–decoder models give their ``cross`` maps; a one-sequence (decoder-only) model's ``self``
     maps are cut to the target queries over the source keys. Raises :class:`AlignError` otherwise.
     """
-    t = traits(tr.model.config)
-    if "cross" not in t.attention and not (t.one_sequence and "self" in t.attention):
-        raise AlignError(
-            f"model.kind={tr.model.config.kind} has no attention from target to source words; "
-            "align a run with attention (bahdanau, transformer, decoder-only)"
-        )
+    aligned_kind(tr.model.config)  # a model with no target → source attention fails here, in one line
     order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][0].ids), len(pairs[i][1].ids)))
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
@@ -484,7 +501,7 @@ def attention_scores(
     t0 = time.perf_counter()
     pairs, en_first = _gold_sides(tr, gold, contract)
     t = traits(tr.model.config)
-    kind = "cross" if "cross" in t.attention else "self"
+    kind = aligned_kind(tr.model.config)
     shape = (t.attention.get(kind, 1), t.heads)
     keys = head_keys(*shape)
     words: dict[int, list[Tensor]] = {0: [None] * len(pairs), 1: [None] * len(pairs)}  # type: ignore[list-item]

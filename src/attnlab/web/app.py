@@ -21,6 +21,11 @@ Endpoints (OpenAPI schema at ``/openapi.json``, a readable offline reference at 
   ``test_other`` says which one it scored);
 - ``GET /api/probes?run=NAME`` → the probe sentences' attention recorded during training
   (``probes.jsonl``, heads averaged), grouped by sentence and ordered by step;
+- ``GET /api/alignment?run=NAME&sentences=N&links=METHOD`` → AER, precision and recall of every layer ×
+  head against the WPT-2003 gold word alignments (``$ATTNLAB_GOLD_DIR``), computed as ``attnlab align``
+  does on the first N gold sentences and kept per run (``routes/alignment.py``);
+- ``GET /api/messages?lang=LANG`` → the page's teaching text in ``LANG`` (default: the server's
+  ``--lang`` / ``$ATTNLAB_LANG``) from the CLI's one catalogue (``page_text.py``);
 - ``GET /health`` → liveness, never behind the model;
 - ``GET /`` → the explorer page (``static/``, served from the package: no CDN, nothing remote).
 
@@ -33,10 +38,10 @@ Limits, all checked before any model work (:class:`~attnlab.web.guards.Limits`):
 - ``text`` is 1…``max_chars`` characters, not only whitespace, with no control characters, lone
   surrogates or bidirectional overrides (422 naming the field and the position);
 - at most ``max_output_tokens`` output tokens per translation (``max_len`` asks for fewer);
-- at most ``max_pending`` translations and probe timelines are admitted at once; the next one gets
-  429 at once with ``Retry-After`` (never a hang); admitted work runs in a pool of ``workers``
-  threads — the model, the JSON encoding and the gzip compression all inside the admission slot —
-  so the event loop, and ``/health``, stays free;
+- at most ``max_pending`` translations, attributions, alignments and probe timelines are admitted at
+  once; the next one gets 429 at once with ``Retry-After`` (never a hang); admitted work runs in a pool
+  of ``workers`` threads — the model, the JSON encoding and the gzip compression all inside the
+  admission slot — so the event loop, and ``/health``, stays free;
 - each translation has ``deadline_s`` seconds (504 past it; work that has not started is cancelled);
 - a response's attention maps are at most ``max_response_bytes``: a kind that would not fit is sent
   with ``weights: null`` and an ``omitted`` note saying what to ask for instead (the translation is
@@ -47,7 +52,8 @@ Limits, all checked before any model work (:class:`~attnlab.web.guards.Limits`):
   and an idle keep-alive connection is closed after ``keep_alive_s``.
 
 A request can only reach files of the loaded runs, by run *name* and fixed file names
-(``eval-test.json``, ``probes.jsonl``); no request field is ever used as a path.
+(``eval-test.json``, ``probes.jsonl``), and the gold folder the server's environment names; no request
+field is ever used as a path.
 """
 
 from __future__ import annotations
@@ -63,9 +69,11 @@ from starlette.middleware.gzip import GZipMiddleware
 
 from attnlab import __version__
 from attnlab.errors import AttnlabError
+from attnlab.i18n import catalogue, language
 from attnlab.web.guards import LOOPBACK_NAMES, BodyLimit, HostGuard, Limits, security_headers
 from attnlab.web.registry import LoadedRun, load_runs
 from attnlab.web.responses import GZIP_LEVEL, GZIP_MIN
+from attnlab.web.routes import alignment as alignment_routes
 from attnlab.web.routes import attribution as attribution_routes
 from attnlab.web.routes import page
 from attnlab.web.routes import runs as runs_routes
@@ -80,20 +88,24 @@ def create_app(
     which: str = "best",
     device: str = "cpu",
     allowed_hosts: Collection[str] | None = None,
+    lang: str | None = None,
 ) -> FastAPI:
     """Build the app over loaded runs (or run folders, loaded here with :func:`~attnlab.web.registry.load_runs`).
 
     The first run is the default of ``POST /api/translate``. ``allowed_hosts``: the names the
     ``Host`` header may carry (default: the loopback names; see
-    :func:`~attnlab.web.guards.allowed_host_names`). Raises :class:`AttnlabError` when a run cannot
-    be loaded. The model thread pool is shut down with the app.
+    :func:`~attnlab.web.guards.allowed_host_names`). ``lang``: the language the page speaks unless it
+    asks for another (default: :func:`attnlab.i18n.language`, which ``attnlab serve --lang`` sets).
+    Raises :class:`AttnlabError` when a run cannot be loaded or ``lang`` has no catalogue. The model
+    thread pool is shut down with the app.
     """
     limits = limits or Limits()
+    code, _ = catalogue(lang or language())
     if not isinstance(runs, Mapping):
         runs = load_runs(list(runs), which=which, device=device)
     if not runs:
         raise AttnlabError("no run to serve; pass at least one run folder")
-    state = ServerState.create(dict(runs), limits)
+    state = ServerState.create(dict(runs), limits, lang=code)
     hosts = tuple(allowed_hosts) if allowed_hosts is not None else LOOPBACK_NAMES
 
     @asynccontextmanager
@@ -117,7 +129,8 @@ def create_app(
     app.include_router(runs_routes.router(state))
     app.include_router(translate_routes.router(state, make_request_model(limits, list(state.runs))))
     app.include_router(attribution_routes.router(state))
-    app.include_router(page.router())
+    app.include_router(alignment_routes.router(state))
+    app.include_router(page.router(state.lang))
     page.mount_static(app)
     return app
 

@@ -77,7 +77,9 @@ def register(sub) -> None:
         "serve",
         help="the attention explorer: a web page and HTTP API over trained runs",
         description="Serve a page that translates and shows every attention map, plus its JSON API. "
-        "Runs are named after their folder, or NAME=PATH.",
+        "Runs are named after their folder, or NAME=PATH. The page's notes speak --lang (or $ATTNLAB_LANG; "
+        "a page may ask for another with ?lang=zh); its alignment view scores the heads against the gold "
+        "folder `attnlab align` finds without --gold ($ATTNLAB_GOLD_DIR, else $ATTNLAB_DATA_DIR/hansards-enfr).",
     )
     s.add_argument("runs", nargs="+", metavar="RUN", help="run folder, or NAME=PATH (e.g. bahdanau=runs/b)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")

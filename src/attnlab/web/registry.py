@@ -3,8 +3,9 @@
 - :func:`load_runs`: ``NAME=PATH`` or ``PATH`` → :class:`LoadedRun` (a Translator and its facts);
 - :func:`read_test_scores` (``eval-test.json``) and :func:`read_probes` (``probes.jsonl``): the only
   files a request can reach, by run *name* and these fixed file names, never by a request's path;
-- :class:`ResultCache` (the last translations' attention) and :class:`ProbeCache` (each run's
-  probe timeline as bytes, rebuilt when the file changes), used from the model threads.
+- :class:`ResultCache` (the last translations' attention), :class:`ProbeCache` (each run's
+  probe timeline as bytes, rebuilt when the file changes) and :class:`AlignmentCache` (each run's
+  alignment quality against the gold), used from the model threads.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -209,6 +210,48 @@ class ProbeCache:
                     item[2] = gzip_bytes(item[1])
                 return item[2], True
             return item[1], False
+
+
+class AlignmentCache:
+    """``/api/alignment`` answers (JSON-ready dicts), so that the force-decoding of the gold sentences
+    runs once per run, gold files (their mtime, size and inode), sentences and link method; at most
+    ``max_items`` kept, the least recently used dropped first."""
+
+    def __init__(self, max_items: int = 64) -> None:
+        self.max_items = max_items
+        self._items: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
+        self._locks: dict[tuple, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    @staticmethod
+    def key(run: str, folder: Path, split: str, sentences: int, method: str) -> tuple:
+        """The key of one answer: a gold file that changes (or appears) makes a new one."""
+        files = tuple(_file_key(folder / f"{split}.en-fr.{ext}") for ext in ("en", "fr", "naacl"))
+        return (run, str(folder), split, files, sentences, method)
+
+    def get(self, key: tuple) -> dict[str, Any] | None:
+        with self._guard:
+            item = self._items.get(key)
+            if item is not None:
+                self._items.move_to_end(key)
+            return item
+
+    def build(self, key: tuple, make: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool]:
+        """The answer for ``key`` and whether it was cached; ``make()`` builds it (in a model thread).
+        Two requests for one key: the second waits for the first's build, then shares it."""
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            item = self.get(key)
+            if item is not None:
+                return item, True
+            item = make()
+            with self._guard:
+                self._items[key] = item
+                while len(self._items) > self.max_items:
+                    old, _ = self._items.popitem(last=False)
+                    self._locks.pop(old, None)
+            return item, False
 
 
 def _file_key(path: Path | None) -> tuple[int, int, int] | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnlab.web.guards import Admission, Limits
-from attnlab.web.registry import LoadedRun, ProbeCache, ResultCache
+from attnlab.web.registry import AlignmentCache, LoadedRun, ProbeCache, ResultCache
 
 
 class Busy(Exception):
@@ -24,7 +24,8 @@ class Busy(Exception):
 
 @dataclass
 class ServerState:
-    """The app's runs (the first is the default), limits, model threads, admission and caches."""
+    """The app's runs (the first is the default), limits, model threads, admission and caches, and
+    the language the page speaks by default (``attnlab serve --lang``)."""
 
     runs: dict[str, LoadedRun]
     limits: Limits
@@ -32,10 +33,12 @@ class ServerState:
     admission: Admission
     results: ResultCache
     probes: ProbeCache
+    alignments: AlignmentCache = field(default_factory=AlignmentCache)
+    lang: str = "en"
     started: float = field(default_factory=time.time)
 
     @classmethod
-    def create(cls, runs: dict[str, LoadedRun], limits: Limits) -> ServerState:
+    def create(cls, runs: dict[str, LoadedRun], limits: Limits, lang: str = "en") -> ServerState:
         return cls(
             runs,
             limits,
@@ -43,6 +46,7 @@ class ServerState:
             Admission(limits.max_pending),
             ResultCache(),
             ProbeCache(limits.max_probe_bytes),
+            lang=lang,
         )
 
     @property

@@ -1,22 +1,31 @@
-"""``GET /``, ``GET /docs`` and ``/static/``: the explorer page and the API reference, from the package.
+"""``GET /``, ``GET /docs``, ``/static/`` and ``GET /api/messages``: the explorer page, the API
+reference and the page's own text in the learner's language, all from the package.
 
 Everything the page needs is in ``web/static/`` (no CDN, nothing remote); ``StaticFiles`` serves
-only files inside that folder.
+only files inside that folder. The page's teaching text comes from the CLI's one catalogue
+(:mod:`attnlab.web.page_text`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Query
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
+
+from attnlab.i18n import LanguageError
+from attnlab.web.page_text import page_catalogue
+from attnlab.web.responses import error
+from attnlab.web.schemas import ErrorBody
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 
 
-def router() -> APIRouter:
-    """The two pages; they stay out of the OpenAPI schema."""
+def router(lang: str = "en") -> APIRouter:
+    """The two pages (out of the OpenAPI schema) and the page's text; ``lang``: the server's language
+    (``attnlab serve --lang`` / ``$ATTNLAB_LANG``), what the page speaks unless it asks for another."""
     api = APIRouter()
 
     @api.get("/", include_in_schema=False)
@@ -26,6 +35,22 @@ def router() -> APIRouter:
     @api.get("/docs", include_in_schema=False)
     async def docs():
         return FileResponse(STATIC_DIR / "docs.html", media_type="text/html")
+
+    @api.get(
+        "/api/messages",
+        summary="the page's teaching text in a language (default: the server's)",
+        responses={422: {"model": ErrorBody}},
+    )
+    async def messages(
+        lang_: Annotated[
+            str | None,
+            Query(alias="lang", max_length=16, description="en, zh, … (default: the server's --lang)"),
+        ] = None,
+    ):
+        try:
+            return page_catalogue(lang_ or lang)
+        except LanguageError as e:
+            return error(422, ["query", "lang"], str(e), "value_error")
 
     return api
 

@@ -2,6 +2,40 @@
 // innerHTML), so tokens coming from a model cannot inject markup.
 "use strict";
 
+// ------------------------------------------------------------------------------ the page's language
+
+// The page's teaching text comes from the CLI's one catalogue (attnlab/locale/<lang>/…/attnlab.po), sent
+// by GET /api/messages in the server's language (`attnlab serve --lang zh`) or the page's ?lang=.
+// t(message, {name: value}) is a message (a double-quoted English literal) in that language with its
+// {name} fields filled; N_(message) marks a constant translated where it is shown; index.html marks its
+// text with data-i18n (web/page_text.py finds every marked message; the tests check each is translated).
+let MESSAGES = {};
+const N_ = (msg) => msg;
+function t(msg, vals) {
+  const s = Object.prototype.hasOwnProperty.call(MESSAGES, msg) ? MESSAGES[msg] : msg;
+  return vals ? s.replace(/\{(\w+)\}/g, (m, k) => (k in vals ? String(vals[k]) : m)) : s;
+}
+
+async function loadMessages() {
+  const lang = new URLSearchParams(window.location.search).get("lang");
+  try {
+    const data = await api("/api/messages" + (lang ? `?lang=${encodeURIComponent(lang)}` : ""));
+    MESSAGES = data.messages || {};
+    document.documentElement.lang = data.lang;
+  } catch (e) {
+    setStatus(e.message, "error");  // an unknown ?lang= is said once; the page stays in English
+  }
+}
+
+// Once, at load: each marked element's text (whitespace collapsed, as page_text.py reads it) and each
+// marked attribute, replaced by its translation.
+function translatePage() {
+  document.querySelectorAll("[data-i18n]").forEach((e) => { e.textContent = t(e.textContent.replace(/\s+/g, " ").trim()); });
+  document.querySelectorAll("[data-i18n-attrs]").forEach((e) => {
+    for (const a of e.dataset.i18nAttrs.split(/\s+/)) if (e.hasAttribute(a)) e.setAttribute(a, t(e.getAttribute(a)));
+  });
+}
+
 const $ = (sel) => document.querySelector(sel);
 const el = (tag, cls, text) => {
   const e = document.createElement(tag);
@@ -19,22 +53,25 @@ const svgEl = (tag, attrs) => {
 // <pad> positions the page asks for after the source's <eos> (the request's `pad`), so the padding
 // columns the notes' §23 talks about are on screen, with their weight of exactly 0.
 const PAD_SHOWN = 2;
-const BPE_NOTE = " Tokens are BPE pieces, one per row or column: “·son” continues the word before it (mai ·son = maison).";
-const KIND_NOTES = {
-  cross: `Cross-attention (notes §3, §25): each row is one generated French token; it shows how much the decoder looked at each English source token when producing it. A good model draws a near-diagonal alignment. The last ${PAD_SHOWN} columns are <pad> (a batch's padding): they get exactly 0 weight.`,
-  enc_self: `Encoder self-attention (notes §12, §23): every source token looks at every source token, in both directions, all at once (no decoding steps). The last ${PAD_SHOWN} columns are <pad>, as in a batch beside a longer sentence: masked_softmax gives them exactly 0 weight.`,
-  dec_self: "Decoder masked self-attention (notes §18, §24): a token may only look at itself and earlier tokens, so the map is lower-triangular.",
-  self: "Decoder-only self-attention (notes §28): one causal map over “source <eos> <bos> target”; the target rows reading the source columns play the role of cross-attention.",
+const BPE_NOTE = N_("Tokens are BPE pieces, one per row or column: “·son” continues the word before it (mai ·son = maison).");
+const KIND_NOTES = {  // {pad}: PAD_SHOWN
+  cross: N_("Cross-attention (notes §3, §25): each row is one generated French token; it shows how much the decoder looked at each English source token when producing it. A good model draws a near-diagonal alignment. The last {pad} columns are <pad> (a batch's padding): they get exactly 0 weight."),
+  enc_self: N_("Encoder self-attention (notes §12, §23): every source token looks at every source token, in both directions, all at once (no decoding steps). The last {pad} columns are <pad>, as in a batch beside a longer sentence: masked_softmax gives them exactly 0 weight."),
+  dec_self: N_("Decoder masked self-attention (notes §18, §24): a token may only look at itself and earlier tokens, so the map is lower-triangular."),
+  self: N_("Decoder-only self-attention (notes §28): one causal map over “source <eos> <bos> target”; the target rows reading the source columns play the role of cross-attention."),
 };
-const KIND_SHORT = { cross: "cross", enc_self: "encoder self", dec_self: "decoder self (masked)", self: "self (decoder-only)" };
+const KIND_SHORT = {
+  cross: N_("cross"), enc_self: N_("encoder self"), dec_self: N_("decoder self (masked)"), self: N_("self (decoder-only)"),
+};
+const kindName = (k) => (KIND_SHORT[k] ? t(KIND_SHORT[k]) : k);
 
 // A perceptual blue ramp (ColorBrewer Blues, light → dark).
 const RAMP = [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
 function color(w) {
   const x = Math.max(0, Math.min(1, w)) * (RAMP.length - 1);
   const i = Math.min(RAMP.length - 2, Math.floor(x));
-  const t = x - i;
-  const c = RAMP[i].map((v, k) => Math.round(v + (RAMP[i + 1][k] - v) * t));
+  const f = x - i;
+  const c = RAMP[i].map((v, k) => Math.round(v + (RAMP[i + 1][k] - v) * f));
   return `rgb(${c[0]}, ${c[1]}, ${c[2]})`;
 }
 
@@ -135,14 +172,14 @@ function rowLabels(att, res) {
 // Tokens as a reader sees them: the response's token_labels (BPE's "▁je" → "je", "son" → "·son").
 function labels(res, tokens) {
   const map = (res && res.token_labels) || {};
-  return tokens.map((t) => (Object.prototype.hasOwnProperty.call(map, t) ? map[t] : t));
+  return tokens.map((tok) => (Object.prototype.hasOwnProperty.call(map, tok) ? map[tok] : tok));
 }
 
 // The same rule for the probe recordings, which come without token_labels
 // (attnlab.inspection.attention_maps.display_tokens): a sequence with a "▁" piece is BPE.
 function shownTokens(tokens) {
-  if (!tokens.some((t) => t.startsWith("\u2581"))) return tokens;
-  return tokens.map((t) => (/^(<[a-z]+>|\[MASK\])$/.test(t) ? t : t.startsWith("\u2581") ? t.slice(1) || t : "·" + t));
+  if (!tokens.some((tok) => tok.startsWith("\u2581"))) return tokens;
+  return tokens.map((tok) => (/^(<[a-z]+>|\[MASK\])$/.test(tok) ? tok : tok.startsWith("\u2581") ? tok.slice(1) || tok : "·" + tok));
 }
 
 // --------------------------------------------------------------------------------------- heatmap
@@ -219,8 +256,8 @@ function renderAlignment(svg, m, rows, cols, onlyRow) {
   const height = top + n * lineH + 10;
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
   svg.setAttribute("height", height);
-  svg.appendChild(svgEl("text", { x: xl - 8, y: 14, "text-anchor": "end", class: "al-head" })).textContent = "query";
-  svg.appendChild(svgEl("text", { x: xr + 8, y: 14, class: "al-head" })).textContent = "key";
+  svg.appendChild(svgEl("text", { x: xl - 8, y: 14, "text-anchor": "end", class: "al-head" })).textContent = t("query");
+  svg.appendChild(svgEl("text", { x: xr + 8, y: 14, class: "al-head" })).textContent = t("key");
   const yq = (i) => top + i * lineH + lineH / 2;
   const yk = (j) => top + j * lineH + lineH / 2;
   const lines = svgEl("g", { class: "al-lines" });
@@ -243,9 +280,9 @@ function renderAlignment(svg, m, rows, cols, onlyRow) {
     lines.querySelectorAll(".al-line").forEach((l) => l.classList.toggle(
       "faded", onlyRow !== null && onlyRow !== undefined && l.dataset.row !== String(onlyRow)));
   };
-  rows.forEach((t, i) => {
+  rows.forEach((tok, i) => {
     const tx = svgEl("text", { x: xl - 8, y: yq(i) + 4, "text-anchor": "end", class: "al-word al-q", tabindex: 0 });
-    tx.textContent = t;
+    tx.textContent = tok;
     if (onlyRow === i) tx.classList.add("current");
     tx.addEventListener("mouseenter", () => focus("row", i));
     tx.addEventListener("focus", () => focus("row", i));
@@ -253,9 +290,9 @@ function renderAlignment(svg, m, rows, cols, onlyRow) {
     tx.addEventListener("blur", reset);
     words.appendChild(tx);
   });
-  cols.forEach((t, j) => {
+  cols.forEach((tok, j) => {
     const tx = svgEl("text", { x: xr + 8, y: yk(j) + 4, class: "al-word al-k", tabindex: 0 });
-    tx.textContent = t;
+    tx.textContent = tok;
     tx.addEventListener("mouseenter", () => focus("col", j));
     tx.addEventListener("focus", () => focus("col", j));
     tx.addEventListener("mouseleave", reset);
@@ -274,16 +311,16 @@ function renderOverview(att) {
   box.style.setProperty("--heads", att.heads);
   const corner = el("div", "ov-corner");
   box.appendChild(corner);
-  for (let h = 0; h < att.heads; h++) box.appendChild(el("div", "ov-colhead", `head ${h + 1}`));
+  for (let h = 0; h < att.heads; h++) box.appendChild(el("div", "ov-colhead", t("head {n}", { n: h + 1 })));
   for (let l = 0; l < att.layers; l++) {
-    box.appendChild(el("div", "ov-rowhead", `layer ${l + 1}`));
+    box.appendChild(el("div", "ov-rowhead", t("layer {n}", { n: l + 1 })));
     for (let h = 0; h < att.heads; h++) {
       const m = thumbs[l][h];  // max-pooled to at most 48 × 48
       const btn = el("button", "ov-cell");
       btn.type = "button";
       btn.dataset.layer = l;
       btn.dataset.head = h;
-      btn.setAttribute("aria-label", `open layer ${l + 1}, head ${h + 1}`);
+      btn.setAttribute("aria-label", t("open layer {layer}, head {head}", { layer: l + 1, head: h + 1 }));
       if (l === state.layer && String(h) === String(state.head)) btn.classList.add("selected");
       const cv = document.createElement("canvas");
       const nq = m.length, nk = m[0] ? m[0].length : 0;
@@ -321,10 +358,10 @@ function showResult(res, keepStep) {
   const kinds = [...(res.kinds || Object.keys(res.attention))];
   kinds.sort((a, b) => KIND_ORDER.indexOf(a) - KIND_ORDER.indexOf(b));
   if (!kinds.includes(state.kind)) state.kind = kinds[0] || null;
-  fillSelect($("#kind"), kinds.map((k) => [k, KIND_SHORT[k] || k]), state.kind);
-  const meta = [`${res.run} · ${res.model_kind}`, `beam ${res.beam_size}`, `${res.elapsed_ms} ms`];
-  if (res.unknown_words.length) meta.push(`unknown to the model: ${res.unknown_words.join(", ")}`);
-  if (res.truncated) meta.push("input truncated to the model's longest source");
+  fillSelect($("#kind"), kinds.map((k) => [k, kindName(k)]), state.kind);
+  const meta = [`${res.run} · ${res.model_kind}`, t("beam {n}", { n: res.beam_size }), `${res.elapsed_ms} ms`];
+  if (res.unknown_words.length) meta.push(t("unknown to the model: {words}", { words: res.unknown_words.join(", ") }));
+  if (res.truncated) meta.push(t("input truncated to the model's longest source"));
   for (const w of res.warnings || []) meta.push(w);
   $("#result-meta").textContent = meta.join("  ·  ");
   if (!keepStep) {
@@ -356,7 +393,7 @@ function setupKind() {
   const has = !!att;
   for (const id of ["#kind", "#layer", "#head", "#step", "#step-prev", "#step-next", "#step-play"]) $(id).disabled = !has;
   if (!has) {
-    $("#kind-note").textContent = "This model has no attention: the decoder sees one fixed context vector (notes §1–2). Try a Bahdanau or Transformer run.";
+    $("#kind-note").textContent = t("This model has no attention: the decoder sees one fixed context vector (notes §1–2). Try a Bahdanau or Transformer run.");
     $("#heatmap").replaceChildren();
     $("#alignment").replaceChildren();
     $("#overview").replaceChildren();
@@ -366,14 +403,15 @@ function setupKind() {
   if (att.layer !== null && att.layer !== undefined) state.layer = att.layer;  // the server's, counted from 0
   state.layer = state.layer < 0 ? att.layers - 1 : Math.min(state.layer, att.layers - 1);
   if (att.head !== null && att.head !== undefined) state.head = att.head;
-  fillSelect($("#layer"), [...Array(att.layers).keys()].map((l) => [l, `${l + 1} of ${att.layers}`]), state.layer);
-  const heads = [...Array(att.heads).keys()].map((h) => [h, `${h + 1} of ${att.heads}`]);
-  if (att.heads > 1) heads.unshift(["mean", "mean of heads"]);
+  fillSelect($("#layer"), [...Array(att.layers).keys()].map((l) => [l, ofN(l, att.layers)]), state.layer);
+  const heads = [...Array(att.heads).keys()].map((h) => [h, ofN(h, att.heads)]);
+  if (att.heads > 1) heads.unshift(["mean", t("mean of heads")]);
   if (att.heads === 1) state.head = 0;
   else if (state.head !== "mean" && state.head >= att.heads) state.head = "mean";
   fillSelect($("#head"), heads, state.head);
   const bpe = Object.keys(res.token_labels || {}).length > 0;
-  $("#kind-note").textContent = (KIND_NOTES[state.kind] || "") + (bpe ? BPE_NOTE : "");
+  const note = KIND_NOTES[state.kind] ? t(KIND_NOTES[state.kind], { pad: PAD_SHOWN }) : "";
+  $("#kind-note").textContent = note + (bpe ? " " + t(BPE_NOTE) : "");
   const stepRows = decodingRows(att);
   // The encoder has no decoding steps (it reads the whole source at once, §12): no stepper.
   for (const id of ["#step", "#step-prev", "#step-next", "#step-play"]) $(id).disabled = !stepRows.length;
@@ -382,6 +420,8 @@ function setupKind() {
   renderOverview(att);
   draw();
 }
+
+const ofN = (i, n) => t("{i} of {n}", { i: i + 1, n });  // a layer or head, counted from 1
 
 // Rows that are decoding steps: every row for cross/dec_self; the target rows for decoder-only self.
 function decodingRows(att) {
@@ -396,7 +436,7 @@ function draw() {
   if (!att) return;
   const m = matrixOf(att);
   if (!m) {  // over the server's response limit: say so instead of drawing nothing
-    $("#heatmap").replaceChildren(el("p", "note", att.omitted || "no weights were sent for this map"));
+    $("#heatmap").replaceChildren(el("p", "note", att.omitted || t("no weights were sent for this map")));
     $("#alignment").replaceChildren();
     return;
   }
@@ -408,9 +448,9 @@ function draw() {
   const cur = step > 0 && steps.length ? steps[step - 1] : null;
   const [qs, outs] = [labels(res, att.queries), att.outputs ? labels(res, att.outputs) : null];
   renderHeatmap($("#heatmap"), m, rows, cols, {
-    numbers: $("#numbers").checked, corner: state.kind === "cross" ? "out ↓ src →" : "",
+    numbers: $("#numbers").checked, corner: state.kind === "cross" ? t("out ↓ src →") : "",
     describe: (i) => (outs && outs[i] && att.outputs[i] !== att.queries[i]
-      ? `query “${qs[i]}” produced “${outs[i]}”` : ""),
+      ? t("query “{query}” produced “{output}”", { query: qs[i], output: outs[i] }) : ""),
   });
   if (cur !== null) {
     $("#heatmap").querySelectorAll(".hm-row").forEach((r) => {
@@ -426,15 +466,15 @@ function draw() {
   const toks = labels(res, res.tgt_tokens);
   const joins = res.tgt_continues || [];
   const upto = cur === null ? toks.length : steps.indexOf(cur) + 1;
-  toks.forEach((t, i) => {  // BPE pieces joined into words: no "▁", no space inside a word
+  toks.forEach((tok, i) => {  // BPE pieces joined into words: no "▁", no space inside a word
     if (i > 0 && !joins[i]) out.appendChild(document.createTextNode(" "));
-    const text = joins[i] ? t.replace(/^·/, "") : t;
+    const text = joins[i] ? tok.replace(/^·/, "") : tok;
     out.appendChild(el("span", "tok" + (i === upto - 1 && cur !== null ? " current" : "") + (i >= upto ? " hidden-tok" : ""), text));
   });
-  if (cur === null) out.replaceChildren(document.createTextNode(res.translation || "(empty)"));
-  if (!steps.length) $("#step-text").textContent = "the encoder reads every source token at once: no decoding steps";
-  else $("#step-text").textContent = cur === null
-    ? `all ${steps.length} steps` : `step ${step} of ${steps.length}: “${toks[step - 1] || ""}”`;
+  if (cur === null) out.replaceChildren(document.createTextNode(res.translation || t("(empty)")));
+  if (!steps.length) $("#step-text").textContent = t("the encoder reads every source token at once: no decoding steps");
+  else $("#step-text").textContent = cur === null ? t("all {n} steps", { n: steps.length })
+    : t("step {step} of {n}: “{token}”", { step, n: steps.length, token: toks[step - 1] || "" });
   $("#overview").querySelectorAll(".ov-cell").forEach((b) => b.classList.toggle(
     "selected", Number(b.dataset.layer) === state.layer && String(b.dataset.head) === String(state.head)));
 }
@@ -442,7 +482,7 @@ function draw() {
 function stopPlaying() {
   if (state.playing) clearInterval(state.playing);
   state.playing = null;
-  $("#step-play").textContent = "▶ play";
+  $("#step-play").textContent = t("▶ play");
 }
 
 function togglePlay() {
@@ -450,7 +490,7 @@ function togglePlay() {
   const max = Number($("#step").max);
   if (!max) return;
   if (Number($("#step").value) >= max) $("#step").value = 0;
-  $("#step-play").textContent = "❚❚ pause";
+  $("#step-play").textContent = t("❚❚ pause");
   state.playing = setInterval(() => {
     const v = Number($("#step").value) + 1;
     if (v > max) return stopPlaying();
@@ -464,10 +504,10 @@ function togglePlay() {
 async function translate(ev) {
   if (ev) ev.preventDefault();
   const text = $("#sentence").value;
-  if (!text.trim()) { setStatus("Type a sentence first.", "error"); return; }
+  if (!text.trim()) { setStatus(t("Type a sentence first."), "error"); return; }
   const id = ++state.requestId;
   $("#translate").disabled = true;
-  setStatus("Translating…", "busy");
+  setStatus(t("Translating…"), "busy");
   const query = { text, beam_size: Number($("#beam").value), run: $("#run").value };
   fitSelection(runInfo(query.run));
   try {
@@ -486,28 +526,28 @@ async function translate(ev) {
 async function compareRuns() {
   const text = $("#sentence").value;
   const box = $("#compare-out");
-  if (!text.trim()) { setStatus("Type a sentence first, then compare.", "error"); return; }
+  if (!text.trim()) { setStatus(t("Type a sentence first, then compare."), "error"); return; }
   box.replaceChildren();
   for (const r of state.runs) {
     const card = el("div", "cmp");
     card.dataset.run = r.name;
     card.appendChild(el("h3", "", `${r.name}`));
-    card.appendChild(el("p", "cmp-kind", `${r.model_kind} · ${r.parameters.toLocaleString()} parameters`));
-    const body = el("div", "cmp-body", "translating…");
+    card.appendChild(el("p", "cmp-kind", `${r.model_kind} · ${paramsText(r)}`));
+    const body = el("div", "cmp-body", t("translating…"));
     card.appendChild(body);
     box.appendChild(card);
     const kind = ["cross", "self"].find((k) => (r.kinds || []).includes(k)) || null;
     const query = { text, beam_size: Number($("#beam").value), run: r.name };
     api("/api/translate", viewBody(query, kind, -1, "mean", false)).then((res) => {  // last layer, heads' mean
-      body.replaceChildren(el("p", "cmp-translation", res.translation || "(empty)"));
+      body.replaceChildren(el("p", "cmp-translation", res.translation || t("(empty)")));
       const att = kind ? res.attention[kind] : null;
-      if (!att) { body.appendChild(el("p", "note", "no attention (fixed context)")); return; }
+      if (!att) { body.appendChild(el("p", "note", t("no attention (fixed context)"))); return; }
       const m = matrixOf(att);
-      if (!m) { body.appendChild(el("p", "note", att.omitted || "no weights sent")); return; }
+      if (!m) { body.appendChild(el("p", "note", att.omitted || t("no weights were sent for this map"))); return; }
       const rows = rowLabels(att, res);
       const hm = el("div", "heatmap small");
       hm.setAttribute("role", "grid");
-      hm.setAttribute("aria-label", `${r.name} cross-attention`);
+      hm.setAttribute("aria-label", t("{run} cross-attention", { run: r.name }));
       body.appendChild(hm);
       renderHeatmap(hm, m, rows, labels(res, att.keys), { cell: 22 });
     }).catch((e) => { body.replaceChildren(el("p", "status error", e.message)); });
@@ -533,27 +573,29 @@ function attrPanel(box, title, m, rows, cols) {
 function showAttribution(res) {
   const box = $("#attr-out");
   box.replaceChildren();
-  const bits = [`${res.source} → ${res.translation || "(empty)"}`];
+  const bits = [`${res.source} → ${res.translation || t("(empty)")}`];
   if (res.method === "rollout") {
     for (const m of res.maps) {
-      const name = KIND_SHORT[m.kind] || m.kind;
-      bits.push(`${name}: ρ(rollout, last layer) ${rhoText(m.mean_rho)}`);
-      attrPanel(box, `${name}: last layer, heads averaged`, m.attention, m.labels, m.labels);
-      attrPanel(box, `${name}: rollout`, m.rollout, m.labels.map((t, i) => `${t} · ρ ${rhoText(m.rho[i])}`), m.labels);
+      const kind = kindName(m.kind);
+      bits.push(t("{kind}: ρ(rollout, last layer) {rho}", { kind, rho: rhoText(m.mean_rho) }));
+      attrPanel(box, t("{kind}: last layer, heads averaged", { kind }), m.attention, m.labels, m.labels);
+      attrPanel(box, t("{kind}: rollout", { kind }), m.rollout, m.labels.map((x, i) => `${x} · ρ ${rhoText(m.rho[i])}`), m.labels);
     }
   } else {
-    bits.push(res.method_name + (res.steps ? `, ${res.steps} steps` : ""));
+    bits.push(res.method_name + (res.steps ? ", " + t("{n} steps", { n: res.steps }) : ""));
     for (const c of res.compare) {
-      bits.push(`${c.title}: ρ ${rhoText(c.mean_rho)}, top-1 ${Math.round(c.top1_agreement * res.rows.length)}/${res.rows.length}`);
+      const top1 = `${Math.round(c.top1_agreement * res.rows.length)}/${res.rows.length}`;
+      bits.push(t("{title}: ρ {rho}, top-1 {top1}", { title: c.title, rho: rhoText(c.mean_rho), top1 }));
       attrPanel(box, c.title, c.weights, res.rows, res.cols);
     }
     if (res.completeness_gap !== null && res.completeness_gap !== undefined) {
       // Integrated gradients: how far each row's sum is from f(x) − f(0); more steps close it.
-      bits.push(`completeness gap ≤ ${(100 * res.completeness_gap).toFixed(2)} %${res.completeness_gap > 0.01 ? " (raise the steps)" : ""}`);
+      const gap = t("completeness gap ≤ {gap} %", { gap: (100 * res.completeness_gap).toFixed(2) });
+      bits.push(gap + (res.completeness_gap > 0.01 ? " " + t("(raise the steps)") : ""));
     }
     const first = res.compare[0];
-    const rows = res.rows.map((t, i) => (first ? `${t} · ρ ${rhoText(first.rho[i])}` : t));
-    attrPanel(box, `${res.method_name}: share of |attribution|`, res.shares, rows, res.cols);
+    const rows = res.rows.map((x, i) => (first ? `${x} · ρ ${rhoText(first.rho[i])}` : x));
+    attrPanel(box, t("{method}: share of |attribution|", { method: res.method_name }), res.shares, rows, res.cols);
   }
   bits.push(`${res.elapsed_ms} ms`);
   $("#attr-summary").textContent = bits.join("  ·  ");
@@ -561,10 +603,10 @@ function showAttribution(res) {
 
 async function attribute() {
   const text = $("#sentence").value;
-  if (!text.trim()) { setStatus("Type a sentence first, then attribute it.", "error"); return; }
+  if (!text.trim()) { setStatus(t("Type a sentence first, then attribute it."), "error"); return; }
   const body = { text, run: $("#run").value, method: $("#attr-method").value, steps: Number($("#attr-steps").value) };
   $("#attribute").disabled = true;
-  $("#attr-summary").textContent = "computing…";
+  $("#attr-summary").textContent = t("computing…");
   try {
     showAttribution(await api("/api/attribution", body));
   } catch (e) {
@@ -572,6 +614,96 @@ async function attribute() {
     $("#attr-summary").textContent = e.message;
   } finally {
     $("#attribute").disabled = false;
+  }
+}
+
+// ----------------------------------------------------------------------------- alignment quality
+
+// Does the attention align words? (notes §25): GET /api/alignment, the numbers of `attnlab align` on the
+// gold sentences, drawn as one layer × head table of AER per shift (lower is better; the best head outlined).
+const pct = (x) => (x === null || x === undefined ? "—" : (100 * x).toFixed(1));
+const SHIFT_NOTES = [
+  N_("shift 0: read at the step that predicts the word"),
+  N_("shift 1: read at the step where the word is the decoder's input (Chen et al. 2020)"),
+];
+
+function clearAlignment() {
+  $("#align-out").replaceChildren();
+  $("#align-summary").textContent = "";
+}
+
+function aerCell(score, best) {
+  const td = el("td", "aer-cell", pct(score && score.aer));
+  if (!score || score.aer === null) return td;
+  td.style.background = color(1 - score.aer);  // darker = lower AER = better
+  if (score.aer < 0.45) td.classList.add("dark");
+  if (best) td.classList.add("best");
+  td.title = t("AER {aer} % · precision {precision} % · recall {recall} %",
+    { aer: pct(score.aer), precision: pct(score.precision), recall: pct(score.recall) });
+  return td;
+}
+
+function aerTable(res, shift) {
+  const byKey = new Map(res.scores.filter((s) => s.shift === shift).map((s) => [`${s.layer}:${s.head}`, s]));
+  const b = res.best_head;
+  const table = el("table", "aer-table");
+  table.dataset.shift = shift;
+  table.appendChild(el("caption", "", t(SHIFT_NOTES[shift])));
+  const head = el("tr");
+  head.appendChild(el("th", ""));
+  for (let h = 0; h < res.heads; h++) head.appendChild(el("th", "", t("head {n}", { n: h + 1 })));
+  if (res.heads > 1) head.appendChild(el("th", "", t("head average")));
+  table.appendChild(head);
+  for (let l = 0; l < res.layers; l++) {
+    const tr = el("tr");
+    tr.appendChild(el("th", "", t("layer {n}", { n: l + 1 })));
+    for (let h = 0; h < res.heads; h++) {
+      tr.appendChild(aerCell(byKey.get(`${l}:${h}`), b.shift === shift && b.layer === l && b.head === h));
+    }
+    if (res.heads > 1) tr.appendChild(aerCell(byKey.get(`${l}:null`), false));
+    table.appendChild(tr);
+  }
+  return table;
+}
+
+function alignmentSummary(res) {
+  const b = res.best_head;
+  const bits = [
+    t("{n} of {total} gold sentences", { n: res.sentences, total: res.sentences_total }),
+    t("attention read: {kind}", { kind: kindName(res.attention) }),
+    t("links: {method}", { method: res.links.method }),
+    t("best head: layer {layer} head {head}, shift {shift}: AER {aer} % (precision {precision} %, recall {recall} %)",
+      { layer: b.layer + 1, head: b.head + 1, shift: b.shift, aer: pct(b.aer), precision: pct(b.precision), recall: pct(b.recall) }),
+  ];
+  const all = res.scores.find((s) => s.layer === null && s.shift === b.shift);
+  if (all) bits.push(t("all layers and heads averaged: AER {aer} %", { aer: pct(all.aer) }));
+  if (res.top_k) bits.push(t("best {k} heads averaged: AER {aer} %", { k: res.top_k.members.length, aer: pct(res.top_k.aer) }));
+  bits.push(t("unknown to the model: {en} % of the English and {fr} % of the French gold words",
+    { en: pct(res.oov.en.unk), fr: pct(res.oov.fr.unk) }));
+  bits.push(t("published on the whole test set: fast_align {fast} %, IBM Model 4 {ibm4} %",
+    { fast: pct(res.published["fast_align en→fr"]), ibm4: pct(res.published["Mgiza (IBM-4) en→fr"]) }));
+  bits.push(res.cached ? t("cached") : `${Math.round(1000 * res.seconds)} ms`);
+  return bits.join("  ·  ");
+}
+
+function showAlignment(res) {
+  const box = $("#align-out");
+  box.replaceChildren(aerTable(res, 0), aerTable(res, 1));
+  box.appendChild(el("p", "note", t("AER % per layer × head (lower is better; darker cells align better); the outlined cell is the best head, chosen on these same sentences.")));
+  $("#align-summary").textContent = alignmentSummary(res);
+}
+
+async function scoreAlignment() {
+  const q = new URLSearchParams({ run: $("#run").value, sentences: $("#align-sentences").value, links: $("#align-links").value });
+  $("#align-score").disabled = true;
+  $("#align-summary").textContent = t("force-decoding the gold sentences…");
+  try {
+    showAlignment(await api(`/api/alignment?${q}`));
+  } catch (e) {
+    $("#align-out").replaceChildren();
+    $("#align-summary").textContent = e.message;
+  } finally {
+    $("#align-score").disabled = false;
   }
 }
 
@@ -593,7 +725,7 @@ async function loadProbes() {
   fillSelect($("#probe-sentence"), ss.map((s, i) => [i, s.sentence]), ss.findIndex((s) => s.sentence === "i'm home ."));
   for (const id of ["#probe-sentence", "#probe-layer", "#probe-step", "#probe-play"]) $(id).disabled = !ss.length;
   if (!ss.length) {
-    $("#probe-translation").textContent = "This run has no probe recordings (probes.jsonl): they are written at each validation while training.";
+    $("#probe-translation").textContent = t("This run has no probe recordings (probes.jsonl): they are written at each validation while training.");
     $("#probe-heatmap").replaceChildren();
     $("#probe-step-label").textContent = "";
     return;
@@ -611,7 +743,7 @@ function setupProbe(toEnd) {
   const last = s.steps[s.steps.length - 1];
   const kind = probeKind(last);
   const layers = kind ? last.attention[kind].length : 0;
-  fillSelect($("#probe-layer"), [...Array(layers).keys()].map((l) => [l, `${l + 1} of ${layers}`]), layers - 1);
+  fillSelect($("#probe-layer"), [...Array(layers).keys()].map((l) => [l, ofN(l, layers)]), layers - 1);
   $("#probe-step").max = s.steps.length - 1;
   if (toEnd) $("#probe-step").value = s.steps.length - 1;
   drawProbe();
@@ -621,8 +753,10 @@ function drawProbe() {
   const s = state.probes.sentences[Number($("#probe-sentence").value) || 0];
   const rec = s.steps[Math.min(Number($("#probe-step").value), s.steps.length - 1)];
   const kind = probeKind(rec);
-  $("#probe-step-label").textContent = `step ${rec.step.toLocaleString()}  (${Number($("#probe-step").value) + 1} of ${s.steps.length})`;
-  $("#probe-translation").replaceChildren(el("span", "lang", "FR"), document.createTextNode(" " + (rec.translation || "(empty)")));
+  $("#probe-step-label").textContent = t("step {step}  ({i} of {n})", {
+    step: rec.step.toLocaleString(), i: Number($("#probe-step").value) + 1, n: s.steps.length,
+  });
+  $("#probe-translation").replaceChildren(el("span", "lang", "FR"), document.createTextNode(" " + (rec.translation || t("(empty)"))));
   if (!kind) { $("#probe-heatmap").replaceChildren(); return; }
   const A = rec.attention[kind];
   const m = A[Math.min(Number($("#probe-layer").value), A.length - 1)];
@@ -633,20 +767,20 @@ function drawProbe() {
   while (keys.length < nk) keys.push("·");
   const rows = shownTokens(rec.tgt_tokens).slice(0, m.length);
   while (rows.length < m.length) rows.push("·");
-  renderHeatmap($("#probe-heatmap"), m, rows, keys, { cell: 34, corner: "mean of heads" });
+  renderHeatmap($("#probe-heatmap"), m, rows, keys, { cell: 34, corner: t("mean of heads") });
 }
 
 function stopProbe() {
   if (state.probePlaying) clearInterval(state.probePlaying);
   state.probePlaying = null;
-  $("#probe-play").textContent = "▶ play";
+  $("#probe-play").textContent = t("▶ play");
 }
 
 function toggleProbe() {
   if (state.probePlaying) return stopProbe();
   const sl = $("#probe-step");
   if (Number(sl.value) >= Number(sl.max)) sl.value = 0;
-  $("#probe-play").textContent = "❚❚ pause";
+  $("#probe-play").textContent = t("❚❚ pause");
   state.probePlaying = setInterval(() => {
     if (Number(sl.value) >= Number(sl.max)) return stopProbe();
     sl.value = Number(sl.value) + 1;
@@ -656,25 +790,32 @@ function toggleProbe() {
 
 // ------------------------------------------------------------------------------------------- start
 
+const paramsText = (r) => t("{n} parameters", { n: r.parameters.toLocaleString() });
+
 function showRunFacts() {
   const r = state.runs.find((x) => x.name === $("#run").value);
   if (!r) return;
-  const bits = [`${r.model_kind}`, `${r.parameters.toLocaleString()} parameters`];
-  if (r.kinds.length > 1 || r.num_heads > 1) bits.push(`${r.num_layers} layers × ${r.num_heads} heads`);
-  bits.push(`${r.dataset} · ${r.tokenizer} tokens · checkpoint ${r.checkpoint || "?"}`);
+  const bits = [`${r.model_kind}`, paramsText(r)];
+  if (r.kinds.length > 1 || r.num_heads > 1) bits.push(t("{layers} layers × {heads} heads", { layers: r.num_layers, heads: r.num_heads }));
+  bits.push(t("{dataset} · {tokenizer} tokens · checkpoint {checkpoint}", { dataset: r.dataset, tokenizer: r.tokenizer, checkpoint: r.checkpoint || "?" }));
   // The server sends `test` only when eval-test.json scored this very checkpoint (same weights).
-  if (r.test && typeof r.test.bleu === "number") bits.push(`test BLEU ${r.test.bleu.toFixed(1)}`);
-  else if (r.test_other) bits.push(`test BLEU not shown: ${r.test_other.checkpoint ? `it scored ${r.test_other.checkpoint}` : "it does not say which checkpoint it scored"}`);
+  if (r.test && typeof r.test.bleu === "number") bits.push(t("test BLEU {bleu}", { bleu: r.test.bleu.toFixed(1) }));
+  else if (r.test_other) {
+    bits.push(r.test_other.checkpoint ? t("test BLEU not shown: it scored {checkpoint}", { checkpoint: r.test_other.checkpoint })
+      : t("test BLEU not shown: it does not say which checkpoint it scored"));
+  }
   $("#run-facts").textContent = bits.join("  ·  ");
   $("#run-facts").title = r.test_other ? r.test_other.reason : "";
 }
 
 async function start() {
+  await loadMessages();
+  translatePage();
   let info;
   try {
     info = await api("/api/runs");
   } catch (e) {
-    setStatus(`Cannot reach the server: ${e.message}`, "error");
+    setStatus(t("Cannot reach the server: {error}", { error: e.message }), "error");
     return;
   }
   state.runs = info.runs;
@@ -701,6 +842,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#run").addEventListener("change", () => {
     state.layer = -1;  // a new run opens on its last layer
     showRunFacts();
+    clearAlignment();
     loadProbes();
     if (state.result && $("#sentence").value.trim()) translate();
   });
@@ -719,6 +861,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#step-play").addEventListener("click", togglePlay);
   $("#compare").addEventListener("click", compareRuns);
   $("#attribute").addEventListener("click", attribute);
+  $("#align-score").addEventListener("click", scoreAlignment);
   $("#attr-method").addEventListener("change", () => { $("#attr-steps").disabled = $("#attr-method").value !== "ig"; });
   $("#probe-sentence").addEventListener("change", () => { stopProbe(); setupProbe(true); });
   $("#probe-layer").addEventListener("change", drawProbe);
