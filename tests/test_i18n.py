@@ -93,6 +93,12 @@ def test_the_shipped_mo_is_the_po_compiled():
     assert as_dict(shipped) == as_dict(compiled)
 
 
+def test_the_po_passes_the_checks_pybabel_compile_runs():
+    """``pybabel compile`` refuses an entry whose id Babel reads as a %-format (``{x} % of`` is ``% o``)."""
+    pytest.importorskip("babel")
+    assert [(m.id, [str(e) for e in errors]) for m, errors in _po().check()] == []
+
+
 # --- choosing the language ----------------------------------------------------------------------------
 
 

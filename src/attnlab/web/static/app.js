@@ -678,7 +678,7 @@ function alignmentSummary(res) {
   const all = res.scores.find((s) => s.layer === null && s.shift === b.shift);
   if (all) bits.push(t("all layers and heads averaged: AER {aer} %", { aer: pct(all.aer) }));
   if (res.top_k) bits.push(t("best {k} heads averaged: AER {aer} %", { k: res.top_k.members.length, aer: pct(res.top_k.aer) }));
-  bits.push(t("unknown to the model: {en} % of the English and {fr} % of the French gold words",
+  bits.push(t("gold words unknown to the model: English {en} %, French {fr} %",
     { en: pct(res.oov.en.unk), fr: pct(res.oov.fr.unk) }));
   bits.push(t("published on the whole test set: fast_align {fast} %, IBM Model 4 {ibm4} %",
     { fast: pct(res.published["fast_align en→fr"]), ibm4: pct(res.published["Mgiza (IBM-4) en→fr"]) }));

@@ -1,0 +1,172 @@
+"""``GET /api/alignment``: does a run's attention show the word alignment? Scored against gold (notes §25).
+
+``?run=NAME&sentences=N&links=METHOD`` → the numbers of ``attnlab align RUN --no-ibm --links METHOD``
+on the first ``sentences`` gold pairs, computed by the same functions: the gold folder found as
+:func:`~attnlab.inspection.align.gold_dir` finds it without ``--gold`` (``$ATTNLAB_GOLD_DIR``, else
+``$ATTNLAB_DATA_DIR/hansards-enfr``), read by :func:`~attnlab.inspection.align.read_gold`, force-decoded
+and scored by :func:`~attnlab.inspection.align.align_run`. The answer is its
+:meth:`~attnlab.inspection.align.AlignReport.to_json` (AER, precision and recall of every layer × head,
+each layer's head average and the average of all, at shift 0 and 1; the best heads; the domain note),
+plus ``grid`` (AER per layer × head, then the head average) and ``best_head`` for the page's table.
+The IBM Model 2 baseline is left out: it trains for tens of seconds and needs the Tatoeba corpus.
+
+The work runs in a model thread under the same admission and deadline as a translation; each answer is
+kept by run, gold files, sentences and link method (:class:`~attnlab.web.registry.AlignmentCache`), so
+asking again is instant, and work that outlives the deadline (504) still finishes and is kept.
+``sentences`` is capped at :data:`MAX_SENTENCES` (the WPT-2003 test set has 447).
+
+Refusals, one line each: a model with no attention from target to source words (seq2seq, encoder-only)
+→ 422 on ``run``; no gold folder, or one that cannot be read → 404 naming what to set.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+
+from attnlab.inspection.align import (
+    GOLD_ENV,
+    METHODS,
+    AlignError,
+    AlignReport,
+    Extraction,
+    align_run,
+    aligned_kind,
+    gold_dir,
+    read_gold,
+)
+from attnlab.web.registry import AlignmentCache, LoadedRun
+from attnlab.web.responses import busy, encoded, error, json_bytes
+from attnlab.web.schemas import ErrorBody, check_run
+from attnlab.web.state import Busy, ServerState
+
+MAX_SENTENCES = 500  # each is one teacher-forced pass and its link scoring: a bound on one request's work
+DEFAULT_SENTENCES = 100
+SPLIT = "test"
+TOP_K = 3  # also score the 3 best heads averaged, as `attnlab align` does by default
+LinkMethod = Literal[METHODS]  # type: ignore[valid-type]  # the tuple's names, as an enum in the schema
+NO_GOLD = (
+    "no gold alignment folder on this server: set ATTNLAB_GOLD_DIR to the WPT-2003 en-fr gold folder "
+    "(test.en-fr.en, test.en-fr.fr, test.en-fr.naacl), or put it at $ATTNLAB_DATA_DIR/hansards-enfr, "
+    "then restart `attnlab serve`"
+)
+
+
+def gold_folder() -> Path:
+    """The gold folder as ``attnlab align`` finds it without ``--gold``; :class:`AlignError` (one line)
+    otherwise, saying which variable to set (a server has no ``--gold``)."""
+    try:
+        return gold_dir(None)
+    except AlignError:
+        if os.environ.get(GOLD_ENV):
+            raise  # its message names the folder that is not one
+        raise AlignError(NO_GOLD) from None
+
+
+def _grid(report: AlignReport, shift: int) -> list[list[float | None]]:
+    """AER ``(L, H + 1)`` at ``shift``: each head, then the layer's head average (None with one head)."""
+    return [[round(v, 5) if math.isfinite(v) else None for v in row] for row in report.grid(shift).tolist()]
+
+
+def alignment_payload(report: AlignReport, run: str, total: int) -> dict[str, Any]:
+    """``report``'s JSON for the page: the run by its name and the gold folder by its own name (a
+    response never shows the server's paths), ``total`` gold sentences, the grids and the best head."""
+    return {
+        **report.to_json(),
+        "run": run,
+        "gold": report.gold.folder.name,
+        "sentences_total": total,
+        "grid": {str(shift): _grid(report, shift) for shift in (0, 1)},
+        "best_head": report.best().to_json(),
+    }
+
+
+@dataclass(frozen=True)
+class AlignmentJob:
+    """One admitted request, as the worker thread needs it."""
+
+    run: LoadedRun
+    folder: Path
+    sentences: int
+    method: str
+
+
+def alignment_job(job: AlignmentJob, cache: AlignmentCache, key: tuple) -> tuple[dict[str, Any], bool]:
+    """Runs in a model thread, inside the admission slot: the gold read, force-decoded and scored
+    (or the answer another request built meanwhile); returns it and whether it was cached."""
+
+    def make() -> dict[str, Any]:
+        gold = read_gold(job.folder, SPLIT)
+        ex = Extraction(job.method)
+        report = align_run(job.run.translator, gold.first(job.sentences), ibm=False, ex=ex, top_k=TOP_K)
+        return alignment_payload(report, job.run.name, len(gold))
+
+    return cache.build(key, make)
+
+
+def router(state: ServerState) -> APIRouter:
+    """The alignment route over ``state``'s runs."""
+    api = APIRouter()
+    limits, runs = state.limits, state.runs
+
+    @api.get(
+        "/api/alignment",
+        summary="AER of every attention head against gold word alignments (notes §25)",
+        responses={
+            404: {"model": ErrorBody},
+            422: {"model": ErrorBody},
+            429: {"model": ErrorBody},
+            504: {"model": ErrorBody},
+        },
+    )
+    async def alignment(
+        run: Annotated[
+            str | None, Query(max_length=64, description="a loaded run's name (default: the first)")
+        ] = None,
+        sentences: Annotated[
+            int, Query(ge=1, le=MAX_SENTENCES, description="score the first N gold sentences")
+        ] = DEFAULT_SENTENCES,
+        links: Annotated[LinkMethod, Query(description="how a map becomes word links")] = "argmax",
+    ):
+        t0 = time.perf_counter()
+        try:
+            name = check_run(run, list(runs)) or state.default_run
+            aligned_kind(runs[name].translator.model.config)
+        except (ValueError, AlignError) as e:
+            return error(422, ["query", "run"], str(e), "value_error")
+        try:
+            folder = gold_folder()
+        except AlignError as e:
+            return JSONResponse(status_code=404, content={"detail": str(e)})
+        key = AlignmentCache.key(name, folder, SPLIT, sentences, links)
+        payload, cached = state.alignments.get(key), True
+        if payload is None:
+            job = AlignmentJob(runs[name], folder, sentences, links)
+            try:
+                payload, cached = await state.run_admitted(alignment_job, job, state.alignments, key)
+            except Busy:
+                return busy(limits)
+            except TimeoutError:
+                return JSONResponse(
+                    status_code=504, content={"detail": _too_slow(sentences, limits.deadline_s)}
+                )
+            except AlignError as e:  # the gold folder's files are missing or malformed
+                return JSONResponse(status_code=404, content={"detail": str(e)})
+        body = {**payload, "cached": cached, "elapsed_ms": round(1000 * (time.perf_counter() - t0), 1)}
+        return encoded(json_bytes(body), False)
+
+    return api
+
+
+def _too_slow(sentences: int, deadline_s: float) -> str:
+    return (
+        f"aligning {sentences} gold sentences took longer than {deadline_s:g} s; the work goes on and is kept: "
+        "ask again in a moment, or for fewer sentences"
+    )
