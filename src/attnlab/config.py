@@ -121,12 +121,13 @@ class ModelConfig:
 class TrainConfig:
     lr: float = 1e-3
     warmup_steps: int = 400  # open-ended schedules: warm-up updates; budgeted ones: the most warm-up may take
-    # "auto": a budgeted run (max_minutes / max_steps / max_epochs) plans on its horizon and decays linearly
-    # to 0 when the budget ends (training/budget.py); a run with no budget warms up then decays as 1/sqrt(t).
-    # Or force one: "linear", "wsd" (warmup-stable-decay), "inverse_sqrt", "constant", "cosine" (needs max_steps).
+    # "auto": a budgeted run (max_minutes / max_steps / max_epochs) plans on its horizon: warm-up, flat, then
+    # linear decay to 0 over its last decay_frac, ending when the budget does ("wsd", training/budget.py);
+    # a run with no budget warms up then decays as 1/sqrt(t).
+    # Or force one: "wsd", "linear" (decay from the warm-up on), "inverse_sqrt", "constant", "cosine" (needs max_steps).
     schedule: str = "auto"
     warmup_frac: float = 0.05  # budgeted schedules: warm-up as a share of the horizon
-    decay_frac: float = 0.2  # "wsd": the final share of the horizon over which the lr decays to 0
+    decay_frac: float = 0.2  # "wsd" (budgeted default): the final share of the horizon over which the lr decays to 0
     min_lr_ratio: float = 0.05  # cosine floor as a share of lr
     optimizer: str = "adamw"  # "adam", "adamw", or "muon" (Muon for hidden matrices, AdamW for the rest)
     betas: tuple[float, float] = (0.9, 0.98)

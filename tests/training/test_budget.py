@@ -48,7 +48,7 @@ def test_timed_budget_ends_at_the_floor(minutes, update_s, valid_s):
     plan = BudgetPlan.make(_train_cfg(f"train.max_minutes={minutes}"), 0)
     # updates vary by ±40 % (bucketed batches of different lengths), the first two are slow
     factors, total, valids = _simulate(plan, lambda s: update_s * (3 if s < 2 else rng.uniform(0.6, 1.4)), valid_s)
-    assert plan.shape == "linear" and max(factors) == pytest.approx(1.0, abs=0.05)
+    assert plan.shape == "wsd" and max(factors) == pytest.approx(1.0, abs=0.05)
     assert factors[-1] <= 0.05, factors[-10:]  # the last update runs at (near) zero lr
     assert total <= minutes * 60 + update_s  # the final validation fits in the budget
     assert total >= minutes * 60 - 2 * valid_s - 2 * update_s  # and the budget is used
@@ -59,12 +59,15 @@ def test_timed_budget_ends_at_the_floor(minutes, update_s, valid_s):
 
 def test_step_and_epoch_budgets_know_their_horizon():
     plan = BudgetPlan.make(_train_cfg("train.max_steps=200"), 0)
-    assert plan.horizon == 200 and plan.warmup == 10
+    assert plan.shape == "wsd" and plan.horizon == 200 and plan.warmup == 10
     f = [plan.factor(s) for s in range(200)]
-    assert f[9] == 1.0 and f[0] == pytest.approx(0.1) and f[-1] == pytest.approx(1 / 190)
-    assert all(a >= b for a, b in zip(f[9:], f[10:]))  # monotone decay after the warm-up
+    assert f[9] == 1.0 and f[0] == pytest.approx(0.1) and f[-1] == pytest.approx(1 / 40)  # decays over the last 40
+    assert all(a >= b for a, b in zip(f[9:], f[10:]))  # flat, then monotone decay after the warm-up
     plan = BudgetPlan.make(_train_cfg("train.max_epochs=3"), 70)
-    assert plan.horizon == 210 and plan.factor(209) <= 0.01
+    assert plan.horizon == 210 and plan.factor(209) == pytest.approx(1 / 42)
+    linear = BudgetPlan.make(_train_cfg("train.max_steps=200", "train.schedule=linear"), 0)
+    g = [linear.factor(s) for s in range(200)]
+    assert g[10] == 1.0 and g[11] < 1.0 and g[-1] == pytest.approx(1 / 190)  # decays from the warm-up on
     # steps and epochs both given: the nearer limit is the horizon
     assert BudgetPlan.make(_train_cfg("train.max_epochs=3", "train.max_steps=100"), 70).horizon == 100
 
