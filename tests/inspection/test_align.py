@@ -125,6 +125,14 @@ def test_read_gold_missing_or_unpaired_files(tmp_path):
     (folder / "test.en-fr.fr").write_text("x\n", encoding="utf-8")
     with pytest.raises(A.AlignError, match="2 lines but .fr has 1"):
         A.read_gold(folder)
+    (folder / "test.en-fr.fr").write_text("x\n\n", encoding="utf-8")  # a blank sentence
+    with pytest.raises(A.AlignError, match="line 2 is empty"):
+        A.read_gold(folder)
+    for side in ("en", "fr"):
+        (folder / f"test.en-fr.{side}").write_text("", encoding="utf-8")
+    with pytest.raises(A.AlignError, match="it is empty") as e:
+        A.read_gold(folder)
+    assert "\n" not in str(e.value)
 
 
 def test_gold_dir_option_then_env_then_data_dir(tmp_path, monkeypatch):

@@ -148,6 +148,10 @@ def read_gold(folder: str | os.PathLike[str], split: str = "test") -> GoldSet:
     en, fr = _read_lines(folder / f"{stem}.en"), _read_lines(folder / f"{stem}.fr")
     if len(en) != len(fr):
         raise AlignError(f"{folder / stem}.en has {len(en)} lines but .fr has {len(fr)}; they must pair up")
+    if not en or not all(en) or not all(fr):
+        n = next((i for i, (e, f) in enumerate(zip(en, fr), 1) if not e or not f), 0)
+        where = f"line {n} is empty" if n else "it is empty"
+        raise AlignError(f"{folder / stem}.en/.fr: {where}; each line must hold one tokenised sentence")
     naacl = folder / f"{stem}.naacl"
     if not naacl.is_file():
         raise AlignError(f"{naacl} is missing; the gold folder needs the links file {naacl.name}")
