@@ -7,8 +7,9 @@ narrow no-break spaces become spaces, text is lowercased and a space is inserted
 and *idempotent* on arbitrary Unicode, because user input reaches it from the CLI and the web page:
 
 * control characters (Unicode ``Cc`` that are not whitespace), format characters (``Cf``:
-  zero-width spaces, soft hyphens, direction marks, BOMs) and lone surrogates (``Cs``) are
-  dropped — they are invisible, carry no meaning for translation, and a lone surrogate cannot
+  zero-width spaces, soft hyphens, direction marks, BOMs), lone surrogates (``Cs``) and U+FFFD
+  (the replacement character that unreadable bytes of a ``--file`` become) are dropped — they are
+  invisible or stand for no character, carry no meaning for translation, and a lone surrogate cannot
   even be handed to the Rust BPE tokenizer;
 * text is put in Unicode NFC before and after lowercasing, so ``e`` + combining acute and the
   precomposed ``é`` are the same token;
@@ -35,12 +36,18 @@ _DROP_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})
 _NO_SPACE_BEFORE = {"en": frozenset(",.!?"), "fr": frozenset(",.")}
 
 
+_REPLACEMENT = "\ufffd"  # what unreadable bytes become (a file read with errors="replace"): no character either
+
+
 def _drop_invisible(s: str) -> str:
     # Fast path: printable text has no Cc/Cf/Cs characters (isprintable is False for them).
-    if s.isprintable():
+    if s.isprintable() and _REPLACEMENT not in s:
         return s
     return "".join(
-        c for c in s if c.isprintable() or c.isspace() or unicodedata.category(c) not in _DROP_CATEGORIES
+        c
+        for c in s
+        if c != _REPLACEMENT
+        and (c.isprintable() or c.isspace() or unicodedata.category(c) not in _DROP_CATEGORIES)
     )
 
 
