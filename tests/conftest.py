@@ -51,3 +51,14 @@ def fra_eng_zip() -> Path:
     if not path.is_file():
         pytest.skip(f"fra-eng corpus not found at {path} (set ATTNLAB_DATA_DIR)")
     return path
+
+
+@pytest.fixture
+def english_only(monkeypatch):
+    """The test starts and ends in English, whatever ATTNLAB_LANG the machine has (the i18n tests)."""
+    from attnlab import i18n
+
+    monkeypatch.delenv(i18n.ENV_VAR, raising=False)
+    i18n.set_language("en")
+    yield
+    i18n.set_language("en")

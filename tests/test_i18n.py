@@ -21,13 +21,7 @@ MO = PO.with_suffix(".mo")
 HAN = re.compile(r"[\u4e00-\u9fff]")
 
 
-@pytest.fixture(autouse=True)
-def _english_afterwards(monkeypatch):
-    """Each test starts and ends in English, whatever ATTNLAB_LANG the machine has."""
-    monkeypatch.delenv(i18n.ENV_VAR, raising=False)
-    i18n.set_language("en")
-    yield
-    i18n.set_language("en")
+pytestmark = pytest.mark.usefixtures("english_only")  # tests/conftest.py
 
 
 def _po():

@@ -17,13 +17,7 @@ LETTER = re.compile(r"[A-Za-z]")
 SHOWN_AS_IS = {"EN", "FR"}  # language badges, the same in every language
 
 
-@pytest.fixture(autouse=True)
-def _english_afterwards(monkeypatch):
-    """Each test starts and ends in English, whatever ATTNLAB_LANG the machine has."""
-    monkeypatch.delenv(i18n.ENV_VAR, raising=False)
-    i18n.set_language("en")
-    yield
-    i18n.set_language("en")
+pytestmark = pytest.mark.usefixtures("english_only")  # tests/conftest.py
 
 
 def test_every_marked_page_string_has_a_chinese_translation():
