@@ -5,6 +5,7 @@ The slow tests start real torchrun jobs: 2 CPU processes, gloo, tiny configs on 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import signal
@@ -422,6 +423,18 @@ def _alive(pid: int, start: int) -> bool:
     return st is not None and st[2] == start and st[1] not in ("Z", "X")  # a zombie has stopped
 
 
+@contextlib.contextmanager
+def _sighup_default():
+    """Children started inside start with SIGHUP at its default, as from a terminal. A test run under
+    ``nohup`` has SIGHUP ignored, and an ignored signal stays ignored across ``exec``: the job would then
+    rightly keep ignoring it, and the SIGHUP case would test nohup instead."""
+    old = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, old)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the processes through /proc")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
@@ -432,7 +445,7 @@ def test_a_signal_to_attnlab_nproc_stops_torchrun_and_every_worker(tmp_path, sig
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "attnlab", *_attnlab_train(cfg, run, tmp_path, nproc=2), "--dataset", "numbers"]
     log = tmp_path / "out.txt"  # not a pipe: leftover processes would hold it open
-    with open(log, "w") as f:
+    with open(log, "w") as f, _sighup_default():
         proc = subprocess.Popen(cmd, env=ENV, stdout=f, stderr=subprocess.STDOUT)
     family: dict[int, int] = {}
     try:
@@ -501,7 +514,8 @@ def test_the_launcher_forwards_a_stop_signal_once_to_its_child(tmp_path, sent, i
         "import signal, sys\n"
         # a shell's background job inherits SIGINT ignored (and the launcher keeps it so): start clean
         + "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-        + ("signal.signal(signal.SIGHUP, signal.SIG_IGN)\n" if ignored else "")
+        # under nohup (ignored) or as from a terminal, whatever the disposition this test run inherited
+        + f"signal.signal(signal.SIGHUP, signal.{'SIG_IGN' if ignored else 'SIG_DFL'})\n"
         + "from attnlab.training.launch import run_forwarding_signals\n"
         + f"sys.exit(run_forwarding_signals([sys.executable, '-c', {_CHILD!r}, {str(ready)!r}, {str(got)!r}]))\n"
     )
