@@ -90,7 +90,7 @@ def test_no_gold_folder_is_one_line_naming_the_variables(client, monkeypatch, tm
     assert r.status_code == 404, r.text
     msg = r.json()["detail"]
     assert isinstance(msg, str) and "\n" not in msg and "Traceback" not in msg
-    assert "ATTNLAB_GOLD_DIR" in msg and "ATTNLAB_DATA_DIR" in msg
+    assert "--gold" in msg and "ATTNLAB_GOLD_DIR" in msg and "ATTNLAB_DATA_DIR" in msg
     monkeypatch.setenv(A.GOLD_ENV, str(tmp_path / "nowhere"))
     r = client.get("/api/alignment")
     assert (
@@ -101,6 +101,30 @@ def test_no_gold_folder_is_one_line_naming_the_variables(client, monkeypatch, tm
     monkeypatch.setenv(A.GOLD_ENV, str(tmp_path / "half"))
     r = client.get("/api/alignment")
     assert r.status_code == 404 and "test.en-fr.fr" in r.json()["detail"]
+
+
+def test_serve_gold_names_the_folder_with_no_variable_set(tiny_runs, tmp_path, monkeypatch, capsys):
+    """`attnlab serve --gold DIR` as `attnlab align --gold DIR`: the view works with neither variable set,
+    and a wrong folder stops `serve` before it starts, in one line."""
+    from fastapi.testclient import TestClient
+
+    from attnlab.cli import main
+    from attnlab.web.app import create_app
+
+    monkeypatch.delenv(A.GOLD_ENV, raising=False)
+    monkeypatch.delenv("ATTNLAB_DATA_DIR", raising=False)
+    folder = write_gold(tmp_path / "my-gold", EN, FR, LINKS)
+    app = create_app([f"transformer={tiny_runs('transformer')}"], gold=folder)
+    with TestClient(app, base_url="http://127.0.0.1") as c:
+        r = c.get("/api/alignment", params={"sentences": 3})
+    assert r.status_code == 200, r.text
+    assert (r.json()["gold"], r.json()["sentences"]) == ("my-gold", 3) and str(tmp_path) not in r.text
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "test.en-fr.en").write_text("seven\n", encoding="utf-8")
+    for bad, says in ((tmp_path / "nowhere", "is not a folder"), (tmp_path / "half", "test.en-fr.fr")):
+        assert main(["serve", str(tiny_runs("transformer")), "--gold", str(bad), "--port", "0"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and says in err and err.count("\n") == 1, err
 
 
 def test_a_model_without_target_to_source_attention_is_refused(gold):

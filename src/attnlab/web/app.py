@@ -70,6 +70,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from attnlab import __version__
 from attnlab.errors import AttnlabError
 from attnlab.i18n import catalogue, language
+from attnlab.inspection.align import gold_dir, read_gold
 from attnlab.web.guards import LOOPBACK_NAMES, BodyLimit, HostGuard, Limits, security_headers
 from attnlab.web.registry import LoadedRun, load_runs
 from attnlab.web.responses import GZIP_LEVEL, GZIP_MIN
@@ -89,6 +90,7 @@ def create_app(
     device: str = "cpu",
     allowed_hosts: Collection[str] | None = None,
     lang: str | None = None,
+    gold: str | Path | None = None,
 ) -> FastAPI:
     """Build the app over loaded runs (or run folders, loaded here with :func:`~attnlab.web.registry.load_runs`).
 
@@ -96,7 +98,10 @@ def create_app(
     ``Host`` header may carry (default: the loopback names; see
     :func:`~attnlab.web.guards.allowed_host_names`). ``lang``: the language the page speaks unless it
     asks for another (default: :func:`attnlab.i18n.language`, which ``attnlab serve --lang`` sets).
-    Raises :class:`AttnlabError` when a run cannot be loaded or ``lang`` has no catalogue. The model
+    ``gold``: the WPT-2003 gold folder of the alignment view (``attnlab serve --gold``; default: found
+    per request as ``attnlab align`` finds it, through ``$ATTNLAB_GOLD_DIR`` or ``$ATTNLAB_DATA_DIR``).
+    Raises :class:`AttnlabError` when a run cannot be loaded, ``lang`` has no catalogue or ``gold`` is
+    not a folder. The model
     thread pool is shut down with the app.
     """
     limits = limits or Limits()
@@ -105,7 +110,10 @@ def create_app(
         runs = load_runs(list(runs), which=which, device=device)
     if not runs:
         raise AttnlabError("no run to serve; pass at least one run folder")
-    state = ServerState.create(dict(runs), limits, lang=code)
+    folder = gold_dir(gold) if gold else None
+    if folder is not None:
+        read_gold(folder, alignment_routes.SPLIT)  # a wrong --gold stops the server before it starts
+    state = ServerState.create(dict(runs), limits, lang=code, gold=folder)
     hosts = tuple(allowed_hosts) if allowed_hosts is not None else LOOPBACK_NAMES
 
     @asynccontextmanager

@@ -44,7 +44,8 @@ def cmd_serve(args) -> int:
         body_timeout_s=args.read_timeout,
     )
     hosts = allowed_host_names(args.host, args.allowed_hosts or ())
-    app = create_app(args.runs, limits, which=args.checkpoint, device=args.device, allowed_hosts=hosts)
+    app = create_app(args.runs, limits, which=args.checkpoint, device=args.device, allowed_hosts=hosts,
+                     gold=args.gold)
     if not _is_loopback(args.host):
         print(
             f"warning: serving on {args.host}: anyone who can reach this machine can use the models",
@@ -79,7 +80,8 @@ def register(sub) -> None:
         description="Serve a page that translates and shows every attention map, plus its JSON API. "
         "Runs are named after their folder, or NAME=PATH. The page's notes speak --lang (or $ATTNLAB_LANG; "
         "a page may ask for another with ?lang=zh); its alignment view scores the heads against the gold "
-        "folder `attnlab align` finds without --gold ($ATTNLAB_GOLD_DIR, else $ATTNLAB_DATA_DIR/hansards-enfr).",
+        "folder of --gold, else the one `attnlab align` finds without it ($ATTNLAB_GOLD_DIR, else "
+        "$ATTNLAB_DATA_DIR/hansards-enfr).",
     )
     s.add_argument("runs", nargs="+", metavar="RUN", help="run folder, or NAME=PATH (e.g. bahdanau=runs/b)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
@@ -94,6 +96,8 @@ def register(sub) -> None:
         "guard off) (default: none)",
     )
     s.add_argument("--checkpoint", default="best", help="best, last or step-N (for every run)")
+    s.add_argument("--gold", metavar="DIR", help="the WPT-2003 en-fr gold folder of the alignment view, as "
+                   "`attnlab align --gold` (default: $ATTNLAB_GOLD_DIR, else $ATTNLAB_DATA_DIR/hansards-enfr)")
     add_device_arg(s)
     s.add_argument("--workers", type=_positive, default=2, help="threads running models")
     s.add_argument(

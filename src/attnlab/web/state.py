@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from attnlab.web.guards import Admission, Limits
@@ -35,10 +36,12 @@ class ServerState:
     probes: ProbeCache
     alignments: AlignmentCache = field(default_factory=AlignmentCache)
     lang: str = "en"
+    gold: Path | None = None  # `attnlab serve --gold DIR`; None: found as `attnlab align` finds it
     started: float = field(default_factory=time.time)
 
     @classmethod
-    def create(cls, runs: dict[str, LoadedRun], limits: Limits, lang: str = "en") -> ServerState:
+    def create(cls, runs: dict[str, LoadedRun], limits: Limits, lang: str = "en",
+               gold: Path | None = None) -> ServerState:
         return cls(
             runs,
             limits,
@@ -47,6 +50,7 @@ class ServerState:
             ResultCache(),
             ProbeCache(limits.max_probe_bytes),
             lang=lang,
+            gold=gold,
         )
 
     @property

@@ -1,9 +1,9 @@
 """``GET /api/alignment``: does a run's attention show the word alignment? Scored against gold (notes §25).
 
 ``?run=NAME&sentences=N&links=METHOD`` → the numbers of ``attnlab align RUN --no-ibm --links METHOD``
-on the first ``sentences`` gold pairs, computed by the same functions: the gold folder found as
-:func:`~attnlab.inspection.align.gold_dir` finds it without ``--gold`` (``$ATTNLAB_GOLD_DIR``, else
-``$ATTNLAB_DATA_DIR/hansards-enfr``), read by :func:`~attnlab.inspection.align.read_gold`, force-decoded
+on the first ``sentences`` gold pairs, computed by the same functions: the gold folder given to
+``attnlab serve --gold``, else found as :func:`~attnlab.inspection.align.gold_dir` finds it without
+``--gold`` (``$ATTNLAB_GOLD_DIR``, else ``$ATTNLAB_DATA_DIR/hansards-enfr``), read by :func:`~attnlab.inspection.align.read_gold`, force-decoded
 and scored by :func:`~attnlab.inspection.align.align_run`. The answer is its
 :meth:`~attnlab.inspection.align.AlignReport.to_json` (AER, precision and recall of every layer × head,
 each layer's head average and the average of all, at shift 0 and 1; the best heads; the domain note),
@@ -53,15 +53,18 @@ SPLIT = "test"
 TOP_K = 3  # also score the 3 best heads averaged, as `attnlab align` does by default
 LinkMethod = Literal[METHODS]  # type: ignore[valid-type]  # the tuple's names, as an enum in the schema
 NO_GOLD = (
-    "no gold alignment folder on this server: set ATTNLAB_GOLD_DIR to the WPT-2003 en-fr gold folder "
-    "(test.en-fr.en, test.en-fr.fr, test.en-fr.naacl), or put it at $ATTNLAB_DATA_DIR/hansards-enfr, "
-    "then restart `attnlab serve`"
+    "no gold alignment folder on this server: restart `attnlab serve` with --gold DIR, DIR the WPT-2003 "
+    "en-fr gold folder (test.en-fr.en, test.en-fr.fr, test.en-fr.naacl), or with ATTNLAB_GOLD_DIR set to it, "
+    "or with the folder at $ATTNLAB_DATA_DIR/hansards-enfr"
 )
 
 
-def gold_folder() -> Path:
-    """The gold folder as ``attnlab align`` finds it without ``--gold``; :class:`AlignError` (one line)
-    otherwise, saying which variable to set (a server has no ``--gold``)."""
+def gold_folder(given: Path | None = None) -> Path:
+    """``given`` (``attnlab serve --gold``, checked when the server started), else the gold folder as
+    ``attnlab align`` finds it without ``--gold``; :class:`AlignError` (one line) otherwise, saying what
+    to set."""
+    if given is not None:
+        return given
     try:
         return gold_dir(None)
     except AlignError:
@@ -142,7 +145,7 @@ def router(state: ServerState) -> APIRouter:
         except (ValueError, AlignError) as e:
             return error(422, ["query", "run"], str(e), "value_error")
         try:
-            folder = gold_folder()
+            folder = gold_folder(state.gold)
         except AlignError as e:
             return JSONResponse(status_code=404, content={"detail": str(e)})
         key = AlignmentCache.key(name, folder, SPLIT, sentences, links)
