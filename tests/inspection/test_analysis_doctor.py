@@ -278,6 +278,22 @@ def test_near_uniform_rows_are_attention_not_formed_and_moving_rows_are_formed()
     assert not r.finding("attention_not_formed").detected and r.healthy
 
 
+def test_the_doctor_and_the_attention_note_use_one_bar():
+    """Rows that move by 0.15 a step (the 320-update Bahdanau demo measured 0.14): `attnlab attention`'s
+    note says attention has not formed, and so must the doctor (it once used 0.1 where the note used 0.2)."""
+    import torch
+
+    from attnlab.inspection.movement import attention_movement, formation_note
+
+    rows = [[0.7, 0.2, 0.1], [0.55, 0.35, 0.1], [0.4, 0.5, 0.1]]
+    assert attention_movement(torch.tensor(rows)) == pytest.approx(0.15)
+    assert formation_note(torch.tensor(rows)) is not None
+    f = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=_probes(rows)).finding(
+        "attention_not_formed"
+    )
+    assert f.detected and f.numbers["layers"][0]["tv"] == pytest.approx(0.15)
+
+
 def test_no_probes_is_a_note_not_a_verdict():
     r = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V)
     assert not r.finding("attention_not_formed").checked and any("probes" in n for n in r.notes)

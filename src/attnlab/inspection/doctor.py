@@ -43,6 +43,7 @@ from typing import Any
 from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import AttnlabError
 from attnlab.i18n import N_, _
+from attnlab.inspection.movement import FORMED_MOVEMENT, UNIFORM_SHARE
 from attnlab.runs import read_metrics
 
 # --- evidence -------------------------------------------------------------------------------------
@@ -98,11 +99,13 @@ MIN_BUCKET_SENTENCES = 20
 NUM_STEPS_COVERAGE = 0.99
 
 # --- attention not formed -------------------------------------------------------------------------
+# The same two bars as the note `attnlab attention` and `explain` print (inspection/movement.py), so
+# that the doctor and those commands never disagree about one run.
 #: A row whose entropy is above this share of ln(keys it may attend to) is near-uniform.
-UNIFORM_ENTROPY_SHARE = 0.9
+UNIFORM_ENTROPY_SHARE = UNIFORM_SHARE
 #: Consecutive decoder steps whose rows differ by less than this total-variation distance look at the
 #: same thing: the attention does not move with the output (the Bahdanau failure of issue #18).
-STATIC_TV = 0.1
+STATIC_TV = FORMED_MOVEMENT
 
 SYMPTOMS = (
     "lr_too_high",
