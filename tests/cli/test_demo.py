@@ -39,3 +39,16 @@ def test_demo_runs_offline_on_numbers(tmp_path):
     assert out.count("heads averaged") == 1 and "Bahdanau attention" in out  # one table per model
     assert (tmp_path / "demo" / "transformer" / "attention").is_dir()
     assert "budget 0.05 min" in proc.stderr  # the plan says what it planned for
+
+
+@pytest.mark.parametrize("kind, peak, pairs", [
+    ("transformer", 64.0, 10_000),  # the slow laptop: compute 96, the shortest pairs
+    ("transformer", 322.0, 20_000),  # a fast 2-core machine keeps the tiny tier's 20k
+    ("bahdanau", 64.0, 20_000),  # the GRU learned less from the 10k (bench/RESULTS.md)
+])
+def test_the_demo_trains_a_slow_machines_transformer_on_the_shortest_pairs(kind, peak, pairs):
+    from attnlab.demo import _config
+
+    cfg, why = _config(kind, "fra-eng", "fra-eng.zip", 1.5, 1, peak)
+    assert cfg.train.size == "tiny" and cfg.data.max_pairs == pairs
+    assert ("shortest pairs instead" in why) == (pairs == 10_000)
