@@ -408,6 +408,23 @@ class Bahdanau(nn.Module):
     sooner. Only the larger init moves more, by less than a seed's noise, so nothing changed here.
     The budget schedule makes the 320 updates better (validation loss 2.32 → 2.19) but the rows
     no more mobile: at this budget, movement comes with more updates, not with a better schedule.
+
+    At the slow laptop's demo budget (1.5 minutes like 64 GFLOP/s, ``bench/quality.py --like-peak 64``:
+    350–560 updates; seeds 1–3; movement from ``attnlab doctor --json``; test BLEU greedy):
+
+    ======================================================  ==================  ================
+    run (1.5 min like 64)                                   movement (3 seeds)  test BLEU
+    ======================================================  ==================  ================
+    this design                                             0.163 0.170 0.169   4.77 4.98 4.81
+    v (``w_v``) initialised 4× larger                       0.159 0.189 0.075   4.59 4.74 4.87
+    v initialised 16× larger                                0.000 (all three)   4.90 4.62 4.67
+    the 10k shortest pairs (1–3 words)                      0.137 0.130 0.144   3.91 3.90 3.75
+    the 40k shortest pairs (longer sentences)               0.131 0.135 0.173   4.88 5.34 5.57
+    ======================================================  ==================  ================
+
+    A larger v makes the softmax pick one key sooner and keep it (16×: every row on one key); neither
+    shorter nor longer sentences move the rows at this budget. So the demo says, under the map, that it
+    has not formed (demo.py, :func:`attnlab.inspection.movement.formation_note`).
     """
 
     @staticmethod
