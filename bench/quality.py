@@ -65,7 +65,8 @@ def run_one(kind: str, minutes: float, out: Path, data: str | None, threads: int
 
             shutil.rmtree(run)
         t0 = time.time()
-        res = train(cfg, run, progress=False)
+        # The --set keys stay as given under a size tier, also those equal to the preset's value.
+        res = train(cfg, run, progress=False, explicit=frozenset(o.split("=", 1)[0] for o in overrides))
         train_s = time.time() - t0
     tr = Translator.from_run(run, which="last")  # what the schedule was planned to end on
     # Every run is scored on the whole test split, also one trained on the shortest pairs only

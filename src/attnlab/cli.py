@@ -107,7 +107,8 @@ def cmd_train(args) -> int:
         return launch_nproc(args.nproc, sys.argv[1:])
     if os.environ.get("RANK", "0") == "0":
         say(args, f"config of {out}:\n{config_mod.dumps_toml(cfg)}")
-    res = train(cfg, out, resume=args.resume, progress=show_progress(args), argv=sys.argv)
+    res = train(cfg, out, resume=args.resume, progress=show_progress(args), argv=sys.argv,
+                explicit=_explicit_keys(args))
     if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
         return 130 if res.stopped_by == "signal" else 0
     v = res.last_valid

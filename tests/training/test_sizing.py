@@ -65,6 +65,19 @@ def test_cli_train_prints_its_choice(tmp_path, capsys, monkeypatch, fra_eng_zip)
     assert saved.train.size == "tiny" and saved.data.max_pairs == 3000 and saved.model.num_hiddens == 128
 
 
+def test_a_key_set_to_its_preset_value_survives_the_tier(tmp_path, monkeypatch, fra_eng_zip):
+    """`model.num_hiddens=256` is the preset's value; the tiny tier would make it 128. The CLI sizes the run, then
+    the library's train() settles the tier again: both must see the key as the user's."""
+    from attnlab.cli import main
+
+    monkeypatch.setattr(sizing, "measure_peak_gflops", lambda *a, **k: 64.0)
+    assert main(["train", "--model", "transformer", "--out", str(tmp_path / "r"), "--data", str(fra_eng_zip),
+                 "--max-minutes", "0.05", "--quiet", "data.max_pairs=3000", "train.eval_max_sentences=8",
+                 "model.num_hiddens=256"]) == 0
+    saved = C.load_toml(tmp_path / "r" / "config.toml")
+    assert saved.train.size == "tiny" and saved.model.num_hiddens == 256 and saved.data.batch_tokens == 400
+
+
 @pytest.mark.parametrize("kind", ["seq2seq", "bahdanau", "transformer", "decoder-only"])
 @pytest.mark.parametrize("tier", [t.name for t in sizing.TIERS])
 def test_every_tier_builds_every_model(kind, tier):

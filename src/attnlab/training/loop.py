@@ -124,8 +124,12 @@ def fit(s: Session, stop: StopFlag, bar) -> str:
 
 
 def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool = True,
-          prepared=None, argv: list[str] | None = None) -> TrainResult:
+          prepared=None, argv: list[str] | None = None, explicit: frozenset[str] | None = None) -> TrainResult:
     """Train ``cfg`` into ``out_dir`` (a new run, or the continuation of one with ``resume``).
+
+    ``explicit``: the dotted keys the caller set (``model.num_hiddens``, …), which a size tier
+    (``train.size``) must leave as they are; None = the keys where ``cfg`` differs from its preset,
+    which cannot tell a key set to its preset value from one left unset.
 
     Launched by torchrun (its ``RANK``/``WORLD_SIZE``/… variables are set) it joins the process
     group first (gloo on CPU, nccl on GPU, timeout ``$ATTNLAB_DIST_TIMEOUT``) and leaves it at the end.
@@ -133,7 +137,7 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     device = pick_device(cfg.train.device)
     device, own_group = D.setup(device)
     try:
-        s = Session.open(cfg, Path(out_dir), resume, prepared, argv, device, clock)
+        s = Session.open(cfg, Path(out_dir), resume, prepared, argv, device, clock, explicit)
         bar = _progress_bar(s) if progress and D.is_main() else None
         s.model.train()
         set_lr(s.optimizer, s.cfg.train.lr * s.budget.factor(s.progress.step))

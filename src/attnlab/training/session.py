@@ -117,7 +117,8 @@ def all_finite(finite: bool) -> bool:
     return finite
 
 
-def settle_config(cfg: Config, out_dir: Path, resume: bool, prepared) -> tuple[Config, runs.RunFiles | None]:
+def settle_config(cfg: Config, out_dir: Path, resume: bool, prepared,
+                  explicit: frozenset[str] | None = None) -> tuple[Config, runs.RunFiles | None]:
     """Threads, ``train.size`` and a resumed run's checks, before anything in ``out_dir`` is written."""
     if cfg.train.threads > 0:
         set_threads(cfg.train.threads)
@@ -127,20 +128,21 @@ def settle_config(cfg: Config, out_dir: Path, resume: bool, prepared) -> tuple[C
     if saved is not None and cfg.train.size == "auto":
         # The command line again (an elastic restart, a library call): keep the size the run was built
         # with, not a new probe's choice.
-        cfg = sizing.resolve(config_mod.apply_overrides(cfg, [f"train.size={saved.config.train.size}"]))[0]
+        cfg = sizing.resolve(config_mod.apply_overrides(cfg, [f"train.size={saved.config.train.size}"]), explicit)[0]
     elif cfg.train.size != "base" and saved is None:  # auto, or a tier by name
-        cfg = resolve_size(cfg, prepared)
+        cfg = resolve_size(cfg, prepared, explicit)
     seed_everything(cfg.train.seed)
     if saved is not None:
         check_resume_overrides(saved.config, cfg, out_dir)
     return cfg, saved
 
 
-def resolve_size(cfg: Config, prepared) -> Config:
-    """``train.size=auto`` settled on rank 0 (one probe, one choice) and shared with every rank."""
+def resolve_size(cfg: Config, prepared, explicit: frozenset[str] | None = None) -> Config:
+    """``train.size=auto`` settled on rank 0 (one probe, one choice) and shared with every rank;
+    ``explicit`` as in :func:`attnlab.training.loop.train`."""
     why = ""
     if D.is_main():
-        cfg, why = sizing.resolve(cfg)
+        cfg, why = sizing.resolve(cfg, explicit)
     cfg = D.broadcast_object(cfg)
     if why and D.is_main():
         print(why, file=sys.stderr)
@@ -190,14 +192,15 @@ class Session:
     curves: CurvesPainter = field(default_factory=CurvesPainter)
 
     @classmethod
-    def open(cls, cfg: Config, out_dir: Path, resume: bool, prepared, argv, device, clock) -> Session:
+    def open(cls, cfg: Config, out_dir: Path, resume: bool, prepared, argv, device, clock,
+             explicit: frozenset[str] | None = None) -> Session:
         """Set the run up on this rank (see the module docstring); ``clock`` is the loop's."""
         tb.require(cfg.train.tensorboard)  # a missing extra stops every rank before anything is written
         restarted, resume = agree_on_restart(out_dir, resume)
         if D.is_main():
             prepare_run_dir(cfg, out_dir, resume, restarted=restarted)
         D.barrier()
-        cfg, saved = settle_config(cfg, out_dir, resume, prepared)
+        cfg, saved = settle_config(cfg, out_dir, resume, prepared, explicit)
         prepared = load_data(cfg, saved, prepared)
         model = build_model(cfg.model, len(prepared.src_tok), len(prepared.tgt_tok)).to(device)
         fast.apply(model, cfg.train.kernels, device)  # the measured CPU kernels, or the notes' plain code
