@@ -24,6 +24,7 @@ from attnlab.errors import AttnlabError
 from attnlab.evaluation.evaluate import notes_examples
 from attnlab.inspection.attention_maps import attention_maps, draw_maps, run_name
 from attnlab.inspection.movement import formation_note
+from attnlab.models import traits
 from attnlab.training import sizing
 from attnlab.training.loop import train
 from attnlab.translator import Translator
@@ -81,7 +82,7 @@ def _config(kind: str, dataset: str, path: str | None, minutes: float, threads: 
         f"data.dataset={dataset}", *([f"data.data_path={path}"] if path else []),
         f"train.max_minutes={minutes}", f"train.threads={threads}", *DEMO_OVERRIDES])
     cfg, why = sizing.resolve(cfg, frozenset(), peak=peak)
-    if (dataset == "fra-eng" and sizing.family(cfg.model) == "transformer" and peak * minutes < SHORT_DEMO_COMPUTE
+    if (dataset == "fra-eng" and not traits(cfg.model).recurrent and peak * minutes < SHORT_DEMO_COMPUTE
             and cfg.data.max_pairs > SHORTEST_PAIRS):
         cfg = config_mod.apply_overrides(cfg, [f"data.max_pairs={SHORTEST_PAIRS}"])
         why += (f"; the demo trains it on the {SHORTEST_PAIRS:,} shortest pairs instead, the sentences a budget "
