@@ -41,14 +41,18 @@ def test_demo_runs_offline_on_numbers(tmp_path):
     assert "budget 0.05 min" in proc.stderr  # the plan says what it planned for
 
 
-@pytest.mark.parametrize("kind, peak, pairs", [
-    ("transformer", 64.0, 10_000),  # the slow laptop: compute 96, the shortest pairs
-    ("transformer", 322.0, 20_000),  # a fast 2-core machine keeps the tiny tier's 20k
-    ("bahdanau", 64.0, 20_000),  # the GRU learned less from the 10k (bench/RESULTS.md)
+@pytest.mark.parametrize("kind, peak, pairs, width", [
+    ("transformer", 64.0, 10_000, 128),  # the slow laptop: compute 96, the shortest pairs
+    ("transformer", 322.0, 20_000, 128),  # a fast 2-core machine keeps the tiny tier's 20k
+    ("bahdanau", 64.0, 20_000, 128),  # the GRU learned less from the 10k, and its attention formed at d=128
+    ("bahdanau", 322.0, 20_000, 192),  # ... which a fast machine's tier forms at its own 192
 ])
-def test_the_demo_trains_a_slow_machines_transformer_on_the_shortest_pairs(kind, peak, pairs):
+def test_the_demo_sizes_a_slow_machines_models_for_the_notes(kind, peak, pairs, width):
     from attnlab.demo import _config
 
     cfg, why = _config(kind, "fra-eng", "fra-eng.zip", 1.5, 1, peak)
-    assert cfg.train.size == "tiny" and cfg.data.max_pairs == pairs
+    assert cfg.train.size == "tiny" and cfg.data.max_pairs == pairs and cfg.model.num_hiddens == width
     assert ("shortest pairs instead" in why) == (pairs == 10_000)
+    assert ("d=128 instead" in why) == (kind == "bahdanau" and width == 128)
+    if kind == "bahdanau":
+        assert cfg.model.embed_size == width

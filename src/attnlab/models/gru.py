@@ -423,8 +423,23 @@ class Bahdanau(nn.Module):
     ======================================================  ==================  ================
 
     A larger v makes the softmax pick one key sooner and keep it (16×: every row on one key); neither
-    shorter nor longer sentences move the rows at this budget. So the demo says, under the map, that it
-    has not formed (demo.py, :func:`attnlab.inspection.movement.formation_note`).
+    shorter nor longer sentences move the rows at this budget. A narrower model does (2026-12-02, same
+    budget, 700–1,360 updates on a slower probe; seeds 1–4 for d=128, 1–2 otherwise):
+
+    ======================================================  ==================  ================
+    run (1.5 min like 64)                                   movement            test BLEU
+    ======================================================  ==================  ================
+    this design, d=192 (the tiny tier)                      0.173 0.179         6.14 6.30
+    200-token batches (twice the updates); lr 5e-3          0.145–0.155; 0.17+  5.50–6.69; 6.07 7.94
+    d=160                                                   0.249 0.175         6.25 5.88
+    d=128                                                   0.29 0.32 0.29 0.29 5.45 5.78 5.68 5.83
+    d=96                                                    0.268               5.63
+    ======================================================  ==================  ================
+
+    A 128-wide encoder's last state holds less of the sentence, so the decoder gains by reading the
+    other states: the notes' §1 argument for attention, at a smaller scale. So the slow machine's demo
+    trains this model at d=128 (demo.py, ``SLOW_DEMO_GRU_WIDTH``); where a map still has not formed, the
+    demo says so under it (:func:`attnlab.inspection.movement.formation_note`).
     """
 
     @staticmethod
