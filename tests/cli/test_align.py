@@ -67,8 +67,39 @@ def test_align_cli_prints_every_head_and_writes_json_and_png(tiny_runs, numbers_
     heads = [s for s in data["scores"] if s["head"] is not None]
     assert data["best"]["1"]["aer"] == min(s["aer"] for s in heads if s["shift"] == 1)
     assert 0 <= data["ibm2"]["aer"] <= 1 and data["ibm2"]["tatoeba_pairs"] == 3
-    rc, js, _ = _run_align(capsys, run, "--gold", numbers_gold, "--no-ibm", "--json", "--save-dir", out)
-    assert rc == 0 and "ibm2" not in json.loads(js) and json.loads(js)["scores"] == data["scores"]
+    # the gradient saliency row: printed, and the library's figure on the same run
+    assert "gradient saliency" in text and "Ding et al. 2019" in text
+    assert data["saliency"]["aer"] == pytest.approx(A.saliency_scores(tr, A.read_gold(numbers_gold)).aer, abs=1e-5)
+    rc, js, _ = _run_align(capsys, run, "--gold", numbers_gold, "--no-ibm", "--no-saliency", "--json",
+                           "--save-dir", out)
+    assert rc == 0 and json.loads(js)["scores"] == data["scores"]
+    assert "ibm2" not in json.loads(js) and "saliency" not in json.loads(js)
+
+
+@pytest.mark.parametrize("kind", ["transformer", "bahdanau"])
+def test_saliency_map_is_captums_saliency_per_target_word(tiny_runs, numbers_gold, kind):
+    """Row k of the map = ‖∂ log p(y_k) / ∂ e(x_j)‖ over the source pieces, normalised: Captum's Saliency (|∂f/∂x|)
+    of the same teacher-forced log-probabilities, one target at a time, gives the same rows."""
+    pytest.importorskip("captum")
+    from captum.attr import Saliency
+
+    from attnlab.data.batching import collate
+    from attnlab.inspection.align_gradient import saliency_map
+    from attnlab.inspection.attribution import LogProb
+    from attnlab.models import traits
+
+    tr = Translator.from_run(tiny_runs(kind))
+    pairs, _ = A._gold_sides(tr, A.read_gold(numbers_gold), True)
+    for src, tgt in pairs[:3]:
+        ours = saliency_map(tr.model, (src, tgt), tr.device)  # (1, T, S)
+        T = len(tgt.ids) + 1
+        assert ours.shape == (1, T, len(src.ids) + 1)
+        assert torch.allclose(ours.sum(-1), torch.ones(1, T), atol=1e-5)
+        f = LogProb(tr.model, traits(tr.cfg.model).embeddings[0], collate([src.ids], [tgt.ids], [0]), T, tr.device)
+        for k in range(T):
+            g = Saliency(f).attribute(f.embedded.clone().requires_grad_(True), target=k, abs=True)  # (1, S, E)
+            row = g[0].norm(dim=-1)
+            assert torch.allclose(ours[0, k], row / row.sum(), atol=1e-5)
 
 
 def test_align_batched_equals_one_by_one(tiny_runs, numbers_gold):

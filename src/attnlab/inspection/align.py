@@ -21,7 +21,8 @@ Alignment Error Rate (Och & Ney 2003), with A the predicted, S the sure and P th
 How a map becomes links beyond this argmax (both directions of one map symmetrised, a threshold,
 ``<eos>`` as NULL, the best heads averaged) lives in :mod:`attnlab.inspection.align_extract`.
 
-Beside the heads, a statistical aligner trained in the same run on the same sentences: NLTK's IBM
+Beside the heads, the same links read from gradients instead of attention: the saliency map of
+:mod:`attnlab.inspection.align_gradient` (Ding et al. 2019). And a statistical aligner trained in the same run on the same sentences: NLTK's IBM
 Model 2 (the ``align`` extra; :mod:`attnlab.inspection.align_ibm`), both directions symmetrised with
 grow-diag-final-and by default, and the published figures of the README of the gold set.
 
@@ -58,6 +59,7 @@ from attnlab.inspection.align_extract import (  # noqa: F401  (re-exported: alig
     word_attention,
     word_matrix,
 )
+from attnlab.inspection.align_gradient import SALIENCY_LABEL, saliency_maps
 from attnlab.inspection.align_ibm import (  # noqa: F401
     ibm2_links,
     ibm_baseline,
@@ -392,6 +394,10 @@ def _r(x: float) -> float | None:
     return round(x, 5) if math.isfinite(x) else None
 
 
+def _counts_json(c: AERCounts, **extra: Any) -> dict[str, Any]:
+    return {"aer": _r(c.aer), "precision": _r(c.precision), "recall": _r(c.recall), "links": c.predicted, **extra}
+
+
 @dataclass
 class AlignReport:
     run: str
@@ -406,6 +412,8 @@ class AlignReport:
     seconds: float = 0.0
     extraction: Extraction = Extraction()
     top_k: HeadScore | None = None  # the best k heads' average (k ≥ 2), when asked for
+    saliency: AERCounts | None = None  # the gradient saliency map's links (align_gradient), when asked for
+    saliency_seconds: float = 0.0
 
     def best(self, shift: int | None = None, single: bool = True) -> HeadScore:
         """The lowest-AER map (``single``: a real head, not an average), at ``shift`` or either."""
@@ -446,6 +454,8 @@ class AlignReport:
             "scores": [s.to_json() for s in self.scores],
             "best": {str(k): self.best(k).to_json() for k in (0, 1)},
             **({"top_k": self.top_k.to_json()} if self.top_k is not None else {}),
+            **({"saliency": _counts_json(self.saliency, seconds=round(self.saliency_seconds, 2))}
+               if self.saliency is not None else {}),
             "published": {"source": PUBLISHED_SOURCE, **{n: v / 100 for n, v in PUBLISHED}},
             "seconds": round(self.seconds, 2),
         }
@@ -552,6 +562,18 @@ def _top_k_score(
     return HeadScore(None, None, shift, c, tuple((m.layer, m.head) for m in members))  # type: ignore[misc]
 
 
+def saliency_scores(
+    tr: Translator, gold: GoldSet, contract: bool = True, ex: Extraction = Extraction()
+) -> AERCounts:
+    """AER of the gradient saliency map (:mod:`attnlab.inspection.align_gradient`) of every gold pair,
+    its links read as ``ex`` says (shift 0: a row is already the gradient of the word it predicts)."""
+    aligned_kind(tr.model.config)  # the same models as the heads: one line for one with no attention
+    pairs, en_first = _gold_sides(tr, gold, contract)
+    words = [word_matrix(m, *pairs[i], 0) for i, m in saliency_maps(tr, pairs)]  # (1, Gt, Gs + 1) each
+    (counts,) = _score_maps(words, pairs, gold, en_first, ex)
+    return counts
+
+
 def _corpus_path(tr: Translator, data_path: str | os.PathLike[str] | None) -> str | os.PathLike[str] | None:
     """``data_path``, else the run's ``data.data_path`` when it names an existing path, else None
     (then ``$ATTNLAB_DATA_DIR`` and the cache, see :func:`attnlab.data.corpus.locate_fra_eng`)."""
@@ -573,15 +595,21 @@ def align_run(
     top_k: int = 0,
     ibm_method: str = "grow-diag-final-and",
     ibm_null: bool = True,
+    saliency: bool = False,
 ) -> AlignReport:
     """:func:`attention_scores` and, with ``ibm``, the IBM Model 2 baseline trained in the same run on the
     gold sentences plus ``ibm_pairs`` Tatoeba pairs (found through ``data_path`` or the run's config),
-    both directions symmetrised by ``ibm_method`` (``argmax``: the run's direction only)."""
+    both directions symmetrised by ``ibm_method`` (``argmax``: the run's direction only); with
+    ``saliency``, the gradient saliency map's links read as the heads' (:func:`saliency_scores`)."""
     extra: list[tuple[list[str], list[str]]] = []
     if ibm:  # a missing extra or corpus fails before the model work, not after it
         require_nltk()
         extra = tatoeba_words(ibm_pairs, _corpus_path(tr, data_path))
     report = attention_scores(tr, gold, contract, ex=ex, top_k=top_k)
+    if saliency:
+        t0 = time.perf_counter()
+        report.saliency = saliency_scores(tr, gold, contract, ex)
+        report.saliency_seconds = time.perf_counter() - t0
     if ibm:
         en_first = getattr(tr.src_tok, "lang", "en") != "fr"
         base = ibm_baseline(gold.en, gold.fr, extra, en_first, ibm_iterations, ibm_method, ibm_null)
@@ -689,6 +717,8 @@ def format_report(r: AlignReport) -> str:
         "(the best head and the best-k set are chosen on these same gold sentences: an upper bound for "
         "a head picked beforehand)"
     )
+    if r.saliency is not None:
+        lines.append(f"{SALIENCY_LABEL}, shift 0: {_prf(r.saliency)}; no head chosen, {r.saliency_seconds:.1f} s")
     if r.ibm is not None:
         i = r.ibm
         how = (

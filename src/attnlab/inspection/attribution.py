@@ -307,7 +307,7 @@ def gradient_attribution(
     batch = collate([ids], [out_ids], [0])
     rows = token_labels(tr.tgt_tok, out_ids, eos=bool(hyp.finished))
     T, S = len(rows), batch.src.shape[1]
-    f = _LogProb(tr.model, t.embeddings[0], batch, T, tr.device)
+    f = LogProb(tr.model, t.embeddings[0], batch, T, tr.device)
     scores = _captum_attribution(f, method, steps)  # (T, S)
     weights = teacher_forced(tr.model, batch, tr.device).attention or {}
     compare = _comparison_maps({k: v[0].float().cpu() for k, v in weights.items()}, S, T, t)
@@ -319,7 +319,7 @@ def gradient_attribution(
     return result
 
 
-class _LogProb:
+class LogProb:
     """``f(e) (B, T)``: the teacher-forced log-probability of each output token given source token
     embeddings ``e (B, S, E)`` in place of the source embedding table's output (a forward hook),
     every other input fixed; the model runs in eval mode (dropout off), its mode restored after."""
@@ -359,7 +359,7 @@ class _LogProb:
             return self(torch.zeros_like(self.embedded))[0].cpu()  # (T,)
 
 
-def _captum_attribution(f: _LogProb, method: str, steps: int) -> Tensor:
+def _captum_attribution(f: LogProb, method: str, steps: int) -> Tensor:
     """Captum's attribution of every ``f_t`` at once: one copy of the input per output token, each
     with its own target column (rows of a batch never mix), summed over the embedding dim → ``(T, S)``."""
     try:
@@ -378,7 +378,7 @@ def _captum_attribution(f: _LogProb, method: str, steps: int) -> Tensor:
         return _attribute(f, method, steps, inputs, target)
 
 
-def _attribute(f: _LogProb, method: str, steps: int, inputs: Tensor, target: list[int]) -> Tensor:
+def _attribute(f: LogProb, method: str, steps: int, inputs: Tensor, target: list[int]) -> Tensor:
     from captum.attr import InputXGradient, IntegratedGradients
 
     if method == "ig":

@@ -44,6 +44,7 @@ def cmd_align(args) -> int:
         top_k=args.top_k,
         ibm_method=args.ibm_links,
         ibm_null=not args.ibm_no_null,
+        saliency=not args.no_saliency,
     )
     out = Path(args.save_dir) if args.save_dir else Path(args.run) / "inspect" / "align"
     atomic_write_json(out / "align.json", report.to_json())
@@ -64,7 +65,8 @@ def register(sub) -> None:
         help="AER of every attention head against gold en-fr word alignments (§25)",
         description="Force-decode the WPT-2003 en-fr gold sentences through a run, link each target word to "
         "its most-attended source word (at the predicting step and shifted by one), and score every "
-        "layer × head by AER beside an IBM Model 2 baseline trained in the same run.",
+        "layer × head by AER beside the links read from gradients (saliency) and an IBM Model 2 baseline trained "
+        "in the same run.",
     )
     a.add_argument("run", metavar="RUN", help="run folder (from `attnlab train --out`)")
     a.add_argument("--checkpoint", default="best", help="best, last or step-N")
@@ -135,6 +137,13 @@ def _add_link_args(a) -> None:
         dest="top_k",
         metavar="K",
         help="also score the average of the K best heads (default 3; 0 or 1: skip)",
+    )
+    a.add_argument(
+        "--no-saliency",
+        action="store_true",
+        dest="no_saliency",
+        help="skip the gradient saliency map (links from ‖∂ log p(word) / ∂ source embedding‖, Ding et al. 2019; "
+        "one backward pass per sentence)",
     )
     a.add_argument("--no-ibm", action="store_true", dest="no_ibm", help="skip the IBM Model 2 baseline")
     a.add_argument(
