@@ -76,7 +76,7 @@ def test_align_cli_prints_every_head_and_writes_json_and_png(tiny_runs, numbers_
     assert "ibm2" not in json.loads(js) and "saliency" not in json.loads(js)
 
 
-@pytest.mark.parametrize("kind", ["transformer", "bahdanau"])
+@pytest.mark.parametrize("kind", ["transformer", "bahdanau", pytest.param("decoder-only", marks=pytest.mark.slow)])
 def test_saliency_map_is_captums_saliency_per_target_word(tiny_runs, numbers_gold, kind):
     """Row k of the map = ‖∂ log p(y_k) / ∂ e(x_j)‖ over the source pieces, normalised: Captum's Saliency (|∂f/∂x|)
     of the same teacher-forced log-probabilities, one target at a time, gives the same rows."""
