@@ -32,6 +32,14 @@ def test_same_row_at_every_step_does_not_move_and_is_not_formed():
     assert note is not None and "has not formed" in note and "total variation" in note
 
 
+def test_a_movement_just_under_the_bar_never_reads_as_the_bar():
+    # two steps whose rows differ by a total variation of 0.196: "0.20 (below 0.2)" would contradict itself
+    w = torch.tensor([[0.9, 0.1], [0.704, 0.296]])
+    assert attention_movement(w) == pytest.approx(0.196, abs=1e-6)
+    note = formation_note(w)
+    assert note is not None and "of 0.19 (below 0.2)" in note
+
+
 def test_a_diagonal_alignment_moves_fully_and_has_formed():
     w = torch.eye(4)
     assert attention_movement(w) == pytest.approx(1.0)

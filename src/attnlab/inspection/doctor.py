@@ -43,7 +43,7 @@ from typing import Any
 from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import AttnlabError
 from attnlab.i18n import N_, _
-from attnlab.inspection.movement import FORMED_MOVEMENT, UNIFORM_SHARE
+from attnlab.inspection.movement import FORMED_MOVEMENT, UNIFORM_SHARE, shown
 from attnlab.runs import read_metrics
 
 # --- evidence -------------------------------------------------------------------------------------
@@ -598,7 +598,7 @@ def _attention_at(sentences: list[dict[str, Any]], pick: int) -> tuple[str, int,
 
 def _layer_text(i: int, ent: float | None, tv: float | None) -> str:
     e = _("entropy {entropy:.2f} × ln K").format(entropy=ent) if ent is not None else _("entropy -")
-    t = _("consecutive rows differ by {tv:.2f} (TV)").format(tv=tv) if tv is not None else _("one row only")
+    t = _("consecutive rows differ by {tv:.2f} (TV)").format(tv=shown(tv)) if tv is not None else _("one row only")
     return _("layer {layer}: {entropy}, {movement}").format(layer=i + 1, entropy=e, movement=t)
 
 

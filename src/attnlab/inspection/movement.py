@@ -67,6 +67,12 @@ def attention_uniformity(weights: Tensor) -> float:
     return float(entropy.mean() / math.log(S))
 
 
+def shown(movement: float) -> float:
+    """``movement`` cut (not rounded) to two decimals for display, so that a value under the
+    :data:`FORMED_MOVEMENT` bar never reads as the bar itself (0.196 → 0.19, not "0.20, below 0.2")."""
+    return math.floor(movement * 100) / 100
+
+
 def formation_note(weights: Tensor, label: str = "cross-attention") -> str | None:
     """One line saying that ``weights (…, T, S)`` has not formed, or None when it has.
 
@@ -81,6 +87,6 @@ def formation_note(weights: Tensor, label: str = "cross-attention") -> str | Non
                 f"row's), so each context vector is close to the plain mean of the encoder states (§1)")
     if move < FORMED_MOVEMENT:
         return (f"note: {label} has not formed: consecutive steps' weights differ by a mean total variation "
-                f"of {move:.2f} (below {FORMED_MOVEMENT}), so the context vector barely changes from step to "
+                f"of {shown(move):.2f} (below {FORMED_MOVEMENT}), so the context vector barely changes from step to "
                 f"step — a fixed context again (§1); train longer or see `attnlab doctor`")
     return None
