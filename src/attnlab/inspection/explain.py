@@ -42,7 +42,7 @@ from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import d2l_bleu
 from attnlab.i18n import N_, _
 from attnlab.inspection import explain_roles as roles
-from attnlab.inspection.movement import FORMED_MOVEMENT, attention_movement, formation_note
+from attnlab.inspection.movement import FORMED_MOVEMENT, attention_movement, formation_note, shown
 from attnlab.inspection.params import parameter_report, tied_note
 from attnlab.models import ModelTraits, StepOutput, build_model, traits
 from attnlab.models.gru import ScratchGRU
@@ -500,7 +500,7 @@ def _movement_lines(steps: list[_Step], out: Out) -> None:
         return
     weights = torch.stack(rows)  # (T, S)
     move = attention_movement(weights)
-    out(f"  attention movement: mean total variation ½Σ|α_t' − α_t'−1| between consecutive steps = {move:.2f} "
+    out(f"  attention movement: mean total variation ½Σ|α_t' − α_t'−1| between consecutive steps = {shown(move):.2f} "
         f"(0 = the same weights at every step; formed above {FORMED_MOVEMENT})")
     note = formation_note(weights)
     if note:
