@@ -73,7 +73,8 @@ def test_explain_shows_units_context_vectors_and_writes_gates_png(tiny_runs, tmp
     assert gap < 1e-5  # Σ α h_t from the shown weights is what the attention module returned
     move = float(re.search(r"between consecutive steps = ([0-9.]+)", text).group(1))
     result = tr.attention("twenty one")
-    assert move == pytest.approx(attention_movement(result.attention["cross"][0, 0]), abs=0.006)
+    actual = attention_movement(result.attention["cross"][0, 0])
+    assert move <= actual + 1e-9 < move + 0.01  # printed cut to two decimals, never rounded up to the bar
 
 
 def test_seq2seq_explain_has_gates_but_no_context_vectors(tiny_runs):
