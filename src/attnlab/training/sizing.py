@@ -38,6 +38,9 @@ _SHORT, _MEDIUM_SHORT = 20_000, 80_000
 #: in 800-token batches scored 29.3 / 30.6 test BLEU against 80k in 600-token batches' 26.8 / 27.4 / 27.5,
 #: and at 8 minutes like 64 (C ≈ 510) 25.8 against 24.3 (bench/RESULTS.md, 2026-12-02). The GRU's was not measured.
 _SMALL_PAIRS, _SMALL_BATCH = 120_000, 800
+#: The small GRU's width: at 12 / 8 minutes like 64 GFLOP/s, 192 scored 19.6 / 17.4 test BLEU against 256's 17.2 / 14.9
+#: (more updates), and its attention moved 0.41 / 0.33 against 0.16 / 0.17 (seed 1, bench/RESULTS.md, 2026-12-02).
+_SMALL_GRU = 192
 
 #: The tiny/small cut: at 1.5 minutes on a 195 GFLOP/s machine (C ≈ 290) tiny got all four of the notes'
 #: sentences right for both models and small one of four (486 and 364 updates); at C ≈ 480 small led in
@@ -60,7 +63,7 @@ TIERS: tuple[Tier, ...] = (
                                   "dropout": 0.0},
                         "train": {"lr": 1.5e-3}},
         "gru": {"data": {"tokenizer": "word", "min_freq": 3, "max_pairs": _MEDIUM_SHORT, "batch_tokens": 800},
-                "model": {"num_hiddens": 256, "embed_size": 256, "num_layers": 1, "dropout": 0.0},
+                "model": {"num_hiddens": _SMALL_GRU, "embed_size": _SMALL_GRU, "num_layers": 1, "dropout": 0.0},
                 "train": {"lr": 3e-3}},
     }),
     #: medium: dropout 0 won 41.0 against 37.6 greedy test BLEU in 15 minutes at the same load (1,869 and
