@@ -201,3 +201,51 @@ def test_heads_names_alignment_heads_with_gold(tiny_runs, numbers_gold, tmp_path
     cross = [h for h in data["heads"] if h["kind"] == "cross"]
     assert cross and all(0 <= h["align_aer"] <= 1 for h in cross)
     assert all("align_aer" not in h for h in data["heads"] if h["kind"] != "cross")
+
+
+def test_adapting_learns_the_gold_text_on_a_copy_and_leaves_the_run_alone(tiny_runs, numbers_gold):
+    from attnlab.inspection.align_adapt import adapt
+
+    run = tiny_runs("transformer")
+    files = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    tr = Translator.from_run(run)
+    before = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    pairs, _ = A._gold_sides(tr, A.read_gold(numbers_gold), True)
+    adapted, done = adapt(tr, pairs, 4, lr=3e-3)
+    assert done.epochs == 4 and done.updates >= 4 and done.nll_last < done.nll_first  # it learned the text
+    assert all(torch.equal(v, tr.model.state_dict()[k]) for k, v in before.items())  # the original is untouched
+    assert not all(torch.equal(v, adapted.model.state_dict()[k]) for k, v in before.items())
+    assert not adapted.model.training and adapted.tgt_tok is tr.tgt_tok
+    again, _ = adapt(tr, pairs, 4, lr=3e-3)  # deterministic in its seed
+    assert all(torch.equal(v, again.model.state_dict()[k]) for k, v in adapted.model.state_dict().items())
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == files  # nothing written to the run
+    with pytest.raises(ValueError, match="at least one epoch"):
+        adapt(tr, pairs, 0)
+
+
+def test_align_cli_adapt_reads_the_adapted_copy_and_keeps_the_original_figures(
+    tiny_runs, numbers_gold, tmp_path, capsys
+):
+    from attnlab.inspection import commands_align
+    from attnlab.inspection.align_adapt import ADAPT_LR, adapt
+
+    run = tiny_runs("transformer")
+    base = ["--gold", numbers_gold, "--no-ibm", "--no-saliency", "--save-dir", tmp_path / "o"]
+    rc, text, err = _run_align(capsys, run, *base, "--adapt", 2, "--adapt-lr", 3e-3)
+    assert rc == 0, err
+    assert "adapted: every map below is a copy's, trained 2 epochs" in text and "as trained (before adapting)" in text
+    data = json.loads((tmp_path / "o" / "align.json").read_text())
+    tr = Translator.from_run(run)
+    gold = A.read_gold(numbers_gold)
+    original = A.attention_scores(tr, gold)
+    assert data["adapted"]["epochs"] == 2 and data["adapted"]["lr"] == 3e-3
+    assert data["adapted"]["as_trained"][0]["aer"] == pytest.approx(original.best(0).counts.aer, abs=1e-5)
+    assert data["adapted"]["as_trained"][1]["aer"] == pytest.approx(original.overall(0).counts.aer, abs=1e-5)
+    copy, _ = adapt(tr, A._gold_sides(tr, gold, True)[0], 2, lr=3e-3)  # the printed maps are the copy's
+    lib = {(s.layer, s.head, s.shift): s.counts.aer for s in A.attention_scores(copy, gold).scores}
+    assert all(s["aer"] == pytest.approx(lib[s["layer"], s["head"], s["shift"]], abs=1e-5) for s in data["scores"])
+    rc, _, err = _run_align(capsys, run, *base, "--adapt", -1)
+    assert rc == 2 and "--adapt -1" in err and err.count("\n") == 1
+    parser = __import__("argparse").ArgumentParser()
+    commands_align.register(parser.add_subparsers())
+    assert parser.parse_args(["align", "r"]).adapt_lr == ADAPT_LR  # --help's default is the library's

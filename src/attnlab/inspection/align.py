@@ -46,6 +46,7 @@ from torch import Tensor
 from attnlab.data.batching import collate
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK
+from attnlab.inspection.align_adapt import ADAPT_LR, Adaptation, adapt
 from attnlab.inspection.align_extract import (  # noqa: F401  (re-exported: align's public names)
     METHODS,
     AlignError,
@@ -414,6 +415,8 @@ class AlignReport:
     top_k: HeadScore | None = None  # the best k heads' average (k ≥ 2), when asked for
     saliency: AERCounts | None = None  # the gradient saliency map's links (align_gradient), when asked for
     saliency_seconds: float = 0.0
+    adaptation: Adaptation | None = None  # the maps are a copy's adapted to the gold text (align_adapt)
+    as_trained: list[HeadScore] | None = None  # then: the original's best head and average of all, shift 0
 
     def best(self, shift: int | None = None, single: bool = True) -> HeadScore:
         """The lowest-AER map (``single``: a real head, not an average), at ``shift`` or either."""
@@ -423,6 +426,12 @@ class AlignReport:
             if (shift is None or s.shift == shift) and (not single or s.head is not None)
         ]
         return min(pool, key=lambda s: (s.counts.aer, s.shift, s.layer or 0, s.head or 0))
+
+    def overall(self, shift: int = 0) -> HeadScore | None:
+        """The average of every head at ``shift``: of all layers, or of the one layer's heads (``None``
+        for a model with a single map)."""
+        pool = [s for s in self.scores if s.shift == shift and s.head is None and not s.members]
+        return min(pool, key=lambda s: s.layer is not None, default=None)  # the all-layer average first
 
     def grid(self, shift: int) -> Tensor:
         """AER ``(L, H + 1)``: each head, then the layer's head average (NaN when H = 1)."""
@@ -456,6 +465,8 @@ class AlignReport:
             **({"top_k": self.top_k.to_json()} if self.top_k is not None else {}),
             **({"saliency": _counts_json(self.saliency, seconds=round(self.saliency_seconds, 2))}
                if self.saliency is not None else {}),
+            **({"adapted": {**self.adaptation.to_json(), "as_trained": [s.to_json() for s in self.as_trained or []]}}
+               if self.adaptation is not None else {}),
             "published": {"source": PUBLISHED_SOURCE, **{n: v / 100 for n, v in PUBLISHED}},
             "seconds": round(self.seconds, 2),
         }
@@ -596,16 +607,28 @@ def align_run(
     ibm_method: str = "grow-diag-final-and",
     ibm_null: bool = True,
     saliency: bool = False,
+    adapt_epochs: int = 0,
+    adapt_lr: float = ADAPT_LR,
 ) -> AlignReport:
     """:func:`attention_scores` and, with ``ibm``, the IBM Model 2 baseline trained in the same run on the
     gold sentences plus ``ibm_pairs`` Tatoeba pairs (found through ``data_path`` or the run's config),
     both directions symmetrised by ``ibm_method`` (``argmax``: the run's direction only); with
-    ``saliency``, the gradient saliency map's links read as the heads' (:func:`saliency_scores`)."""
+    ``saliency``, the gradient saliency map's links read as the heads' (:func:`saliency_scores`).
+
+    ``adapt_epochs ≥ 1``: every map is read from a copy of the model first trained that many epochs on
+    the gold pairs' text (:func:`attnlab.inspection.align_adapt.adapt`, the data IBM Model 2 gets; the
+    run is not changed), and ``as_trained`` keeps the original's best head and average of all."""
     extra: list[tuple[list[str], list[str]]] = []
     if ibm:  # a missing extra or corpus fails before the model work, not after it
         require_nltk()
         extra = tatoeba_words(ibm_pairs, _corpus_path(tr, data_path))
+    adaptation = as_trained = None
+    if adapt_epochs:
+        before = attention_scores(tr, gold, contract, ex=ex)
+        as_trained = [before.best(0)] + [s for s in (before.overall(0),) if s is not None]
+        tr, adaptation = adapt(tr, _gold_sides(tr, gold, contract)[0], adapt_epochs, adapt_lr)
     report = attention_scores(tr, gold, contract, ex=ex, top_k=top_k)
+    report.adaptation, report.as_trained = adaptation, as_trained
     if saliency:
         t0 = time.perf_counter()
         report.saliency = saliency_scores(tr, gold, contract, ex)
@@ -671,6 +694,18 @@ def _prf(c: AERCounts) -> str:
     )
 
 
+def _adapted_note(r: AlignReport) -> list[str]:
+    """The header line of a report read from an adapted copy (none otherwise)."""
+    a = r.adaptation
+    if a is None:
+        return []
+    return [
+        f"adapted: every map below is a copy's, trained {_n(a.epochs, 'epoch')} ({a.updates:,} updates, "
+        f"lr {a.lr:g}, {a.seconds:.0f} s) on these {len(r.gold)} sentence pairs' text, no links: the data IBM "
+        f"Model 2 gets. Its loss per piece went {a.nll_first:.2f} → {a.nll_last:.2f}; the run is unchanged."
+    ]
+
+
 def format_report(r: AlignReport) -> str:
     """The table: AER, precision and recall (%) of every map at shift 0 and 1, the best head, the
     IBM Model 2 baseline and the published figures, with the domain note and OOV rates."""
@@ -681,6 +716,7 @@ def format_report(r: AlignReport) -> str:
         f"tokens) against {g.folder} ({g.split}: {len(g)} sentences, {sum(map(len, g.sure)):,} sure, "
         f"{sum(map(len, g.possible)):,} sure+possible links)",
         f"note: {DOMAIN_NOTE}.",
+        *_adapted_note(r),
         "OOV (model's words): "
         + "; ".join(
             f"{lang} {100 * o['unk']:.1f} % <unk>, {100 * o['not_in_vocab']:.1f} % not one vocabulary entry "
@@ -719,6 +755,10 @@ def format_report(r: AlignReport) -> str:
     )
     if r.saliency is not None:
         lines.append(f"{SALIENCY_LABEL}, shift 0: {_prf(r.saliency)}; no head chosen, {r.saliency_seconds:.1f} s")
+    if r.as_trained:
+        lines.append(
+            "as trained (before adapting), shift 0: " + "; ".join(f"{s.name} {_prf(s.counts)}" for s in r.as_trained)
+        )
     if r.ibm is not None:
         i = r.ibm
         how = (
