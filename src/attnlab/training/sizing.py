@@ -39,7 +39,8 @@ _SHORT, _MEDIUM_SHORT = 20_000, 80_000
 #: and at 8 minutes like 64 (C ≈ 510) 25.8 against 24.3 (bench/RESULTS.md, 2026-12-02). The GRU's was not measured.
 _SMALL_PAIRS, _SMALL_BATCH = 120_000, 800
 #: The small GRU's width: at 12 / 8 minutes like 64 GFLOP/s, 192 scored 19.6 / 17.4 test BLEU against 256's 17.2 / 14.9
-#: (more updates), and its attention moved 0.41 / 0.33 against 0.16 / 0.17 (seed 1, bench/RESULTS.md, 2026-12-02).
+#: (more updates), and its attention moved 0.41 / 0.33 against 0.16 / 0.17 (seed 1, bench/RESULTS.md, 2026-12-02);
+#: seeds 2 and 3 at 12 minutes: +0.65 and +0.61 BLEU, movement 0.29 / 0.35 against 0.24 / 0.18.
 _SMALL_GRU = 192
 
 #: The tiny/small cut: at 1.5 minutes on a 195 GFLOP/s machine (C ≈ 290) tiny got all four of the notes'
