@@ -378,15 +378,11 @@ class HeadScore:
         return f"layer {self.layer + 1} " + ("head average" if self.head is None else f"head {self.head + 1}")
 
     def to_json(self) -> dict[str, Any]:
-        c = self.counts
         return {
             "layer": self.layer,
             "head": self.head,
             "shift": self.shift,
-            "aer": _r(c.aer),
-            "precision": _r(c.precision),
-            "recall": _r(c.recall),
-            "links": c.predicted,
+            **_counts_json(self.counts),
             **({"members": [list(m) for m in self.members]} if self.members else {}),
         }
 
@@ -396,6 +392,7 @@ def _r(x: float) -> float | None:
 
 
 def _counts_json(c: AERCounts, **extra: Any) -> dict[str, Any]:
+    """AER, precision, recall and the number of predicted links, as every map's JSON gives them."""
     return {"aer": _r(c.aer), "precision": _r(c.precision), "recall": _r(c.recall), "links": c.predicted, **extra}
 
 
@@ -471,13 +468,7 @@ class AlignReport:
             "seconds": round(self.seconds, 2),
         }
         if self.ibm is not None:
-            c = self.ibm["counts"]
-            out["ibm2"] = {
-                **{k: v for k, v in self.ibm.items() if k != "counts"},
-                "aer": _r(c.aer),
-                "precision": _r(c.precision),
-                "recall": _r(c.recall),
-            }
+            out["ibm2"] = {**{k: v for k, v in self.ibm.items() if k != "counts"}, **_counts_json(self.ibm["counts"])}
         return out
 
 
