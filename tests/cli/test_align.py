@@ -249,3 +249,31 @@ def test_align_cli_adapt_reads_the_adapted_copy_and_keeps_the_original_figures(
     parser = __import__("argparse").ArgumentParser()
     commands_align.register(parser.add_subparsers())
     assert parser.parse_args(["align", "r"]).adapt_lr == ADAPT_LR  # --help's default is the library's
+
+
+def test_align_picks_a_head_on_the_trial_split_and_scores_it_on_test(tiny_runs, numbers_gold, tmp_path, capsys):
+    from tests.inspection.test_align import write_gold
+
+    run = tiny_runs("transformer")
+    base = ["--gold", numbers_gold, "--no-ibm", "--no-saliency", "--json", "--save-dir", tmp_path / "o"]
+    rc, js, err = _run_align(capsys, run, *base)
+    assert rc == 0 and "picked_on_trial" not in json.loads(js)  # no trial split: nothing claimed
+    # a trial split whose links favour another reading than the test's: the head is chosen there
+    pairs = corpus.numbers_pairs(40, seed=5)[:4]
+    en, fr = [tokenize(e) for e, _ in pairs], [tokenize(f) for _, f in pairs]
+    links = [(s, 1, len(f), "S") for s, f in enumerate(fr, 1)]  # every sentence: first English → last French
+    write_gold(numbers_gold, en, fr, links, split="trial")
+    rc, js, err = _run_align(capsys, run, *base)
+    assert rc == 0, err
+    data = json.loads(js)
+    tr = Translator.from_run(run)
+    trial_best = A.attention_scores(tr, A.read_gold(numbers_gold, "trial")).best()
+    picked = data["picked_on_trial"]
+    assert (picked["layer"], picked["head"], picked["shift"]) == (trial_best.layer, trial_best.head, trial_best.shift)
+    on_test = next(s for s in data["scores"] if (s["layer"], s["head"], s["shift"]) == (picked["layer"], picked["head"], picked["shift"]))
+    assert picked["aer"] == on_test["aer"]  # the trial's choice, scored on the test sentences
+    rc, js, _ = _run_align(capsys, run, *base, "--split", "trial")
+    assert rc == 0 and "picked_on_trial" not in json.loads(js)  # never picked on the sentences it is scored on
+    (numbers_gold / "trial.en-fr.naacl").write_text("1 99 1 S\n", encoding="utf-8")  # a broken trial split says so
+    rc, _, err = _run_align(capsys, run, *base)
+    assert rc == 2 and "trial.en-fr.naacl:1" in err and err.count("\n") == 1

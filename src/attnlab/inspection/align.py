@@ -410,6 +410,7 @@ class AlignReport:
     seconds: float = 0.0
     extraction: Extraction = Extraction()
     top_k: HeadScore | None = None  # the best k heads' average (k ≥ 2), when asked for
+    picked: HeadScore | None = None  # the trial split's best head, scored here (picked beforehand)
     saliency: AERCounts | None = None  # the gradient saliency map's links (align_gradient), when asked for
     saliency_seconds: float = 0.0
     adaptation: Adaptation | None = None  # the maps are a copy's adapted to the gold text (align_adapt)
@@ -460,6 +461,7 @@ class AlignReport:
             "scores": [s.to_json() for s in self.scores],
             "best": {str(k): self.best(k).to_json() for k in (0, 1)},
             **({"top_k": self.top_k.to_json()} if self.top_k is not None else {}),
+            **({"picked_on_trial": self.picked.to_json()} if self.picked is not None else {}),
             **({"saliency": _counts_json(self.saliency, seconds=round(self.saliency_seconds, 2))}
                if self.saliency is not None else {}),
             **({"adapted": {**self.adaptation.to_json(), "as_trained": [s.to_json() for s in self.as_trained or []]}}
@@ -620,6 +622,7 @@ def align_run(
         tr, adaptation = adapt(tr, _gold_sides(tr, gold, contract)[0], adapt_epochs, adapt_lr)
     report = attention_scores(tr, gold, contract, ex=ex, top_k=top_k)
     report.adaptation, report.as_trained = adaptation, as_trained
+    report.picked = picked_on_trial(tr, report, contract, ex)
     if saliency:
         t0 = time.perf_counter()
         report.saliency = saliency_scores(tr, gold, contract, ex)
@@ -630,6 +633,20 @@ def align_run(
         base["counts"] = score_links(base.pop("links"), gold)
         report.ibm = base
     return report
+
+
+def picked_on_trial(tr: Translator, report: AlignReport, contract: bool = True,
+                    ex: Extraction = Extraction()) -> HeadScore | None:
+    """The real head (and shift) with the lowest AER on the gold folder's ``trial`` split, as ``report``
+    scores it: a head chosen without looking at the sentences it is scored on. ``None`` when ``report``
+    is of the trial split itself, or the folder has no trial split (a malformed one is an error)."""
+    folder = Path(report.gold.folder)
+    if report.gold.split == "trial" or not all(
+        (folder / f"trial.en-fr.{ext}").is_file() for ext in ("en", "fr", "naacl")
+    ):
+        return None
+    b = attention_scores(tr, read_gold(folder, "trial"), contract, ex=ex).best()
+    return next(s for s in report.scores if (s.layer, s.head, s.shift) == (b.layer, b.head, b.shift))
 
 
 def best_alignment_heads(report: AlignReport, top: int = 3) -> list[HeadScore]:
@@ -744,6 +761,8 @@ def format_report(r: AlignReport) -> str:
         "(the best head and the best-k set are chosen on these same gold sentences: an upper bound for "
         "a head picked beforehand)"
     )
+    if r.picked is not None:
+        lines.append(f"picked beforehand on the trial split: {r.picked.name}, shift {r.picked.shift}: {_prf(r.picked.counts)}")
     if r.saliency is not None:
         lines.append(f"{SALIENCY_LABEL}, shift 0: {_prf(r.saliency)}; no head chosen, {r.saliency_seconds:.1f} s")
     if r.as_trained:
