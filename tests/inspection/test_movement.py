@@ -103,7 +103,7 @@ def test_bahdanau_attention_forms_on_a_short_fra_eng_run(tmp_path, fra_eng_zip):
     from attnlab.training.loop import train
 
     cfg = C.apply_overrides(C.preset("bahdanau"), [f"data.data_path={fra_eng_zip}", "train.size=tiny",
-                                                   "train.max_steps=1800", "train.threads=2"])
+                                                   "train.max_steps=1800", "train.threads=1"])
     cfg, _ = sizing.resolve(cfg)
     train(cfg, tmp_path / "run", progress=False)
     sentences = read_probes(tmp_path / "run")["sentences"]
