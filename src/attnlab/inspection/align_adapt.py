@@ -5,8 +5,8 @@ The IBM Model 2 baseline of ``attnlab align`` is trained on the gold sentence pa
 usual, transductive practice of word alignment: an aligner sees the text it aligns, never its links).
 The translation model has not seen them: it learned Tatoeba's short everyday sentences, and the gold
 set is parliamentary debate. :func:`adapt` puts the two on the same footing. It trains a *copy* of the
-model for a few epochs on the gold pairs' text, with the run's own loss (:func:`sequence_loss`, teacher
-forcing, §3), optimizer (:func:`make_optimizer`) and length-bucketed batches (:class:`TokenBatchSampler`),
+model for a few epochs on the gold pairs' text, with the trainer's own update (:func:`train_step`: the run's
+loss, teacher forcing §3, clipping, the non-finite guard), optimizer (:func:`make_optimizer`) and length-bucketed batches (:class:`TokenBatchSampler`),
 and returns a :class:`~attnlab.translator.Translator` of that copy. Nothing is written to the run.
 
 So the learner can measure how much of attention's distance from the gold links is the domain gap
@@ -28,7 +28,7 @@ from torch import nn
 
 from attnlab.data.batching import TokenBatchSampler, collate
 from attnlab.inspection.align_extract import Side
-from attnlab.training.losses import sequence_loss
+from attnlab.training.loop import train_step
 from attnlab.training.optim import make_optimizer
 from attnlab.translator import Translator
 
@@ -90,12 +90,7 @@ def adapt(
         total = tokens = 0.0
         for idx in sampler.epoch(epoch):
             batch = collate([src[i] for i in idx], [tgt[i] for i in idx], idx).to(tr.device)
-            out = sequence_loss(model, batch, tc.label_smoothing)
-            opt.zero_grad(set_to_none=True)
-            (out.loss_sum / batch.num_tgt_tokens).backward()
-            if tc.clip_grad_norm:
-                nn.utils.clip_grad_norm_(model.parameters(), tc.clip_grad_norm)
-            opt.step()
+            out, _, _ = train_step(model, opt, batch, 1.0 / batch.num_tgt_tokens, lr, tc, tr.device)  # the loop's own
             updates += 1
             total += float(out.nll_sum)
             tokens += batch.num_tgt_tokens
