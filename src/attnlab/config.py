@@ -26,6 +26,7 @@ from attnlab.errors import AttnlabError
 
 MODEL_KINDS = ("seq2seq", "bahdanau", "transformer", "decoder-only", "encoder-only")
 DATASETS = ("fra-eng", "numbers")
+DIRECTIONS = ("en-fr", "fr-en")  # data.direction: source language, then target language
 TOKENIZERS = ("word", "bpe")
 SCHEDULES = ("auto", "linear", "wsd", "inverse_sqrt", "constant", "cosine")
 SIZES = ("auto", "base", "tiny", "small", "medium")  # tiers: training/sizing.py
@@ -48,6 +49,7 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
 @dataclass(frozen=True)
 class DataConfig:
     dataset: str = "fra-eng"
+    direction: str = "en-fr"  # "fr-en" swaps the sides of fra-eng: French sources, English targets
     data_path: str | None = None  # a zip, a fra.txt or a folder; else $ATTNLAB_DATA_DIR, then the cache
     num_steps: int = 32  # max tokens per side including <eos> (the notes' num_steps); longer pairs are truncated and counted
     min_freq: int = 2  # word tokenizer: tokens seen fewer times become <unk>
@@ -63,6 +65,9 @@ class DataConfig:
     def __post_init__(self) -> None:
         _choice("data.dataset", self.dataset, DATASETS)
         _choice("data.tokenizer", self.tokenizer, TOKENIZERS)
+        _choice("data.direction", self.direction, DIRECTIONS)
+        _check(self.direction == "en-fr" or self.dataset == "fra-eng",
+               f"data.direction={self.direction} is for data.dataset=fra-eng (numbers are read in English); drop it")
         _check(2 <= self.num_steps <= 1024, f"data.num_steps={self.num_steps} must be between 2 and 1024")
         _check(self.min_freq >= 1, f"data.min_freq={self.min_freq} must be >= 1")
         _check(self.bpe_vocab_size >= 100, f"data.bpe_vocab_size={self.bpe_vocab_size} must be >= 100")
@@ -73,6 +78,12 @@ class DataConfig:
         _check(self.batch_tokens >= self.num_steps,
                f"data.batch_tokens={self.batch_tokens} must be at least data.num_steps={self.num_steps}")
         _check(self.max_batch_size >= 1, "data.max_batch_size must be >= 1")
+
+    @property
+    def langs(self) -> tuple[str, str]:
+        """The source and the target language, ``("en", "fr")`` unless :attr:`direction` says otherwise."""
+        src, tgt = self.direction.split("-")
+        return src, tgt
 
 
 @dataclass(frozen=True)

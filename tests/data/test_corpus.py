@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import os
@@ -352,6 +353,29 @@ def test_prepare_bpe(isolated, tmp_path):
     split = p.splits["train"]
     for ids, text in zip(split.tgt, split.tgt_text):
         assert preprocess(p.tgt_tok.decode(ids)) == text
+
+
+def test_prepare_fr_en_swaps_sides_and_groups_references_by_the_french_source(isolated, tmp_path):
+    zpath = make_zip(tmp_path / "fra-eng.zip", SAMPLE * 3 + "".join(f"Cat {k}.\tChat {k}.\n" for k in range(200)))
+    cfg = DataConfig(data_path=str(zpath), direction="fr-en", min_freq=1, valid_frac=0.1, test_frac=0.1)
+    assert cfg.langs == ("fr", "en")
+    fwd, rev = prepare(dataclasses.replace(cfg, direction="en-fr")), prepare(cfg)
+    assert (rev.src_tok.lang, rev.tgt_tok.lang) == ("fr", "en")
+    pairs = lambda p: {(s, t) for sp in p.splits.values() for s, t in zip(sp.src_text, sp.tgt_text)}
+    assert pairs(rev) == {(t, s) for s, t in pairs(fwd)}  # every pair, its sides swapped
+    assert rev.stats["distinct_sources"] == len({t for _, t in pairs(fwd)})  # one per distinct French sentence
+    for split in rev.splits.values():  # a French source's references are its English translations
+        for s, t, refs in zip(split.src_text, split.tgt_text, split.references):
+            assert t in refs and set(refs) == {e for e, f in pairs(fwd) if f == s}
+    home = [refs for sp in rev.splits.values() for s, refs in zip(sp.src_text, sp.references) if s.startswith("je suis")]
+    assert home and all(refs == ["i'm home ."] for refs in home)
+
+
+def test_fr_en_is_for_fra_eng_only():
+    with pytest.raises(AttnlabError, match="data.direction=fr-en is for data.dataset=fra-eng"):
+        DataConfig(dataset="numbers", direction="fr-en")
+    with pytest.raises(AttnlabError, match="choose one of: en-fr, fr-en"):
+        DataConfig(direction="en-de")
 
 
 def test_prepare_missing_corpus_is_a_corpus_error(isolated):

@@ -503,9 +503,10 @@ def _split_of(source: str, valid_frac: float, test_frac: float) -> str:
 def split_by_source(
     pairs: list[tuple[str, str]], valid_frac: float, test_frac: float, preprocessed: bool = False
 ) -> dict[str, list[int]]:
-    """Indices of ``pairs`` per split (``train``, ``valid``, ``test``), grouped by English source.
+    """Indices of ``pairs`` per split (``train``, ``valid``, ``test``), grouped by source (English unless
+    ``data.direction=fr-en`` put French first).
 
-    Each distinct preprocessed English source is hashed (sha256 of a fixed salt + the text, read
+    Each distinct preprocessed source is hashed (sha256 of a fixed salt + the text, read
     as a number ``u`` in [0, 1)): ``u < test_frac`` → test, ``u < test_frac + valid_frac`` → valid,
     else train. So every translation of a source lands in the same split (no English sentence is
     in two splits; each test source keeps all its references), and a source's split never depends
@@ -573,17 +574,19 @@ def _histogram(lengths: list[int]) -> list[int]:
 
 
 def _build_tokenizers(cfg: DataConfig, train: list[tuple[str, str]]) -> tuple[Tokenizer, Tokenizer]:
-    """Source and target tokenizers learnt from the **training** pairs only (``cfg.tokenizer`` decides the kind)."""
-    src_texts = [en for en, _ in train]
-    tgt_texts = [fr for _, fr in train]
+    """Source and target tokenizers learnt from the **training** pairs only (``cfg.tokenizer`` decides the
+    kind, ``cfg.direction`` each one's language)."""
+    src_texts = [s for s, _ in train]
+    tgt_texts = [t for _, t in train]
+    src_lang, tgt_lang = cfg.langs
     if cfg.tokenizer == BPETokenizer.kind:
         return (
-            BPETokenizer.train(src_texts, cfg.bpe_vocab_size, lang="en", preprocessed=True),
-            BPETokenizer.train(tgt_texts, cfg.bpe_vocab_size, lang="fr", preprocessed=True),
+            BPETokenizer.train(src_texts, cfg.bpe_vocab_size, lang=src_lang, preprocessed=True),
+            BPETokenizer.train(tgt_texts, cfg.bpe_vocab_size, lang=tgt_lang, preprocessed=True),
         )
     return (
-        Vocab.build((t.split() for t in src_texts), lang="en", min_freq=cfg.min_freq),
-        Vocab.build((t.split() for t in tgt_texts), lang="fr", min_freq=cfg.min_freq),
+        Vocab.build((t.split() for t in src_texts), lang=src_lang, min_freq=cfg.min_freq),
+        Vocab.build((t.split() for t in tgt_texts), lang=tgt_lang, min_freq=cfg.min_freq),
     )
 
 
@@ -593,6 +596,7 @@ def prepare(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = No
     * ``fra-eng``: :func:`locate_fra_eng` + :func:`read_pairs`; ``numbers``: :func:`numbers_pairs`
       with ``cfg.numbers_size`` pairs and the fixed seed :data:`NUMBERS_SEED`.
     * ``cfg.max_pairs > 0`` keeps the first ``max_pairs`` pairs of the file.
+    * ``cfg.direction == "fr-en"`` swaps every pair's sides: French sources, English targets.
     * Pairs whose source or target preprocesses to nothing are dropped and counted.
     * Tokenizers are built from the **training split only** unless ``tokenizers=(src_tok, tgt_tok)``
       is given (a trained run passes its saved ones so ids match the model).
@@ -612,6 +616,8 @@ def prepare(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = No
         raw = raw[: cfg.max_pairs]
     preprocessed = ((preprocess(en), preprocess(fr)) for en, fr in raw)
     pairs = [(en, fr) for en, fr in preprocessed if en and fr]  # a side with nothing left drops the pair
+    if cfg.direction == "fr-en":
+        pairs = [(fr, en) for en, fr in pairs]  # French sources: split, references and tokenizers follow them
     by_split = split_by_source(pairs, cfg.valid_frac, cfg.test_frac, preprocessed=True)
     if tokenizers is None:
         if not by_split["train"]:
@@ -663,7 +669,7 @@ def _read_raw(cfg: DataConfig) -> tuple[list[tuple[str, str]], str]:
 
 
 def _references(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
-    """Every distinct French translation of each English source, in corpus order (multi-reference BLEU)."""
+    """Every distinct translation of each source, in corpus order (multi-reference BLEU)."""
     refs: dict[str, list[str]] = {}
     for en, fr in pairs:
         group = refs.setdefault(en, [])

@@ -55,11 +55,18 @@ def checkpoint_identity(path: str | Path | None) -> dict[str, Any] | None:
     return out
 
 
+def notes_pairs(direction: str = "en-fr") -> tuple[tuple[str, str], ...]:
+    """The notes' examples as ``(source, reference)`` in a run's ``data.direction``: a French → English
+    run reads D2L's French sentences and is scored against the notes' English ones."""
+    return NOTES_EXAMPLES if direction == "en-fr" else tuple((fr, en) for en, fr in NOTES_EXAMPLES)
+
+
 def notes_examples(translator: Translator, beam_size: int = 1) -> list[dict[str, Any]]:
     """Translate the notes' sentences and score each with D2L's BLEU (k = 2)."""
-    outs = translator.translate_full([src for src, _ in NOTES_EXAMPLES], beam_size=beam_size)
+    pairs = notes_pairs(translator.cfg.data.direction)
+    outs = translator.translate_full([src for src, _ in pairs], beam_size=beam_size)
     rows = []
-    for (src, ref), out in zip(NOTES_EXAMPLES, outs):
+    for (src, ref), out in zip(pairs, outs):
         pred = out[0].text
         rows.append({"source": src, "reference": ref, "translation": pred,
                      "d2l_bleu": d2l_bleu(tokenize(pred), tokenize(ref), k=2)})
@@ -88,7 +95,7 @@ def evaluate_split(translator: Translator, split, beam_size: int = 1, batch_size
                            batch_size=batch_size)
     seconds = time.perf_counter() - t0
     texts = [translator.tgt_tok.decode(h[0].tokens) for h in hyps]
-    refs = [[detokenize(r.split(), "fr") for r in split.references[i]] for i in rows]
+    refs = [[detokenize(r.split(), translator.tgt_tok.lang) for r in split.references[i]] for i in rows]
     scores = corpus_scores(texts, refs)
     by_len = bleu_by_length(texts, refs, [len(split.src_text[i].split()) for i in rows])
     return {"sentences": n, "beam_size": beam_size, "seconds": seconds, "sentences_per_s": n / max(seconds, 1e-9),

@@ -120,8 +120,8 @@ def common_sample(tr: Translator, n: int) -> _Sample:
         rows = [rows[k * len(rows) // n] for k in range(n)]
     out = _Sample([], [], [], [])
     for split, i in rows:
-        out.sources.append(detokenize(split.src_text[i].split(), "en"))
-        out.references.append([detokenize(r.split(), "fr") for r in split.references[i]])
+        out.sources.append(detokenize(split.src_text[i].split(), tr.src_tok.lang))
+        out.references.append([detokenize(r.split(), tr.tgt_tok.lang) for r in split.references[i]])
         out.src_words.append(len(split.src_text[i].split()))
         out.ref_texts.append(split.tgt_text[i])
     return out

@@ -257,7 +257,7 @@ def _sample(prepared, n: int) -> tuple[list[list[int]], list[list[int]], list[li
                 break
             src.append(split.src[i])
             tgt.append(split.tgt[i])
-            refs.append([detokenize(r.split(), "fr") for r in split.references[i]])
+            refs.append([detokenize(r.split(), prepared.tgt_tok.lang) for r in split.references[i]])
     if not src:
         raise AttnlabError("the run's validation and test splits are empty; nothing to measure heads on")
     return src, tgt, refs

@@ -25,6 +25,7 @@ from attnlab.data.batching import TokenBatchSampler, collate
 from attnlab.data.text import detokenize
 from attnlab.device import autocast
 from attnlab.evaluation.bleu import corpus_scores
+from attnlab.evaluation.evaluate import notes_pairs
 from attnlab.models import traits
 from attnlab.training.losses import sequence_loss
 from attnlab.translator import Translator, decode_many
@@ -85,7 +86,7 @@ def validation_bleu(model: nn.Module, prepared, cfg: Config, device: torch.devic
         return {}
     hyps = decode_many(model, [split.src[i] for i in rows], cfg.decode, device, beam_size=1)
     texts = [prepared.tgt_tok.decode(h[0].tokens) for h in hyps]
-    refs = [[detokenize(r.split(), "fr") for r in split.references[i]] for i in rows]  # as `attnlab evaluate`
+    refs = [[detokenize(r.split(), prepared.tgt_tok.lang) for r in split.references[i]] for i in rows]  # as `attnlab evaluate`
     scores = corpus_scores(texts, refs)
     return {"valid_bleu": scores["bleu"], "valid_chrf": scores["chrf"]}
 
@@ -95,6 +96,8 @@ def record_probes(model: nn.Module, prepared, cfg: Config, device: torch.device,
     sentences = [s for s in cfg.train.probe_sentences if s.strip()]
     if cfg.data.dataset == "numbers" and tuple(cfg.train.probe_sentences) == config_mod.TrainConfig().probe_sentences:
         sentences = list(NUMBERS_PROBES)  # the notes' English examples are all <unk> on the numbers task
+    elif cfg.data.direction != "en-fr" and tuple(cfg.train.probe_sentences) == config_mod.TrainConfig().probe_sentences:
+        sentences = [src for src, _ in notes_pairs(cfg.data.direction)]  # a French source reads the notes' French
     if not sentences:
         return
     # The translator's attention capture (the figures' and the web page's), one sentence at a time
