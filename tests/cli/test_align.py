@@ -277,3 +277,60 @@ def test_align_picks_a_head_on_the_trial_split_and_scores_it_on_test(tiny_runs, 
     (numbers_gold / "trial.en-fr.naacl").write_text("1 99 1 S\n", encoding="utf-8")  # a broken trial split says so
     rc, _, err = _run_align(capsys, run, *base)
     assert rc == 2 and "trial.en-fr.naacl:1" in err and err.count("\n") == 1
+
+
+@pytest.fixture(scope="module")
+def both_directions(tmp_path_factory):
+    """Two tiny Transformer runs on the same 400 numbers pairs read as a fra-eng file: one English → French,
+    one French → English (``data.direction``)."""
+    from attnlab.training.loop import train
+
+    root = tmp_path_factory.mktemp("both")
+    fra = root / "fra.txt"
+    fra.write_text("".join(f"{e}\t{f}\tCC-BY 2.0\n" for e, f in corpus.numbers_pairs(400, seed=1)), encoding="utf-8")
+    runs = {}
+    for direction in ("en-fr", "fr-en"):
+        cfg = tiny_config("transformer", "train.max_steps=40", "data.dataset=fra-eng", f"data.data_path={fra}",
+                          f"data.direction={direction}", "data.min_freq=1")
+        train(cfg, root / direction, progress=False)
+        runs[direction] = root / direction
+    return runs
+
+
+def test_align_reverse_symmetrises_the_two_runs_maps_as_ibm_models(both_directions, numbers_gold, tmp_path, capsys):
+    from attnlab.inspection.align_both import score_pairs
+
+    fwd_run, rev_run = both_directions["en-fr"], both_directions["fr-en"]
+    base = ["--gold", numbers_gold, "--no-ibm", "--no-saliency", "--json", "--save-dir", tmp_path / "o"]
+    rc, js, err = _run_align(capsys, fwd_run, *base, "--reverse", rev_run, "--ibm-links", "grow-diag")
+    assert rc == 0, err
+    both = json.loads(js)["both_ways"]
+    fwd, rev = Translator.from_run(fwd_run), Translator.from_run(rev_run)
+    assert (rev.src_tok.lang, rev.tgt_tok.lang) == ("fr", "en")
+    probes = {json.loads(line)["sentence"] for line in (rev_run / "probes.jsonl").read_text().splitlines()}
+    assert probes == {"va !", "j'ai perdu .", "il est calme .", "je suis chez moi ."}  # the notes' French, read by a French source
+    gold = A.read_gold(numbers_gold)
+    one = {d: A.read_one_way(t, gold) for d, t in (("f", fwd), ("r", rev))}
+    L, H = A.attention_scores(fwd, gold).shape
+    assert both["method"] == "grow-diag" and len(both["pairs"]) == len(A.head_keys(L, H)) ** 2
+    # each run's one-way links are the single-direction report's argmax links, flipped into (en, fr) for fr→en
+    for d, t in (("f", fwd), ("r", rev)):
+        pairs, en_first = A._gold_sides(t, gold, True)
+        for i, maps in A.cross_maps(t, pairs):
+            words = A.word_matrix(A.stack_heads(maps), *pairs[i], 0)
+            want = [x if en_first else {(e, f) for f, e in x} for x in A.extract_links(words, *pairs[i])]
+            assert one[d].links[i] == want
+    lib = score_pairs(one["f"], one["r"], gold, "grow-diag")
+    assert [p["aer"] for p in both["pairs"]] == [pytest.approx(p.counts.aer, abs=1e-5) for p in lib]
+    heads = [p for p in both["pairs"] if p["forward"]["head"] is not None and p["reverse"]["head"] is not None]
+    assert both["best_head_pair"]["aer"] == min(p["aer"] for p in heads)
+    # the order of the two runs does not matter, and the text report says what was joined and how
+    rc, js2, _ = _run_align(capsys, rev_run, *base, "--reverse", fwd_run, "--ibm-links", "grow-diag")
+    assert rc == 0 and json.loads(js2)["both_ways"]["pairs"] == both["pairs"]
+    rc, text, _ = _run_align(capsys, fwd_run, *base[:-3], "--save-dir", tmp_path / "o", "--reverse", rev_run)
+    assert rc == 0 and "both directions (en→fr" in text and "symmetrised by grow-diag-final-and" in text
+    # a run of the same direction, or a method that joins nothing, is a one-line error
+    rc, _, err = _run_align(capsys, fwd_run, *base, "--reverse", fwd_run)
+    assert rc == 2 and "data.direction=fr-en" in err and err.count("\n") == 1
+    rc, _, err = _run_align(capsys, fwd_run, *base, "--reverse", rev_run, "--ibm-links", "argmax")
+    assert rc == 2 and "--ibm-links grow-diag-final-and" in err and err.count("\n") == 1

@@ -46,7 +46,10 @@ from torch import Tensor
 from attnlab.data.batching import collate
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK
+from attnlab.inspection.aer import AERCounts, Link
+from attnlab.inspection.aer import counts_json as _counts_json
 from attnlab.inspection.align_adapt import ADAPT_LR, Adaptation, adapt
+from attnlab.inspection.align_both import BothWays, check_directions, one_way, pick_on_trial, score_pairs
 from attnlab.inspection.align_extract import (  # noqa: F401  (re-exported: align's public names)
     METHODS,
     AlignError,
@@ -80,8 +83,6 @@ DOMAIN_NOTE = (
     "learned from Tatoeba (short everyday sentences): many gold words are unknown to it, so these "
     "figures measure attention under a domain shift"
 )
-
-Link = tuple[int, int]  # (English word, French word), 0-based
 
 
 # ----------------------------------------------------------------------------------------- gold set
@@ -186,40 +187,6 @@ def read_gold(folder: str | os.PathLike[str], split: str = "test") -> GoldSet:
         if label == "S":
             sure[s - 1].add(link)
     return GoldSet(folder, split, en, fr, [frozenset(x) for x in sure], [frozenset(x) for x in possible])
-
-
-# ---------------------------------------------------------------------------------------------- AER
-
-
-@dataclass
-class AERCounts:
-    """Corpus-level counts behind AER, precision and recall (add sentence by sentence)."""
-
-    predicted: int = 0  # |A|
-    sure: int = 0  # |S|
-    hit_sure: int = 0  # |A ∩ S|
-    hit_possible: int = 0  # |A ∩ P|
-
-    def add(
-        self, pred: set[Link] | frozenset[Link], sure: frozenset[Link], possible: frozenset[Link]
-    ) -> None:
-        self.predicted += len(pred)
-        self.sure += len(sure)
-        self.hit_sure += len(pred & sure)
-        self.hit_possible += len(pred & (possible | sure))  # S ⊆ P even if a file forgot it
-
-    @property
-    def aer(self) -> float:
-        denom = self.predicted + self.sure
-        return 1.0 - (self.hit_sure + self.hit_possible) / denom if denom else float("nan")
-
-    @property
-    def precision(self) -> float:
-        return self.hit_possible / self.predicted if self.predicted else float("nan")
-
-    @property
-    def recall(self) -> float:
-        return self.hit_sure / self.sure if self.sure else float("nan")
 
 
 def score_links(pred: Sequence[set[Link]], gold: GoldSet) -> AERCounts:
@@ -387,15 +354,6 @@ class HeadScore:
         }
 
 
-def _r(x: float) -> float | None:
-    return round(x, 5) if math.isfinite(x) else None
-
-
-def _counts_json(c: AERCounts, **extra: Any) -> dict[str, Any]:
-    """AER, precision, recall and the number of predicted links, as every map's JSON gives them."""
-    return {"aer": _r(c.aer), "precision": _r(c.precision), "recall": _r(c.recall), "links": c.predicted, **extra}
-
-
 @dataclass
 class AlignReport:
     run: str
@@ -415,6 +373,7 @@ class AlignReport:
     saliency_seconds: float = 0.0
     adaptation: Adaptation | None = None  # the maps are a copy's adapted to the gold text (align_adapt)
     as_trained: list[HeadScore] | None = None  # then: the original's best head and average of all, shift 0
+    both: BothWays | None = None  # with a run of the other direction: the two symmetrised (align_both)
 
     def best(self, shift: int | None = None, single: bool = True) -> HeadScore:
         """The lowest-AER map (``single``: a real head, not an average), at ``shift`` or either."""
@@ -466,6 +425,7 @@ class AlignReport:
                if self.saliency is not None else {}),
             **({"adapted": {**self.adaptation.to_json(), "as_trained": [s.to_json() for s in self.as_trained or []]}}
                if self.adaptation is not None else {}),
+            **({"both_ways": self.both.to_json()} if self.both is not None else {}),
             "published": {"source": PUBLISHED_SOURCE, **{n: v / 100 for n, v in PUBLISHED}},
             "seconds": round(self.seconds, 2),
         }
@@ -602,6 +562,7 @@ def align_run(
     saliency: bool = False,
     adapt_epochs: int = 0,
     adapt_lr: float = ADAPT_LR,
+    reverse: Translator | None = None,
 ) -> AlignReport:
     """:func:`attention_scores` and, with ``ibm``, the IBM Model 2 baseline trained in the same run on the
     gold sentences plus ``ibm_pairs`` Tatoeba pairs (found through ``data_path`` or the run's config),
@@ -610,8 +571,17 @@ def align_run(
 
     ``adapt_epochs ≥ 1``: every map is read from a copy of the model first trained that many epochs on
     the gold pairs' text (:func:`attnlab.inspection.align_adapt.adapt`, the data IBM Model 2 gets; the
-    run is not changed), and ``as_trained`` keeps the original's best head and average of all."""
+    run is not changed), and ``as_trained`` keeps the original's best head and average of all.
+
+    ``reverse``: a run of the other direction (French → English for an English → French ``tr``); every map
+    of the one is symmetrised with every map of the other by ``ibm_method``, as IBM Model 2's two
+    directions are (:func:`both_ways`; adapted too, with ``adapt_epochs``)."""
     extra: list[tuple[list[str], list[str]]] = []
+    if reverse is not None:  # a run of the wrong direction, or no method to join two, fails first
+        check_directions(tr, reverse)
+        if ibm_method == "argmax":
+            raise AlignError("a reverse run is symmetrised with the other: give it a method that joins two "
+                             "directions (--ibm-links grow-diag-final-and, grow-diag, intersect or union)")
     if ibm:  # a missing extra or corpus fails before the model work, not after it
         require_nltk()
         extra = tatoeba_words(ibm_pairs, _corpus_path(tr, data_path))
@@ -620,9 +590,13 @@ def align_run(
         before = attention_scores(tr, gold, contract, ex=ex)
         as_trained = [before.best(0)] + [s for s in (before.overall(0),) if s is not None]
         tr, adaptation = adapt(tr, _gold_sides(tr, gold, contract)[0], adapt_epochs, adapt_lr)
+        if reverse is not None:
+            reverse, _ = adapt(reverse, _gold_sides(reverse, gold, contract)[0], adapt_epochs, adapt_lr)
     report = attention_scores(tr, gold, contract, ex=ex, top_k=top_k)
     report.adaptation, report.as_trained = adaptation, as_trained
     report.picked = picked_on_trial(tr, report, contract, ex)
+    if reverse is not None:
+        report.both = both_ways(tr, reverse, gold, ibm_method, contract, ex)
     if saliency:
         t0 = time.perf_counter()
         report.saliency = saliency_scores(tr, gold, contract, ex)
@@ -635,15 +609,45 @@ def align_run(
     return report
 
 
+def read_one_way(tr: Translator, gold: GoldSet, contract: bool = True, shift: int = 0,
+                 ex: Extraction = Extraction()):
+    """Every map's one-way (target → source argmax) links of ``gold``, read from ``tr``
+    (:func:`attnlab.inspection.align_both.one_way`)."""
+    t = traits(tr.model.config)
+    keys = head_keys(t.attention.get(aligned_kind(tr.model.config), 1), t.heads)
+    pairs, en_first = _gold_sides(tr, gold, contract)
+    run = str(tr.run_dir) if tr.run_dir is not None else "(in memory)"
+    return one_way(run, keys, cross_maps(tr, pairs), pairs, en_first, shift, ex)
+
+
+def both_ways(forward: Translator, reverse: Translator, gold: GoldSet, method: str, contract: bool = True,
+              ex: Extraction = Extraction()) -> BothWays:
+    """An English → French and a French → English run (either order) read over ``gold``: every map of
+    one symmetrised by ``method`` with every map of the other (:mod:`attnlab.inspection.align_both`),
+    and the pair of single heads best on the trial split (when the folder has one)."""
+    t0 = time.perf_counter()
+    forward, reverse = check_directions(forward, reverse)
+    fwd, rev = (read_one_way(t, gold, contract, ex=ex) for t in (forward, reverse))
+    report = BothWays(fwd, rev, method, score_pairs(fwd, rev, gold, method))
+    if gold.split != "trial" and _has_split(Path(gold.folder), "trial"):
+        trial = read_gold(gold.folder, "trial")
+        report.picked = pick_on_trial(*(read_one_way(t, trial, contract, ex=ex) for t in (forward, reverse)),
+                                      trial, method, report.pairs)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _has_split(folder: Path, split: str) -> bool:
+    return all((folder / f"{split}.en-fr.{ext}").is_file() for ext in ("en", "fr", "naacl"))
+
+
 def picked_on_trial(tr: Translator, report: AlignReport, contract: bool = True,
                     ex: Extraction = Extraction()) -> HeadScore | None:
     """The real head (and shift) with the lowest AER on the gold folder's ``trial`` split, as ``report``
     scores it: a head chosen without looking at the sentences it is scored on. ``None`` when ``report``
     is of the trial split itself, or the folder has no trial split (a malformed one is an error)."""
     folder = Path(report.gold.folder)
-    if report.gold.split == "trial" or not all(
-        (folder / f"trial.en-fr.{ext}").is_file() for ext in ("en", "fr", "naacl")
-    ):
+    if report.gold.split == "trial" or not _has_split(folder, "trial"):
         return None
     b = attention_scores(tr, read_gold(folder, "trial"), contract, ex=ex).best()
     return next(s for s in report.scores if (s.layer, s.head, s.shift) == (b.layer, b.head, b.shift))
@@ -714,6 +718,24 @@ def _adapted_note(r: AlignReport) -> list[str]:
     ]
 
 
+def _both_lines(r: AlignReport) -> list[str]:
+    """The report's lines for two runs read both ways (none without a reverse run)."""
+    b = r.both
+    if b is None:
+        return []
+    best, avg = b.best(), b.averages()
+    lines = [
+        f"both directions ({b.forward.direction} {b.forward.run} with {b.reverse.direction} {b.reverse.run}): each "
+        f"map's one-way argmax, shift 0, the two runs' symmetrised by {b.method} as IBM Model 2's two directions "
+        f"are ({b.seconds:.0f} s):",
+        f"  average of all × average of all: {_prf(avg.counts)}",
+        f"  best pair of single heads, {b.name(best)}: {_prf(best.counts)} (chosen on these sentences)",
+    ]
+    if b.picked is not None:
+        lines.append(f"  pair picked beforehand on the trial split, {b.name(b.picked)}: {_prf(b.picked.counts)}")
+    return lines
+
+
 def format_report(r: AlignReport) -> str:
     """The table: AER, precision and recall (%) of every map at shift 0 and 1, the best head, the
     IBM Model 2 baseline and the published figures, with the domain note and OOV rates."""
@@ -769,6 +791,7 @@ def format_report(r: AlignReport) -> str:
         lines.append(
             "as trained (before adapting), shift 0: " + "; ".join(f"{s.name} {_prf(s.counts)}" for s in r.as_trained)
         )
+    lines += _both_lines(r)
     if r.ibm is not None:
         i = r.ibm
         how = (

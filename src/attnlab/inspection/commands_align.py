@@ -34,6 +34,7 @@ def cmd_align(args) -> int:
         A.gold_dir(args.gold), args.split
     )  # a missing gold folder fails before the model loads
     tr = Translator.from_run(args.run, which=args.checkpoint, device=args.device or "auto")
+    reverse = Translator.from_run(args.reverse, device=args.device or "auto") if args.reverse else None
     report = A.align_run(
         tr,
         gold,
@@ -49,6 +50,7 @@ def cmd_align(args) -> int:
         saliency=not args.no_saliency,
         adapt_epochs=args.adapt,
         adapt_lr=args.adapt_lr,
+        reverse=reverse,
     )
     out = Path(args.save_dir) if args.save_dir else Path(args.run) / "inspect" / "align"
     atomic_write_json(out / "align.json", report.to_json())
@@ -114,6 +116,13 @@ def register(sub) -> None:
         dest="adapt_lr",
         metavar="LR",
         help="AdamW learning rate for --adapt (default 1e-3, constant)",
+    )
+    a.add_argument(
+        "--reverse",
+        metavar="RUN2",
+        help="a run of the other direction (train one with --set data.direction=fr-en): each map's one-way links "
+        "of the two runs are symmetrised by --ibm-links, as IBM Model 2's two directions are, and the best pair "
+        "of heads is picked on the trial split",
     )
     a.add_argument(
         "--data",
