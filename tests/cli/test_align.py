@@ -334,3 +334,38 @@ def test_align_reverse_symmetrises_the_two_runs_maps_as_ibm_models(both_directio
     assert rc == 2 and "data.direction=fr-en" in err and err.count("\n") == 1
     rc, _, err = _run_align(capsys, fwd_run, *base, "--reverse", rev_run, "--ibm-links", "argmax")
     assert rc == 2 and "--ibm-links grow-diag-final-and" in err and err.count("\n") == 1
+
+
+def test_piece_labels_mark_each_target_piece_with_its_linked_source_pieces():
+    from attnlab.inspection.align_extract import Side, piece_labels
+
+    src = Side([5, 6, 7], [0, 0, 1], [[0], [1]])  # word 0 in two pieces, word 1 in one
+    tgt = Side([8, 9], [0, 1], [[0], [1]])
+    m = piece_labels({(0, 1), (1, 0)}, src, tgt)  # (source group, target group)
+    assert m.tolist() == [[0, 0, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]]  # rows: queries predicting pieces 0, 1; then <eos>
+
+
+def test_align_teach_trains_the_picked_head_toward_the_averages_links(tiny_runs, numbers_gold, tmp_path, capsys):
+    from attnlab.inspection.align_adapt import teach
+
+    run = tiny_runs("transformer")
+    tr, gold = Translator.from_run(run), A.read_gold(numbers_gold)
+    pairs, _ = A._gold_sides(tr, gold, True)
+    labels = A.teaching_labels(tr, pairs, A.Extraction("grow-diag"))
+    assert all(m.shape == (len(t.ids) + 1, len(s.ids) + 1) for m, (s, t) in zip(labels, pairs))
+    taught, done = teach(tr, pairs, labels, 0, 1, 6, weight=5.0, lr=3e-3)
+    assert done.align_last < done.align_first and done.name == "layer 1 head 2"  # the head moved toward its labels
+    assert not any(torch.equal(v, taught.model.state_dict()[k]) for k, v in tr.model.state_dict().items()
+                   if "cross" in k and k.endswith("weight"))
+    base = ["--gold", numbers_gold, "--no-ibm", "--no-saliency", "--links", "grow-diag", "--save-dir", tmp_path / "o"]
+    rc, text, err = _run_align(capsys, run, *base, "--teach", 2)
+    assert rc == 0, err
+    assert "taught: layer 1 head" in text and "Garg et al. 2019" in text and "Before: layer 1 head" in text
+    data = json.loads((tmp_path / "o" / "align.json").read_text())
+    assert data["taught"]["epochs"] == 2 and len(data["taught"]["before"]) == 2
+    copy, _, before = A.teach_head(tr, gold, 2, ex=A.Extraction("grow-diag"))  # the printed maps are the copy's
+    assert data["taught"]["before"][0]["aer"] == pytest.approx(before[0].counts.aer, abs=1e-5)
+    lib = {(s.layer, s.head, s.shift): s.counts.aer for s in A.attention_scores(copy, gold, ex=A.Extraction("grow-diag")).scores}
+    assert all(s["aer"] == pytest.approx(lib[s["layer"], s["head"], s["shift"]], abs=1e-5) for s in data["scores"])
+    rc, _, err = _run_align(capsys, run, *base, "--teach", -2)
+    assert rc == 2 and "--teach -2" in err and err.count("\n") == 1

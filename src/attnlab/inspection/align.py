@@ -48,7 +48,7 @@ from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK
 from attnlab.inspection.aer import AERCounts, Link
 from attnlab.inspection.aer import counts_json as _counts_json
-from attnlab.inspection.align_adapt import ADAPT_LR, Adaptation, adapt
+from attnlab.inspection.align_adapt import ADAPT_LR, TEACH_WEIGHT, Adaptation, Teaching, adapt, teach
 from attnlab.inspection.align_both import BothWays, check_directions, one_way, pick_on_trial, score_pairs
 from attnlab.inspection.align_extract import (  # noqa: F401  (re-exported: align's public names)
     METHODS,
@@ -56,8 +56,10 @@ from attnlab.inspection.align_extract import (  # noqa: F401  (re-exported: alig
     Extraction,
     Side,
     argmax_links,
+    directional_links,
     extract_links,
     head_keys,
+    piece_labels,
     stack_heads,
     symmetrise,
     word_attention,
@@ -374,6 +376,8 @@ class AlignReport:
     adaptation: Adaptation | None = None  # the maps are a copy's adapted to the gold text (align_adapt)
     as_trained: list[HeadScore] | None = None  # then: the original's best head and average of all, shift 0
     both: BothWays | None = None  # with a run of the other direction: the two symmetrised (align_both)
+    teaching: Teaching | None = None  # one head trained toward the average's links (align_adapt.teach)
+    untaught: list[HeadScore] | None = None  # then: that head and the average of all before it was taught
 
     def best(self, shift: int | None = None, single: bool = True) -> HeadScore:
         """The lowest-AER map (``single``: a real head, not an average), at ``shift`` or either."""
@@ -426,6 +430,8 @@ class AlignReport:
             **({"adapted": {**self.adaptation.to_json(), "as_trained": [s.to_json() for s in self.as_trained or []]}}
                if self.adaptation is not None else {}),
             **({"both_ways": self.both.to_json()} if self.both is not None else {}),
+            **({"taught": {**self.teaching.to_json(), "before": [x.to_json() for x in self.untaught or []]}}
+               if self.teaching is not None else {}),
             "published": {"source": PUBLISHED_SOURCE, **{n: v / 100 for n, v in PUBLISHED}},
             "seconds": round(self.seconds, 2),
         }
@@ -563,6 +569,8 @@ def align_run(
     adapt_epochs: int = 0,
     adapt_lr: float = ADAPT_LR,
     reverse: Translator | None = None,
+    teach_epochs: int = 0,
+    teach_weight: float = TEACH_WEIGHT,
 ) -> AlignReport:
     """:func:`attention_scores` and, with ``ibm``, the IBM Model 2 baseline trained in the same run on the
     gold sentences plus ``ibm_pairs`` Tatoeba pairs (found through ``data_path`` or the run's config),
@@ -575,7 +583,11 @@ def align_run(
 
     ``reverse``: a run of the other direction (French → English for an English → French ``tr``); every map
     of the one is symmetrised with every map of the other by ``ibm_method``, as IBM Model 2's two
-    directions are (:func:`both_ways`; adapted too, with ``adapt_epochs``)."""
+    directions are (:func:`both_ways`; adapted too, with ``adapt_epochs``).
+
+    ``teach_epochs ≥ 1``: then one head (the one picked on the trial split, else the best) of a copy is
+    trained that many epochs toward the links of the model's own average of all heads, read as ``ex``
+    says (:func:`teach_head`, Garg et al. 2019 unsupervised; no gold links), and the copy is read."""
     extra: list[tuple[list[str], list[str]]] = []
     if reverse is not None:  # a run of the wrong direction, or no method to join two, fails first
         check_directions(tr, reverse)
@@ -592,8 +604,14 @@ def align_run(
         tr, adaptation = adapt(tr, _gold_sides(tr, gold, contract)[0], adapt_epochs, adapt_lr)
         if reverse is not None:
             reverse, _ = adapt(reverse, _gold_sides(reverse, gold, contract)[0], adapt_epochs, adapt_lr)
+    teaching = untaught = None
+    if teach_epochs:
+        tr, teaching, untaught = teach_head(tr, gold, teach_epochs, teach_weight, contract, ex, adapt_lr)
+        if reverse is not None:  # the other direction's run gets its own taught head
+            reverse = teach_head(reverse, gold, teach_epochs, teach_weight, contract, ex, adapt_lr)[0]
     report = attention_scores(tr, gold, contract, ex=ex, top_k=top_k)
     report.adaptation, report.as_trained = adaptation, as_trained
+    report.teaching, report.untaught = teaching, untaught
     report.picked = picked_on_trial(tr, report, contract, ex)
     if reverse is not None:
         report.both = both_ways(tr, reverse, gold, ibm_method, contract, ex)
@@ -607,6 +625,35 @@ def align_run(
         base["counts"] = score_links(base.pop("links"), gold)
         report.ibm = base
     return report
+
+
+def teaching_labels(tr: Translator, pairs: Sequence[tuple[Side, Side]], ex: Extraction) -> list[Tensor]:
+    """Per pair, the links of ``tr``'s average of all heads (shift 0, read as ``ex`` says) as piece-level
+    0/1 matrices (:func:`~attnlab.inspection.align_extract.piece_labels`): what :func:`teach_head` teaches."""
+    labels: list[Tensor] = [None] * len(pairs)  # type: ignore[list-item]
+    for i, maps in cross_maps(tr, pairs):
+        src, tgt = pairs[i]
+        words = word_matrix(stack_heads(maps)[-1:], src, tgt, 0)  # (1, Gt, Gs + 1): the average of all
+        ((t2s, s2t),) = directional_links(words, src, tgt, ex)
+        labels[i] = piece_labels(symmetrise(t2s, s2t, ex.method), src, tgt)
+    return labels
+
+
+def teach_head(tr: Translator, gold: GoldSet, epochs: int, weight: float = TEACH_WEIGHT, contract: bool = True,
+               ex: Extraction = Extraction(), lr: float = ADAPT_LR) -> tuple[Translator, Teaching, list[HeadScore]]:
+    """Garg et al. (2019), unsupervised: one cross-attention head of a copy of ``tr`` trained ``epochs`` epochs
+    on the gold pairs' text toward the links of ``tr``'s own average of all heads (no gold links). The head
+    is the one picked on the trial split (else the best on ``gold``). Returns the copy, what was done,
+    and that head's and the average's scores before (shift 0)."""
+    if aligned_kind(tr.model.config) != "cross":
+        raise AlignError(f"model.kind={tr.model.config.kind} has no cross-attention head to teach; drop --teach")
+    before = attention_scores(tr, gold, contract, ex=ex)
+    chosen = picked_on_trial(tr, before, contract, ex) or before.best()
+    head = next(s for s in before.scores if (s.layer, s.head, s.shift) == (chosen.layer, chosen.head, 0))
+    pairs, _ = _gold_sides(tr, gold, contract)
+    labels = teaching_labels(tr, pairs, ex)
+    taught, done = teach(tr, pairs, labels, head.layer or 0, head.head or 0, epochs, weight, lr)
+    return taught, done, [head] + [s for s in (before.overall(0),) if s is not None]
 
 
 def read_one_way(tr: Translator, gold: GoldSet, contract: bool = True, shift: int = 0,
@@ -790,6 +837,14 @@ def format_report(r: AlignReport) -> str:
     if r.as_trained:
         lines.append(
             "as trained (before adapting), shift 0: " + "; ".join(f"{s.name} {_prf(s.counts)}" for s in r.as_trained)
+        )
+    if r.teaching is not None:
+        t = r.teaching
+        lines.append(
+            f"taught: {t.name} trained {_n(t.epochs, 'epoch')} ({t.updates:,} updates, weight {t.weight:g}, {t.seconds:.0f} s) "
+            f"toward the links of the model's own average of all heads ({r.extraction.label}; Garg et al. 2019, "
+            f"unsupervised: no gold links); its cross-entropy to them went {t.align_first:.2f} → {t.align_last:.2f}. "
+            "Before: " + "; ".join(f"{s.name} {_prf(s.counts)}" for s in r.untaught or [])
         )
     lines += _both_lines(r)
     if r.ibm is not None:

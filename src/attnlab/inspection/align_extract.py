@@ -217,3 +217,22 @@ def argmax_links(words: Tensor, src: Side, tgt: Side) -> list[set[Link]]:
     to its most-attended source word, in gold indices ``(source, target)``."""
     null = torch.zeros(*words.shape[:2], 1)  # (N, Gt, 1): an unused NULL column
     return extract_links(torch.cat([words, null], -1), src, tgt, Extraction())
+
+
+def piece_labels(links: Iterable[Link], src: Side, tgt: Side) -> Tensor:
+    """Word-group links ``(source group, target group)`` as a ``(n + 1, m + 1)`` 0/1 matrix over the decoder
+    inputs and source keys (:func:`word_matrix`'s layout at shift 0): query ``k`` predicts target piece ``k``,
+    so its row marks every piece of the source groups linked to that piece's group. The last row and
+    column (the final step, the source ``<eos>``) stay 0. For teaching a head (``align_adapt.teach``)."""
+    nt, ns = len(tgt.ids), len(src.ids)
+    out = torch.zeros(nt + 1, ns + 1)
+    t_pieces: dict[int, list[int]] = {}
+    s_pieces: dict[int, list[int]] = {}
+    for k, g in enumerate(tgt.owner):
+        t_pieces.setdefault(g, []).append(k)
+    for j, g in enumerate(src.owner):
+        s_pieces.setdefault(g, []).append(j)
+    for s, t in links:
+        for k in t_pieces.get(t, []):
+            out[k, s_pieces.get(s, [])] = 1.0
+    return out

@@ -22,6 +22,8 @@ def cmd_align(args) -> int:
 
     if args.adapt < 0 or not args.adapt_lr > 0:
         raise AttnlabError(f"--adapt {args.adapt} must be >= 0 epochs and --adapt-lr {args.adapt_lr} > 0")
+    if args.teach < 0 or not args.teach_weight > 0:
+        raise AttnlabError(f"--teach {args.teach} must be >= 0 epochs and --teach-weight {args.teach_weight} > 0")
     if args.ibm_pairs < 0 or args.ibm_iterations < 1 or args.top_k < 0:
         raise AttnlabError(
             f"--ibm-pairs {args.ibm_pairs} and --top-k {args.top_k} must be >= 0 and "
@@ -51,6 +53,8 @@ def cmd_align(args) -> int:
         adapt_epochs=args.adapt,
         adapt_lr=args.adapt_lr,
         reverse=reverse,
+        teach_epochs=args.teach,
+        teach_weight=args.teach_weight,
     )
     out = Path(args.save_dir) if args.save_dir else Path(args.run) / "inspect" / "align"
     atomic_write_json(out / "align.json", report.to_json())
@@ -116,6 +120,23 @@ def register(sub) -> None:
         dest="adapt_lr",
         metavar="LR",
         help="AdamW learning rate for --adapt (default 1e-3, constant)",
+    )
+    a.add_argument(
+        "--teach",
+        type=int,
+        default=0,
+        metavar="EPOCHS",
+        help="then train one head of a copy (the one picked on the trial split) EPOCHS epochs toward the links of "
+        "the model's own average of all heads, beside the translation loss (Garg et al. 2019, unsupervised: no gold "
+        "links), and read that copy (default 0: no head taught)",
+    )
+    a.add_argument(
+        "--teach-weight",
+        type=float,
+        default=1.0,
+        dest="teach_weight",
+        metavar="W",
+        help="weight of the head's cross-entropy to those links beside the translation loss (default 1)",
     )
     a.add_argument(
         "--reverse",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,9 @@ class TrainResult:
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, scale: float, lr: float,
-               tc: TrainConfig, device: torch.device) -> tuple[LossOutput, torch.Tensor, bool]:
+               tc: TrainConfig, device: torch.device,
+               objective: Callable[[nn.Module, Batch], tuple[LossOutput, torch.Tensor]] | None = None,
+               ) -> tuple[LossOutput, torch.Tensor, bool]:
     """One update (the notes' §3 and §21): teacher-forced forward pass, cross-entropy over the non-pad
     target tokens, backward, gradient clipping, an Adam step at this step's lr.
 
@@ -73,10 +76,15 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch,
     number of processes, since DDP averages gradients; 0 for a rank without a real pair). Returns the
     loss output, the scaled loss and whether the weights were updated: not when the loss or the
     gradient norm is not finite (on any rank), and then the gradients are left for the caller to read.
+    ``objective`` (for ``attnlab align --teach``): ``(model, batch) → (loss output, extra loss)`` in place
+    of the plain loss; the extra term is added after the scaling.
     """
     with autocast(device, tc.amp):
-        out = sequence_loss(model, batch, tc.label_smoothing)  # decoder input <bos> y…, labels y… <eos>
-    loss = out.loss_sum * scale
+        if objective is None:
+            out, extra = sequence_loss(model, batch, tc.label_smoothing), None  # decoder input <bos> y…, labels y… <eos>
+        else:
+            out, extra = objective(model, batch)
+    loss = out.loss_sum * scale if extra is None else out.loss_sum * scale + extra
     optimizer.zero_grad(set_to_none=True)
     finite = all_finite(bool(torch.isfinite(loss)))
     if finite:
