@@ -329,6 +329,15 @@ def test_align_reverse_symmetrises_the_two_runs_maps_as_ibm_models(both_directio
     assert rc == 0 and json.loads(js2)["both_ways"]["pairs"] == both["pairs"]
     rc, text, _ = _run_align(capsys, fwd_run, *base[:-3], "--save-dir", tmp_path / "o", "--reverse", rev_run)
     assert rc == 0 and "both directions (en→fr" in text and "symmetrised by grow-diag-final-and" in text
+    # with --teach, each run gets its own taught head, and their pair is reported (whichever run comes first)
+    for first, second in ((fwd_run, rev_run), (rev_run, fwd_run)):
+        rc, js, err = _run_align(capsys, first, *base, "--reverse", second, "--teach", 1)
+        assert rc == 0, err
+        data = json.loads(js)
+        taught = data["both_ways"]["taught"]
+        own = {"layer": data["taught"]["layer"], "head": data["taught"]["head"]}  # RUN's taught head
+        assert taught["forward" if first == fwd_run else "reverse"] == own
+        assert taught in data["both_ways"]["pairs"]
     # a run of the same direction, or a method that joins nothing, is a one-line error
     rc, _, err = _run_align(capsys, fwd_run, *base, "--reverse", fwd_run)
     assert rc == 2 and "data.direction=fr-en" in err and err.count("\n") == 1

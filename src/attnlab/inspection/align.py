@@ -608,13 +608,18 @@ def align_run(
     if teach_epochs:
         tr, teaching, untaught = teach_head(tr, gold, teach_epochs, teach_weight, contract, ex, adapt_lr)
         if reverse is not None:  # the other direction's run gets its own taught head
-            reverse = teach_head(reverse, gold, teach_epochs, teach_weight, contract, ex, adapt_lr)[0]
+            reverse, reverse_teaching, _ = teach_head(reverse, gold, teach_epochs, teach_weight, contract, ex, adapt_lr)
     report = attention_scores(tr, gold, contract, ex=ex, top_k=top_k)
     report.adaptation, report.as_trained = adaptation, as_trained
     report.teaching, report.untaught = teaching, untaught
     report.picked = picked_on_trial(tr, report, contract, ex)
     if reverse is not None:
         report.both = both_ways(tr, reverse, gold, ibm_method, contract, ex)
+        if teaching is not None:  # the pair of taught heads: chosen (on the trial split) before teaching
+            heads = [(t.layer, t.head) for t in (teaching, reverse_teaching)]
+            if getattr(tr.src_tok, "lang", "en") == "fr":  # RUN read French → English: it is the reverse
+                heads.reverse()
+            report.both.taught = report.both.pair(*heads)
     if saliency:
         t0 = time.perf_counter()
         report.saliency = saliency_scores(tr, gold, contract, ex)
@@ -780,6 +785,9 @@ def _both_lines(r: AlignReport) -> list[str]:
     ]
     if b.picked is not None:
         lines.append(f"  pair picked beforehand on the trial split, {b.name(b.picked)}: {_prf(b.picked.counts)}")
+    if b.taught is not None:
+        lines.append(f"  the two taught heads, {b.name(b.taught)} (each picked on the trial split before teaching): "
+                     f"{_prf(b.taught.counts)}")
     return lines
 
 

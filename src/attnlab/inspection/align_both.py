@@ -100,7 +100,14 @@ class BothWays:
     method: str
     pairs: list[PairScore]
     picked: PairScore | None = None
+    taught: PairScore | None = None  # the two heads taught (align --teach), one per run
     seconds: float = 0.0
+
+    def pair(self, forward: tuple[int, int], reverse: tuple[int, int]) -> PairScore:
+        """The pair of head ``forward`` = ``(layer, head)`` of the English → French run and head ``reverse``
+        of the French → English run."""
+        a, b = self.forward.keys.index(forward), self.reverse.keys.index(reverse)
+        return next(p for p in self.pairs if (p.forward, p.reverse) == (a, b))
 
     def name(self, p: PairScore) -> str:
         return f"{map_name(self.forward.keys[p.forward])} × {map_name(self.reverse.keys[p.reverse])}"
@@ -132,6 +139,7 @@ class BothWays:
             "average_of_all": one(self.averages()),
             "best_head_pair": one(self.best()),
             **({"picked_on_trial": one(self.picked)} if self.picked is not None else {}),
+            **({"taught": one(self.taught)} if self.taught is not None else {}),
             "pairs": [one(p) for p in self.pairs],
             "seconds": round(self.seconds, 2),
         }
