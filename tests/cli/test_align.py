@@ -376,5 +376,8 @@ def test_align_teach_trains_the_picked_head_toward_the_averages_links(tiny_runs,
     assert data["taught"]["before"][0]["aer"] == pytest.approx(before[0].counts.aer, abs=1e-5)
     lib = {(s.layer, s.head, s.shift): s.counts.aer for s in A.attention_scores(copy, gold, ex=A.Extraction("grow-diag")).scores}
     assert all(s["aer"] == pytest.approx(lib[s["layer"], s["head"], s["shift"]], abs=1e-5) for s in data["scores"])
+    rc, text, err = _run_align(capsys, run, *base, "--teach", 2, "--seed", 1)  # a repeat: another batch order
+    assert rc == 0, err
+    assert "seed 1," in text and json.loads((tmp_path / "o" / "align.json").read_text())["taught"]["seed"] == 1
     rc, _, err = _run_align(capsys, run, *base, "--teach", -2)
     assert rc == 2 and "--teach -2" in err and err.count("\n") == 1

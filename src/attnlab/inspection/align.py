@@ -571,6 +571,7 @@ def align_run(
     reverse: Translator | None = None,
     teach_epochs: int = 0,
     teach_weight: float = TEACH_WEIGHT,
+    seed: int = 0,
 ) -> AlignReport:
     """:func:`attention_scores` and, with ``ibm``, the IBM Model 2 baseline trained in the same run on the
     gold sentences plus ``ibm_pairs`` Tatoeba pairs (found through ``data_path`` or the run's config),
@@ -587,7 +588,8 @@ def align_run(
 
     ``teach_epochs ≥ 1``: then one head (the one picked on the trial split, else the best) of a copy is
     trained that many epochs toward the links of the model's own average of all heads, read as ``ex``
-    says (:func:`teach_head`, Garg et al. 2019 unsupervised; no gold links), and the copy is read."""
+    says (:func:`teach_head`, Garg et al. 2019 unsupervised; no gold links), and the copy is read.
+    ``seed`` fixes the adapting and teaching batches' order and dropout (one repeat is one other seed)."""
     extra: list[tuple[list[str], list[str]]] = []
     if reverse is not None:  # a run of the wrong direction, or no method to join two, fails first
         check_directions(tr, reverse)
@@ -601,14 +603,16 @@ def align_run(
     if adapt_epochs:
         before = attention_scores(tr, gold, contract, ex=ex)
         as_trained = [before.best(0)] + [s for s in (before.overall(0),) if s is not None]
-        tr, adaptation = adapt(tr, _gold_sides(tr, gold, contract)[0], adapt_epochs, adapt_lr)
+        tr, adaptation = adapt(tr, _gold_sides(tr, gold, contract)[0], adapt_epochs, adapt_lr, seed=seed)
         if reverse is not None:
-            reverse, _ = adapt(reverse, _gold_sides(reverse, gold, contract)[0], adapt_epochs, adapt_lr)
+            reverse, _ = adapt(reverse, _gold_sides(reverse, gold, contract)[0], adapt_epochs, adapt_lr,
+                                 seed=seed)
     teaching = untaught = None
     if teach_epochs:
-        tr, teaching, untaught = teach_head(tr, gold, teach_epochs, teach_weight, contract, ex, adapt_lr)
+        tr, teaching, untaught = teach_head(tr, gold, teach_epochs, teach_weight, contract, ex, adapt_lr, seed)
         if reverse is not None:  # the other direction's run gets its own taught head
-            reverse, reverse_teaching, _ = teach_head(reverse, gold, teach_epochs, teach_weight, contract, ex, adapt_lr)
+            reverse, reverse_teaching, _ = teach_head(reverse, gold, teach_epochs, teach_weight, contract, ex,
+                                                         adapt_lr, seed)
     report = attention_scores(tr, gold, contract, ex=ex, top_k=top_k)
     report.adaptation, report.as_trained = adaptation, as_trained
     report.teaching, report.untaught = teaching, untaught
@@ -645,7 +649,8 @@ def teaching_labels(tr: Translator, pairs: Sequence[tuple[Side, Side]], ex: Extr
 
 
 def teach_head(tr: Translator, gold: GoldSet, epochs: int, weight: float = TEACH_WEIGHT, contract: bool = True,
-               ex: Extraction = Extraction(), lr: float = ADAPT_LR) -> tuple[Translator, Teaching, list[HeadScore]]:
+               ex: Extraction = Extraction(), lr: float = ADAPT_LR,
+               seed: int = 0) -> tuple[Translator, Teaching, list[HeadScore]]:
     """Garg et al. (2019), unsupervised: one cross-attention head of a copy of ``tr`` trained ``epochs`` epochs
     on the gold pairs' text toward the links of ``tr``'s own average of all heads (no gold links). The head
     is the one picked on the trial split (else the best on ``gold``). Returns the copy, what was done,
@@ -657,7 +662,7 @@ def teach_head(tr: Translator, gold: GoldSet, epochs: int, weight: float = TEACH
     head = next(s for s in before.scores if (s.layer, s.head, s.shift) == (chosen.layer, chosen.head, 0))
     pairs, _ = _gold_sides(tr, gold, contract)
     labels = teaching_labels(tr, pairs, ex)
-    taught, done = teach(tr, pairs, labels, head.layer or 0, head.head or 0, epochs, weight, lr)
+    taught, done = teach(tr, pairs, labels, head.layer or 0, head.head or 0, epochs, weight, lr, seed=seed)
     return taught, done, [head] + [s for s in (before.overall(0),) if s is not None]
 
 
@@ -765,7 +770,7 @@ def _adapted_note(r: AlignReport) -> list[str]:
         return []
     return [
         f"adapted: every map below is a copy's, trained {_n(a.epochs, 'epoch')} ({a.updates:,} updates, "
-        f"lr {a.lr:g}, {a.seconds:.0f} s) on these {len(r.gold)} sentence pairs' text, no links: the data IBM "
+        f"lr {a.lr:g}, seed {a.seed}, {a.seconds:.0f} s) on these {len(r.gold)} sentence pairs' text, no links: the data IBM "
         f"Model 2 gets. Its loss per piece went {a.nll_first:.2f} → {a.nll_last:.2f}; the run is unchanged."
     ]
 
@@ -849,7 +854,7 @@ def format_report(r: AlignReport) -> str:
     if r.teaching is not None:
         t = r.teaching
         lines.append(
-            f"taught: {t.name} trained {_n(t.epochs, 'epoch')} ({t.updates:,} updates, weight {t.weight:g}, {t.seconds:.0f} s) "
+            f"taught: {t.name} trained {_n(t.epochs, 'epoch')} ({t.updates:,} updates, weight {t.weight:g}, seed {t.seed}, {t.seconds:.0f} s) "
             f"toward the links of the model's own average of all heads ({r.extraction.label}; Garg et al. 2019, "
             f"unsupervised: no gold links); its cross-entropy to them went {t.align_first:.2f} → {t.align_last:.2f}. "
             "Before: " + "; ".join(f"{s.name} {_prf(s.counts)}" for s in r.untaught or [])

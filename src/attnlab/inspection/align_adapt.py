@@ -50,7 +50,8 @@ TEACH_WEIGHT = 1.0
 @dataclass
 class Adaptation:
     """What :func:`adapt` did: the epochs and updates, the lr, the first and last epoch's training
-    loss (mean ``−log p`` per target piece, label smoothing left out) and the seconds it took."""
+    loss (mean ``−log p`` per target piece, label smoothing left out), the seconds it took and the seed
+    of its batch order and dropout."""
 
     epochs: int
     updates: int
@@ -58,6 +59,7 @@ class Adaptation:
     nll_first: float
     nll_last: float
     seconds: float
+    seed: int = 0
 
     def to_json(self) -> dict[str, float | int]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in dataclasses.asdict(self).items()}
@@ -83,7 +85,7 @@ def adapt(
     t0 = time.perf_counter()
     model, updates, nll, _ = _train_copy(tr, pairs, epochs, lr, batch_tokens, seed)
     adapted = Translator(model, tr.src_tok, tr.tgt_tok, tr.cfg, tr.device, tr.run_dir, tr.checkpoint)
-    done = Adaptation(epochs, updates, lr, nll[0], nll[-1], time.perf_counter() - t0)
+    done = Adaptation(epochs, updates, lr, nll[0], nll[-1], time.perf_counter() - t0, seed)
     if not math.isfinite(done.nll_last):
         raise ValueError(f"adapting at lr {lr} diverged (loss {done.nll_last}); try a smaller lr")
     return adapted, done
@@ -93,7 +95,7 @@ def adapt(
 class Teaching:
     """What :func:`teach` did: the head taught (0-based), epochs, updates, the loss weight, and the
     head's cross-entropy against its labels (mean over labelled target pieces) in the first and last
-    epoch, with the seconds it took."""
+    epoch, with the seconds it took and the seed."""
 
     layer: int
     head: int
@@ -103,6 +105,7 @@ class Teaching:
     align_first: float
     align_last: float
     seconds: float
+    seed: int = 0
 
     @property
     def name(self) -> str:
@@ -158,7 +161,7 @@ def teach(
 
     model, updates, _, per_epoch = _train_copy(tr, pairs, epochs, lr, batch_tokens, seed, objective, seen)
     taught = Translator(model, tr.src_tok, tr.tgt_tok, tr.cfg, tr.device, tr.run_dir, tr.checkpoint)
-    done = Teaching(layer, head, epochs, updates, weight, per_epoch[0], per_epoch[-1], time.perf_counter() - t0)
+    done = Teaching(layer, head, epochs, updates, weight, per_epoch[0], per_epoch[-1], time.perf_counter() - t0, seed)
     if not math.isfinite(done.align_last):
         raise ValueError(f"teaching at lr {lr} diverged; try a smaller lr")
     return taught, done

@@ -55,6 +55,7 @@ def cmd_align(args) -> int:
         reverse=reverse,
         teach_epochs=args.teach,
         teach_weight=args.teach_weight,
+        seed=args.seed,
     )
     out = Path(args.save_dir) if args.save_dir else Path(args.run) / "inspect" / "align"
     atomic_write_json(out / "align.json", report.to_json())
@@ -139,11 +140,18 @@ def register(sub) -> None:
         help="weight of the head's cross-entropy to those links beside the translation loss (default 1)",
     )
     a.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of --adapt's and --teach's batch order and dropout; another seed is a repeat (default 0)",
+    )
+    a.add_argument(
         "--reverse",
         metavar="RUN2",
         help="a run of the other direction (train one with --set data.direction=fr-en): each map's one-way links "
         "of the two runs are symmetrised by --ibm-links, as IBM Model 2's two directions are, and the best pair "
-        "of heads is picked on the trial split",
+        "of heads is picked on the trial split (default: none, one direction only)",
     )
     a.add_argument(
         "--data",
