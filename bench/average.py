@@ -58,7 +58,7 @@ def main() -> int:
         tr.model.load_state_dict(averaged_state(chosen, tr.model))
         tr.model.eval()
         scores = evaluate_split(tr, test, beam_size=1)
-        right = sum(is_right(e["source"], e["translation"]) for e in notes_examples(tr, beam_size=1))
+        right = sum(is_right(e["source"], e["translation"], e["reference"]) for e in notes_examples(tr, beam_size=1))
         steps = ", ".join(f.name.split("-")[1].lstrip("0") for f in chosen)
         print(f"| {len(chosen)} | {steps} | {scores['bleu']:.1f} | {scores['chrf']:.1f} | {right} |", flush=True)
     return 0

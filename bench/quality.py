@@ -84,7 +84,7 @@ def run_one(kind: str, minutes: float, out: Path, data: str | None, threads: int
             "bleu_single": beamed["bleu_single"], "beam": beam, "signature": beamed["bleu_signature"],
             "by_length": beamed["by_length"], "examples": examples,
             "valid_bleu_best": res.best_bleu, "run": str(run), "size": tr.cfg.train.size,
-            "examples_right": sum(is_right(e["source"], e["translation"]) for e in examples)}
+            "examples_right": sum(is_right(e["source"], e["translation"], e["reference"]) for e in examples)}
 
 
 def write_results(rows: list[dict], cmd: str) -> None:

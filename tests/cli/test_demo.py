@@ -13,6 +13,14 @@ def test_right_translations_are_the_notes_references():
     assert is_right("go .", "Va !") and not is_right("go .", "je.") and not is_right("i lost .", "j'ai perdu perdu.")
 
 
+def test_a_french_source_is_right_when_it_gives_the_notes_english():
+    """A French → English run reads the notes' French sentences; the demo has no accepted list for them,
+    so the notes' English reference is the one right answer (bench/quality.py counted 0 of 4 before)."""
+    assert is_right("j'ai perdu .", "I lost.", "i lost .") and not is_right("il est calme .", "he is quiet.", "he's calm .")
+    assert not is_right("j'ai perdu .", "i lost .")  # no reference given, nothing to accept
+    assert not is_right("go .", "go .", "go .")  # an English source keeps the demo's French list
+
+
 def test_cross_attention_table_names_what_each_output_token_looks_at(tiny_runs):
     from attnlab.inspection.attention_maps import attention_maps
     from attnlab.translator import Translator
