@@ -3,11 +3,16 @@
     python bench/quality.py --minutes 15 --models transformer,bahdanau,decoder-only,seq2seq
     python bench/quality.py --minutes 60 --models transformer --tag 60min
     python bench/quality.py --minutes 12 --models transformer --like-peak 64 --baseline
+    python bench/quality.py --minutes 12 --models transformer --slow-share 0.38 --baseline
 
 ``--like-peak GFLOPS`` measures this machine's fp32 matmul peak and shortens the wall-clock budget by
 the ratio, so that "12 minutes like 64 GFLOP/s" spends on a fast machine what 12 minutes buy on a
 64 GFLOP/s laptop (model sizing, ``train.size=auto``, keys on peak x minutes and so sees the same
-compute). ``--baseline`` also trains the plain-PyTorch recipe (bench/recipe.py) on the same budget and
+compute). It charges none of the per-update costs a slow machine pays in full (Python, thread wake-ups,
+validation, probes), so it is optimistic. ``--slow-share S`` instead runs the whole invocation under
+``../shared/tools/slow_machine.sh S`` (a CPU quota of S of the two cores): the probe, the sizing, every
+update and the clock then see the slower machine; calibrate S so that the probe printed first reads the
+speed you mean (0.38 reads about 64 GFLOP/s on a 175-185 GFLOP/s machine). ``--baseline`` also trains the plain-PyTorch recipe (bench/recipe.py) on the same budget and
 test sentences, and both go to the ``## Budget × machine`` table.
 
 Each model trains with its preset (`attnlab.config.PRESETS`, the settings the package ships) plus
@@ -38,6 +43,12 @@ from attnlab.demo import is_right  # noqa: E402
 from attnlab.evaluation.evaluate import evaluate_split, notes_examples, write_report  # noqa: E402
 from attnlab.training.loop import train  # noqa: E402
 from attnlab.translator import Translator  # noqa: E402
+
+_INSIDE = "ATTNLAB_BENCH_SLOW_SHARE"  # set once the invocation runs under the quota (no second exec)
+
+
+def _seed(overrides: list[str]) -> str:
+    return next((o.split("=", 1)[1] for o in overrides if o.startswith("train.seed=")), "42")
 
 
 def commit() -> str:
@@ -150,8 +161,20 @@ def main() -> int:
     p.add_argument("--eval-only", action="store_true", help="score existing runs again without training")
     p.add_argument("--like-peak", type=float, default=0.0, metavar="GFLOPS",
                    help="simulate a machine of this fp32 matmul peak: the budget shrinks by peak ratio")
+    p.add_argument("--slow-share", type=float, default=0.0, metavar="S",
+                   help="run everything under slow_machine.sh S (a CPU quota): a slow machine that charges "
+                        "every per-update cost, unlike --like-peak")
+    p.add_argument("--slow-tool", default=str(ROOT.parent / "shared" / "tools" / "slow_machine.sh"),
+                   help="the quota script --slow-share runs under")
     p.add_argument("--baseline", action="store_true", help="also train the plain recipe (bench/recipe.py)")
     args = p.parse_args()
+    if args.slow_share and args.like_peak:
+        p.error("--slow-share and --like-peak are two ways to be slow: give one")
+    if args.slow_share and os.environ.get(_INSIDE) != str(args.slow_share):
+        if not os.access(args.slow_tool, os.X_OK):
+            p.error(f"--slow-tool {args.slow_tool} is not an executable script")
+        env = {**os.environ, _INSIDE: str(args.slow_share)}
+        os.execvpe(args.slow_tool, [args.slow_tool, str(args.slow_share), sys.executable, *sys.argv], env)
     started_at = commit()  # the code that trains (the tree may move on while a long run goes)
     import torch
 
@@ -160,8 +183,12 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     peak = measure_peak_gflops(seconds=1.0)
     minutes = args.minutes * (args.like_peak / peak if args.like_peak else 1.0)
-    machine = f"like {args.like_peak:g}" if args.like_peak else f"native {peak:.0f}"
-    tag = f"{args.minutes:g}min-like{args.like_peak:g}" if args.like_peak else ""
+    if args.slow_share:
+        machine = f"quota {args.slow_share:g} (probe {peak:.0f}), seed {_seed(args.overrides)}"
+        tag = f"{args.minutes:g}min-quota{args.slow_share:g}-s{_seed(args.overrides)}"
+    else:
+        machine = f"like {args.like_peak:g}" if args.like_peak else f"native {peak:.0f}"
+        tag = f"{args.minutes:g}min-like{args.like_peak:g}" if args.like_peak else ""
     print(f"machine peak {peak:.0f} GFLOP/s on {args.threads} threads; budget {args.minutes:g} min "
           f"({machine} GFLOP/s) = {minutes:.2f} min here", flush=True)
     rows = []
@@ -181,7 +208,7 @@ def main() -> int:
         print(json.dumps(baseline), flush=True)
     if not args.no_write:
         cmd = "python bench/quality.py " + " ".join(a for a in sys.argv[1:] if a != "--eval-only")
-        if not args.like_peak:
+        if not args.like_peak and not args.slow_share:
             write_results(rows, cmd)
         write_budget_table(rows, baseline, cmd)
     return 0
