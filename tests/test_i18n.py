@@ -202,3 +202,27 @@ def test_explain_speaks_the_notes_terms_in_chinese(tiny_runs, capsys, kind, term
     assert not HAN.search(en)
     numbers = lambda text: re.findall(r"[-+]?\d+\.\d+", text)  # noqa: E731 - every printed measurement
     assert numbers(zh) == numbers(en)
+
+
+def test_columns_line_up_by_terminal_cells():
+    """Chinese characters take two terminal cells: padding counts cells, not characters."""
+    from attnlab import i18n
+
+    assert i18n.width("编码器") == 6 and i18n.width("abc") == 3 and i18n.width("e\u0301") == 1
+    rows = [i18n.ljust(name, 12) + "|" for name in ("编码器", "attention", "解码器 GRU")]
+    assert {i18n.width(r) for r in rows} == {13}
+    assert i18n.rjust("12", 5) == "   12" and i18n.width(i18n.center("键", 6)) == 6
+
+
+def test_untranslated_messages_are_remembered_not_hidden():
+    from attnlab import i18n
+
+    try:
+        i18n.set_language("zh")
+        assert i18n._("a message no catalogue holds") == "a message no catalogue holds"
+        assert i18n.missing() == ["a message no catalogue holds"]
+        i18n.set_language("en")
+        i18n._("a message no catalogue holds")
+        assert i18n.missing() == []  # English is the source: nothing is missing
+    finally:
+        i18n.set_language("en")

@@ -33,7 +33,8 @@ from pathlib import Path
 from attnlab.errors import AttnlabError
 
 __all__ = ["DOMAIN", "ENV_VAR", "LOCALE_DIR", "LanguageError", "N_", "Templates", "_", "add_lang_argument",
-           "available_languages", "catalogue", "language", "set_language"]
+           "available_languages", "catalogue", "center", "language", "ljust", "missing", "rjust", "set_language",
+           "width"]
 
 DOMAIN = "attnlab"
 ENV_VAR = "ATTNLAB_LANG"
@@ -86,6 +87,7 @@ def set_language(lang: str | None = None) -> str:
         LanguageError: no catalogue for ``lang`` (the message names the available languages).
     """
     global _translations, _language
+    _missing.clear()
     source = "--lang"
     if lang is None or not lang.strip():
         lang, source = os.environ.get(ENV_VAR, "").strip() or SOURCE_LANGUAGE, ENV_VAR
@@ -100,11 +102,24 @@ def language() -> str:
     return _language
 
 
+_missing: dict[str, None] = {}  # messages asked for in a language whose catalogue lacks them, in order
+
+
 def _(message: str) -> str:
-    """``message`` in the current language (itself when the catalogue has no translation)."""
+    """``message`` in the current language. When the catalogue has no translation the English text is
+    returned and remembered (:func:`missing`), so that the command can say so once instead of
+    falling back silently."""
     if _translations is None:
         set_language(None)
-    return _translations.gettext(message)  # type: ignore[union-attr]
+    text = _translations.gettext(message)  # type: ignore[union-attr]
+    if text is message and _language != SOURCE_LANGUAGE and message.strip():
+        _missing.setdefault(message)
+    return text
+
+
+def missing() -> list[str]:
+    """The messages shown untranslated since the language was set (empty in English)."""
+    return list(_missing)
 
 
 def N_(message: str) -> str:
@@ -134,3 +149,36 @@ class Templates(dict):
 
     def __getitem__(self, key: str) -> str:
         return _(super().__getitem__(key))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Columns that line up in a terminal: a CJK character takes two cells, a combining mark none.
+
+
+def width(text: str) -> int:
+    """Terminal cells ``text`` takes: 2 for East Asian wide and fullwidth characters (汉字, ，),
+    0 for combining marks and zero-width characters, 1 otherwise (``len`` counts characters)."""
+    import unicodedata
+
+    cells = 0
+    for ch in text:
+        if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+            continue
+        cells += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return cells
+
+
+def ljust(text: str, cells: int) -> str:
+    """``text`` padded with spaces on the right to ``cells`` terminal cells (``str.ljust`` by width)."""
+    return text + " " * max(0, cells - width(text))
+
+
+def rjust(text: str, cells: int) -> str:
+    """``text`` padded with spaces on the left to ``cells`` terminal cells."""
+    return " " * max(0, cells - width(text)) + text
+
+
+def center(text: str, cells: int) -> str:
+    """``text`` centred in ``cells`` terminal cells."""
+    pad = max(0, cells - width(text))
+    return " " * (pad // 2) + text + " " * (pad - pad // 2)
