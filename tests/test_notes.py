@@ -17,7 +17,7 @@ def test_every_section_of_the_notes_is_mapped_once():
 
 
 def test_the_doc_table_is_the_code_table():
-    rows = [line for line in DOC.read_text(encoding="utf-8").splitlines() if line.startswith("| §")]
+    rows = [line for line in DOC.read_text(encoding="utf-8").splitlines() if line.startswith("| §") and not line.startswith("| § ")]
     assert rows == [f"| §{s.number} | {s.title} | {s.title_zh} | {s.d2l_zh} | {s.d2l_en} |" for s in notes.SECTIONS]
 
 
