@@ -226,3 +226,14 @@ def test_untranslated_messages_are_remembered_not_hidden():
         assert i18n.missing() == []  # English is the source: nothing is missing
     finally:
         i18n.set_language("en")
+
+
+def test_using_switches_for_a_block_only():
+    from attnlab import i18n
+
+    i18n.set_language("en")
+    with i18n.using("zh") as lang:
+        assert lang == "zh" and i18n.language() == "zh"
+    assert i18n.language() == "en"
+    with i18n.using(None) as lang:
+        assert lang == "en"

@@ -26,6 +26,7 @@ Imports only the standard library and :mod:`attnlab.errors` (the base layer).
 
 from __future__ import annotations
 
+import contextlib
 import gettext
 import os
 from pathlib import Path
@@ -34,7 +35,7 @@ from attnlab.errors import AttnlabError
 
 __all__ = ["DOMAIN", "ENV_VAR", "LOCALE_DIR", "LanguageError", "N_", "Templates", "_", "add_lang_argument",
            "available_languages", "catalogue", "center", "language", "ljust", "missing", "rjust", "set_language",
-           "width"]
+           "using", "width"]
 
 DOMAIN = "attnlab"
 ENV_VAR = "ATTNLAB_LANG"
@@ -93,6 +94,22 @@ def set_language(lang: str | None = None) -> str:
         lang, source = os.environ.get(ENV_VAR, "").strip() or SOURCE_LANGUAGE, ENV_VAR
     _language, _translations = catalogue(lang, source)
     return _language
+
+
+@contextlib.contextmanager
+def using(lang: str | None):
+    """Speak ``lang`` inside the ``with`` block and the language before it afterwards (``None``: no change).
+    For ``Report.format(lang)``; the CLI itself sets the language once, with :func:`set_language`."""
+    if lang is None:
+        yield language()
+        return
+    before = (_translations, _language, dict(_missing))
+    try:
+        yield set_language(lang)
+    finally:
+        globals().update(_translations=before[0], _language=before[1])
+        _missing.clear()
+        _missing.update(before[2])
 
 
 def language() -> str:
