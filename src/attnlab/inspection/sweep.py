@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from attnlab.config import Config, ConfigError
 from attnlab.data import corpus
 from attnlab.errors import AttnlabError
 from attnlab.inspection.plots import new_figure, save_figure
+from attnlab.interrupts import Interrupted
 from attnlab.io import atomic_write_json, atomic_write_text
 from attnlab.runs import read_metrics
 from attnlab.training.loop import NonFiniteLossError, train
@@ -37,7 +39,7 @@ class Trial:
     index: int
     name: str  # folder name, trial-XX
     overrides: dict[str, str]  # axis -> value, as given on the command line
-    status: str = "pending"  # "ok", "diverged" (non-finite loss) or "failed: <message>"
+    status: str = "pending"  # "ok", "diverged" (non-finite loss), "interrupted" (a signal) or "failed: <message>"
     valid_bleu: float = float("nan")  # best validation BLEU of the trial
     valid_loss: float = float("nan")  # lowest validation loss of the trial
     steps: int = 0
@@ -159,15 +161,21 @@ def run_sweep(
         log(f"[{i + 1}/{len(points)}] {trial.name}: " + " ".join(f"{k}={v}" for k, v in point.items()))
         if cfg.data not in prepared_cache:
             prepared_cache = {cfg.data: corpus.prepare(cfg.data)}  # keep one: corpora can be large
-        _run_trial(trial, cfg, out_dir, prepared_cache[cfg.data], progress, log)
+        stopped_by = _run_trial(trial, cfg, out_dir, prepared_cache[cfg.data], progress, log)
         atomic_write_json(out_dir / "sweep.json", result.to_json())  # progress survives an interrupted sweep
+        if stopped_by is not None:  # Ctrl-C or SIGTERM stops the sweep, not only this trial
+            log(f"interrupted: {trial.name} saved its last checkpoint; the sweep stopped there "
+                f"({out_dir / 'sweep.json'} holds the trials so far)")
+            raise Interrupted(stopped_by)
     _pick_best(result, configs)
     return result
 
 
-def _run_trial(trial: Trial, cfg: Config, out_dir: Path, prepared, progress: bool, log) -> None:
-    """Train one trial into ``out_dir/trial.name`` and record its status, speed and scores in ``trial``."""
+def _run_trial(trial: Trial, cfg: Config, out_dir: Path, prepared, progress: bool, log) -> int | None:
+    """Train one trial into ``out_dir/trial.name`` and record its status, speed and scores in ``trial``;
+    returns the signal that stopped its training (then its status is ``interrupted``), else None."""
     t0 = time.monotonic()
+    stopped_by = None
     try:
         res = train(
             cfg,
@@ -178,6 +186,8 @@ def _run_trial(trial: Trial, cfg: Config, out_dir: Path, prepared, progress: boo
         )
         trial.status, trial.steps, trial.stopped_by = "ok", res.step, res.stopped_by
         trial.tokens_per_s = res.tokens_per_s
+        if res.stopped_by == "signal":
+            trial.status, stopped_by = "interrupted", res.signal or signal.SIGINT
     except NonFiniteLossError as e:
         trial.status = "diverged"
         log(f"  diverged: {e}")
@@ -191,6 +201,7 @@ def _run_trial(trial: Trial, cfg: Config, out_dir: Path, prepared, progress: boo
         f"  BLEU {trial.valid_bleu:.2f}  valid loss {trial.valid_loss:.3f}  ({trial.steps} steps, "
         f"{trial.seconds:.0f} s, {trial.status}); doctor: {trial.doctor or '-'}"
     )
+    return stopped_by
 
 
 def _doctor(run_dir: Path) -> str:
