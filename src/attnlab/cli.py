@@ -133,7 +133,8 @@ def cmd_train(args) -> int:
 def _add_train_config_args(p: argparse.ArgumentParser, model_required: bool) -> None:
     """The options that shape a training config, shared by `train` and `config` (same line, same config)."""
     p.add_argument("--model", choices=MODEL_KINDS, required=model_required,
-                   help="model kind; its preset is the starting config" + (
+                   help="model kind; its preset is the starting config, and a --config file's model.kind must be "
+                        "the same" + (
                        "" if model_required else " (default: none: required for a new run; --resume keeps "
                                                  "the run's own)"))
     p.add_argument("--dataset", choices=config_mod.DATASETS, default=None,

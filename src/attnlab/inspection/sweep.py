@@ -5,8 +5,10 @@ the Cartesian product of the axes (or ``random`` distinct points drawn from it).
 another (a laptop's cores are better spent on one training than split between several) with
 :func:`attnlab.training.loop.train`, each into ``OUT/trial-XX`` — an ordinary run folder that every
 other command (``doctor``, ``evaluate``, ``attention``) can read. The best trial is the one with the
-highest validation BLEU, ties broken by the lower validation loss; its resolved config is saved as
-``OUT/best.toml`` so ``attnlab train --config OUT/best.toml`` reproduces it.
+highest validation BLEU, ties broken by the lower validation loss; the config it trained with (its
+run folder's, ``train.size`` resolved) is saved as ``OUT/best.toml``, and :func:`train_command` is the
+``attnlab train`` line that reproduces it (its ``--model`` is the best trial's kind, which a
+``model.kind`` axis makes differ from the sweep's ``--model``).
 
 Outputs: ``sweep.json`` (every trial: overrides, scores, steps, speed, status), ``sweep.md`` (the
 table), ``sweep.png``/``.svg`` (BLEU and validation loss per trial) and ``best.toml``.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import shlex
 import signal
 import time
 from dataclasses import asdict, dataclass, field
@@ -30,7 +33,7 @@ from attnlab.errors import AttnlabError
 from attnlab.inspection.plots import new_figure, save_figure
 from attnlab.interrupts import Interrupted
 from attnlab.io import atomic_write_json, atomic_write_text
-from attnlab.runs import read_metrics
+from attnlab.runs import read_metrics, read_run
 from attnlab.training.loop import NonFiniteLossError, train
 
 
@@ -55,6 +58,7 @@ class SweepResult:
     axes: dict[str, list[str]]
     trials: list[Trial] = field(default_factory=list)
     best: int | None = None  # index into trials
+    best_config: Config | None = None  # the config the best trial trained with (best.toml)
 
     def to_json(self) -> dict[str, Any]:
         def clean(x: Any) -> Any:
@@ -232,10 +236,23 @@ def _pick_best(result: SweepResult, configs: list[Config]) -> None:
         )
     best = max(scored, key=_rank_key)
     result.best = best.index
-    atomic_write_text(out_dir / "best.toml", config_mod.dumps_toml(configs[best.index]))
+    try:  # what it trained with: train.size=auto resolved, which `train --config best.toml` keeps as it is
+        result.best_config = read_run(out_dir / best.name).config
+    except AttnlabError:
+        result.best_config = configs[best.index]
+    atomic_write_text(out_dir / "best.toml", config_mod.dumps_toml(result.best_config))
     atomic_write_json(out_dir / "sweep.json", result.to_json())
     atomic_write_text(out_dir / "sweep.md", format_table(result) + "\n")
     draw_sweep(result)
+
+
+def train_command(result: SweepResult, out: str = "runs/best") -> str:
+    """The ``attnlab train`` line that trains the best trial again into ``out``: ``best.toml`` with the
+    best trial's own kind (``--model`` must agree with the file's ``model.kind``)."""
+    if result.best_config is None:
+        raise AttnlabError("the sweep has no best trial yet")
+    return (f"attnlab train --model {result.best_config.model.kind} "
+            f"--config {shlex.quote(str(result.out_dir / 'best.toml'))} --out {shlex.quote(out)}")
 
 
 def format_table(result: SweepResult) -> str:
