@@ -1,8 +1,9 @@
 """The `attnlab` command: thin — parse, call the library, print.
 
 A user mistake (bad path, config typo, corrupt checkpoint) prints one line, ``error: …``, and
-exits with code 2; a command-line mistake prints that (sub)command's usage above that line. An
-interrupted command exits 130. Anything else is a bug and keeps its traceback.
+exits with code 2; a command-line mistake prints that (sub)command's usage above that line. A command
+stopped by Ctrl-C or SIGTERM exits 130 or 143 (attnlab.interrupts). Anything else is a bug and keeps its
+traceback.
 
 Each command imports the library inside its body (here and in the command modules): building the
 parser then never imports torch, so ``attnlab --help`` and a mistyped option answer at once.
@@ -41,6 +42,7 @@ from attnlab.inspection import (
     commands_scaling,
     commands_views,
 )
+from attnlab.interrupts import exit_code, sigterm_interrupts
 from attnlab.web import commands as web_commands
 
 DESCRIPTION = """\
@@ -77,8 +79,9 @@ environment variables:
                             or a CUDA one; default: pip's configured indexes)
   ATTNLAB_TORCH_VERSION     scripts/setup.sh only: the torch version to install (default 2.13.0)
 
-A mistake (bad path, config typo, corrupt checkpoint) prints one `error:` line and exits 2; an
-interrupted command exits 130."""
+A mistake (bad path, config typo, corrupt checkpoint) prints one `error:` line and exits 2. Ctrl-C
+or SIGTERM stops any command within seconds (a training run saves its last step first) and exits
+130 or 143."""
 
 
 # --------------------------------------------------------------------------------------------- train
@@ -109,8 +112,9 @@ def cmd_train(args) -> int:
         say(args, f"config of {out}:\n{config_mod.dumps_toml(cfg)}")
     res = train(cfg, out, resume=args.resume, progress=show_progress(args), argv=sys.argv,
                 explicit=_explicit_keys(args))
+    stop_code = exit_code(res.signal) if res.stopped_by == "signal" else 0  # 130 Ctrl-C, 143 SIGTERM
     if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
-        return 130 if res.stopped_by == "signal" else 0
+        return stop_code
     v = res.last_valid
     line = (f"stopped by {res.stopped_by} at step {res.step} (epoch {res.epoch}); "
             f"{res.tokens_per_s:,.0f} target tokens/s")
@@ -122,14 +126,15 @@ def cmd_train(args) -> int:
     print(f"run folder: {out}")
     if res.stopped_by == "signal":
         print(f"interrupted: saved the last checkpoint; continue with `attnlab train --resume --out {out}`")
-        return 130
+        return stop_code
     return 0
 
 
 def _add_train_config_args(p: argparse.ArgumentParser, model_required: bool) -> None:
     """The options that shape a training config, shared by `train` and `config` (same line, same config)."""
     p.add_argument("--model", choices=MODEL_KINDS, required=model_required,
-                   help="model kind; its preset is the starting config" + (
+                   help="model kind; its preset is the starting config, and a --config file's model.kind must be "
+                        "the same" + (
                        "" if model_required else " (default: none: required for a new run; --resume keeps "
                                                  "the run's own)"))
     p.add_argument("--dataset", choices=config_mod.DATASETS, default=None,
@@ -400,8 +405,8 @@ def _add_demo(sub) -> None:
                    help="folder for the demo's two run folders (replaced on each demo run)")
     add_deprecated_alias(m, "--out", "--runs-dir", dest="runs_dir")
     m.add_argument("--max-minutes", type=float, default=1.5, dest="max_minutes", metavar="M",
-                   help="training minutes per model (default 1.5: the whole demo, setup included, fits in 6 minutes); "
-                        "the models are sized for this machine and this budget")
+                   help="training minutes per model, more than 0 (default 1.5: the whole demo, setup included, fits in "
+                        "6 minutes); the models are sized for this machine and this budget")
     add_deprecated_alias(m, "--minutes", "--max-minutes", dest="max_minutes", type=float)
     m.add_argument("--data", metavar="PATH",
                    help="fra-eng zip, fra.txt or folder (default: $ATTNLAB_DATA_DIR, then the cache; "
@@ -434,14 +439,15 @@ def main(argv: list[str] | None = None) -> int:
             sub.choices.get(args.command, parser).unknown_options(bad or rest)
         setattr(args, slot, [*getattr(args, slot), *rest])
     try:
-        set_language(args.lang)  # --lang, else $ATTNLAB_LANG, else English; a bad one is an error: line
-        return int(args.func(args) or 0)
+        with sigterm_interrupts():  # SIGTERM stops a command as Ctrl-C does (attnlab.interrupts)
+            set_language(args.lang)  # --lang, else $ATTNLAB_LANG, else English; a bad one is an error: line
+            return int(args.func(args) or 0)
     except AttnlabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or attnlab.interrupts.Interrupted: 128 + the signal's number
+        print("interrupted" if not str(e) else f"interrupted by {e}", file=sys.stderr)
+        return exit_code(e)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -132,12 +132,17 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_config(args, kind: str | None = None, dataset: str | None = None, base: Config | None = None) -> Config:
-    """Preset for the model kind, then --config, then shortcut flags, then dotted overrides."""
+    """Preset for the model kind, then --config, then shortcut flags, then dotted overrides. A --config
+    file whose ``model.kind`` is not ``kind`` (--model) is an error, not overridden."""
     cfg = base or Config()
     if kind is not None and base is None:
         cfg = config_mod.preset(kind)
     if getattr(args, "config", None):
         cfg = config_mod.load_toml(args.config, cfg)
+        if kind is not None and cfg.model.kind != kind:  # the file names another kind: neither silently wins
+            raise config_mod.ConfigError(
+                f"--model {kind} contradicts model.kind = \"{cfg.model.kind}\" in {args.config}; "
+                f"give --model {cfg.model.kind}, or drop model.kind from the file")
     extra = []
     if kind is not None:
         extra.append(f"model.kind={kind}")

@@ -11,7 +11,9 @@ says how many minutes would do. Uses fra-eng when it can be found or fetched, ot
 
 from __future__ import annotations
 
+import math
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -24,6 +26,7 @@ from attnlab.errors import AttnlabError
 from attnlab.evaluation.evaluate import notes_examples
 from attnlab.inspection.attention_maps import attention_maps, draw_maps, run_name
 from attnlab.inspection.movement import formation_note
+from attnlab.interrupts import Interrupted
 from attnlab.models import traits
 from attnlab.training import sizing
 from attnlab.training.loop import train
@@ -109,7 +112,15 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
              progress: bool = True, verbose: bool = False) -> int:
     """Train :data:`DEMO_MODELS` for ``minutes`` each into ``out/KIND`` and show what they learnt.
     ``progress``: the training progress bars on stderr (off under ``--quiet``); ``verbose``: also
-    each model's sized config, as TOML, on stderr."""
+    each model's sized config, as TOML, on stderr.
+
+    ``minutes`` must be a positive, finite budget: the models are sized for it, and without one nothing
+    but a signal would end the first model's training. Ctrl-C or SIGTERM during training saves that
+    model's ``last`` checkpoint and stops the demo there (:class:`attnlab.interrupts.Interrupted`), before
+    the next model. Raises :class:`AttnlabError` for a bad ``minutes`` or ``out``."""
+    if not (math.isfinite(minutes) and minutes > 0):
+        raise AttnlabError(f"--max-minutes {minutes:g}: the demo needs a time budget per model (its models are "
+                           "sized for it); give a positive number of minutes, e.g. --max-minutes 1.5")
     t0 = time.monotonic()
     dataset, path = _dataset(data)
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
@@ -139,6 +150,9 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
         if key not in prepared:
             prepared[key] = corpus.prepare(cfg.data)
         res = train(cfg, run, prepared=prepared[key], progress=progress)
+        if res.stopped_by == "signal":  # the user asked the demo to stop, not only this model
+            print(f"interrupted: {kind} saved its last checkpoint in {run}; the demo stopped there")
+            raise Interrupted(res.signal or signal.SIGINT)
         v = res.last_valid
         print(f"{kind}: {res.step} updates, {res.tokens_per_s:,.0f} target tokens/s, valid BLEU "
               f"{v.get('valid_bleu', float('nan')):.1f}")

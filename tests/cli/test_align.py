@@ -340,9 +340,46 @@ def test_align_reverse_symmetrises_the_two_runs_maps_as_ibm_models(both_directio
         assert taught in data["both_ways"]["pairs"]
     # a run of the same direction, or a method that joins nothing, is a one-line error
     rc, _, err = _run_align(capsys, fwd_run, *base, "--reverse", fwd_run)
-    assert rc == 2 and "data.direction=fr-en" in err and err.count("\n") == 1
+    assert rc == 2 and "`attnlab train ... data.direction=fr-en`" in err and err.count("\n") == 1
     rc, _, err = _run_align(capsys, fwd_run, *base, "--reverse", rev_run, "--ibm-links", "argmax")
     assert rc == 2 and "--ibm-links grow-diag-final-and" in err and err.count("\n") == 1
+
+
+def _hansards_like_gold(folder):
+    """Two English–French sentences of the Hansards' kind: no number words in them."""
+    en = [["the", "house", "rose", "at", "noon", "."], ["mr.", "speaker", ",", "i", "agree", "."]]
+    fr = [["la", "chambre", "a", "levé", "la", "séance", "."], ["monsieur", "le", "orateur", ",", "je", "suis", "d'accord", "."]]
+    return write_gold(folder, en, fr, [(1, 1, 1, "S"), (1, 2, 2, "S"), (2, 1, 1, "S"), (2, 2, 3, "S")])
+
+
+def test_a_numbers_run_is_refused_against_english_french_sentences(tiny_runs, tmp_path, capsys):
+    """A numbers-task run was scored against the Hansards gold without a word (its AER measured nothing)."""
+    gold = _hansards_like_gold(tmp_path / "gold")
+    rc, _, err = _run_align(capsys, tiny_runs("transformer"), "--gold", gold, "--no-ibm", "--no-saliency",
+                            "--save-dir", tmp_path / "o")
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "trained on the numbers task" in err and "data.dataset=fra-eng" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_run_that_knows_few_of_the_golds_words_is_aligned_with_a_warning(both_directions, tmp_path, capsys):
+    """A fra-eng run (here trained on number words) against sentences it mostly does not know: measured, but
+    the AER is said to be about its vocabulary."""
+    gold = _hansards_like_gold(tmp_path / "gold")
+    rc, _, err = _run_align(capsys, both_directions["fr-en"], "--gold", gold, "--no-ibm", "--no-saliency",
+                            "--json", "--save-dir", tmp_path / "o")
+    assert rc == 0, err
+    warnings = err.strip().splitlines()
+    assert len(warnings) == 2 and all(w.startswith("warning: ") and "<unk>" in w for w in warnings), err
+    assert "English words" in warnings[0] and "French words" in warnings[1]
+
+
+def test_align_help_names_the_real_way_to_train_the_other_direction(capsys):
+    """`align --reverse` said `--set data.direction=fr-en`, an option `train` does not have."""
+    with pytest.raises(SystemExit):
+        main(["align", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--set" not in text and "`attnlab train --model KIND --out RUN2 data.direction=fr-en`" in text
 
 
 def test_piece_labels_mark_each_target_piece_with_its_linked_source_pieces():

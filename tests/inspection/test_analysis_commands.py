@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
+import signal
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from attnlab.data.batching import collate
 from attnlab.errors import AttnlabError
 from attnlab.inspection import heads as Hd
 from attnlab.inspection import sweep as Sw
+from attnlab.runs import read_run
 
 # ------------------------------------------------------------------------------------------- sweep
 
@@ -89,6 +92,65 @@ def test_sweep_cli_two_trials(tmp_path, capsys):
     assert "trial-00 ★" in (out / "sweep.md").read_text() and "best: trial-00" in text
     with pytest.raises(AttnlabError, match="already holds a sweep"):
         Sw.run_sweep(cfg, {"train.lr": ["1e-3"]}, out, 0.1)
+
+
+TINY_SWEEP = ["--dataset", "numbers", "--max-steps", "6", "--quiet", "data.numbers_size=300", "data.batch_tokens=600",
+              "data.num_steps=16", "model.num_hiddens=32", "model.embed_size=32", "model.num_layers=1",
+              "model.num_heads=2", "model.ffn_num_hiddens=64", "train.warmup_steps=2", "train.eval_every=0",
+              "train.save_every=0", "train.log_every=3", "train.eval_max_sentences=8", "train.threads=1",
+              "decode.max_len_b=6"]
+
+
+@pytest.mark.slow
+def test_the_printed_train_command_reproduces_the_best_trial_of_a_kind_axis(tmp_path, capsys):
+    """A model.kind axis: the follow-up command said `--model` of the sweep (transformer), and `--model`
+    overrode best.toml's kind, so it trained a Transformer where the best trial was a GRU seq2seq."""
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--model", "transformer", *TINY_SWEEP, "--grid", "model.kind=seq2seq",
+                 "--runs-dir", str(out)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "attnlab train " in x)
+    command = shlex.split(line.split("attnlab train ", 1)[1].split(" (", 1)[0])
+    i = command.index("--out")
+    assert main(["config", *command[:i], *command[i + 2:]]) == 0  # what `train` would run with that line
+    would_train = tmp_path / "would.toml"
+    would_train.write_text(capsys.readouterr().out)
+    trained = read_run(out / "trial-00").config
+    assert trained.model.kind == "seq2seq" and C.to_dict(C.load_toml(would_train)) == C.to_dict(trained)
+
+
+def test_model_that_contradicts_the_config_files_kind_is_an_error(tmp_path, capsys):
+    """`--model` silently replaced the --config file's model.kind (sweep, train and config alike)."""
+    f = tmp_path / "t.toml"
+    f.write_text(C.dumps_toml(C.preset("transformer")))
+    for argv in (["sweep", "--model", "bahdanau", "--config", str(f), "--grid", "train.lr=1e-3",
+                  "--runs-dir", str(tmp_path / "s")],
+                 ["train", "--model", "bahdanau", "--config", str(f), "--out", str(tmp_path / "r")],
+                 ["config", "--model", "bahdanau", "--config", str(f)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--model bahdanau contradicts model.kind" in err[0], err
+    assert not (tmp_path / "s").exists() and not (tmp_path / "r").exists()
+    assert main(["config", "--model", "transformer", "--config", str(f)]) == 0  # the same kind is fine
+
+
+def test_a_signal_stops_the_sweep_not_only_its_trial(tmp_path, monkeypatch):
+    """A Ctrl-C stopped one trial's training and the sweep went on to the next."""
+    from attnlab.interrupts import Interrupted
+    from attnlab.training.loop import TrainResult
+
+    trained = []
+
+    def fake_train(cfg, run_dir, **kw):  # the trainer's answer to a SIGTERM: stopped, saved
+        trained.append(run_dir)
+        return TrainResult(run_dir, 3, 0, "signal", -1.0, signal=signal.SIGTERM)
+
+    monkeypatch.setattr(Sw, "train", fake_train)
+    base = C.apply_overrides(C.preset("transformer"), ["data.dataset=numbers", "data.numbers_size=300"])
+    with pytest.raises(Interrupted) as info:
+        Sw.run_sweep(base, {"train.lr": ["1e-3", "3e-3"]}, tmp_path / "s", 0.1, log=lambda *a: None)
+    assert info.value.signum == signal.SIGTERM and len(trained) == 1
+    record = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert [t["status"] for t in record["trials"]] == ["interrupted"]
 
 
 # ------------------------------------------------------------------------------------------- heads

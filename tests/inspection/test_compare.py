@@ -12,6 +12,7 @@ from attnlab.errors import AttnlabError
 from attnlab.evaluation.evaluate import evaluate_split
 from attnlab.inspection import compare as Cm
 from attnlab.translator import Translator
+from tests.conftest import tiny_config
 
 
 def _copy(src, dst):
@@ -94,6 +95,33 @@ def test_runs_split_differently_are_refused(tiny_runs, tmp_path, capsys):
         Cm.compare_runs([a, b], bleu_sentences=4)
     assert main(["compare", str(a), str(b), "--quiet"]) == 2
     assert "split the data differently" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def two_directions(tmp_path_factory):
+    """Tiny fra-eng runs of both directions, on a fra.txt of number pairs (no real corpus needed)."""
+    from attnlab.data import corpus
+    from attnlab.training.loop import train
+
+    root = tmp_path_factory.mktemp("directions")
+    fra = root / "fra.txt"
+    fra.write_text("".join(f"{e}\t{f}\tCC-BY 2.0\n" for e, f in corpus.numbers_pairs(400, seed=1)), encoding="utf-8")
+    for direction in ("en-fr", "fr-en"):
+        cfg = tiny_config("transformer", "train.max_steps=8", "data.dataset=fra-eng", f"data.data_path={fra}",
+                          f"data.direction={direction}", "data.min_freq=1")
+        train(cfg, root / direction, progress=False)
+    return root / "en-fr", root / "fr-en"
+
+
+def test_runs_of_other_directions_are_refused(two_directions, tmp_path, capsys):
+    """An fr→en run beside an en→fr one was fed the first run's French and scored against its English."""
+    en_fr, fr_en = two_directions
+    with pytest.raises(AttnlabError, match="en-fr translates en→fr and fr-en fr→en"):
+        Cm.compare_runs([en_fr, fr_en], bleu_sentences=4)
+    assert main(["compare", str(fr_en), str(en_fr), "--quiet", "--save-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "compare runs of one data.direction" in err[0], err
+    assert not (tmp_path / "o").exists()
 
 
 def test_progress_bar_and_argument_errors(tiny_runs, tmp_path, capsys):

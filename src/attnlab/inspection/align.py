@@ -440,10 +440,27 @@ class AlignReport:
         return out
 
 
+#: A run trained on the numbers task is refused when more than this share of the gold's words, on either
+#: side, is not one entry of its vocabulary: its "languages" are number words, and the Hansards' sentences
+#: are nearly all unknown to it (98 % for the demo's numbers Transformer), so its AER would measure nothing.
+#: A numbers gold (number words, as the tests write) it knows is measured as any other.
+NUMBERS_UNKNOWN_MAX = 0.5
+#: Above this share of ``<unk>`` on either side of the gold, ``align`` warns: the AER then says more about
+#: the run's vocabulary than about its attention (a 1.5-minute fra-eng run has about a third).
+UNK_WARN = 0.5
+
+
 def _gold_sides(tr: Translator, gold: GoldSet, contract: bool) -> tuple[list[tuple[Side, Side]], bool]:
-    """Model sides per sentence and whether the model's source is the gold's English side."""
-    src_lang = getattr(tr.src_tok, "lang", "en")
-    en_first = src_lang != "fr"
+    """Model sides per sentence and whether the model's source is the gold's English side.
+
+    Raises :class:`AlignError` (one line) for a run the English–French gold cannot measure: one whose
+    languages are not English and French (either direction: a French → English run is read the other
+    way round), or a numbers-task run that does not know the gold's words (:data:`NUMBERS_UNKNOWN_MAX`)."""
+    langs = (getattr(tr.src_tok, "lang", "en"), getattr(tr.tgt_tok, "lang", "fr"))
+    if langs not in (("en", "fr"), ("fr", "en")):
+        raise AlignError(f"{_run_name(tr)} translates {langs[0]}→{langs[1]}; the gold is English–French word "
+                         "alignments: align a run of data.direction=en-fr or fr-en")
+    en_first = langs[0] == "en"
     pairs = []
     for en, fr in zip(gold.en, gold.fr):
         e, f = (
@@ -451,7 +468,37 @@ def _gold_sides(tr: Translator, gold: GoldSet, contract: bool) -> tuple[list[tup
             map_side(tr.tgt_tok if en_first else tr.src_tok, fr, contract),
         )
         pairs.append((e, f) if en_first else (f, e))
+    if getattr(tr.cfg.data, "dataset", "fra-eng") == "numbers":
+        for lang, rates in _oov(tr, pairs, en_first).items():
+            if rates["not_in_vocab"] > NUMBERS_UNKNOWN_MAX:
+                raise AlignError(
+                    f"{_run_name(tr)} was trained on the numbers task (number words, not English–French "
+                    f"sentences): {100 * rates['not_in_vocab']:.0f} % of the gold's {LANG_NAMES[lang]} words are not "
+                    "in its vocabulary, so its AER would measure nothing; align a run trained on data.dataset=fra-eng")
     return pairs, en_first
+
+
+LANG_NAMES = {"en": "English", "fr": "French"}
+
+
+def _run_name(tr: Translator) -> str:
+    """The run's folder name (not its path: the web server's errors quote it too)."""
+    return tr.run_dir.name if tr.run_dir is not None else "the model"
+
+
+def _oov(tr: Translator, pairs: Sequence[tuple[Side, Side]], en_first: bool) -> dict[str, dict[str, float]]:
+    """:func:`oov_rates` of the gold's English and French sides for ``tr``'s tokenizers."""
+    en_sides = [p[0] if en_first else p[1] for p in pairs]
+    fr_sides = [p[1] if en_first else p[0] for p in pairs]
+    return {"en": oov_rates(tr.src_tok if en_first else tr.tgt_tok, en_sides),
+            "fr": oov_rates(tr.tgt_tok if en_first else tr.src_tok, fr_sides)}
+
+
+def vocabulary_warnings(report: AlignReport) -> list[str]:
+    """One line per side of the gold of which more than :data:`UNK_WARN` is ``<unk>`` to the run."""
+    return [f"{100 * o['unk']:.0f} % of the gold's {LANG_NAMES.get(lang, lang)} words are <unk> to {report.run}: "
+            "its AER says more about its vocabulary than about its attention (a longer fra-eng run knows more words)"
+            for lang, o in report.oov.items() if o.get("unk", 0.0) > UNK_WARN]
 
 
 def _score_maps(
@@ -483,9 +530,9 @@ def attention_scores(
     says (no IBM baseline). ``top_k ≥ 2``: also the average of the ``top_k`` best real heads (chosen
     by their AER on this same gold set, at the best head's shift)."""
     t0 = time.perf_counter()
+    kind = aligned_kind(tr.model.config)  # a model with no attention to read: its own line first
     pairs, en_first = _gold_sides(tr, gold, contract)
     t = traits(tr.model.config)
-    kind = aligned_kind(tr.model.config)
     shape = (t.attention.get(kind, 1), t.heads)
     keys = head_keys(*shape)
     words: dict[int, list[Tensor]] = {0: [None] * len(pairs), 1: [None] * len(pairs)}  # type: ignore[list-item]
@@ -499,12 +546,7 @@ def attention_scores(
         for k, c in enumerate(_score_maps(words[shift], pairs, gold, en_first, ex))
     ]
     scores.sort(key=lambda s: (s.shift, s.layer is None, s.layer or 0, s.head is None, s.head or 0))
-    en_sides = [p[0] if en_first else p[1] for p in pairs]
-    fr_sides = [p[1] if en_first else p[0] for p in pairs]
-    oov = {
-        "en": oov_rates(tr.src_tok if en_first else tr.tgt_tok, en_sides),
-        "fr": oov_rates(tr.tgt_tok if en_first else tr.src_tok, fr_sides),
-    }
+    oov = _oov(tr, pairs, en_first)
     run = str(tr.run_dir) if tr.run_dir is not None else "(in memory)"
     tok_kind = getattr(tr.src_tok, "kind", "word")
     report = AlignReport(run, kind, shape, tok_kind, gold, contract, scores, oov, extraction=ex)
@@ -596,6 +638,8 @@ def align_run(
         if ibm_method == "argmax":
             raise AlignError("a reverse run is symmetrised with the other: give it a method that joins two "
                              "directions (--ibm-links grow-diag-final-and, grow-diag, intersect or union)")
+    for t in (tr,) if reverse is None else (tr, reverse):
+        _gold_sides(t, gold, contract)  # a run the gold cannot measure fails first (one line)
     if ibm:  # a missing extra or corpus fails before the model work, not after it
         require_nltk()
         extra = tatoeba_words(ibm_pairs, _corpus_path(tr, data_path))

@@ -167,7 +167,7 @@ def check_directions(forward_tr, reverse_tr) -> tuple[Any, Any]:
     if langs[0] == langs[1] or set(langs) != {("en", "fr"), ("fr", "en")}:
         raise AlignError(
             f"--reverse needs a run of the other direction: both read {langs[0][0]}→{langs[0][1]}; "
-            "train one with --set data.direction=" + ("fr-en" if langs[0][0] == "en" else "en-fr")
+            "train one with `attnlab train ... data.direction=" + ("fr-en" if langs[0][0] == "en" else "en-fr") + "`"
         )
     return (forward_tr, reverse_tr) if langs[0] == ("en", "fr") else (reverse_tr, forward_tr)
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from attnlab.cli_common import add_device_arg
@@ -57,6 +58,8 @@ def cmd_align(args) -> int:
         teach_weight=args.teach_weight,
         seed=args.seed,
     )
+    for line in A.vocabulary_warnings(report):
+        print(f"warning: {line}", file=sys.stderr)
     out = Path(args.save_dir) if args.save_dir else Path(args.run) / "inspect" / "align"
     atomic_write_json(out / "align.json", report.to_json())
     paths = [out / "align.json", *save_figure(A.heatmap_figure(report), out / "align", ("png",))]
@@ -149,7 +152,8 @@ def register(sub) -> None:
     a.add_argument(
         "--reverse",
         metavar="RUN2",
-        help="a run of the other direction (train one with --set data.direction=fr-en): each map's one-way links "
+        help="a run of the other direction (train one with `attnlab train --model KIND --out RUN2 data.direction=fr-en`): "
+        "each map's one-way links "
         "of the two runs are symmetrised by --ibm-links, as IBM Model 2's two directions are, and the best pair "
         "of heads is picked on the trial split (default: none, one direction only)",
     )

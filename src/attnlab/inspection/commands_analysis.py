@@ -36,7 +36,7 @@ def cmd_doctor(args) -> int:
 def cmd_sweep(args) -> int:
     if args.runs_dir is None:
         raise AttnlabError("sweep needs --runs-dir DIR, the folder its trial runs and sweep.json go into")
-    from attnlab.inspection.sweep import format_table, parse_grid, run_sweep
+    from attnlab.inspection.sweep import format_table, parse_grid, run_sweep, train_command
 
     axes = parse_grid(args.grid)
     base = build_config(args, kind=args.model, dataset=args.dataset)
@@ -54,10 +54,7 @@ def cmd_sweep(args) -> int:
     print(f"best: {best.name} (" + " ".join(f"{k}={v}" for k, v in best.overrides.items()) + ")")
     for name in ("sweep.json", "sweep.md", "sweep.png", "sweep.svg", "best.toml"):
         print(f"wrote {result.out_dir / name}")
-    print(
-        f"train it longer with: attnlab train --model {base.model.kind} --config {result.out_dir / 'best.toml'} "
-        f"--out runs/best"
-    )
+    print(f"train it again with: {train_command(result)} (--max-minutes or --max-steps change its budget)")
     return 0
 
 
@@ -133,7 +130,9 @@ def _add_sweep(sub) -> None:
         description="Train one run per point of a grid (or N random points) into --runs-dir/trial-XX, "
         "each under the same budget, and pick the best by validation BLEU, then loss.",
     )
-    s.add_argument("--model", choices=MODEL_KINDS, required=True, help="model kind; its preset is the base")
+    s.add_argument("--model", choices=MODEL_KINDS, required=True,
+                   help="model kind; its preset is every trial's base (a --grid model.kind axis changes the kind on "
+                        "that base); a --config file's model.kind must be the same")
     s.add_argument(
         "--dataset", choices=DATASETS, default=None, help="fra-eng or numbers (default: the preset's, fra-eng)"
     )

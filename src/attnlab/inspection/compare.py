@@ -13,7 +13,11 @@ notes' example sentences.
   the table says why the reports were not used).
 
 Runs that split the corpus differently (``data.dataset``, ``data.valid_frac``, ``data.test_frac``)
-are refused: one run's test sentence could be another's training sentence.
+are refused: one run's test sentence could be another's training sentence. So are runs of different
+directions (``data.direction``): a French → English run beside an English → French one would be fed the
+first run's sources and scored against its references, in the other language; and scored each on its
+own side, their BLEU would be against references in different languages, which no table can set side
+by side (the split, which hashes the source side, differs too).
 
 **One unit: words.** Lengths and speeds are counted in words of the D2L-preprocessed text (items
 separated by spaces, so ``i'm home .`` is 3 words): a BPE run's tokens are not a word run's tokens.
@@ -91,9 +95,17 @@ def _train_tokens_per_s(meta: dict[str, Any], records: list[dict[str, Any]]) -> 
 
 
 def check_same_split(runs: list[tuple[str, Any]]) -> None:
-    """Raise :class:`AttnlabError` unless every ``(name, config)`` splits the corpus as the first does."""
+    """Raise :class:`AttnlabError` unless every ``(name, config)`` translates in the first one's direction
+    and splits the corpus as it does."""
     name0, cfg0 = runs[0]
     for name, cfg in runs[1:]:
+        a, b = cfg0.data.direction, cfg.data.direction
+        if a != b:
+            raise AttnlabError(
+                f"{name0} translates {a.replace('-', '→')} and {name} {b.replace('-', '→')}: their sources and "
+                "references are in different languages, so no BLEU of one sits beside the other's; compare runs "
+                "of one data.direction"
+            )
         for key in SPLIT_KEYS:
             a, b = getattr(cfg0.data, key), getattr(cfg.data, key)
             if a != b:

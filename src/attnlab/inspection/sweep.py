@@ -5,8 +5,10 @@ the Cartesian product of the axes (or ``random`` distinct points drawn from it).
 another (a laptop's cores are better spent on one training than split between several) with
 :func:`attnlab.training.loop.train`, each into ``OUT/trial-XX`` — an ordinary run folder that every
 other command (``doctor``, ``evaluate``, ``attention``) can read. The best trial is the one with the
-highest validation BLEU, ties broken by the lower validation loss; its resolved config is saved as
-``OUT/best.toml`` so ``attnlab train --config OUT/best.toml`` reproduces it.
+highest validation BLEU, ties broken by the lower validation loss; the config it trained with (its
+run folder's, ``train.size`` resolved) is saved as ``OUT/best.toml``, and :func:`train_command` is the
+``attnlab train`` line that reproduces it (its ``--model`` is the best trial's kind, which a
+``model.kind`` axis makes differ from the sweep's ``--model``).
 
 Outputs: ``sweep.json`` (every trial: overrides, scores, steps, speed, status), ``sweep.md`` (the
 table), ``sweep.png``/``.svg`` (BLEU and validation loss per trial) and ``best.toml``.
@@ -17,6 +19,8 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import shlex
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,8 +31,9 @@ from attnlab.config import Config, ConfigError
 from attnlab.data import corpus
 from attnlab.errors import AttnlabError
 from attnlab.inspection.plots import new_figure, save_figure
+from attnlab.interrupts import Interrupted
 from attnlab.io import atomic_write_json, atomic_write_text
-from attnlab.runs import read_metrics
+from attnlab.runs import read_metrics, read_run
 from attnlab.training.loop import NonFiniteLossError, train
 
 
@@ -37,7 +42,7 @@ class Trial:
     index: int
     name: str  # folder name, trial-XX
     overrides: dict[str, str]  # axis -> value, as given on the command line
-    status: str = "pending"  # "ok", "diverged" (non-finite loss) or "failed: <message>"
+    status: str = "pending"  # "ok", "diverged" (non-finite loss), "interrupted" (a signal) or "failed: <message>"
     valid_bleu: float = float("nan")  # best validation BLEU of the trial
     valid_loss: float = float("nan")  # lowest validation loss of the trial
     steps: int = 0
@@ -53,6 +58,7 @@ class SweepResult:
     axes: dict[str, list[str]]
     trials: list[Trial] = field(default_factory=list)
     best: int | None = None  # index into trials
+    best_config: Config | None = None  # the config the best trial trained with (best.toml)
 
     def to_json(self) -> dict[str, Any]:
         def clean(x: Any) -> Any:
@@ -159,15 +165,21 @@ def run_sweep(
         log(f"[{i + 1}/{len(points)}] {trial.name}: " + " ".join(f"{k}={v}" for k, v in point.items()))
         if cfg.data not in prepared_cache:
             prepared_cache = {cfg.data: corpus.prepare(cfg.data)}  # keep one: corpora can be large
-        _run_trial(trial, cfg, out_dir, prepared_cache[cfg.data], progress, log)
+        stopped_by = _run_trial(trial, cfg, out_dir, prepared_cache[cfg.data], progress, log)
         atomic_write_json(out_dir / "sweep.json", result.to_json())  # progress survives an interrupted sweep
+        if stopped_by is not None:  # Ctrl-C or SIGTERM stops the sweep, not only this trial
+            log(f"interrupted: {trial.name} saved its last checkpoint; the sweep stopped there "
+                f"({out_dir / 'sweep.json'} holds the trials so far)")
+            raise Interrupted(stopped_by)
     _pick_best(result, configs)
     return result
 
 
-def _run_trial(trial: Trial, cfg: Config, out_dir: Path, prepared, progress: bool, log) -> None:
-    """Train one trial into ``out_dir/trial.name`` and record its status, speed and scores in ``trial``."""
+def _run_trial(trial: Trial, cfg: Config, out_dir: Path, prepared, progress: bool, log) -> int | None:
+    """Train one trial into ``out_dir/trial.name`` and record its status, speed and scores in ``trial``;
+    returns the signal that stopped its training (then its status is ``interrupted``), else None."""
     t0 = time.monotonic()
+    stopped_by = None
     try:
         res = train(
             cfg,
@@ -178,6 +190,8 @@ def _run_trial(trial: Trial, cfg: Config, out_dir: Path, prepared, progress: boo
         )
         trial.status, trial.steps, trial.stopped_by = "ok", res.step, res.stopped_by
         trial.tokens_per_s = res.tokens_per_s
+        if res.stopped_by == "signal":
+            trial.status, stopped_by = "interrupted", res.signal or signal.SIGINT
     except NonFiniteLossError as e:
         trial.status = "diverged"
         log(f"  diverged: {e}")
@@ -191,6 +205,7 @@ def _run_trial(trial: Trial, cfg: Config, out_dir: Path, prepared, progress: boo
         f"  BLEU {trial.valid_bleu:.2f}  valid loss {trial.valid_loss:.3f}  ({trial.steps} steps, "
         f"{trial.seconds:.0f} s, {trial.status}); doctor: {trial.doctor or '-'}"
     )
+    return stopped_by
 
 
 def _doctor(run_dir: Path) -> str:
@@ -221,10 +236,23 @@ def _pick_best(result: SweepResult, configs: list[Config]) -> None:
         )
     best = max(scored, key=_rank_key)
     result.best = best.index
-    atomic_write_text(out_dir / "best.toml", config_mod.dumps_toml(configs[best.index]))
+    try:  # what it trained with: train.size=auto resolved, which `train --config best.toml` keeps as it is
+        result.best_config = read_run(out_dir / best.name).config
+    except AttnlabError:
+        result.best_config = configs[best.index]
+    atomic_write_text(out_dir / "best.toml", config_mod.dumps_toml(result.best_config))
     atomic_write_json(out_dir / "sweep.json", result.to_json())
     atomic_write_text(out_dir / "sweep.md", format_table(result) + "\n")
     draw_sweep(result)
+
+
+def train_command(result: SweepResult, out: str = "runs/best") -> str:
+    """The ``attnlab train`` line that trains the best trial again into ``out``: ``best.toml`` with the
+    best trial's own kind (``--model`` must agree with the file's ``model.kind``)."""
+    if result.best_config is None:
+        raise AttnlabError("the sweep has no best trial yet")
+    return (f"attnlab train --model {result.best_config.model.kind} "
+            f"--config {shlex.quote(str(result.out_dir / 'best.toml'))} --out {shlex.quote(out)}")
 
 
 def format_table(result: SweepResult) -> str:

@@ -1,6 +1,6 @@
 """`attnlab train --nproc N`: start N data-parallel workers on this machine with torchrun.
 
-This is PyTorch's own elastic launcher (``python -m torch.distributed.run``), not a home-made one:
+This is PyTorch's own elastic launcher (``python -m torch.distributed.run``'s ``main``), not a home-made one:
 it picks a free rendezvous port (``--standalone``), sets ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/…
 for each worker, watches them, and (with ``max_restarts``) restarts all of them when one dies; the
 restarted workers resume from the run's ``last`` checkpoint (``loop.train``). Every worker runs the
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.errors import AttnlabError
+from attnlab.interrupts import exit_code
 
 
 def strip_nproc(argv: list[str]) -> list[str]:
@@ -51,11 +52,13 @@ def strip_nproc(argv: list[str]) -> list[str]:
 
 
 def torchrun_command(nproc: int, argv: list[str], max_restarts: int = 0) -> list[str]:
-    """The torchrun command line that runs ``attnlab <argv>`` (``--nproc`` removed) on ``nproc`` workers."""
+    """The torchrun command line that runs ``attnlab <argv>`` (``--nproc`` removed) on ``nproc`` workers:
+    torchrun's own ``main`` through this module (:func:`torchrun_main`), which ends a stop by signal
+    without torchrun's traceback."""
     return [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "attnlab.training.launch",
         "--standalone",
         f"--nproc-per-node={nproc}",
         f"--max-restarts={max_restarts}",
@@ -100,7 +103,6 @@ def launch_nproc(nproc: int, argv: list[str], max_restarts: int | None = None) -
 # SIGTERM, so the workers save; passed on as SIGHUP, torchrun would hand the workers a SIGHUP, which
 # kills them mid-step.
 FORWARDED = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM, signal.SIGHUP: signal.SIGTERM}
-INTERRUPTED = 130  # the exit code of a run stopped by a signal (as `attnlab train` on one process)
 STOP_GRACE_S = 25.0  # after a forwarded signal, the workers' time to save and exit before they are killed
 
 
@@ -110,8 +112,8 @@ def run_forwarding_signals(cmd: list[str], env: dict[str, str] | None = None) ->
     Only the first signal is forwarded: torchrun is then stopping its workers (they save ``last``),
     and a second signal would interrupt torchrun's own shutdown. Workers still running
     :data:`STOP_GRACE_S` after the signal, or once torchrun is gone, are killed, so the whole stop
-    takes under 30 s. Returns torchrun's exit code,
-    or :data:`INTERRUPTED` when a signal stopped the job.
+    takes under 30 s. Returns torchrun's exit code, or 128 + the signal received when one stopped the job
+    (130 for Ctrl-C, as `attnlab train` on one process).
     """
     state: dict[str, Any] = {"proc": None, "signal": None, "forwarded": False, "workers": [], "at": float("inf"), "killed": False}
 
@@ -160,7 +162,7 @@ def run_forwarding_signals(cmd: list[str], env: dict[str, str] | None = None) ->
     if state["signal"] is None:
         return rc
     _kill_groups(state["workers"])  # still there once torchrun is gone
-    return rc if rc == 0 else INTERRUPTED
+    return rc if rc == 0 else exit_code(state["signal"])
 
 
 def _kill_groups(procs: list[tuple[int, int]]) -> None:
@@ -198,3 +200,21 @@ def _children(ppid: int) -> list[tuple[int, int]]:
         except (OSError, ValueError, IndexError):
             continue
     return out
+
+
+def torchrun_main() -> int:
+    """``python -m torch.distributed.run``'s ``main``, except that a stop by signal (which torchrun passes
+    on to the workers: they save and exit) ends in its exit status, 128 + the signal, instead of the
+    traceback of its ``SignalException`` after the workers' last lines."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.run import main
+
+    try:
+        main()
+    except SignalException as e:
+        return exit_code(int(e.sigval))
+    return 0
+
+
+if __name__ == "__main__":  # torchrun_command runs torchrun through here
+    sys.exit(torchrun_main())

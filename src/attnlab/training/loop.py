@@ -63,6 +63,8 @@ class TrainResult:
     last_valid: dict[str, Any] = field(default_factory=dict)
     tokens_per_s: float = 0.0
     examples_seen: int = 0  # training pairs consumed over all ranks since step 0 (weight-0 fillers excluded)
+    signal: int | None = None  # the signal this process received when stopped_by == "signal" (None on a rank
+    # that stopped because another rank received one)
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, scale: float, lr: float,
@@ -159,7 +161,9 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
             if bar is not None:
                 bar.close()
             s.finish(stopped_by)  # the final validation and checkpoint
-        return _result(s, stopped_by)
+        result = _result(s, stopped_by)
+        result.signal = stop.signal
+        return result
     finally:
         if own_group:
             D.teardown()

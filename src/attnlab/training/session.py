@@ -39,6 +39,7 @@ from attnlab.data.batching import Batch, collate
 from attnlab.data.vocab import load_tokenizer
 from attnlab.device import set_threads
 from attnlab.errors import AttnlabError
+from attnlab.interrupts import Interrupted
 from attnlab.models import build_model
 from attnlab.training import distributed as D
 from attnlab.training import sizing
@@ -357,7 +358,9 @@ class Session:
 
 
 class StopFlag:
-    """Turns SIGINT/SIGTERM into a flag the loop checks between steps (a step is never torn)."""
+    """Turns SIGINT/SIGTERM into a flag the loop checks between steps (a step is never torn); ``signal``
+    is the first one received. A second Ctrl-C means "now": it raises :class:`attnlab.interrupts.Interrupted`.
+    The caller of ``train`` decides what a stop means beyond the run (attnlab.interrupts)."""
 
     def __init__(self) -> None:
         self.signal: int | None = None
@@ -371,8 +374,8 @@ class StopFlag:
 
     def _handle(self, signum, frame):  # noqa: ARG002
         if self.signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C means "now"
-        self.signal = signum
+            raise Interrupted(signum)  # a second Ctrl-C means "now"
+        self.signal = self.signal or signum
 
     def __exit__(self, *exc):
         for sig, old in self._old.items():
