@@ -68,36 +68,61 @@ def drop_records_after(out_dir: Path, step: int) -> None:
             except (ValueError, AttributeError):
                 continue  # a torn last line
             kept.append(line)
-        atomic_write_text(path, "".join(x + "\n" for x in kept))
+        try:
+            atomic_write_text(path, "".join(x + "\n" for x in kept))
+        except OSError as e:
+            raise AttnlabError(f"could not rewrite {path} to resume the run: {e.strerror or e}; its checkpoints "
+                               "are untouched: free some space and resume again") from None
 
 
 def write_run_files(out_dir: Path, cfg: Config, prepared, model: torch.nn.Module, device: torch.device,
                     world_size: int, argv: list[str] | None) -> None:
-    """``config.toml`` (every default written out), ``tokenizers.json`` and ``meta.json``."""
-    atomic_write_text(out_dir / runs.CONFIG, config_mod.dumps_toml(cfg))
-    atomic_write_json(out_dir / runs.TOKENIZERS, {"src": prepared.src_tok.to_json(), "tgt": prepared.tgt_tok.to_json()})
+    """``config.toml`` (every default written out), ``tokenizers.json`` and ``meta.json``; a disk that
+    refuses them (full, read-only) is one line, before any checkpoint is written."""
     meta = {"seed": cfg.train.seed, "versions": versions(), "device": str(device), "threads": torch.get_num_threads(),
             "world_size": world_size, "argv": argv or sys.argv, "data_stats": prepared.stats,
             "model_parameters": sum(p.numel() for p in model.parameters()),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    atomic_write_json(out_dir / runs.META, meta)
+    files = {runs.CONFIG: config_mod.dumps_toml(cfg),
+             runs.TOKENIZERS: {"src": prepared.src_tok.to_json(), "tgt": prepared.tgt_tok.to_json()},
+             runs.META: meta}
+    for name, content in files.items():
+        try:
+            if isinstance(content, str):
+                atomic_write_text(out_dir / name, content)
+            else:
+                atomic_write_json(out_dir / name, content)
+        except OSError as e:
+            raise AttnlabError(f"could not write {out_dir / name}: {e.strerror or e}; free some space or choose "
+                               "another --out (no checkpoint was written or changed)") from None
 
 
 def finish_meta(out_dir: Path, facts: dict[str, Any]) -> None:
-    """Add how the run ended to ``meta.json`` and draw ``curves.png`` (when matplotlib is there)."""
+    """Add how the run ended to ``meta.json`` and draw ``curves.png`` (when matplotlib is there).
+
+    Called after the final checkpoint is saved: a disk that refuses ``meta.json`` is one line that
+    says so (:class:`AttnlabError`); one that refuses the drawing is a warning, as during the run.
+    """
     meta_path = out_dir / runs.META
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError):
         meta = {}
     meta.update({"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **facts})
-    atomic_write_json(meta_path, meta)
+    try:
+        atomic_write_json(meta_path, meta)
+    except OSError as e:
+        raise AttnlabError(f"could not write {meta_path}: {e.strerror or e}; the run's checkpoints are saved, "
+                           "only this record of how it ended is missing: free some space") from None
     try:
         from attnlab.inspection.plots import plot_curves  # matplotlib is heavy: loaded only to draw
 
         plot_curves(out_dir)
     except ImportError:
         pass
+    except OSError as e:
+        print(f"warning: could not draw {out_dir / 'curves.png'} ({e.strerror or e}); the run is saved",
+              file=sys.stderr)
 
 
 class CurvesPainter:
