@@ -9,6 +9,7 @@ import json
 import platform
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,59 @@ def versions() -> dict[str, str]:
             "platform": platform.platform()}
 
 
+def _is_run(out_dir: Path) -> bool:
+    """True when ``meta.json`` is the one :func:`write_run_files` writes (a run, perhaps one that died
+    before its first checkpoint)."""
+    try:
+        meta = json.loads((out_dir / runs.META).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(meta, dict) and isinstance(meta.get("versions"), dict) and "attnlab" in meta["versions"]
+
+
+def _is_dead_record(name: str) -> bool:
+    """A name a run's records take (``metrics.jsonl``, ``tensorboard/``, a set-aside ``….old.2``, ``checkpoints/``)."""
+    base = name.split(".old", 1)[0] if ".old" in name else name
+    return base in (*RECORDS, BOARD_DIR) or name == "checkpoints"
+
+
+def _check_new_run_dir(out_dir: Path) -> None:
+    """Refuse an ``out_dir`` whose files a new run would overwrite: only a new or empty folder, a run
+    (its ``meta.json`` is attnlab's) or a folder holding nothing but a run's records may take one."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise AttnlabError(f"--out {out_dir} is a file, not a folder; choose an empty or new folder for the run")
+    try:
+        names = sorted(p.name for p in out_dir.iterdir()) if out_dir.is_dir() else []
+    except OSError as e:
+        raise AttnlabError(f"could not read --out {out_dir}: {e.strerror or e}; choose another folder") from None
+    if not names or _is_run(out_dir):
+        return
+    foreign = [n for n in names if not _is_dead_record(n)]
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise AttnlabError(f"--out {out_dir} is not empty and is not a run folder (it holds {shown}), so training "
+                           "would overwrite its files; choose an empty or new folder, or --resume to continue a run")
+
+
+def _make_writable_dir(out_dir: Path) -> None:
+    """Create ``out_dir`` and check a file can be written there, so a bad --out fails before training."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as e:
+        raise AttnlabError(f"cannot write in --out {out_dir}: {e.strerror or e}; choose a folder you can "
+                           "write to") from None
+
+
 def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = False) -> None:
     """Check that ``out_dir`` suits a new run (or holds one to resume); ``restarted``: torchrun restarted
-    this job before its first checkpoint, so the folder's files are this job's own and start over."""
+    this job before its first checkpoint, so the folder's files are this job's own and start over.
+
+    A new run never overwrites what is not a run's: ``out_dir`` must be new, empty, a run folder
+    without checkpoints (one that died before saving: its records are set aside) or hold only such
+    records. Raises :class:`AttnlabError` with one line otherwise, and for a folder it cannot write.
+    """
     if restarted and not resume:
         for name in RECORDS:
             (out_dir / name).unlink(missing_ok=True)
@@ -47,9 +98,10 @@ def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = 
         if not (out_dir / "checkpoints" / "LAST").is_file():
             raise AttnlabError(f"--resume: {out_dir} holds no checkpoint to resume from; drop --resume to start a new run")
         return
+    _check_new_run_dir(out_dir)
     if (out_dir / "checkpoints").exists() and any((out_dir / "checkpoints").iterdir()):
         raise AttnlabError(f"{out_dir} already holds a run; add --resume to continue it or choose another --out")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _make_writable_dir(out_dir)
     for moved in set_aside_dead_records(out_dir, (*RECORDS, BOARD_DIR)):  # a run that died before saving
         print(f"note: {out_dir} held records of a run with no checkpoint; moved them to {moved.name}", file=sys.stderr)
 
