@@ -256,10 +256,17 @@ class _Output:
                 pass
 
 
+def _check_counts(args, *names: str) -> None:
+    """``--beam`` / ``--nbest`` given as 0 or less are mistakes (0 once meant the run's default silently)."""
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise AttnlabError(f"--{name} {value} must be at least 1 (--beam 1 = greedy; leave --{name} out "
+                               "for the default)")
+
+
 def cmd_translate(args) -> int:
-    for name in ("beam", "nbest"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise AttnlabError(f"--{name} {getattr(args, name)} must be at least 1 (--beam 1 = greedy)")
+    _check_counts(args, "beam", "nbest")
     _check_translate_paths(args)  # before the model loads: a wrong path fails at once
     try:
         stream = open(args.file, encoding="utf-8", errors="replace", newline="\n") if args.file else None  # noqa: SIM115
@@ -352,6 +359,7 @@ def cmd_evaluate(args) -> int:
     from attnlab.data import corpus
     from attnlab.evaluation.evaluate import evaluate_split, format_report, notes_examples, write_report
 
+    _check_counts(args, "beam")
     tr = _load_translator(args)
     tr.check_translates()  # a fill model is refused before the corpus is read
     dcfg = tr.cfg.data
@@ -374,7 +382,9 @@ def cmd_evaluate(args) -> int:
 
 def cmd_demo(args) -> int:
     from attnlab.demo import run_demo
+    from attnlab.io import writable_folder
 
+    writable_folder(args.runs_dir, "--runs-dir")  # before the machine is measured and the corpus read
     return run_demo(out=Path(args.runs_dir), minutes=args.max_minutes, data=args.data, threads=args.threads,
                     progress=show_progress(args), verbose=args.verbose)
 

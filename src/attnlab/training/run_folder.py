@@ -9,7 +9,6 @@ import json
 import platform
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from attnlab import __version__, runs
 from attnlab import config as config_mod
 from attnlab.config import Config
 from attnlab.errors import AttnlabError
-from attnlab.io import atomic_write_json, atomic_write_text
+from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
 from attnlab.training.resume import set_aside_dead_records
 from attnlab.training.tensorboard import BOARD_DIR
 
@@ -70,17 +69,6 @@ def _check_new_run_dir(out_dir: Path) -> None:
                            "would overwrite its files; choose an empty or new folder, or --resume to continue a run")
 
 
-def _make_writable_dir(out_dir: Path) -> None:
-    """Create ``out_dir`` and check a file can be written there, so a bad --out fails before training."""
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out_dir):
-            pass
-    except OSError as e:
-        raise AttnlabError(f"cannot write in --out {out_dir}: {e.strerror or e}; choose a folder you can "
-                           "write to") from None
-
-
 def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = False) -> None:
     """Check that ``out_dir`` suits a new run (or holds one to resume); ``restarted``: torchrun restarted
     this job before its first checkpoint, so the folder's files are this job's own and start over.
@@ -101,7 +89,7 @@ def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = 
     _check_new_run_dir(out_dir)
     if (out_dir / "checkpoints").exists() and any((out_dir / "checkpoints").iterdir()):
         raise AttnlabError(f"{out_dir} already holds a run; add --resume to continue it or choose another --out")
-    _make_writable_dir(out_dir)
+    writable_folder(out_dir, "--out")  # created, and a bad --out fails before training
     for moved in set_aside_dead_records(out_dir, (*RECORDS, BOARD_DIR)):  # a run that died before saving
         print(f"note: {out_dir} held records of a run with no checkpoint; moved them to {moved.name}", file=sys.stderr)
 
