@@ -187,13 +187,111 @@ def _load_translator(args):
     return tr
 
 
+def _check_translate_paths(args) -> None:
+    """``--file`` is a readable file and ``--output`` is not the input (by name, link or stdin) nor a folder."""
+    if args.file is not None:
+        if not os.path.exists(args.file):
+            raise AttnlabError(f"--file {args.file} does not exist; give a text file with one sentence per line")
+        if os.path.isdir(args.file):
+            raise AttnlabError(f"--file {args.file} is a folder; give a text file with one sentence per line")
+    if not args.output:
+        return
+    if os.path.isdir(args.output):
+        raise AttnlabError(f"--output {args.output} is a folder; give the file to write the translations to")
+    if not os.path.exists(args.output):
+        return
+    out = os.stat(args.output)
+    if args.file is not None:
+        same = os.path.samestat(os.stat(args.file), out)
+    elif not args.text:
+        try:
+            same = os.path.samestat(os.fstat(sys.stdin.fileno()), out)
+        except (OSError, ValueError, io.UnsupportedOperation):  # no real stdin (a test's, a closed one)
+            same = False
+    else:
+        same = False
+    if same:
+        raise AttnlabError(f"--output {args.output} is the input file; writing it would destroy the sentences "
+                           "before they are read. Choose another --output")
+
+
+class _Output:
+    """``--output``: translations go to a temporary file beside the target, renamed over it by
+    :meth:`commit` only when every line is written, so a failure or Ctrl-C leaves the previous file
+    whole. A symbolic link is written through (the link stays); a device or pipe (``/dev/null``)
+    is written to directly, having no content to keep."""
+
+    def __init__(self, path: str) -> None:
+        import tempfile
+
+        from attnlab.io import usual_mode
+
+        self.target = os.path.realpath(path)
+        self.tmp = None
+        try:
+            if os.path.exists(self.target) and not os.path.isfile(self.target):
+                self.file = open(self.target, "w", encoding="utf-8")  # noqa: SIM115
+                return
+            fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(self.target)}.", suffix=".tmp",
+                                            dir=os.path.dirname(self.target))
+            os.fchmod(fd, usual_mode())  # mkstemp makes 0600
+            self.file = os.fdopen(fd, "w", encoding="utf-8")
+        except OSError as e:
+            raise AttnlabError(f"cannot write --output {path}: {e.strerror or e}; choose a file in a folder "
+                               "you can write to") from None
+
+    def commit(self) -> None:
+        from attnlab.io import fsync_dir
+
+        self.file.flush()
+        if self.tmp is not None:
+            os.fsync(self.file.fileno())
+        self.file.close()
+        if self.tmp is not None:
+            os.replace(self.tmp, self.target)
+            self.tmp = None
+            fsync_dir(os.path.dirname(self.target))
+
+    def abandon(self) -> None:
+        self.file.close()
+        if self.tmp is not None:
+            try:
+                os.unlink(self.tmp)
+            except OSError:
+                pass
+
+
+def _check_counts(args, *names: str) -> None:
+    """``--beam`` / ``--nbest`` given as 0 or less are mistakes (0 once meant the run's default silently)."""
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise AttnlabError(f"--{name} {value} must be at least 1 (--beam 1 = greedy; leave --{name} out "
+                               "for the default)")
+
+
 def cmd_translate(args) -> int:
+    _check_counts(args, "beam", "nbest")
+    _check_translate_paths(args)  # before the model loads: a wrong path fails at once
+    try:
+        stream = open(args.file, encoding="utf-8", errors="replace", newline="\n") if args.file else None  # noqa: SIM115
+    except OSError as e:
+        raise AttnlabError(f"cannot read --file {args.file}: {e.strerror or e}") from None
+    try:
+        return _translate(args, stream)
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def _translate(args, stream) -> int:
     tr = _load_translator(args)
     beam = args.beam or tr.cfg.decode.beam_size
     nbest = args.nbest or 1
     if nbest > beam:
         raise AttnlabError(f"--nbest {nbest} is larger than --beam {beam}; raise --beam or lower --nbest")
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    output = _Output(args.output) if args.output else None
+    out = output.file if output else sys.stdout  # stdout is streamed: each chunk as it is translated
     emitted = [0]  # lines handled so far, for warnings that name the input line
 
     def emit(lines: list[str]) -> None:
@@ -203,12 +301,18 @@ def cmd_translate(args) -> int:
                 print(f"warning: input line {emitted[0] + n + 1} is longer than {tr.max_src_tokens} tokens; "
                       "only its beginning was translated", file=sys.stderr)
         emitted[0] += len(lines)
-        for res in results:
-            if nbest == 1:
-                out.write(res[0].text + "\n")
-            else:
-                out.write(" ||| ".join(t.text for t in res) + "\n")
-        out.flush()
+        try:
+            for res in results:
+                if nbest == 1:
+                    out.write(res[0].text + "\n")
+                else:
+                    out.write(" ||| ".join(t.text for t in res) + "\n")
+            out.flush()
+        except OSError as e:
+            if output is None or isinstance(e, BrokenPipeError):
+                raise  # stdout: a closed pipe ends the command quietly (main)
+            raise AttnlabError(f"could not write --output {args.output}: {e.strerror or e}; the previous file "
+                               "is unchanged") from None
 
     bar = None
     try:
@@ -216,8 +320,7 @@ def cmd_translate(args) -> int:
             emit(list(args.text))
         else:
             # Only "\n" ends a line (a stray "\r" inside a line must not split it); "\r\n" is stripped below.
-            if args.file:
-                stream = open(args.file, encoding="utf-8", errors="replace", newline="\n")  # noqa: SIM115
+            if stream is not None:
                 if show_progress(args):  # a file has a known length: a bar on stderr, ticked per chunk
                     from tqdm.auto import tqdm
 
@@ -241,11 +344,17 @@ def cmd_translate(args) -> int:
                 emit(chunk)
                 if bar is not None:
                     bar.update(len(chunk))
+        if output is not None:
+            try:
+                output.commit()
+            except OSError as e:
+                raise AttnlabError(f"could not write --output {args.output}: {e.strerror or e}; the previous file "
+                                   "is unchanged") from None
     finally:
         if bar is not None:
             bar.close()
-        if args.output:
-            out.close()
+        if output is not None:
+            output.abandon()
     return 0
 
 
@@ -255,6 +364,7 @@ def cmd_evaluate(args) -> int:
     from attnlab.data import corpus
     from attnlab.evaluation.evaluate import evaluate_split, format_report, notes_examples, write_report
 
+    _check_counts(args, "beam")
     tr = _load_translator(args)
     tr.check_translates()  # a fill model is refused before the corpus is read
     dcfg = tr.cfg.data
@@ -277,7 +387,9 @@ def cmd_evaluate(args) -> int:
 
 def cmd_demo(args) -> int:
     from attnlab.demo import run_demo
+    from attnlab.io import writable_folder
 
+    writable_folder(args.runs_dir, "--runs-dir")  # before the machine is measured and the corpus read
     return run_demo(out=Path(args.runs_dir), minutes=args.max_minutes, data=args.data, threads=args.threads,
                     progress=show_progress(args), verbose=args.verbose)
 

@@ -39,6 +39,25 @@ def usual_mode(is_dir: bool = False) -> int:
     return (0o777 if is_dir else 0o666) & ~_UMASK
 
 
+def writable_folder(path: str | Path, option: str) -> Path:
+    """Create the folder ``path`` (and its parents) and check that a file can be written in it, so an
+    output folder that cannot be used (a file, under one, read-only, full, ``/proc``) fails in one
+    line before any work. Raises :class:`~attnlab.errors.AttnlabError` naming ``option``."""
+    from attnlab.errors import AttnlabError
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise AttnlabError(f"{option} {path} is a file, not a folder; give a folder (it is created if needed)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise AttnlabError(f"cannot write in {option} {path}: {e.strerror or e}; choose a folder you can "
+                           "write to") from None
+    return path
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -85,11 +85,89 @@ def test_export_refusals(exported, tmp_path):
     assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.*"))  # nothing half-written is left
 
 
-def test_force_replaces_an_existing_folder(exported, tmp_path):
-    run, _ = exported
+def _tree(root):
+    """Every path under ``root`` with its bytes (None for a folder): what must survive a refused export."""
+    return {p.relative_to(root).as_posix(): (None if p.is_dir() else p.read_bytes()) for p in root.rglob("*")}
+
+
+def test_force_refuses_an_out_that_holds_the_run_or_other_files(exported, tmp_path):
+    """`export P/num P --force` once deleted P/num (the run itself), P/other and P/notes.txt."""
+    import shutil
+
+    run, out = exported
+    p = tmp_path / "P"
+    p.mkdir()
+    shutil.copytree(run, p / "num")
+    shutil.copytree(out, p / "other")
+    (p / "notes.txt").write_text("x")
+    before = _tree(p)
+    with pytest.raises(AttnlabError, match="contains RUN") as e:
+        export_run(p / "num", p, force=True)
+    assert "\n" not in str(e.value)
+    assert _tree(p) == before and sorted(x.name for x in tmp_path.iterdir()) == ["P"]
+    # a folder of the user's files, with or without an export among them, is not an export to replace
+    q = tmp_path / "Q"
+    shutil.copytree(out, q)
+    (q / "notes.txt").write_text("mine")
+    for target in (p / "other-files", q):
+        target.mkdir(exist_ok=True)
+        (target / "notes.txt").write_text("mine")
+        before = _tree(target)
+        with pytest.raises(AttnlabError, match="did not write.*notes.txt") as e:
+            export_run(run, target, force=True)
+        assert "\n" not in str(e.value) and _tree(target) == before
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["P", "Q"] and not list(p.glob(".*"))
+
+
+def test_force_replaces_an_earlier_export_and_leaves_nothing_beside_it(exported, tmp_path):
+    run, out = exported
     target = tmp_path / "t"
-    target.mkdir()
-    (target / "old.txt").write_text("x")
-    export_run(run, target, force=True)
-    assert not (target / "old.txt").exists() and runs.is_export(target)
+    target.mkdir()  # an empty folder needs no --force
+    export_run(run, target)
+    was = target.stat().st_ino
+    export_run(run, target, which="last", force=True)
+    assert target.stat().st_ino != was  # a new folder swapped in, not files written into the old one
+    assert runs.is_export(target) and sorted(x.name for x in tmp_path.iterdir()) == ["t"]
     Translator.from_run(target, device="cpu")
+
+
+def test_force_into_the_current_folder_leaves_no_stale_folder(exported, tmp_path, monkeypatch):
+    """`cd OUT; attnlab export RUN . --force` once left `..stale.*` folders behind."""
+    run, _ = exported
+    target = tmp_path / "here"
+    export_run(run, target)
+    monkeypatch.chdir(target)
+    done = export_run(run, ".", force=True)
+    assert done.resolve() == target and runs.is_export(target)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["here"]
+    assert not [x.name for x in target.iterdir() if x.name.startswith(".")]
+    Translator.from_run(target, device="cpu")
+
+
+def test_export_force_through_the_cli_is_one_line(exported, tmp_path, capsys):
+    import shutil
+
+    from attnlab.cli import main
+
+    run, _ = exported
+    p = tmp_path / "P"
+    shutil.copytree(run, p / "num")
+    (p / "notes.txt").write_text("x")
+    before = _tree(p)
+    assert main(["export", str(p / "num"), str(p), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1 and "contains RUN" in err
+    assert _tree(p) == before
+
+
+def test_force_replaces_an_earlier_ctranslate2_export(exported, tmp_path):
+    """The files of OUT/ctranslate2/ are the earlier export's own (its manifest lists them), and a
+    file the user put there is not."""
+    pytest.importorskip("ctranslate2")
+    run, _ = exported
+    target = export_run(run, tmp_path / "ct2", fmt="ctranslate2")
+    export_run(run, target, fmt="ctranslate2", force=True)
+    (target / "ctranslate2" / "mine.txt").write_text("x")
+    with pytest.raises(AttnlabError, match="ctranslate2/mine.txt"):
+        export_run(run, target, force=True)
+    assert (target / "ctranslate2" / "mine.txt").read_text() == "x"

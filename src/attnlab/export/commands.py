@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from attnlab.export import FORMATS, QUANTIZATIONS
 
 
 def cmd_export(args) -> int:
     import json
+    from pathlib import Path
 
     from attnlab.export.folder import export_run
 
+    try:
+        here = Path.cwd().resolve()  # asked before: a replaced current folder no longer has a path
+    except OSError:
+        here = None
     out = export_run(args.run, args.out, which=args.checkpoint, fmt=args.format,
                      quantization=args.quantization, force=args.force)
     spec = json.loads((out / "config.json").read_text(encoding="utf-8"))
@@ -19,6 +25,8 @@ def cmd_export(args) -> int:
     extra = "".join(f"; {name}/ ({e['quantization']})" for name, e in engines.items())
     print(f"exported {args.run} ({spec['model_kind']}, {spec['source']['checkpoint']}) to {out}: "
           f"config.json, model.safetensors, {spec['tokenizers']['src']['file']}, {spec['tokenizers']['tgt']['file']}{extra}")
+    if out == here:  # the shell still sits in the folder that was swapped out and removed
+        print(f"note: the current folder was replaced; `cd {out}` to see the new files", file=sys.stderr)
     if engines:
         print(f"translate with it: attnlab translate {out} --engine ctranslate2 \"i'm home .\"")
     return 0
@@ -39,5 +47,6 @@ def register(sub) -> None:
                    help="ctranslate2 also converts the Transformer or decoder-only model for CTranslate2")
     e.add_argument("--quantization", choices=QUANTIZATIONS, default="float32",
                    help="weights of the CTranslate2 model (int8: 8-bit weights, int8 matmuls on the CPU)")
-    e.add_argument("--force", action="store_true", help="replace OUT when it exists and is not empty")
+    e.add_argument("--force", action="store_true",
+                   help="replace OUT when it is an earlier export (never a folder holding other files or RUN)")
     e.set_defaults(func=cmd_export)

@@ -1,7 +1,8 @@
 """`attnlab export RUN OUT`: one checkpoint as a self-contained folder (the layout is in ``runs.py``).
 
-The folder is written under a temporary name beside ``OUT`` and renamed into place, so ``OUT`` is
-either the previous folder or the complete new one. Reading it back (``runs.read_export``) checks
+The folder is written under a temporary name beside ``OUT`` and swapped into place, so ``OUT`` is
+either the previous folder or the complete new one; ``--force`` replaces only an earlier export that
+holds nothing but its own files. Reading it back (``runs.read_export``) checks
 every file's sha256 and the fingerprint recorded in ``config.json`` and the weights' metadata.
 """
 
@@ -75,36 +76,88 @@ def _write_tree(tmp: Path, run: Path, which: str, fmt: str, quantization: str) -
     atomic_write_json(tmp / runs.MANIFEST, {"step": step, "files": digests, **fp})
 
 
+def _foreign_files(out: Path) -> list[str]:
+    """The paths under ``out`` that an earlier `attnlab export` did not write (relative, sorted).
+
+    ``out`` is an earlier export when its ``config.json`` says so and its ``manifest.json`` lists
+    files: those files, the manifest and the folders holding them are its own. Anything else (a file
+    the user added, a symbolic link, a run, the whole content of a folder that is no export) is not.
+    """
+    ours: set[str] = set()
+    try:
+        spec = json.loads((out / runs.EXPORT_CONFIG).read_text(encoding="utf-8"))
+        listed = json.loads((out / runs.MANIFEST).read_text(encoding="utf-8"))["files"]
+        if isinstance(spec, dict) and "attnlab_export" in spec and isinstance(listed, dict):
+            ours = {f for f in listed if isinstance(f, str)} | {runs.MANIFEST}
+    except (OSError, ValueError, UnicodeDecodeError, KeyError, TypeError):
+        pass
+    folders = {parent.as_posix() for f in ours for parent in Path(f).parents}
+    foreign = []
+
+    def walk(folder: Path) -> None:
+        with os.scandir(folder) as it:
+            for entry in it:
+                rel = Path(entry.path).relative_to(out).as_posix()
+                if entry.is_dir(follow_symlinks=False) and rel in folders:
+                    walk(Path(entry.path))
+                elif rel not in ours or not entry.is_file(follow_symlinks=False):
+                    foreign.append(rel)
+
+    try:
+        walk(out)
+    except OSError as e:
+        raise AttnlabError(f"could not read {out} to check what --force would replace: {e.strerror or e}") from None
+    return sorted(foreign)
+
+
+def _check_out(run: Path, out: Path, force: bool) -> None:
+    """Refuse an ``out`` whose replacement would lose anything: see :func:`export_run`."""
+    if out.exists() and not out.is_dir():
+        raise AttnlabError(f"{out} exists and is not a folder; choose another OUT")
+    run_r, out_r = run.resolve(), out.resolve()
+    if out_r == run_r or run_r in out_r.parents:
+        raise AttnlabError(f"OUT {out} lies inside RUN {run}; export to another folder")
+    if out_r in run_r.parents:
+        raise AttnlabError(f"OUT {out} contains RUN {run}; --force would delete the run with it. "
+                           "Export to a new folder")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not force:
+        raise AttnlabError(f"{out} exists and is not empty; choose another OUT or pass --force to replace it")
+    foreign = _foreign_files(out)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise AttnlabError(f"{out} holds files `attnlab export` did not write ({shown}); --force replaces only an "
+                           "earlier export. Choose a new or empty OUT, or move those files away")
+
+
 def export_run(run: str | Path, out: str | Path, which: str = "best", fmt: str = "safetensors",
                quantization: str = "float32", force: bool = False) -> Path:
     """Export checkpoint ``which`` of ``run`` (a run folder or an exported one) into the folder ``out``.
 
     ``fmt="ctranslate2"`` adds ``out/ctranslate2/``, the model converted with ``quantization``.
-    An existing non-empty ``out`` is replaced only with ``force``. Raises :class:`AttnlabError`
-    (or :class:`~attnlab.errors.CheckpointError`) with one line on any problem; ``out`` is then untouched.
+    ``out`` must be new or empty; with ``force`` it may also be an earlier export holding nothing but
+    its own files (its manifest says which), never a folder with other files or one that contains
+    ``run``. The new folder is built beside ``out`` and swapped in at once, then the old one is
+    removed; ``out`` may be the current folder. Returns the folder written (resolved). Raises
+    :class:`AttnlabError` (or :class:`~attnlab.errors.CheckpointError`) with one line on any
+    problem; ``out`` is then untouched.
     """
-    run, out = Path(run), Path(out)
+    run = Path(run)
     if fmt not in FORMATS:
         raise AttnlabError(f"--format {fmt} is unknown; choose one of: {', '.join(FORMATS)}")
-    if out.exists() and not out.is_dir():
-        raise AttnlabError(f"{out} exists and is not a folder; choose another OUT")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise AttnlabError(f"{out} exists and is not empty; choose another OUT or pass --force to replace it")
-    if out.resolve() == run.resolve() or run.resolve() in out.resolve().parents:
-        raise AttnlabError(f"OUT {out} lies inside RUN {run}; export to another folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    _check_out(run, Path(out), force)
+    out = Path(out).resolve()  # "." has no name to build a sibling from
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as e:
+        raise AttnlabError(f"could not write {out}: {e.strerror or e}; choose another OUT") from None
     try:
         os.chmod(tmp, usual_mode(is_dir=True))  # mkdtemp makes 0700
         _write_tree(tmp, run, which, fmt, quantization)
         fsync_dir(tmp)
-        if out.exists():
-            stale = Path(tempfile.mkdtemp(prefix=f".{out.name}.stale.", dir=out.parent))
-            os.replace(out, stale / out.name)
-            os.replace(tmp, out)
-            shutil.rmtree(stale, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        runs._swap_in(tmp, out)  # the checkpoint saver's swap: renameat2 exchange, else two renames
         fsync_dir(out.parent)
     except OSError as e:
         raise AttnlabError(f"could not write {out}: {e.strerror or e}") from None

@@ -102,8 +102,10 @@ def from_hf(text: str, kind: str, lang: str, min_freq: int = 1) -> dict[str, Any
     if kind == "bpe":
         return {"kind": "bpe", "lang": lang, "tokenizer": json.dumps(spec, ensure_ascii=False)}
     vocab = model.get("vocab") if isinstance(model, dict) else None
-    if model.get("type") != "WordLevel" or not isinstance(vocab, dict):
+    if not isinstance(vocab, dict) or model.get("type") != "WordLevel":
         raise ValueError("a word vocabulary must be a WordLevel model with a vocab table")
+    if not all(type(i) is int for i in vocab.values()):  # a crafted file: ids that are not integers
+        raise ValueError("the WordLevel ids are not 0..N-1, each used once")
     table = sorted(vocab, key=vocab.__getitem__)
     if [vocab[t] for t in table] != list(range(len(table))):
         raise ValueError("the WordLevel ids are not 0..N-1, each used once")

@@ -18,7 +18,7 @@ A_METHODS = ("argmax", "intersect", "union", "grow-diag", "grow-diag-final-and")
 def cmd_align(args) -> int:
     from attnlab.inspection import align as A
     from attnlab.inspection.plots import save_figure
-    from attnlab.io import atomic_write_json
+    from attnlab.io import atomic_write_json, writable_folder
     from attnlab.translator import Translator
 
     if args.adapt < 0 or not args.adapt_lr > 0:
@@ -38,6 +38,8 @@ def cmd_align(args) -> int:
     )  # a missing gold folder fails before the model loads
     tr = Translator.from_run(args.run, which=args.checkpoint, device=args.device or "auto")
     reverse = Translator.from_run(args.reverse, device=args.device or "auto") if args.reverse else None
+    out = writable_folder(Path(args.save_dir) if args.save_dir else Path(args.run) / "inspect" / "align",
+                          "--save-dir")  # before the long alignment: a bad folder fails at once
     report = A.align_run(
         tr,
         gold,
@@ -60,7 +62,6 @@ def cmd_align(args) -> int:
     )
     for line in A.vocabulary_warnings(report):
         print(f"warning: {line}", file=sys.stderr)
-    out = Path(args.save_dir) if args.save_dir else Path(args.run) / "inspect" / "align"
     atomic_write_json(out / "align.json", report.to_json())
     paths = [out / "align.json", *save_figure(A.heatmap_figure(report), out / "align", ("png",))]
     if args.json:

@@ -61,11 +61,12 @@ def cmd_sweep(args) -> int:
 def cmd_heads(args) -> int:
     from attnlab.inspection import align as A
     from attnlab.inspection.heads import analyse_heads, draw_heads, format_table
-    from attnlab.io import atomic_write_json, atomic_write_text
+    from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
 
     folder = A.gold_for_heads(getattr(args, "gold", None))  # a bad folder fails before the long analysis
     gold = A.read_gold(folder) if folder is not None else None
-    out = Path(args.save_dir) if args.save_dir else default_out(args.run, "heads")
+    if args.save_dir:  # before the long analysis; the default (inside RUN) once RUN has been read
+        writable_folder(args.save_dir, "--save-dir")
     report = analyse_heads(
         args.run,
         sentences=args.sentences,
@@ -81,6 +82,7 @@ def cmd_heads(args) -> int:
         A.annotate_heads(report, A.attention_scores(tr, gold))
     table = format_table(report)
     print(table)
+    out = writable_folder(Path(args.save_dir) if args.save_dir else default_out(args.run, "heads"), "--save-dir")
     atomic_write_text(out / "heads.md", table + "\n")
     atomic_write_json(out / "heads.json", report.to_json())
     for path in [out / "heads.md", out / "heads.json", *draw_heads(report, out)]:
@@ -90,7 +92,10 @@ def cmd_heads(args) -> int:
 
 def cmd_compare(args) -> int:
     from attnlab.inspection.compare import compare_runs, format_markdown, write_comparison
+    from attnlab.io import writable_folder
 
+    if args.save_dir:  # before the long comparison; the default (inside RUN_A) once the runs have been read
+        writable_folder(args.save_dir, "--save-dir")
     comparison = compare_runs(
         args.runs,
         bleu_sentences=args.sentences,
@@ -98,7 +103,8 @@ def cmd_compare(args) -> int:
         device=args.device or "auto",
         progress=show_progress(args),
     )
-    out = Path(args.save_dir) if args.save_dir else default_out(args.runs[0], "compare")
+    out = writable_folder(Path(args.save_dir) if args.save_dir else default_out(args.runs[0], "compare"),
+                          "--save-dir")
     print(format_markdown(comparison))
     for path in write_comparison(comparison, out):
         print(f"wrote {path}")

@@ -18,19 +18,20 @@ def cmd_attribute(args) -> int:
     from attnlab.inspection import attribution as A
     from attnlab.inspection.attention_maps import slug
     from attnlab.inspection.plots import save_figure
+    from attnlab.io import writable_folder
     from attnlab.translator import Translator
 
     if args.steps < 1:
         raise AttnlabError(f"--steps {args.steps} must be >= 1 (integrated gradients' interpolation points)")
     tr = Translator.from_run(args.run, which=args.checkpoint, device=args.device or "auto")
     say(args, f"loaded {args.run} ({tr.cfg.model.kind}, checkpoint {args.checkpoint}) on {tr.device}")
+    out = writable_folder(Path(args.save_dir) if args.save_dir else Path(args.run) / "figures", "--save-dir")
     if args.method == "rollout":
         report = A.attention_rollout(tr, args.sentence)
         text, fig = A.format_rollout(report), A.rollout_figure(report)
     else:
         report = A.gradient_attribution(tr, args.sentence, args.method, steps=args.steps)
         text, fig = A.format_attribution(report), A.attribution_figure(report)
-    out = Path(args.save_dir) if args.save_dir else Path(args.run) / "figures"
     paths = save_figure(fig, out / f"{slug(args.sentence)}_{args.method}", ("png",))
     if args.json:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))

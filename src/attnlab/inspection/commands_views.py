@@ -23,7 +23,10 @@ def _translator(args):
 
 
 def _out_dir(args, default: Path) -> Path:
-    return Path(args.save_dir) if args.save_dir else default
+    """``--save-dir``, else ``default``: created and checked writable (one line if it cannot be)."""
+    from attnlab.io import writable_folder
+
+    return writable_folder(Path(args.save_dir) if args.save_dir else default, "--save-dir")
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -49,14 +52,17 @@ def cmd_attention(args) -> int:
     from attnlab.inspection import attention_maps as am
     from attnlab.inspection.movement import formation_note
 
-    out = _out_dir(args, Path(args.run) / "figures")
     if args.beam is not None and args.beam < 1:
         raise AttnlabError(f"--beam {args.beam} must be >= 1")
     if args.timeline:  # reads probes.jsonl: no model needed
-        for path in am.draw_timeline(args.run, args.sentence, out):
+        from attnlab.runs import read_run
+
+        read_run(args.run)  # a missing RUN is one line, before its figures folder is made
+        for path in am.draw_timeline(args.run, args.sentence, _out_dir(args, Path(args.run) / "figures")):
             print(path)
         return 0
     tr = _translator(args)
+    out = _out_dir(args, Path(args.run) / "figures")
     beam = args.beam or 1
     result = am.attention_maps(tr, args.sentence, beam_size=beam, extra_pad=args.pad)
     print(f"{args.sentence} → {result.translation}")
@@ -83,8 +89,10 @@ def cmd_explain(args) -> int:
 
     if args.top < 1:
         raise AttnlabError(f"--top {args.top} must be >= 1")
-    print(explain(_translator(args), args.sentence, reference=args.reference, top_k=args.top,
-                  figures_dir=_out_dir(args, Path(args.run) / "figures")))
+    tr = _translator(args)
+    default = Path(args.run) / "figures"  # written only for a GRU model's gates: not created for the others
+    figures = _out_dir(args, default) if args.save_dir else default
+    print(explain(tr, args.sentence, reference=args.reference, top_k=args.top, figures_dir=figures))
     return 0
 
 

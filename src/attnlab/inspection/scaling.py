@@ -56,7 +56,7 @@ from attnlab.data.vocab import BOS, EOS
 from attnlab.device import autocast, pick_device, set_threads
 from attnlab.errors import AttnlabError
 from attnlab.inspection.plots import new_figure, save_figure
-from attnlab.io import atomic_write_json
+from attnlab.io import atomic_write_json, writable_folder
 from attnlab.models import build_model, traits
 from attnlab.runs import read_metrics, read_run
 from attnlab.training.loop import train, train_step
@@ -72,6 +72,11 @@ FIRST_ID = EOS + 1  # the first ordinary token id (specials below it): random be
 
 
 # ----------------------------------------------------------------------------------- the families
+
+#: the widest rung planned: a Transformer rung of width W has about 56·W² parameters (2 layers, FFN 4·W),
+#: so 2048 is ~235 M, ~3.8 GB with its gradients and Adam moments; wider rungs would be refused by
+#: memory (the plan builds every rung to count its FLOPs), and at a ladder's budget get a few steps each
+MAX_WIDTH = 2048
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,10 @@ class Ladder:
                 if w < 8 or w % 4:
                     raise AttnlabError(f"width {w} for {name} must be a multiple of 4 and >= 8 "
                                        "(the Transformer splits it between 4 heads)")
+                if w > MAX_WIDTH:
+                    raise AttnlabError(f"width {w} for {name} is wider than the ladder plans ({MAX_WIDTH}: a rung's "
+                                       "weights grow as width squared); give --widths up to "
+                                       f"{MAX_WIDTH}, e.g. --widths 64,128,256")
         if not self.budget_flops > 0:
             raise AttnlabError(f"the budget per rung ({self.budget_flops:g} FLOPs) must be > 0")
         if min(self.lengths, default=2) < 2 or min(self.decode_steps, default=1) < 1:
@@ -493,6 +502,8 @@ def run_scaling(ladder: Ladder, out_dir: str | Path, where: Where = Where(), log
     out_dir = Path(out_dir)
     say = log or (lambda _m: None)
     check_out_dir(out_dir)
+    if not plan_only:  # a folder that cannot be written fails now, not after the plan's probes
+        writable_folder(out_dir, "--runs-dir")
     t0 = time.monotonic()
     report = plan_ladder(ladder, where, log)
     prepared = report.pop("_prepared")

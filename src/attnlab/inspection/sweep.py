@@ -32,7 +32,7 @@ from attnlab.data import corpus
 from attnlab.errors import AttnlabError
 from attnlab.inspection.plots import new_figure, save_figure
 from attnlab.interrupts import Interrupted
-from attnlab.io import atomic_write_json, atomic_write_text
+from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
 from attnlab.runs import read_metrics, read_run
 from attnlab.training.loop import NonFiniteLossError, train
 
@@ -155,7 +155,7 @@ def run_sweep(
         )
     points = grid_points(axes, random_n, seed)
     configs = [trial_config(base, p, minutes_per_trial) for p in points]
-    out_dir.mkdir(parents=True, exist_ok=True)
+    writable_folder(out_dir, "--runs-dir")
     result = SweepResult(out_dir, axes)
     prepared_cache: dict[Any, Any] = {}  # data config -> prepared corpus (trials that only vary lr share it)
     width = max(2, len(str(len(points) - 1)))

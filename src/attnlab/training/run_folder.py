@@ -22,7 +22,7 @@ from attnlab import __version__, runs
 from attnlab import config as config_mod
 from attnlab.config import Config
 from attnlab.errors import AttnlabError
-from attnlab.io import atomic_write_json, atomic_write_text
+from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
 from attnlab.training.resume import set_aside_dead_records
 from attnlab.training.tensorboard import BOARD_DIR
 
@@ -35,9 +35,48 @@ def versions() -> dict[str, str]:
             "platform": platform.platform()}
 
 
+def _is_run(out_dir: Path) -> bool:
+    """True when ``meta.json`` is the one :func:`write_run_files` writes (a run, perhaps one that died
+    before its first checkpoint)."""
+    try:
+        meta = json.loads((out_dir / runs.META).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(meta, dict) and isinstance(meta.get("versions"), dict) and "attnlab" in meta["versions"]
+
+
+def _is_dead_record(name: str) -> bool:
+    """A name a run's records take (``metrics.jsonl``, ``tensorboard/``, a set-aside ``….old.2``, ``checkpoints/``)."""
+    base = name.split(".old", 1)[0] if ".old" in name else name
+    return base in (*RECORDS, BOARD_DIR) or name == "checkpoints"
+
+
+def _check_new_run_dir(out_dir: Path) -> None:
+    """Refuse an ``out_dir`` whose files a new run would overwrite: only a new or empty folder, a run
+    (its ``meta.json`` is attnlab's) or a folder holding nothing but a run's records may take one."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise AttnlabError(f"--out {out_dir} is a file, not a folder; choose an empty or new folder for the run")
+    try:
+        names = sorted(p.name for p in out_dir.iterdir()) if out_dir.is_dir() else []
+    except OSError as e:
+        raise AttnlabError(f"could not read --out {out_dir}: {e.strerror or e}; choose another folder") from None
+    if not names or _is_run(out_dir):
+        return
+    foreign = [n for n in names if not _is_dead_record(n)]
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise AttnlabError(f"--out {out_dir} is not empty and is not a run folder (it holds {shown}), so training "
+                           "would overwrite its files; choose an empty or new folder, or --resume to continue a run")
+
+
 def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = False) -> None:
     """Check that ``out_dir`` suits a new run (or holds one to resume); ``restarted``: torchrun restarted
-    this job before its first checkpoint, so the folder's files are this job's own and start over."""
+    this job before its first checkpoint, so the folder's files are this job's own and start over.
+
+    A new run never overwrites what is not a run's: ``out_dir`` must be new, empty, a run folder
+    without checkpoints (one that died before saving: its records are set aside) or hold only such
+    records. Raises :class:`AttnlabError` with one line otherwise, and for a folder it cannot write.
+    """
     if restarted and not resume:
         for name in RECORDS:
             (out_dir / name).unlink(missing_ok=True)
@@ -47,9 +86,10 @@ def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = 
         if not (out_dir / "checkpoints" / "LAST").is_file():
             raise AttnlabError(f"--resume: {out_dir} holds no checkpoint to resume from; drop --resume to start a new run")
         return
+    _check_new_run_dir(out_dir)
     if (out_dir / "checkpoints").exists() and any((out_dir / "checkpoints").iterdir()):
         raise AttnlabError(f"{out_dir} already holds a run; add --resume to continue it or choose another --out")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    writable_folder(out_dir, "--out")  # created, and a bad --out fails before training
     for moved in set_aside_dead_records(out_dir, (*RECORDS, BOARD_DIR)):  # a run that died before saving
         print(f"note: {out_dir} held records of a run with no checkpoint; moved them to {moved.name}", file=sys.stderr)
 
@@ -68,36 +108,61 @@ def drop_records_after(out_dir: Path, step: int) -> None:
             except (ValueError, AttributeError):
                 continue  # a torn last line
             kept.append(line)
-        atomic_write_text(path, "".join(x + "\n" for x in kept))
+        try:
+            atomic_write_text(path, "".join(x + "\n" for x in kept))
+        except OSError as e:
+            raise AttnlabError(f"could not rewrite {path} to resume the run: {e.strerror or e}; its checkpoints "
+                               "are untouched: free some space and resume again") from None
 
 
 def write_run_files(out_dir: Path, cfg: Config, prepared, model: torch.nn.Module, device: torch.device,
                     world_size: int, argv: list[str] | None) -> None:
-    """``config.toml`` (every default written out), ``tokenizers.json`` and ``meta.json``."""
-    atomic_write_text(out_dir / runs.CONFIG, config_mod.dumps_toml(cfg))
-    atomic_write_json(out_dir / runs.TOKENIZERS, {"src": prepared.src_tok.to_json(), "tgt": prepared.tgt_tok.to_json()})
+    """``config.toml`` (every default written out), ``tokenizers.json`` and ``meta.json``; a disk that
+    refuses them (full, read-only) is one line, before any checkpoint is written."""
     meta = {"seed": cfg.train.seed, "versions": versions(), "device": str(device), "threads": torch.get_num_threads(),
             "world_size": world_size, "argv": argv or sys.argv, "data_stats": prepared.stats,
             "model_parameters": sum(p.numel() for p in model.parameters()),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    atomic_write_json(out_dir / runs.META, meta)
+    files = {runs.CONFIG: config_mod.dumps_toml(cfg),
+             runs.TOKENIZERS: {"src": prepared.src_tok.to_json(), "tgt": prepared.tgt_tok.to_json()},
+             runs.META: meta}
+    for name, content in files.items():
+        try:
+            if isinstance(content, str):
+                atomic_write_text(out_dir / name, content)
+            else:
+                atomic_write_json(out_dir / name, content)
+        except OSError as e:
+            raise AttnlabError(f"could not write {out_dir / name}: {e.strerror or e}; free some space or choose "
+                               "another --out (no checkpoint was written or changed)") from None
 
 
 def finish_meta(out_dir: Path, facts: dict[str, Any]) -> None:
-    """Add how the run ended to ``meta.json`` and draw ``curves.png`` (when matplotlib is there)."""
+    """Add how the run ended to ``meta.json`` and draw ``curves.png`` (when matplotlib is there).
+
+    Called after the final checkpoint is saved: a disk that refuses ``meta.json`` is one line that
+    says so (:class:`AttnlabError`); one that refuses the drawing is a warning, as during the run.
+    """
     meta_path = out_dir / runs.META
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError):
         meta = {}
     meta.update({"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **facts})
-    atomic_write_json(meta_path, meta)
+    try:
+        atomic_write_json(meta_path, meta)
+    except OSError as e:
+        raise AttnlabError(f"could not write {meta_path}: {e.strerror or e}; the run's checkpoints are saved, "
+                           "only this record of how it ended is missing: free some space") from None
     try:
         from attnlab.inspection.plots import plot_curves  # matplotlib is heavy: loaded only to draw
 
         plot_curves(out_dir)
     except ImportError:
         pass
+    except OSError as e:
+        print(f"warning: could not draw {out_dir / 'curves.png'} ({e.strerror or e}); the run is saved",
+              file=sys.stderr)
 
 
 class CurvesPainter:
