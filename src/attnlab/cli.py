@@ -389,7 +389,7 @@ def cmd_demo(args) -> int:
     from attnlab.demo import run_demo
     from attnlab.io import writable_folder
 
-    writable_folder(args.runs_dir, "--runs-dir")  # before the machine is measured and the corpus read
+    writable_folder(args.runs_dir, "--runs-dir", keep=False)  # before the machine is measured and the corpus read
     return run_demo(out=Path(args.runs_dir), minutes=args.max_minutes, data=args.data, threads=args.threads,
                     progress=show_progress(args), verbose=args.verbose)
 

@@ -5,6 +5,7 @@ A crash (or SIGKILL) at any moment leaves either the old file or the new one, ne
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -39,15 +40,18 @@ def usual_mode(is_dir: bool = False) -> int:
     return (0o777 if is_dir else 0o666) & ~_UMASK
 
 
-def writable_folder(path: str | Path, option: str) -> Path:
+def writable_folder(path: str | Path, option: str, keep: bool = True) -> Path:
     """Create the folder ``path`` (and its parents) and check that a file can be written in it, so an
     output folder that cannot be used (a file, under one, read-only, full, ``/proc``) fails in one
-    line before any work. Raises :class:`~attnlab.errors.AttnlabError` naming ``option``."""
+    line before any work. ``keep=False``: the folders it had to create are removed again after the check
+    (a command that may still refuse its input leaves nothing behind; its writer creates them).
+    Raises :class:`~attnlab.errors.AttnlabError` naming ``option``."""
     from attnlab.errors import AttnlabError
 
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise AttnlabError(f"{option} {path} is a file, not a folder; give a folder (it is created if needed)")
+    created = [p for p in (path, *path.parents) if not p.exists()]
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
@@ -55,6 +59,10 @@ def writable_folder(path: str | Path, option: str) -> Path:
     except OSError as e:
         raise AttnlabError(f"cannot write in {option} {path}: {e.strerror or e}; choose a folder you can "
                            "write to") from None
+    if not keep:
+        for p in created:  # deepest first
+            with contextlib.suppress(OSError):
+                p.rmdir()
     return path
 
 
