@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from attnlab.web.routes.attribution import MAX_STEPS
+
 SENTENCE = "twenty one"
 
 
@@ -41,7 +43,7 @@ def test_rollout_of_the_default_transformer(client):
     [
         ({"text": SENTENCE, "run": "bahdanau", "method": "rollout"}, "method", "no stack of self-attention"),
         ({"text": SENTENCE, "method": "saliency"}, "method", ""),
-        ({"text": SENTENCE, "steps": 129}, "steps", ""),
+        ({"text": SENTENCE, "steps": MAX_STEPS + 1}, "steps", ""),
         ({"text": SENTENCE, "run": "nope"}, "run", "unknown run"),
         ({"text": "   "}, "text", "empty"),
     ],

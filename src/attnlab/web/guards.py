@@ -33,7 +33,7 @@ class Limits:
     max_beam: int = 8
     workers: int = 2  # threads that run models
     max_pending: int = 8  # translations admitted at once (running + queued); 429 above
-    deadline_s: float = 30.0  # per translation; 504 after
+    deadline_s: float = 30.0  # per request that computes; 504 after, and the work stops (web/deadline.py)
     max_probe_bytes: int = 64 * 2**20  # the newest this many bytes of probes.jsonl are read
     max_output_tokens: int = 160  # output tokens per translation (final <eos> included); `max_len` <= this
     max_response_bytes: int = 1_000_000  # attention maps per response (estimated before encoding)

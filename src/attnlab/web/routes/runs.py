@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
+from attnlab.web.deadline import DeadlinePassed
 from attnlab.web.registry import read_test_scores
 from attnlab.web.responses import accepts_gzip, busy, encoded, error
 from attnlab.web.schemas import ErrorBody
@@ -62,7 +63,7 @@ def router(state: ServerState) -> APIRouter:
             body, gz = await state.run_admitted(state.probes.get, runs[run], accepts_gzip(request))
         except Busy:
             return busy(limits)
-        except TimeoutError:
+        except (TimeoutError, DeadlinePassed):
             return JSONResponse(
                 status_code=504,
                 content={"detail": f"reading the probes took longer than {limits.deadline_s:g} s"},
