@@ -30,6 +30,7 @@ Dimension key: L layers, H heads, Q queries, K keys, N positions of one stack, S
 from __future__ import annotations
 
 import math
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -348,7 +349,14 @@ class LogProb:
     def _replaced(self, emb: Tensor):
         was_training = self.model.training
         self.model.eval()
-        handle = self.table.register_forward_hook(lambda _m, _i, _o: emb)  # the table's output := emb
+        owner = threading.get_ident()
+
+        def replace(_module: nn.Module, _inputs: Any, out: Tensor) -> Tensor:
+            # The table's output := emb, in this thread's passes only: a server runs other requests
+            # on the same model at once, and their tables must stay theirs.
+            return emb if threading.get_ident() == owner else out
+
+        handle = self.table.register_forward_hook(replace)
         try:
             yield
         finally:
