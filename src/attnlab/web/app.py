@@ -1,7 +1,7 @@
 """The attention explorer's HTTP API and page: FastAPI over one :class:`~attnlab.translator.Translator` per run.
 
 :func:`create_app` assembles the parts, each in a file named after it: ``guards.py`` (limits, Host
-guard, body cap, admission), ``deadline.py`` (work that stops at its deadline),
+guard, body cap, cross-site check, admission), ``deadline.py`` (work that stops at its deadline),
 ``schemas.py`` (the request body and error bodies), ``registry.py`` (the runs and their caches),
 ``state.py`` (what the routes share), ``routes/`` (the endpoints), ``server.py`` (run facts, the
 attention maps as JSON) and ``serving.py`` (uvicorn with read deadlines).
@@ -48,6 +48,9 @@ Limits, all checked before any model work (:class:`~attnlab.web.guards.Limits`):
   batches (``deadline.py``), so its admission slot is free moments after the 504;
 - attribution is also bounded in size: ``steps`` ≤ 64, steps × attributed output tokens ≤ 1024
   and at most 32 of them (``routes/attribution.py``);
+- a GET that computes (``/api/alignment``, ``/api/probes``) refuses a request from another site's page
+  (``Sec-Fetch-Site`` other than ``same-origin``/``none``, or a foreign ``Origin``: 403), so an
+  ``<img>`` on any site cannot start work here;
 - a response's attention maps are at most ``max_response_bytes``: a kind that would not fit is sent
   with ``weights: null`` and an ``omitted`` note saying what to ask for instead (the translation is
   never lost);

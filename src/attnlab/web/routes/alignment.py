@@ -14,7 +14,8 @@ The work runs in a model thread under the same admission and deadline as a trans
 the deadline between batches of force-decoded sentences (:mod:`attnlab.web.deadline`; 504, and its slot
 is free at once); each answer is kept by run, gold files, sentences and link method
 (:class:`~attnlab.web.registry.AlignmentCache`), so asking again is instant. ``sentences`` is capped at
-:data:`MAX_SENTENCES` (the WPT-2003 test set has 447).
+:data:`MAX_SENTENCES` (the WPT-2003 test set has 447). Like every GET that computes, it refuses a
+request another site's page makes (:func:`~attnlab.web.guards.refuse_cross_site`).
 
 Refusals, one line each: a model with no attention from target to source words (seq2seq, encoder-only)
 → 422 on ``run``; no gold folder, or one that cannot be read → 404 naming what to set.
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
 from attnlab.inspection.align import (
@@ -44,6 +45,7 @@ from attnlab.inspection.align import (
     read_gold,
 )
 from attnlab.web.deadline import DeadlinePassed, check
+from attnlab.web.guards import refuse_cross_site
 from attnlab.web.registry import AlignmentCache, LoadedRun
 from attnlab.web.responses import busy, encoded, error, json_bytes
 from attnlab.web.schemas import ErrorBody, check_run
@@ -126,7 +128,9 @@ def router(state: ServerState) -> APIRouter:
     @api.get(
         "/api/alignment",
         summary="AER of every attention head against gold word alignments (notes §25)",
+        dependencies=[Depends(refuse_cross_site)],
         responses={
+            403: {"model": ErrorBody},
             404: {"model": ErrorBody},
             422: {"model": ErrorBody},
             429: {"model": ErrorBody},
