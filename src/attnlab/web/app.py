@@ -57,7 +57,8 @@ Limits, all checked before any model work (:class:`~attnlab.web.guards.Limits`):
 - served by :func:`~attnlab.web.serving.serve`: at most ``max_connections`` connections and requests
   at once (503 above), a request head must arrive within ``header_timeout_s`` of its first byte (or
   of the connection) and its body within ``body_timeout_s`` after that (408 and closed otherwise),
-  and an idle keep-alive connection is closed after ``keep_alive_s``.
+  and an idle keep-alive connection is closed after ``keep_alive_s``; a request head over
+  ``max_header_bytes`` gets 431, however it arrives.
 
 A request can only reach files of the loaded runs, by run *name* and fixed file names
 (``eval-test.json``, ``probes.jsonl``), and the gold folder the server's environment names; no request

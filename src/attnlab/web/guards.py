@@ -43,7 +43,7 @@ class Limits:
     header_timeout_s: float = 10.0  # a request head must arrive within this (408 and closed)
     body_timeout_s: float = 10.0  # ... and its body within this after the head
     keep_alive_s: float = 5.0  # an idle keep-alive connection is closed after this
-    max_header_bytes: int = 16_384  # request line + headers (h11's incomplete-event limit; 400 above)
+    max_header_bytes: int = 16_384  # request line + headers (431 above, serving.HeadLimitConnection)
 
     def __post_init__(self) -> None:
         for name in (

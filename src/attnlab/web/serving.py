@@ -2,8 +2,9 @@
 
 uvicorn bounds idle keep-alive connections but not a request in progress, so
 :func:`deadline_protocol` adds the two read deadlines of :class:`~attnlab.web.guards.Limits` to its
-h11 protocol; :func:`uvicorn_config` is every setting ``attnlab serve`` uses, and the tests start
-their live servers with it.
+h11 protocol, and the head limit whatever the read sizes (:class:`HeadLimitConnection`);
+:func:`uvicorn_config` is every setting ``attnlab serve`` uses, and the tests start their live
+servers with it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,37 @@ def model_threads(workers: int, threads: int | None = None) -> int:
     return n
 
 
+def head_bytes(event: h11.Request) -> int:
+    """The size of a request's head as sent without optional whitespace: the request line, each
+    ``name: value`` line and the blank line that ends it, each with its CRLF."""
+    line = len(event.method) + len(event.target) + len(b"HTTP/") + len(event.http_version) + 4
+    return line + sum(len(name) + len(value) + 4 for name, value in event.headers.raw_items()) + 2
+
+
+class HeadLimitConnection(h11.Connection):
+    """h11's server connection with a head limit that holds however the head arrives.
+
+    h11 counts ``max_incomplete_event_size`` only while a head is incomplete, so a head over it that
+    arrives in one read passes; this also measures every complete head (:func:`head_bytes`).
+    ``too_large`` tells the protocol that the error it is about to answer is an oversized head.
+    """
+
+    def __init__(self, max_head: int) -> None:
+        super().__init__(h11.SERVER, max_incomplete_event_size=max_head)
+        self.max_head, self.too_large = max_head, False
+
+    def next_event(self) -> Any:
+        try:
+            event = super().next_event()
+        except h11.RemoteProtocolError as e:  # a trickled head over the limit: h11's own 431 hint
+            self.too_large = e.error_status_hint == 431
+            raise
+        if isinstance(event, h11.Request) and head_bytes(event) > self.max_head:
+            self.too_large = True
+            raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
+        return event
+
+
 class DeadlineH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with read deadlines (uvicorn has none for a request in progress).
 
@@ -40,10 +72,34 @@ class DeadlineH11Protocol(H11Protocol):
     client gets ``408`` (when no response has begun) and the connection is closed. Idle keep-alive
     connections are closed by uvicorn's ``timeout_keep_alive``; a request being answered has no
     deadline here (the app's ``deadline_s`` bounds the model). :func:`deadline_protocol` sets the two.
+
+    A request head over ``h11_max_incomplete_event_size`` bytes (``Limits.max_header_bytes``) gets
+    ``431`` and the connection is closed, in one read or many (:class:`HeadLimitConnection`).
     """
 
     header_timeout = Limits.header_timeout_s  # seconds; the defaults, replaced by deadline_protocol
     body_timeout = Limits.body_timeout_s
+
+    def __init__(self, config, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        self.conn = HeadLimitConnection(config.h11_max_incomplete_event_size or Limits.max_header_bytes)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn answers every request h11 cannot parse with 400; an oversized head gets 431."""
+        if not getattr(self.conn, "too_large", False):
+            super().send_400_response(msg)
+            return
+        body = (
+            f"the request head (request line and headers) is over {self.conn.max_head} bytes; "
+            "send fewer or shorter headers\n"
+        ).encode()
+        headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]
+        self.logger.warning("refused a request head over %d bytes", self.conn.max_head)
+        out = self.conn.send(h11.Response(status_code=431, headers=headers, reason=b"Request Header Fields Too Large"))
+        out = (out or b"") + (self.conn.send(h11.Data(data=body)) or b"") + (self.conn.send(h11.EndOfMessage()) or b"")
+        self.transport.write(out)
+        self.transport.close()
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         self._deadline: asyncio.TimerHandle | None = None
