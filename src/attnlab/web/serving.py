@@ -4,13 +4,16 @@ uvicorn bounds idle keep-alive connections but not a request in progress, so
 :func:`deadline_protocol` adds the two read deadlines of :class:`~attnlab.web.guards.Limits` to its
 h11 protocol, and the head limit whatever the read sizes (:class:`HeadLimitConnection`);
 :func:`uvicorn_config` is every setting ``attnlab serve`` uses, and the tests start their live
-servers with it.
+servers with it. :func:`listen_socket` binds the port before anything else, so that a busy or
+invalid port is one ``error:`` line before any model loads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import socket
 from typing import Any
 
 import h11  # uvicorn's HTTP/1.1 parser: comes with the web extra
@@ -19,6 +22,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from attnlab.errors import AttnlabError
 from attnlab.web.guards import Limits
 
 
@@ -191,6 +195,37 @@ def uvicorn_config(app: FastAPI, host: str, port: int, limits: Limits, log_level
     )
 
 
-def serve(app: FastAPI, host: str, port: int, limits: Limits, log_level: str = "info") -> None:
-    """Run ``app`` with :func:`uvicorn_config` until interrupted."""
-    uvicorn.Server(uvicorn_config(app, host, port, limits, log_level)).run()
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port``, as uvicorn binds one (IPv6 when ``host`` has a colon;
+    ``SO_REUSEADDR``), for :func:`serve`. ``port`` 0 takes a free one (``getsockname()`` says which).
+
+    Raises :class:`AttnlabError` (one line: what, why, the fix) when the port is not a TCP port,
+    is taken, needs privileges, or ``host`` is not an address of this machine.
+    """
+    if not 0 <= port <= 65535:
+        raise AttnlabError(f"--port {port} is not a TCP port; give one from 1 to 65535, e.g. --port 8000")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.set_inheritable(True)
+    except OSError as e:
+        sock.close()
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if e.errno == errno.EADDRINUSE:
+            fix = f"port {port} is in use (another server?); stop it or choose another port with --port N"
+        elif e.errno == errno.EACCES:
+            fix = f"port {port} needs privileges here; choose one above 1023 with --port N"
+        else:
+            fix = f"{e.strerror or e}; --host must be an address of this machine, e.g. 127.0.0.1"
+        raise AttnlabError(f"cannot listen on {where}: {fix}") from None
+    return sock
+
+
+def serve(app: FastAPI, host: str, port: int, limits: Limits, log_level: str = "info",
+          sock: socket.socket | None = None) -> None:
+    """Run ``app`` with :func:`uvicorn_config` until interrupted, on ``sock`` (from :func:`listen_socket`)
+    or on a socket bound here."""
+    sock = sock or listen_socket(host, port)
+    uvicorn.Server(uvicorn_config(app, host, port, limits, log_level)).run(sockets=[sock])
