@@ -123,7 +123,7 @@ def register(sub) -> None:
     s.add_argument(
         "--max-beam", type=_positive, default=8, dest="max_beam", help="largest beam size a request may ask for"
     )
-    s.add_argument("--deadline", type=float, default=30.0, help="seconds per translation before 504")
+    s.add_argument("--deadline", type=float, default=30.0, help="seconds per request that computes (translation, attribution, alignment, probes) before 504; its work stops then")
     s.add_argument(
         "--max-output-tokens",
         type=_positive,
