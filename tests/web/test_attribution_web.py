@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from attnlab.web.routes.attribution import MAX_STEPS
+
 SENTENCE = "twenty one"
 
 
@@ -41,7 +43,7 @@ def test_rollout_of_the_default_transformer(client):
     [
         ({"text": SENTENCE, "run": "bahdanau", "method": "rollout"}, "method", "no stack of self-attention"),
         ({"text": SENTENCE, "method": "saliency"}, "method", ""),
-        ({"text": SENTENCE, "steps": 129}, "steps", ""),
+        ({"text": SENTENCE, "steps": MAX_STEPS + 1}, "steps", ""),
         ({"text": SENTENCE, "run": "nope"}, "run", "unknown run"),
         ({"text": "   "}, "text", "empty"),
     ],
@@ -58,3 +60,47 @@ def test_the_page_offers_the_view(client):
     assert 'id="attribution-card"' in page and 'id="attr-method"' in page
     js = client.get("/static/app.js").text
     assert '"/api/attribution"' in js and "function showAttribution" in js
+
+
+def test_an_attribution_does_not_change_a_translation_computed_beside_it(tiny_runs):
+    """The server runs two requests on one model at once: integrated gradients put their own source
+    embeddings in place of the embedding table's output, and only for their own thread. Here the
+    attribution is held in the middle of a pass while the translation runs in another thread."""
+    import threading
+
+    import torch
+
+    from attnlab.inspection.attribution import gradient_attribution
+    from attnlab.translator import Translator
+
+    tr = Translator.from_run(tiny_runs("transformer"))
+    alone = tr.translate(SENTENCE)
+    inside, go = threading.Event(), threading.Event()
+    attributing = threading.get_ident
+
+    def hold(_module, _args) -> None:  # in the attribution's gradient passes only: wait inside one
+        if threading.get_ident() == worker_id[0] and torch.is_grad_enabled() and not inside.is_set():
+            inside.set()
+            go.wait(10)
+
+    worker_id = [None]
+    errors = []
+
+    def attribute():
+        worker_id[0] = attributing()
+        try:
+            gradient_attribution(tr, SENTENCE, "ig", steps=4)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    handle = tr.model.output.register_forward_pre_hook(hold)
+    worker = threading.Thread(target=attribute)
+    try:
+        worker.start()
+        assert inside.wait(10)
+        beside = tr.translate(SENTENCE)
+    finally:
+        go.set()
+        worker.join(10)
+        handle.remove()
+    assert beside == alone and not errors

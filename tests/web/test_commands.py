@@ -27,3 +27,45 @@ def test_run_names(tiny_runs, tmp_path):
         load_runs([f"a={run}", f"a={run}"])
     with pytest.raises(Exception, match="run name"):
         load_runs([f"../x={run}"])
+
+
+@pytest.mark.parametrize("port", ["99999", "-1"])
+def test_serve_refuses_an_invalid_port_before_loading_anything(tmp_path, capsys, port):
+    """The run does not exist: the port is checked first, so its error is the one line printed."""
+    assert main(["serve", str(tmp_path / "nope"), "--port", port]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --port {port} is not a TCP port") and err.count("\n") == 1, err
+
+
+def test_serve_refuses_a_busy_port_before_loading_anything(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["serve", str(tmp_path / "nope"), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot listen on 127.0.0.1:{port}: port {port} is in use"), err
+    assert err.count("\n") == 1 and "attention explorer" not in err and "Traceback" not in err
+
+
+def test_serve_holds_its_port_while_the_models_load(tiny_runs, monkeypatch, capsys):
+    """The socket bound before loading is the one served on (`--port 0`: the port the system chose)."""
+    import socket
+
+    from attnlab.web import serving
+
+    seen = {}
+
+    def fake_serve(app, host, port, limits, log_level="info", sock=None):
+        seen.update(port=port, bound=sock.getsockname()[1], runs=list(app.state.runs))
+        with pytest.raises(OSError), socket.socket() as other:
+            other.bind(("127.0.0.1", port))  # still ours
+            other.listen()
+        sock.close()
+
+    monkeypatch.setattr(serving, "serve", fake_serve)
+    assert main(["serve", str(tiny_runs("transformer")), "--port", "0"]) == 0
+    assert seen["port"] == seen["bound"] > 0 and seen["runs"] == ["transformer"]
+    assert f"http://127.0.0.1:{seen['port']}/" in capsys.readouterr().err

@@ -30,6 +30,7 @@ Dimension key: L layers, H heads, Q queries, K keys, N positions of one stack, S
 from __future__ import annotations
 
 import math
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,11 @@ ROLLOUT_KINDS = ("enc_self", "self")  # the single stacks of self-attention roll
 # Integrated gradients' points. On runs/quality/transformer-15min (7 sentences), completeness gaps of at
 # most 1.8 % at 32 points, 1.05 % at 64, 0.56 % at 128; the per-sentence ρ moved by ≤ 0.03 from 16 on.
 DEFAULT_STEPS = 64
+# Integrated gradients' rows (points × output tokens) per forward and backward pass: small batches bound
+# the memory on long sentences, keep the activations in cache, and make each backward pass short, so a
+# caller that stops at a deadline between passes (the web server, web/deadline.py) stops soon after it.
+# The sum over batches, and so completeness, does not depend on it.
+ROWS_PER_BATCH = 32
 
 
 class AttributionError(AttnlabError):
@@ -343,7 +349,14 @@ class LogProb:
     def _replaced(self, emb: Tensor):
         was_training = self.model.training
         self.model.eval()
-        handle = self.table.register_forward_hook(lambda _m, _i, _o: emb)  # the table's output := emb
+        owner = threading.get_ident()
+
+        def replace(_module: nn.Module, _inputs: Any, out: Tensor) -> Tensor:
+            # The table's output := emb, in this thread's passes only: a server runs other requests
+            # on the same model at once, and their tables must stay theirs.
+            return emb if threading.get_ident() == owner else out
+
+        handle = self.table.register_forward_hook(replace)
         try:
             yield
         finally:
@@ -384,7 +397,7 @@ def _attribute(f: LogProb, method: str, steps: int, inputs: Tensor, target: list
     if method == "ig":
         attr = IntegratedGradients(f).attribute(
             inputs, baselines=torch.zeros_like(inputs), target=target, n_steps=steps,
-            internal_batch_size=max(len(target), 256),  # bounds memory on long sentences; completeness is unchanged
+            internal_batch_size=max(len(target), ROWS_PER_BATCH),
         )
     else:
         attr = InputXGradient(f).attribute(inputs, target=target)

@@ -1,9 +1,10 @@
 """The attention explorer's HTTP API and page: FastAPI over one :class:`~attnlab.translator.Translator` per run.
 
 :func:`create_app` assembles the parts, each in a file named after it: ``guards.py`` (limits, Host
-guard, body cap, admission), ``schemas.py`` (the request body and error bodies), ``registry.py``
-(the runs and their caches), ``state.py`` (what the routes share), ``routes/`` (the endpoints),
-``server.py`` (run facts, the attention maps as JSON) and ``serving.py`` (uvicorn with read deadlines).
+guard, body cap, cross-site check, admission), ``deadline.py`` (work that stops at its deadline),
+``schemas.py`` (the request body and error bodies), ``registry.py`` (the runs and their caches),
+``state.py`` (what the routes share), ``routes/`` (the endpoints), ``server.py`` (run facts, the
+attention maps as JSON) and ``serving.py`` (uvicorn with read deadlines).
 
 Endpoints (OpenAPI schema at ``/openapi.json``, a readable offline reference at ``/docs``):
 
@@ -42,14 +43,22 @@ Limits, all checked before any model work (:class:`~attnlab.web.guards.Limits`):
   once; the next one gets 429 at once with ``Retry-After`` (never a hang); admitted work runs in a pool
   of ``workers`` threads — the model, the JSON encoding and the gzip compression all inside the
   admission slot — so the event loop, and ``/health``, stays free;
-- each translation has ``deadline_s`` seconds (504 past it; work that has not started is cancelled);
+- each request that computes has ``deadline_s`` seconds (504 past it): work that has not started is
+  cancelled, and started work stops itself at its next check of the clock, between output tokens or
+  batches (``deadline.py``), so its admission slot is free moments after the 504;
+- attribution is also bounded in size: ``steps`` ≤ 64, steps × attributed output tokens ≤ 1024
+  and at most 32 of them (``routes/attribution.py``);
+- a GET that computes (``/api/alignment``, ``/api/probes``) refuses a request from another site's page
+  (``Sec-Fetch-Site`` other than ``same-origin``/``none``, or a foreign ``Origin``: 403), so an
+  ``<img>`` on any site cannot start work here;
 - a response's attention maps are at most ``max_response_bytes``: a kind that would not fit is sent
   with ``weights: null`` and an ``omitted`` note saying what to ask for instead (the translation is
   never lost);
 - served by :func:`~attnlab.web.serving.serve`: at most ``max_connections`` connections and requests
   at once (503 above), a request head must arrive within ``header_timeout_s`` of its first byte (or
   of the connection) and its body within ``body_timeout_s`` after that (408 and closed otherwise),
-  and an idle keep-alive connection is closed after ``keep_alive_s``.
+  and an idle keep-alive connection is closed after ``keep_alive_s``; a request head over
+  ``max_header_bytes`` gets 431, however it arrives.
 
 A request can only reach files of the loaded runs, by run *name* and fixed file names
 (``eval-test.json``, ``probes.jsonl``), and the gold folder the server's environment names; no request

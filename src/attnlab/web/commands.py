@@ -25,7 +25,7 @@ def cmd_serve(args) -> int:
     try:
         from attnlab.web.app import create_app
         from attnlab.web.guards import Limits, allowed_host_names
-        from attnlab.web.serving import model_threads, serve
+        from attnlab.web.serving import listen_socket, model_threads, serve
     except ModuleNotFoundError as e:
         raise AttnlabError(
             f"`attnlab serve` needs the web extra ({e.name} is missing); "
@@ -44,8 +44,15 @@ def cmd_serve(args) -> int:
         body_timeout_s=args.read_timeout,
     )
     hosts = allowed_host_names(args.host, args.allowed_hosts or ())
-    app = create_app(args.runs, limits, which=args.checkpoint, device=args.device, allowed_hosts=hosts,
-                     gold=args.gold)
+    # The port first: a busy or invalid one is one error line, before any model loads or banner prints.
+    sock = listen_socket(args.host, args.port)
+    try:
+        app = create_app(args.runs, limits, which=args.checkpoint, device=args.device, allowed_hosts=hosts,
+                         gold=args.gold)
+    except BaseException:
+        sock.close()
+        raise
+    port = sock.getsockname()[1]  # --port 0: the one the system chose
     if not _is_loopback(args.host):
         print(
             f"warning: serving on {args.host}: anyone who can reach this machine can use the models",
@@ -65,10 +72,10 @@ def cmd_serve(args) -> int:
     shown = f"[{args.host}]" if ":" in args.host else args.host
     names = ", ".join(f"{n} ({r.info['model_kind']})" for n, r in app.state.runs.items())
     print(
-        f"attention explorer: http://{shown}:{args.port}/  (runs: {names}; API reference at /docs)",
+        f"attention explorer: http://{shown}:{port}/  (runs: {names}; API reference at /docs)",
         file=sys.stderr,
     )
-    serve(app, args.host, args.port, limits, log_level=args.log_level)
+    serve(app, args.host, port, limits, log_level=args.log_level, sock=sock)
     return 0
 
 
@@ -85,7 +92,7 @@ def register(sub) -> None:
     )
     s.add_argument("runs", nargs="+", metavar="RUN", help="run folder, or NAME=PATH (e.g. bahdanau=runs/b)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
-    s.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
+    s.add_argument("--port", type=int, default=8000, help="TCP port to listen on (1-65535; 0: any free one)")
     s.add_argument(
         "--allowed-host",
         action="append",
@@ -116,7 +123,7 @@ def register(sub) -> None:
     s.add_argument(
         "--max-beam", type=_positive, default=8, dest="max_beam", help="largest beam size a request may ask for"
     )
-    s.add_argument("--deadline", type=float, default=30.0, help="seconds per translation before 504")
+    s.add_argument("--deadline", type=float, default=30.0, help="seconds per request that computes (translation, attribution, alignment, probes) before 504; its work stops then")
     s.add_argument(
         "--max-output-tokens",
         type=_positive,

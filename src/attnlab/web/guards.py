@@ -5,6 +5,7 @@
   against DNS rebinding; :func:`allowed_host_names` is the list ``attnlab serve`` gives it;
 - :class:`BodyLimit` (ASGI): a body over ``max_body_bytes`` gets 413 before the app reads it;
 - :func:`security_headers` (HTTP middleware): nosniff, no referrer, a same-origin CSP on every answer;
+- :func:`refuse_cross_site` (a route dependency): a GET that computes refuses another site's page (403);
 - :class:`Admission`: at most ``max_pending`` translations and probe timelines at once (429 above).
 
 The read deadlines of a request in progress belong to the HTTP protocol: see :mod:`attnlab.web.serving`.
@@ -18,8 +19,9 @@ import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
-from fastapi import Request
+from fastapi import HTTPException, Request
 
 from attnlab.errors import AttnlabError
 
@@ -33,7 +35,7 @@ class Limits:
     max_beam: int = 8
     workers: int = 2  # threads that run models
     max_pending: int = 8  # translations admitted at once (running + queued); 429 above
-    deadline_s: float = 30.0  # per translation; 504 after
+    deadline_s: float = 30.0  # per request that computes; 504 after, and the work stops (web/deadline.py)
     max_probe_bytes: int = 64 * 2**20  # the newest this many bytes of probes.jsonl are read
     max_output_tokens: int = 160  # output tokens per translation (final <eos> included); `max_len` <= this
     max_response_bytes: int = 1_000_000  # attention maps per response (estimated before encoding)
@@ -41,7 +43,7 @@ class Limits:
     header_timeout_s: float = 10.0  # a request head must arrive within this (408 and closed)
     body_timeout_s: float = 10.0  # ... and its body within this after the head
     keep_alive_s: float = 5.0  # an idle keep-alive connection is closed after this
-    max_header_bytes: int = 16_384  # request line + headers (h11's incomplete-event limit; 400 above)
+    max_header_bytes: int = 16_384  # request line + headers (431 above, serving.HeadLimitConnection)
 
     def __post_init__(self) -> None:
         for name in (
@@ -257,6 +259,56 @@ async def security_headers(request: Request, call_next):
     for k, v in SECURITY_HEADERS.items():
         response.headers.setdefault(k, v)
     return response
+
+
+SAME_SITE_FETCHES = ("same-origin", "none")  # Sec-Fetch-Site of the page's own requests, and of a typed URL
+
+
+def cross_site(headers: Any) -> tuple[str, str] | None:
+    """``(header, value)`` when a request comes from another site's page, else ``None``.
+
+    Browsers say where a request comes from in ``Sec-Fetch-Site``: only ``same-origin`` (the
+    explorer page itself) and ``none`` (a URL typed or bookmarked) pass; ``same-site`` is another
+    origin too (another port of this host). Without it (older browsers) an ``Origin`` must name
+    this server's ``Host``. A client that sends neither (curl, scripts) is not a web page: it passes.
+    """
+    fetch_site = headers.get("sec-fetch-site")
+    if fetch_site is not None:
+        return None if fetch_site.strip().lower() in SAME_SITE_FETCHES else ("sec-fetch-site", fetch_site)
+    origin = headers.get("origin")
+    if origin is None:
+        return None
+    try:
+        netloc = urlsplit(origin.strip()).netloc.lower()
+    except ValueError:
+        netloc = ""
+    host = (headers.get("host") or "").strip().lower()
+    return None if netloc and netloc == host else ("origin", origin)
+
+
+async def refuse_cross_site(request: Request) -> None:
+    """Route dependency of the GETs that compute: 403, one line, for a request from another site.
+
+    A page on any site can make a browser GET a URL of this server (an ``<img>``, a link, a
+    ``fetch`` in ``no-cors`` mode); it cannot read the answer, but the server would still compute
+    it. The POSTs need no such check: they read only an ``application/json`` body, which a browser
+    sends to another site only after asking it first (CORS), and this server never says yes.
+    """
+    found = cross_site(request.headers)
+    if found is None:
+        return
+    name, value = found
+    raise HTTPException(
+        status_code=403,
+        detail=[
+            {
+                "loc": ["header", name],
+                "type": "cross_site",
+                "msg": f"refused a request from another site's page ({name}: {value[:100]!r}); this API answers "
+                "its own page, and clients that are not browsers",
+            }
+        ],
+    )
 
 
 class Admission:

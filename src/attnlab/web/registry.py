@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from attnlab.errors import AttnlabError
 from attnlab.export.engine import load_translator
 from attnlab.inspection.probes import read_probes
+from attnlab.web.deadline import check
 from attnlab.web.responses import GZIP_MIN, gzip_bytes, json_bytes
 from attnlab.web.server import run_facts
 
@@ -201,7 +202,8 @@ class ProbeCache:
             key = _file_key(r.run_dir / "probes.jsonl" if r.run_dir is not None else None)
             item = self._items.get(r.name)
             if item is None or item[0] != key:
-                data = read_probes(r.run_dir, self.max_bytes)
+                data = read_probes(r.run_dir, self.max_bytes)  # at most max_bytes of the file: a bounded parse
+                check()  # a request past its deadline stops here (web/deadline.py)
                 payload = {"run": r.name, "model_kind": r.info.get("model_kind"), **data}
                 item = [key, json_bytes(payload), None]
                 self._items[r.name] = item

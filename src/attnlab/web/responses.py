@@ -57,12 +57,11 @@ def busy(limits: Limits) -> JSONResponse:
     )
 
 
-def too_slow(limits: Limits) -> JSONResponse:
-    """504: a translation ran past ``deadline_s``."""
+def too_slow(
+    limits: Limits, what: str = "the translation", instead: str = "a shorter sentence or beam_size 1"
+) -> JSONResponse:
+    """504: ``what`` ran past ``deadline_s`` and was stopped; ``instead``: what to ask for."""
     return JSONResponse(
         status_code=504,
-        content={
-            "detail": f"the translation took longer than {limits.deadline_s:g} s; try a shorter sentence "
-            "or beam_size 1"
-        },
+        content={"detail": f"{what} took longer than {limits.deadline_s:g} s and was stopped; try {instead}"},
     )

@@ -2,14 +2,18 @@
 
 uvicorn bounds idle keep-alive connections but not a request in progress, so
 :func:`deadline_protocol` adds the two read deadlines of :class:`~attnlab.web.guards.Limits` to its
-h11 protocol; :func:`uvicorn_config` is every setting ``attnlab serve`` uses, and the tests start
-their live servers with it.
+h11 protocol, and the head limit whatever the read sizes (:class:`HeadLimitConnection`);
+:func:`uvicorn_config` is every setting ``attnlab serve`` uses, and the tests start their live
+servers with it. :func:`listen_socket` binds the port before anything else, so that a busy or
+invalid port is one ``error:`` line before any model loads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import socket
 from typing import Any
 
 import h11  # uvicorn's HTTP/1.1 parser: comes with the web extra
@@ -18,6 +22,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from attnlab.errors import AttnlabError
 from attnlab.web.guards import Limits
 
 
@@ -32,6 +37,37 @@ def model_threads(workers: int, threads: int | None = None) -> int:
     return n
 
 
+def head_bytes(event: h11.Request) -> int:
+    """The size of a request's head as sent without optional whitespace: the request line, each
+    ``name: value`` line and the blank line that ends it, each with its CRLF."""
+    line = len(event.method) + len(event.target) + len(b"HTTP/") + len(event.http_version) + 4
+    return line + sum(len(name) + len(value) + 4 for name, value in event.headers.raw_items()) + 2
+
+
+class HeadLimitConnection(h11.Connection):
+    """h11's server connection with a head limit that holds however the head arrives.
+
+    h11 counts ``max_incomplete_event_size`` only while a head is incomplete, so a head over it that
+    arrives in one read passes; this also measures every complete head (:func:`head_bytes`).
+    ``too_large`` tells the protocol that the error it is about to answer is an oversized head.
+    """
+
+    def __init__(self, max_head: int) -> None:
+        super().__init__(h11.SERVER, max_incomplete_event_size=max_head)
+        self.max_head, self.too_large = max_head, False
+
+    def next_event(self) -> Any:
+        try:
+            event = super().next_event()
+        except h11.RemoteProtocolError as e:  # a trickled head over the limit: h11's own 431 hint
+            self.too_large = e.error_status_hint == 431
+            raise
+        if isinstance(event, h11.Request) and head_bytes(event) > self.max_head:
+            self.too_large = True
+            raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
+        return event
+
+
 class DeadlineH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with read deadlines (uvicorn has none for a request in progress).
 
@@ -40,10 +76,34 @@ class DeadlineH11Protocol(H11Protocol):
     client gets ``408`` (when no response has begun) and the connection is closed. Idle keep-alive
     connections are closed by uvicorn's ``timeout_keep_alive``; a request being answered has no
     deadline here (the app's ``deadline_s`` bounds the model). :func:`deadline_protocol` sets the two.
+
+    A request head over ``h11_max_incomplete_event_size`` bytes (``Limits.max_header_bytes``) gets
+    ``431`` and the connection is closed, in one read or many (:class:`HeadLimitConnection`).
     """
 
     header_timeout = Limits.header_timeout_s  # seconds; the defaults, replaced by deadline_protocol
     body_timeout = Limits.body_timeout_s
+
+    def __init__(self, config, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        self.conn = HeadLimitConnection(config.h11_max_incomplete_event_size or Limits.max_header_bytes)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn answers every request h11 cannot parse with 400; an oversized head gets 431."""
+        if not getattr(self.conn, "too_large", False):
+            super().send_400_response(msg)
+            return
+        body = (
+            f"the request head (request line and headers) is over {self.conn.max_head} bytes; "
+            "send fewer or shorter headers\n"
+        ).encode()
+        headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]
+        self.logger.warning("refused a request head over %d bytes", self.conn.max_head)
+        out = self.conn.send(h11.Response(status_code=431, headers=headers, reason=b"Request Header Fields Too Large"))
+        out = (out or b"") + (self.conn.send(h11.Data(data=body)) or b"") + (self.conn.send(h11.EndOfMessage()) or b"")
+        self.transport.write(out)
+        self.transport.close()
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         self._deadline: asyncio.TimerHandle | None = None
@@ -135,6 +195,37 @@ def uvicorn_config(app: FastAPI, host: str, port: int, limits: Limits, log_level
     )
 
 
-def serve(app: FastAPI, host: str, port: int, limits: Limits, log_level: str = "info") -> None:
-    """Run ``app`` with :func:`uvicorn_config` until interrupted."""
-    uvicorn.Server(uvicorn_config(app, host, port, limits, log_level)).run()
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port``, as uvicorn binds one (IPv6 when ``host`` has a colon;
+    ``SO_REUSEADDR``), for :func:`serve`. ``port`` 0 takes a free one (``getsockname()`` says which).
+
+    Raises :class:`AttnlabError` (one line: what, why, the fix) when the port is not a TCP port,
+    is taken, needs privileges, or ``host`` is not an address of this machine.
+    """
+    if not 0 <= port <= 65535:
+        raise AttnlabError(f"--port {port} is not a TCP port; give one from 1 to 65535, e.g. --port 8000")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.set_inheritable(True)
+    except OSError as e:
+        sock.close()
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if e.errno == errno.EADDRINUSE:
+            fix = f"port {port} is in use (another server?); stop it or choose another port with --port N"
+        elif e.errno == errno.EACCES:
+            fix = f"port {port} needs privileges here; choose one above 1023 with --port N"
+        else:
+            fix = f"{e.strerror or e}; --host must be an address of this machine, e.g. 127.0.0.1"
+        raise AttnlabError(f"cannot listen on {where}: {fix}") from None
+    return sock
+
+
+def serve(app: FastAPI, host: str, port: int, limits: Limits, log_level: str = "info",
+          sock: socket.socket | None = None) -> None:
+    """Run ``app`` with :func:`uvicorn_config` until interrupted, on ``sock`` (from :func:`listen_socket`)
+    or on a socket bound here."""
+    sock = sock or listen_socket(host, port)
+    uvicorn.Server(uvicorn_config(app, host, port, limits, log_level)).run(sockets=[sock])

@@ -2,7 +2,8 @@
 
 Model work never runs on the event loop: :meth:`ServerState.run_admitted` takes an admission slot,
 runs the work in one of ``limits.workers`` threads and waits at most ``limits.deadline_s`` for it,
-so ``/health`` answers while every model computes.
+so ``/health`` answers while every model computes. The work itself stops at that deadline
+(:mod:`attnlab.web.deadline`), so its slot is free again moments after the 504.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.web import deadline
 from attnlab.web.guards import Admission, Limits
 from attnlab.web.registry import AlignmentCache, LoadedRun, ProbeCache, ResultCache
 
@@ -42,6 +44,8 @@ class ServerState:
     @classmethod
     def create(cls, runs: dict[str, LoadedRun], limits: Limits, lang: str = "en",
                gold: Path | None = None) -> ServerState:
+        for r in runs.values():
+            deadline.watch(getattr(r.translator, "model", None))  # its work stops at the request's deadline
         return cls(
             runs,
             limits,
@@ -60,12 +64,16 @@ class ServerState:
     async def run_admitted(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in a model thread, under admission; its result, or what it raised.
 
-        Raises :class:`Busy` when every slot is taken, and ``TimeoutError`` past ``deadline_s``
-        (work that has not started is cancelled; started work keeps its slot until its thread ends).
+        Raises :class:`Busy` when every slot is taken, and ``TimeoutError`` past ``deadline_s``, or
+        :class:`~attnlab.web.deadline.DeadlinePassed` when the work noticed it first (routes answer
+        both with 504). The work runs :func:`~attnlab.web.deadline.within` the same deadline and
+        stops at its next check past it; work that has not started is cancelled. The slot is freed
+        when the work really ends, never while it still computes.
         """
         if not self.admission.try_acquire():
             raise Busy
-        cfut = self.pool.submit(fn, *args)
+        ends = time.monotonic() + self.limits.deadline_s
+        cfut = self.pool.submit(deadline.run_within, ends, fn, *args)
         cfut.add_done_callback(self.admission.release)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(cfut), timeout=self.limits.deadline_s)

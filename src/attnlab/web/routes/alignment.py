@@ -10,10 +10,12 @@ each layer's head average and the average of all, at shift 0 and 1; the best hea
 plus ``grid`` (AER per layer × head, then the head average) and ``best_head`` for the page's table.
 The IBM Model 2 baseline is left out: it trains for tens of seconds and needs the Tatoeba corpus.
 
-The work runs in a model thread under the same admission and deadline as a translation; each answer is
-kept by run, gold files, sentences and link method (:class:`~attnlab.web.registry.AlignmentCache`), so
-asking again is instant, and work that outlives the deadline (504) still finishes and is kept.
-``sentences`` is capped at :data:`MAX_SENTENCES` (the WPT-2003 test set has 447).
+The work runs in a model thread under the same admission and deadline as a translation, and stops at
+the deadline between batches of force-decoded sentences (:mod:`attnlab.web.deadline`; 504, and its slot
+is free at once); each answer is kept by run, gold files, sentences and link method
+(:class:`~attnlab.web.registry.AlignmentCache`), so asking again is instant. ``sentences`` is capped at
+:data:`MAX_SENTENCES` (the WPT-2003 test set has 447). Like every GET that computes, it refuses a
+request another site's page makes (:func:`~attnlab.web.guards.refuse_cross_site`).
 
 Refusals, one line each: a model with no attention from target to source words (seq2seq, encoder-only)
 → 422 on ``run``; no gold folder, or one that cannot be read → 404 naming what to set.
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
 from attnlab.inspection.align import (
@@ -42,6 +44,8 @@ from attnlab.inspection.align import (
     gold_dir,
     read_gold,
 )
+from attnlab.web.deadline import DeadlinePassed, check
+from attnlab.web.guards import refuse_cross_site
 from attnlab.web.registry import AlignmentCache, LoadedRun
 from attnlab.web.responses import busy, encoded, error, json_bytes
 from attnlab.web.schemas import ErrorBody, check_run
@@ -107,8 +111,10 @@ def alignment_job(job: AlignmentJob, cache: AlignmentCache, key: tuple) -> tuple
 
     def make() -> dict[str, Any]:
         gold = read_gold(job.folder, SPLIT)
+        check()
         ex = Extraction(job.method)
         report = align_run(job.run.translator, gold.first(job.sentences), ibm=False, ex=ex, top_k=TOP_K)
+        check()
         return alignment_payload(report, job.run.name, len(gold))
 
     return cache.build(key, make)
@@ -122,7 +128,9 @@ def router(state: ServerState) -> APIRouter:
     @api.get(
         "/api/alignment",
         summary="AER of every attention head against gold word alignments (notes §25)",
+        dependencies=[Depends(refuse_cross_site)],
         responses={
+            403: {"model": ErrorBody},
             404: {"model": ErrorBody},
             422: {"model": ErrorBody},
             429: {"model": ErrorBody},
@@ -156,7 +164,7 @@ def router(state: ServerState) -> APIRouter:
                 payload, cached = await state.run_admitted(alignment_job, job, state.alignments, key)
             except Busy:
                 return busy(limits)
-            except TimeoutError:
+            except (TimeoutError, DeadlinePassed):
                 return JSONResponse(
                     status_code=504, content={"detail": _too_slow(sentences, limits.deadline_s)}
                 )
@@ -170,6 +178,6 @@ def router(state: ServerState) -> APIRouter:
 
 def _too_slow(sentences: int, deadline_s: float) -> str:
     return (
-        f"aligning {sentences} gold sentences took longer than {deadline_s:g} s; the work goes on and is kept: "
-        "ask again in a moment, or for fewer sentences"
+        f"aligning {sentences} gold sentences took longer than {deadline_s:g} s and was stopped; "
+        "ask for fewer sentences"
     )

@@ -5,9 +5,19 @@ or ``"ixg"`` (input × gradient) attributes each output token of the greedy tran
 tokens and returns it beside the attention (last layer, heads averaged) and the rollout, with
 Spearman's ρ per output token and per sentence (:meth:`attnlab.inspection.attribution.Attribution.to_json`);
 ``"rollout"`` returns the attention rollout of each self-attention stack beside its last layer
-(:meth:`~attnlab.inspection.attribution.RolloutReport.to_json`). Gradients cost about ``steps``
-forward and backward passes per output token, so ``steps`` is capped at :data:`MAX_STEPS`; the
-work runs under the same admission and deadline as a translation.
+(:meth:`~attnlab.inspection.attribution.RolloutReport.to_json`).
+
+Integrated gradients cost one forward and backward pass per interpolation point *and* output token,
+and each pass grows with the output, so one request is bounded three ways: ``steps`` ≤
+:data:`MAX_STEPS`, steps × output tokens ≤ :data:`MAX_GRADIENT_ROWS`, and at most
+:data:`MAX_GRADIENT_TOKENS` output tokens — the translation is attributed up to its first
+:func:`max_output_tokens` tokens (16 at 64 steps, 32 at 32 or fewer; a ``warnings`` entry says so
+when it was cut). At those caps a sentence of the server's longest length (300 characters of
+English) fits the default deadline in one thread of a 2-core machine at the presets' model sizes;
+a source of hundreds of tokens on a larger model may still reach it (504).
+The work runs under the same admission and deadline as a translation and stops at the deadline
+between output tokens and between batches of points (:mod:`attnlab.web.deadline`): a 504 frees
+its slot at once.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from attnlab.inspection.attribution import (
     attention_rollout,
     gradient_attribution,
 )
+from attnlab.web.deadline import DeadlinePassed, check
 from attnlab.web.registry import LoadedRun
 from attnlab.web.responses import (
     GZIP_MIN,
@@ -40,7 +51,15 @@ from attnlab.web.responses import (
 from attnlab.web.schemas import ErrorBody, check_run, check_text
 from attnlab.web.state import Busy, ServerState
 
-MAX_STEPS = 128  # each point is one more forward and backward pass per output token: a bound on the work
+MAX_STEPS = 64  # each point is one more forward and backward pass per output token: a bound on the work
+MAX_GRADIENT_ROWS = 1024  # points × output tokens of one integrated-gradients request (see the docstring)
+MAX_GRADIENT_TOKENS = 32  # output tokens of one integrated-gradients request: each pass runs over all of them
+
+
+def max_output_tokens(method: str, steps: int, limit: int) -> int:
+    """The most output tokens one request attributes: ``limit`` (the server's per-translation cap),
+    and for integrated gradients also :data:`MAX_GRADIENT_ROWS` // ``steps`` and :data:`MAX_GRADIENT_TOKENS`."""
+    return min(limit, MAX_GRADIENT_ROWS // steps, MAX_GRADIENT_TOKENS) if method == "ig" else limit
 
 
 def request_model(max_chars: int, run_names: list[str]) -> type[BaseModel]:
@@ -61,7 +80,11 @@ def request_model(max_chars: int, run_names: list[str]) -> type[BaseModel]:
         run=(StrictStr | None, Field(None, max_length=64, description=f"one of: {', '.join(run_names)}")),
         method=(Literal["ig", "ixg", "rollout"], Field("ig", description="ig: integrated gradients, ixg: input × "
                                                        "gradient, rollout: attention rollout")),
-        steps=(StrictInt, Field(DEFAULT_STEPS, ge=1, le=MAX_STEPS, description="integrated gradients' interpolation points")),
+        steps=(StrictInt, Field(DEFAULT_STEPS, ge=1, le=MAX_STEPS, description=(
+            f"integrated gradients' interpolation points; steps × output tokens is at most {MAX_GRADIENT_ROWS} "
+            f"and output tokens at most {MAX_GRADIENT_TOKENS}, so the translation's first "
+            f"min({MAX_GRADIENT_ROWS} // steps, {MAX_GRADIENT_TOKENS}) tokens are attributed (16 at 64 steps, "
+            f"{MAX_GRADIENT_TOKENS} at 32 or fewer)"))),
     )
 
 
@@ -84,12 +107,27 @@ def attribution_job(job: AttributionJob, t0: float) -> tuple[bytes, bool]:
         report = attention_rollout(tr, job.text, max_len=job.max_len)
     else:
         report = gradient_attribution(tr, job.text, job.method, steps=job.steps, max_len=job.max_len)
+    check()  # past the deadline nobody reads the answer: stop before encoding it
     payload: dict[str, Any] = {"run": job.run.name, "model_kind": job.run.info.get("model_kind"), **report.to_json()}
+    rows = payload.get("rows")
+    cut = isinstance(rows, list) and len(rows) >= job.max_len and (not rows or rows[-1] != "<eos>")
+    payload["warnings"] = [cut_warning(job)] if cut else []
     payload["elapsed_ms"] = round(1000 * (time.perf_counter() - t0), 1)
     body = json_bytes(payload)
     if job.gzip and len(body) >= GZIP_MIN:
         return gzip_bytes(body), True
     return body, False
+
+
+def cut_warning(job: AttributionJob) -> str:
+    """Why the attributed translation stops at ``job.max_len`` tokens, and how to get more of it."""
+    if job.method == "ig" and job.max_len == MAX_GRADIENT_ROWS // job.steps < MAX_GRADIENT_TOKENS:
+        return (f"the translation was attributed up to its first {job.max_len} output tokens: steps × output "
+                f"tokens is at most {MAX_GRADIENT_ROWS} here; fewer steps attribute more tokens")
+    if job.method == "ig" and job.max_len == MAX_GRADIENT_TOKENS:
+        return (f"the translation was attributed up to its first {job.max_len} output tokens, the most integrated "
+                "gradients attribute here; `attnlab attribute` on the command line has no such limit")
+    return f"the translation stopped at the output limit of {job.max_len} tokens before <eos>"
 
 
 def router(state: ServerState) -> APIRouter:
@@ -99,13 +137,15 @@ def router(state: ServerState) -> APIRouter:
 
     async def attribution(req, request: Request):
         r = state.runs[req.run or state.default_run]
-        job = AttributionJob(r, req.text, req.method, req.steps, limits.max_output_tokens, accepts_gzip(request))
+        max_len = max_output_tokens(req.method, req.steps, limits.max_output_tokens)
+        job = AttributionJob(r, req.text, req.method, req.steps, max_len, accepts_gzip(request))
         try:
             body, gz = await state.run_admitted(attribution_job, job, time.perf_counter())
         except Busy:
             return busy(limits)
-        except TimeoutError:
-            return too_slow(limits)
+        except (TimeoutError, DeadlinePassed):
+            return too_slow(limits, "the attribution", "fewer steps or a shorter sentence" if req.method == "ig"
+                            else "a shorter sentence")
         except AttributionError as e:  # a method this model cannot do (what, why, which to use instead)
             return error(422, ["body", "method"], str(e), "value_error")
         except AttnlabError as e:

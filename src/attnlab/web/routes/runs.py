@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
+from attnlab.web.deadline import DeadlinePassed
+from attnlab.web.guards import refuse_cross_site
 from attnlab.web.registry import read_test_scores
 from attnlab.web.responses import accepts_gzip, busy, encoded, error
 from attnlab.web.schemas import ErrorBody
@@ -50,7 +52,9 @@ def router(state: ServerState) -> APIRouter:
     @api.get(
         "/api/probes",
         summary="probe sentences' attention recorded during training",
-        responses={422: {"model": ErrorBody}, 429: {"model": ErrorBody}, 504: {"model": ErrorBody}},
+        dependencies=[Depends(refuse_cross_site)],  # it parses and compresses up to max_probe_bytes
+        responses={403: {"model": ErrorBody}, 422: {"model": ErrorBody}, 429: {"model": ErrorBody},
+                   504: {"model": ErrorBody}},
     )
     async def probes(
         request: Request, run: Annotated[str, Query(max_length=64, description="a loaded run's name")]
@@ -62,7 +66,7 @@ def router(state: ServerState) -> APIRouter:
             body, gz = await state.run_admitted(state.probes.get, runs[run], accepts_gzip(request))
         except Busy:
             return busy(limits)
-        except TimeoutError:
+        except (TimeoutError, DeadlinePassed):
             return JSONResponse(
                 status_code=504,
                 content={"detail": f"reading the probes took longer than {limits.deadline_s:g} s"},

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from attnlab.data.text import preprocess
 from attnlab.errors import AttnlabError
 from attnlab.inspection.attention_maps import continues_word, display_tokens
+from attnlab.web.deadline import DeadlinePassed, check
 from attnlab.web.registry import LoadedRun, ResultCache
 from attnlab.web.responses import (
     GZIP_MIN,
@@ -71,7 +72,7 @@ def router(state: ServerState, body_model: type[BaseModel]) -> APIRouter:
             body, gz = await state.run_admitted(translate_job, job, state.results, time.perf_counter())
         except Busy:
             return busy(limits)
-        except TimeoutError:
+        except (TimeoutError, DeadlinePassed):  # the model stops between output tokens at the deadline
             return too_slow(limits)
         except SelectionError as e:
             return error(422, ["body", e.field_name], str(e), "value_error")
@@ -125,6 +126,7 @@ def translate_job(job: TranslateJob, cache: ResultCache, t0: float) -> tuple[byt
     if res is None:
         res = r.translator.attention(job.text, beam_size=job.beam_size, max_len=job.max_len, extra_pad=job.pad)
         cache.put(key, res)
+    check()  # past the deadline nobody reads the answer: stop before encoding it
     attention = attention_payload(
         res,
         kind=job.kind,
@@ -161,6 +163,7 @@ def translate_job(job: TranslateJob, cache: ResultCache, t0: float) -> tuple[byt
     payload["elapsed_ms"] = round(1000 * (time.perf_counter() - t0), 1)
     body = json_bytes(payload)
     if job.gzip and len(body) >= GZIP_MIN:
+        check()
         return gzip_bytes(body), True
     return body, False
 

@@ -597,6 +597,7 @@ function showAttribution(res) {
     const rows = res.rows.map((x, i) => (first ? `${x} · ρ ${rhoText(first.rho[i])}` : x));
     attrPanel(box, t("{method}: share of |attribution|", { method: res.method_name }), res.shares, rows, res.cols);
   }
+  for (const w of res.warnings || []) bits.push(w);  // e.g. the output tokens attributed at these steps
   bits.push(`${res.elapsed_ms} ms`);
   $("#attr-summary").textContent = bits.join("  ·  ");
 }
