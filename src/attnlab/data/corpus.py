@@ -12,8 +12,9 @@ copy into that cache, kept only if its sha256 matches. ``ATTNLAB_OFFLINE=1`` for
 
 Neither a server nor an archive can make attnlab read without bound: a download stops past
 :data:`MAX_DOWNLOAD_BYTES` or its total deadline (``$ATTNLAB_DOWNLOAD_TIMEOUT`` seconds, default
-120, on top of the per-operation socket timeout), and a zip member is refused past
-:data:`MAX_MEMBER_BYTES` — declared or actually unpacked (D2L's zip is 3.4 MB, its ``fra.txt`` 11.7 MB).
+120, on top of the per-operation socket timeout), and a zip member or a plain ``fra.txt`` is refused
+past :data:`MAX_MEMBER_BYTES` — declared (its size on disk) or actually read (D2L's zip is 3.4 MB, its
+``fra.txt`` 11.7 MB).
 """
 
 from __future__ import annotations
@@ -314,14 +315,32 @@ def _read_member(zf: zipfile.ZipFile, member: str, path: Path) -> bytes:
     return bytes(out)
 
 
+def _read_text_file(f, path: Path, head: bytes) -> bytes:
+    """The rest of an open plain-text corpus after its first bytes ``head``, refused past
+    :data:`MAX_MEMBER_BYTES` as a zip member is: by its size on disk first, and by the bytes actually
+    read (a pipe, a device or a file that grows has no size to trust)."""
+    cap = MAX_MEMBER_BYTES
+    fix = f"more than the {_mib(cap)} a fra-eng corpus may have (D2L's fra.txt is 11.7 MB); use D2L's fra-eng.zip"
+    size = os.fstat(f.fileno()).st_size
+    if size > cap:
+        raise CorpusError(f"{path} holds {size} bytes, {fix}")
+    out = bytearray(head)
+    while chunk := f.read(min(_CHUNK * 16, cap + 1 - len(out))):
+        out += chunk
+        if len(out) > cap:
+            raise CorpusError(f"{path} holds {fix} (stopped reading)")
+    return bytes(out)
+
+
 def _read_bytes(path: Path) -> tuple[bytes, str]:
-    """The raw bytes of ``fra.txt`` and a display name (``archive.zip:member`` for a zip)."""
+    """The raw bytes of ``fra.txt`` and a display name (``archive.zip:member`` for a zip); either is
+    refused past :data:`MAX_MEMBER_BYTES`."""
     try:
         with open(path, "rb") as f:
             head = f.read(4)
             is_zip = head.startswith(b"PK") or path.suffix.lower() == ".zip"
             if not is_zip:
-                return head + f.read(), str(path)
+                return _read_text_file(f, path, head), str(path)
     except IsADirectoryError:
         found = _find_in(path)
         if found is None:
