@@ -123,3 +123,23 @@ def test_every_key_outside_the_allowlist_is_refused_even_one_added_later():
     later["train"]["some_future_knob"] = 1
     assert [k for k, _, _ in resume_differences(base, later)] == ["train.some_future_knob"]
     assert {k.split(".")[0] for k in RESUME_MAY_CHANGE} <= {"train", "data"}
+
+
+@pytest.mark.parametrize("override", ["decode.max_len_a=inf", "train.max_minutes=inf", "train.min_lr_ratio=-5",
+                                      "train.weight_decay=nan", "decode.length_penalty=-inf"])
+def test_cli_refuses_non_finite_and_out_of_range_floats_on_resume_and_on_a_new_run(run3, tmp_path, capsys, override):
+    """Pass: one `error:` line naming the key, exit 2, the run untouched. These passed before and failed
+    silently: max_len_a=inf cut every output to 1 token, max_minutes=inf stopped at step 0,
+    min_lr_ratio=-5 trained on a negative lr, weight_decay=nan was reported as a too-high lr."""
+    from attnlab.cli import main
+
+    run = _copy(run3, tmp_path)
+    before = _snapshot(run)
+    key = override.split("=")[0]
+    for argv in (["train", "--resume", "--out", str(run)],
+                 ["train", "--model", "transformer", "--dataset", "numbers", "--out", str(tmp_path / "new")]):
+        assert main([*argv, "--quiet", "train.max_steps=4", override]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: {key}="), lines
+    assert _snapshot(run) == before
+    assert not (tmp_path / "new").exists()
