@@ -85,7 +85,7 @@ interrupted command exits 130."""
 
 def cmd_train(args) -> int:
     from attnlab.runs import read_run
-    from attnlab.training.launch import launch_nproc
+    from attnlab.training.launch import launch_nproc, processes
     from attnlab.training.loop import train
     from attnlab.training.resume import check_resume_overrides
 
@@ -103,7 +103,7 @@ def cmd_train(args) -> int:
         cfg = build_config(args, kind=args.model, dataset=args.dataset)
         if cfg.train.size == "auto" and "RANK" not in os.environ:  # under torchrun rank 0 sizes for all
             cfg = _size_for_machine(cfg, args)
-    if args.nproc and args.nproc > 1:
+    if processes(args.nproc, cfg.train.device) > 1:
         return launch_nproc(args.nproc, sys.argv[1:])
     if os.environ.get("RANK", "0") == "0":
         say(args, f"config of {out}:\n{config_mod.dumps_toml(cfg)}")
@@ -335,7 +335,8 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
     _add_train_config_args(t, model_required=False)
     t.add_argument("--nproc", type=int, default=0,
-                   help="data-parallel processes on this machine, through torchrun; 0 or 1 = this process alone")
+                   help="data-parallel processes on this machine, through torchrun, at most one per CPU core "
+                        "(one per GPU on CUDA); 0 or 1 = this process alone")
     add_verbosity_args(t)
     t.set_defaults(func=cmd_train)
 
