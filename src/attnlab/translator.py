@@ -36,12 +36,12 @@ from attnlab import fast, fill, runs
 from attnlab.config import AUTO_DECODE_ROWS, Config, DecodeConfig
 from attnlab.data.batching import Batch, collate
 from attnlab.data.corpus import source_text
-from attnlab.data.vocab import BOS, EOS, PAD, load_tokenizer
+from attnlab.data.vocab import BOS, EOS, PAD
 from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy import greedy_search, max_lengths
 from attnlab.device import pick_device
 from attnlab.errors import AttnlabError
-from attnlab.models import ModelOutput, build_model, traits
+from attnlab.models import ModelOutput, traits
 
 
 def decode_many(
@@ -223,18 +223,15 @@ class Translator:
         """The model of a run folder at checkpoint ``which`` (``best``, ``last`` or ``step-N``).
 
         ``device``: ``auto`` (the default) takes the GPU when one is visible, else the CPU; or
-        ``cpu``, ``cuda``, ``cuda:N``. Raises :class:`AttnlabError` for an unreadable run folder,
-        a missing checkpoint or an unavailable device.
+        ``cpu``, ``cuda``, ``cuda:N``. Every file is verified before the model is built
+        (:func:`attnlab.runs.load_model`). Raises :class:`AttnlabError` for an unreadable, corrupt or
+        tampered run folder, a missing checkpoint or an unavailable device.
         """
         run_dir = Path(run_dir)
-        files = runs.read_export(run_dir) if runs.is_export(run_dir) else runs.read_run(run_dir)  # attnlab export
-        path = runs.resolve_checkpoint(run_dir, which)
-        src_tok = load_tokenizer(files.tokenizers["src"])
-        tgt_tok = load_tokenizer(files.tokenizers["tgt"])
-        model = build_model(files.config.model, len(src_tok), len(tgt_tok))
-        runs.load_weights(path, model)
         dev = pick_device(device)
-        return cls(model.to(dev), src_tok, tgt_tok, files.config, dev, run_dir, path)
+        loaded = runs.load_model(run_dir, which)  # a run folder or an `attnlab export` folder
+        return cls(loaded.model.to(dev), loaded.src_tok, loaded.tgt_tok, loaded.files.config, dev, run_dir,
+                   loaded.checkpoint)
 
     def _search(self, src_seqs: list[list[int]], dcfg: DecodeConfig, beam_size: int, nbest: int = 1,
                 max_len: int | None = None) -> list[list[Any]]:

@@ -36,14 +36,22 @@ _BANNED = [[SPECIALS[PAD]], [SPECIALS[BOS]]]  # <unk> is banned by disable_unk
 
 
 def ct2_entry(folder: Path) -> dict[str, Any] | None:
-    """The ``engines.ctranslate2`` entry of an exported folder's config.json (None without one)."""
+    """The ``engines.ctranslate2`` entry of an exported folder's config.json (None without one).
+
+    Its ``path`` must name a folder inside the export (:func:`attnlab.runs.member_path`): a path that
+    leaves it is a :class:`~attnlab.errors.CheckpointError`, never a model read from elsewhere. That
+    the manifest covers every file there is checked when the folder is read
+    (:func:`attnlab.runs.export_engine_folder`)."""
     if not runs.is_export(folder):
         return None
     try:
         entry = json.loads((folder / runs.EXPORT_CONFIG).read_text(encoding="utf-8")).get("engines", {})["ctranslate2"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
-    return entry if isinstance(entry, dict) and isinstance(entry.get("path"), str) else None
+    if not isinstance(entry, dict):
+        return None
+    runs.member_path(folder, entry.get("path"), folder / runs.EXPORT_CONFIG)
+    return entry
 
 
 class CT2Translator(Translator):
@@ -69,7 +77,8 @@ class CT2Translator(Translator):
         tr = cls.from_run(folder, device=device)  # verifies every file, the CTranslate2 ones included
         where = "cuda" if tr.device.type == "cuda" else "cpu"
         kind = ct2.Generator if entry.get("one_sequence") else ct2.Translator
-        tr.ct2 = kind(str(folder / entry["path"]), device=where, compute_type=compute_type,
+        model_dir = runs.member_path(folder, entry["path"], folder / runs.EXPORT_CONFIG)  # inside, as verified
+        tr.ct2 = kind(str(model_dir), device=where, compute_type=compute_type,
                       intra_threads=threads or torch.get_num_threads())
         tr.ct2_info = {**entry, "compute_type": compute_type}
         tr._tgt_ids = {tr.tgt_tok.id_to_token(i): i for i in range(len(tr.tgt_tok))}
