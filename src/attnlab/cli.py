@@ -24,6 +24,7 @@ from attnlab.cli_common import (
     add_config_args,
     add_deprecated_alias,
     add_device_arg,
+    add_run_data_arg,
     add_verbosity_args,
     build_config,
     say,
@@ -247,15 +248,11 @@ def cmd_translate(args) -> int:
 # ------------------------------------------------------------------------------------------ evaluate
 
 def cmd_evaluate(args) -> int:
-    from attnlab.data import corpus
     from attnlab.evaluation.evaluate import evaluate_split, format_report, notes_examples, write_report
 
     tr = _load_translator(args)
     tr.check_translates()  # a fill model is refused before the corpus is read
-    dcfg = tr.cfg.data
-    if args.data:
-        dcfg = config_mod.apply_overrides(Config(data=dcfg), [f"data.data_path={args.data}"]).data
-    prepared = corpus.prepare(dcfg, tokenizers=(tr.src_tok, tr.tgt_tok))
+    prepared = tr.prepare_corpus(args.data)  # --data, else $ATTNLAB_DATA_DIR, else the cache
     if args.split not in prepared.splits:
         raise AttnlabError(f"--split {args.split} is unknown; choose one of: {', '.join(prepared.splits)}")
     beam = args.beam or tr.cfg.decode.beam_size
@@ -386,8 +383,7 @@ def _add_translate_evaluate(sub) -> None:
             q.add_argument("--split", default="test", help="which split of the run's corpus: train, valid or test")
             q.add_argument("--max-sentences", type=int, default=0, dest="max_sentences",
                            help="score at most this many sentences of the split (0 = all)")
-            q.add_argument("--data", metavar="PATH",
-                           help="where the corpus is (default: where the run found it)")
+            add_run_data_arg(q)
         add_verbosity_args(q)
         q.set_defaults(func=func)
 

@@ -562,6 +562,25 @@ def read_run(run_dir: str | Path) -> RunFiles:
     return RunFiles(cfg, toks, meta if isinstance(meta, dict) else {})
 
 
+def run_config(cfg: config_mod.Config) -> config_mod.Config:
+    """``cfg`` as a run folder (``config.toml``) or an export (``config.json``) records it: without
+    ``data.data_path``. A path names the working folder or the machine the run was trained from, and
+    folders move; the corpus is recorded by name and checksum in ``meta.json`` instead
+    (``data_stats.corpus``) and located again when it is needed (:func:`attnlab.data.corpus.for_run`)."""
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, data_path=None))
+
+
+def recorded_corpus(meta: Any) -> dict[str, Any] | None:
+    """The corpus a run was trained on (``{name, file, sha256}``) from its ``meta.json``, or from an
+    export's ``source`` facts (which hold the run's meta); None when none was recorded."""
+    for m in (meta, meta.get("meta") if isinstance(meta, dict) else None):
+        stats = m.get("data_stats") if isinstance(m, dict) else None
+        corpus = stats.get("corpus") if isinstance(stats, dict) else None
+        if isinstance(corpus, dict):
+            return corpus
+    return None
+
+
 # ------------------------------------------------------------------------------------------------
 # Exported folders (`attnlab export`, attnlab/export/): one model that needs no run folder
 #

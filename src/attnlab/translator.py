@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from attnlab import fast, fill, runs
 from attnlab.config import AUTO_DECODE_ROWS, Config, DecodeConfig
 from attnlab.data.batching import Batch, collate
-from attnlab.data.corpus import source_text
+from attnlab.data.corpus import Prepared, check_same_corpus, for_run, prepare, source_text
 from attnlab.data.vocab import BOS, EOS, PAD
 from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy import greedy_search, max_lengths
@@ -217,6 +217,7 @@ class Translator:
         fast.apply(model, cfg.train.kernels, self.device)  # decoding's top-k: attnlab/fast/ or plain topk/argmax
         self.run_dir, self.checkpoint = run_dir, checkpoint
         self.max_src_tokens = _longest_source(cfg) if max_src_tokens is None else max_src_tokens
+        self.trained_on: dict[str, Any] | None = None  # the corpus's name and sha256, as the run recorded them
 
     @classmethod
     def from_run(cls, run_dir: str | Path, which: str = "best", device: str = "auto") -> Translator:
@@ -230,8 +231,23 @@ class Translator:
         run_dir = Path(run_dir)
         dev = pick_device(device)
         loaded = runs.load_model(run_dir, which)  # a run folder or an `attnlab export` folder
-        return cls(loaded.model.to(dev), loaded.src_tok, loaded.tgt_tok, loaded.files.config, dev, run_dir,
-                   loaded.checkpoint)
+        tr = cls(loaded.model.to(dev), loaded.src_tok, loaded.tgt_tok, loaded.files.config, dev, run_dir,
+                 loaded.checkpoint)
+        tr.trained_on = runs.recorded_corpus(loaded.files.meta)
+        return tr
+
+    def prepare_corpus(self, data: str | Path | None = None) -> Prepared:
+        """The run's corpus, split and encoded with the run's own tokenizers: what ``evaluate``, ``heads``,
+        ``compare`` and ``selfcheck`` read.
+
+        Located now, not where the run was trained (:func:`attnlab.data.corpus.for_run`): ``data``
+        (``--data``), else ``$ATTNLAB_DATA_DIR``, else the cache, so a run folder can move. A corpus
+        whose sha256 is not the one the run recorded is used with a warning on stderr. Raises
+        :class:`~attnlab.data.corpus.CorpusError` when the corpus cannot be found or read.
+        """
+        prepared = prepare(for_run(self.cfg.data, data), tokenizers=(self.src_tok, self.tgt_tok))
+        check_same_corpus(prepared, self.trained_on, self.run_dir or "this run")
+        return prepared
 
     def _search(self, src_seqs: list[list[int]], dcfg: DecodeConfig, beam_size: int, nbest: int = 1,
                 max_len: int | None = None) -> list[list[Any]]:

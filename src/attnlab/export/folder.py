@@ -52,7 +52,7 @@ def _write_tree(tmp: Path, run: Path, which: str, fmt: str, quantization: str) -
         atomic_write_text(tmp / names[side], to_hf(tok).to_str(pretty=True))
         entries[side] = {"file": names[side], "kind": tok.kind, "lang": tok.lang, "size": len(tok),
                          "min_freq": int(files.tokenizers[side].get("min_freq", 1))}
-    cfg_dict = config_mod.to_dict(cfg)
+    cfg_dict = config_mod.to_dict(runs.run_config(cfg))  # no corpus path: the export may move
     metadata = {"step": str(step), "attnlab_config": json.dumps(cfg_dict), "attnlab_fingerprint": json.dumps(fp)}
     (tmp / runs.WEIGHTS).write_bytes(safetensors_bytes(runs.model_state_for_saving(model), metadata=metadata))
     engines = {}

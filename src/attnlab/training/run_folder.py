@@ -74,7 +74,7 @@ def drop_records_after(out_dir: Path, step: int) -> None:
 def write_run_files(out_dir: Path, cfg: Config, prepared, model: torch.nn.Module, device: torch.device,
                     world_size: int, argv: list[str] | None) -> None:
     """``config.toml`` (every default written out), ``tokenizers.json`` and ``meta.json``."""
-    atomic_write_text(out_dir / runs.CONFIG, config_mod.dumps_toml(cfg))
+    atomic_write_text(out_dir / runs.CONFIG, config_mod.dumps_toml(runs.run_config(cfg)))  # no corpus path
     atomic_write_json(out_dir / runs.TOKENIZERS, {"src": prepared.src_tok.to_json(), "tgt": prepared.tgt_tok.to_json()})
     meta = {"seed": cfg.train.seed, "versions": versions(), "device": str(device), "threads": torch.get_num_threads(),
             "world_size": world_size, "argv": argv or sys.argv, "data_stats": prepared.stats,
