@@ -101,7 +101,7 @@ def _read_capped(path: Path, cap: int, missing: str, corrupt: str) -> bytes:
     return data
 
 
-def _json_file(path: Path, cap: int, missing: str, corrupt: str) -> Any:
+def read_json(path: Path, cap: int, missing: str, corrupt: str) -> Any:
     """``path`` parsed as JSON, with :func:`_read_capped`'s errors, and ``corrupt`` for bytes that are not
     UTF-8 JSON."""
     data = _read_capped(path, cap, missing, corrupt)
@@ -423,7 +423,7 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
     to sha256 digests, ``model.safetensors`` among them. Returns the manifest."""
     mpath = path / MANIFEST
     corrupt = f"{mpath} is corrupt: not a checkpoint manifest"
-    manifest = _json_file(mpath, MAX_MANIFEST_BYTES, f"{mpath} is missing: the checkpoint is incomplete", corrupt)
+    manifest = read_json(mpath, MAX_MANIFEST_BYTES, f"{mpath} is missing: the checkpoint is incomplete", corrupt)
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if not isinstance(files, dict) or not all(isinstance(d, str) for d in files.values()):
         raise CheckpointError(corrupt)
@@ -547,7 +547,7 @@ def read_run(run_dir: str | Path) -> RunFiles:
         raise CheckpointError(f"{run_dir} is not a usable run folder: {e}") from None
     tpath = run_dir / TOKENIZERS
     corrupt = f"{tpath} is corrupt (not the JSON that attnlab writes)"
-    toks = _json_file(tpath, MAX_JSON_BYTES, f"{tpath} is missing; the run folder is incomplete", corrupt)
+    toks = read_json(tpath, MAX_JSON_BYTES, f"{tpath} is missing; the run folder is incomplete", corrupt)
     if not isinstance(toks, dict) or "src" not in toks or "tgt" not in toks:
         raise CheckpointError(corrupt)
     for side in ("src", "tgt"):
@@ -556,7 +556,7 @@ def read_run(run_dir: str | Path) -> RunFiles:
         except ValueError as e:
             raise CheckpointError(f"{tpath} is corrupt: its {side} tokenizer: {e}") from None
     try:
-        meta = _json_file(run_dir / META, MAX_JSON_BYTES, "", "")
+        meta = read_json(run_dir / META, MAX_JSON_BYTES, "", "")
     except CheckpointError:
         meta = {}  # informative only: a missing or broken meta.json costs the recorded facts, not the run
     return RunFiles(cfg, toks, meta if isinstance(meta, dict) else {})
@@ -672,7 +672,7 @@ def _read_export(path: Path) -> tuple[RunFiles, dict[str, Any]]:
         if name not in listed:
             raise CheckpointError(f"{path / MANIFEST} does not list {name}: the export is incomplete")
     corrupt = f"{cpath} is not the config.json of an `attnlab export` folder"
-    spec = _json_file(cpath, MAX_JSON_BYTES, f"{cpath} is missing", corrupt)
+    spec = read_json(cpath, MAX_JSON_BYTES, f"{cpath} is missing", corrupt)
     if not isinstance(spec, dict) or "attnlab_export" not in spec or not isinstance(spec.get("config"), dict):
         raise CheckpointError(corrupt)
     version = spec["attnlab_export"]

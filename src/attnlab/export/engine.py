@@ -16,7 +16,6 @@ score is CTranslate2's (log-probability after the banned tokens are removed).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from attnlab import runs
 from attnlab.config import AUTO_DECODE_ROWS, DecodeConfig
 from attnlab.data.specials import BOS, EOS, PAD, SPECIALS
 from attnlab.decoding.hypothesis import Hypothesis, max_lengths
-from attnlab.errors import AttnlabError
+from attnlab.errors import AttnlabError, CheckpointError
 from attnlab.export import ENGINES
 from attnlab.export.ct2 import SOURCE_PREFIX, require_ctranslate2
 from attnlab.translator import Translator, _length_cap
@@ -44,9 +43,10 @@ def ct2_entry(folder: Path) -> dict[str, Any] | None:
     (:func:`attnlab.runs.export_engine_folder`)."""
     if not runs.is_export(folder):
         return None
-    try:
-        entry = json.loads((folder / runs.EXPORT_CONFIG).read_text(encoding="utf-8")).get("engines", {})["ctranslate2"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+    try:  # read before the folder is verified: size-capped, and any oddity means "no engine entry"
+        spec = runs.read_json(folder / runs.EXPORT_CONFIG, runs.MAX_JSON_BYTES, "", "")
+        entry = spec.get("engines", {})["ctranslate2"]
+    except (CheckpointError, KeyError, TypeError, AttributeError):
         return None
     if not isinstance(entry, dict):
         return None
