@@ -86,7 +86,9 @@ MAX_LEN_B = 10_000  # decode.max_len_b (the position table caps outputs further)
 class DataConfig:
     dataset: str = "fra-eng"
     direction: str = "en-fr"  # "fr-en" swaps the sides of fra-eng: French sources, English targets
-    data_path: str | None = None  # a zip, a fra.txt or a folder; else $ATTNLAB_DATA_DIR, then the cache
+    # a zip, a fra.txt or a folder; else $ATTNLAB_DATA_DIR, then the cache. Never written into a run folder
+    # (runs.run_config): a run records its corpus by name and checksum and finds it again at use time.
+    data_path: str | None = None
     num_steps: int = 32  # max tokens per side including <eos> (the notes' num_steps); longer pairs are truncated and counted
     min_freq: int = 2  # word tokenizer: tokens seen fewer times become <unk>
     tokenizer: str = "word"  # "word" (D2L) or "bpe" (HF tokenizers, one subword model per language)
