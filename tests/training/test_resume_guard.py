@@ -143,3 +143,36 @@ def test_cli_refuses_non_finite_and_out_of_range_floats_on_resume_and_on_a_new_r
         assert len(lines) == 1 and lines[0].startswith(f"error: {key}="), lines
     assert _snapshot(run) == before
     assert not (tmp_path / "new").exists()
+
+
+def test_resume_checks_the_weights_shapes_before_building_the_model_config_toml_describes(run3, tmp_path, monkeypatch):
+    """config.toml and the manifest's record of the model both edited to 128 layers of width 16384 (about
+    400 G parameters): `--resume` found them in agreement and built that model before load_weights looked
+    at the weights file, which ships the 1-layer one."""
+    import json
+
+    import torch
+
+    from attnlab.training import session
+
+    run = _copy(run3, tmp_path)
+    cfg_path = run / runs.CONFIG
+    huge = {"num_layers": C.MAX_LAYERS, "num_hiddens": C.MAX_WIDTH, "ffn_num_hiddens": C.MAX_FFN}
+    lines = [f"{k} = {huge[k]}" if (k := line.split(" =")[0]) in huge else line
+             for line in cfg_path.read_text().splitlines()]
+    cfg_path.write_text("\n".join(lines) + "\n")
+    manifest_path = runs.resolve_checkpoint(run, "last") / runs.MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    manifest["model"].update(huge)
+    manifest_path.write_text(json.dumps(manifest))
+    real = session.build_model
+
+    def only_on_meta(*args, **kwargs):
+        assert torch.get_default_device().type == "meta", "a model was built before the checkpoint was verified"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(session, "build_model", only_on_meta)
+    monkeypatch.setattr(runs, "build_model", only_on_meta)
+    with pytest.raises(AttnlabError, match="does not fit the transformer model its config describes") as err:
+        train(C.apply_overrides(runs.read_run(run).config, ["train.max_steps=5"]), run, resume=True, progress=False)
+    assert "\n" not in str(err.value)
