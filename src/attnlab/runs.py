@@ -756,7 +756,7 @@ def check_weights_fit(wpath: Path, model_cfg: config_mod.ModelConfig, src_vocab:
     wrong = sorted(k for k in set(want) & set(have) if want[k] != have[k])
     if wrong:
         k = wrong[0]
-        detail = f"tensor {k} is {have[k]} in the file, {want[k]} in the config"
+        detail = f"tensor {k} has shape {have[k]} in the file, {want[k]} in the config"
     else:
         detail = f"missing {missing[:3]}, unexpected {unexpected[:3]}"
     n_want = sum(math.prod(v) for v in want.values())
