@@ -25,6 +25,7 @@ from attnlab.cli_common import (
     add_config_args,
     add_deprecated_alias,
     add_device_arg,
+    add_run_data_arg,
     add_verbosity_args,
     build_config,
     say,
@@ -88,7 +89,7 @@ or SIGTERM stops any command within seconds (a training run saves its last step 
 
 def cmd_train(args) -> int:
     from attnlab.runs import read_run
-    from attnlab.training.launch import launch_nproc
+    from attnlab.training.launch import launch_nproc, processes
     from attnlab.training.loop import train
     from attnlab.training.resume import check_resume_overrides
 
@@ -106,7 +107,7 @@ def cmd_train(args) -> int:
         cfg = build_config(args, kind=args.model, dataset=args.dataset)
         if cfg.train.size == "auto" and "RANK" not in os.environ:  # under torchrun rank 0 sizes for all
             cfg = _size_for_machine(cfg, args)
-    if args.nproc and args.nproc > 1:
+    if processes(args.nproc, cfg.train.device) > 1:
         return launch_nproc(args.nproc, sys.argv[1:])
     if os.environ.get("RANK", "0") == "0":
         say(args, f"config of {out}:\n{config_mod.dumps_toml(cfg)}")
@@ -361,16 +362,12 @@ def _translate(args, stream) -> int:
 # ------------------------------------------------------------------------------------------ evaluate
 
 def cmd_evaluate(args) -> int:
-    from attnlab.data import corpus
     from attnlab.evaluation.evaluate import evaluate_split, format_report, notes_examples, write_report
 
     _check_counts(args, "beam")
     tr = _load_translator(args)
     tr.check_translates()  # a fill model is refused before the corpus is read
-    dcfg = tr.cfg.data
-    if args.data:
-        dcfg = config_mod.apply_overrides(Config(data=dcfg), [f"data.data_path={args.data}"]).data
-    prepared = corpus.prepare(dcfg, tokenizers=(tr.src_tok, tr.tgt_tok))
+    prepared = tr.prepare_corpus(args.data)  # --data, else $ATTNLAB_DATA_DIR, else the cache
     if args.split not in prepared.splits:
         raise AttnlabError(f"--split {args.split} is unknown; choose one of: {', '.join(prepared.splits)}")
     beam = args.beam or tr.cfg.decode.beam_size
@@ -452,7 +449,8 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
     _add_train_config_args(t, model_required=False)
     t.add_argument("--nproc", type=int, default=0,
-                   help="data-parallel processes on this machine, through torchrun; 0 or 1 = this process alone")
+                   help="data-parallel processes on this machine, through torchrun, at most one per CPU core "
+                        "(one per GPU on CUDA); 0 or 1 = this process alone")
     add_verbosity_args(t)
     t.set_defaults(func=cmd_train)
 
@@ -502,8 +500,7 @@ def _add_translate_evaluate(sub) -> None:
             q.add_argument("--split", default="test", help="which split of the run's corpus: train, valid or test")
             q.add_argument("--max-sentences", type=int, default=0, dest="max_sentences",
                            help="score at most this many sentences of the split (0 = all)")
-            q.add_argument("--data", metavar="PATH",
-                           help="where the corpus is (default: where the run found it)")
+            add_run_data_arg(q)
         add_verbosity_args(q)
         q.set_defaults(func=func)
 

@@ -121,6 +121,14 @@ def add_deprecated_alias(p: argparse.ArgumentParser, old: str, new: str, dest: s
                    help=argparse.SUPPRESS, **kwargs)
 
 
+def add_run_data_arg(p: argparse.ArgumentParser) -> None:
+    """``--data`` for a command that reads a trained run's corpus again: a run records its corpus by name
+    and checksum, not where it was (data/corpus.py ``for_run``), so the location is given now."""
+    p.add_argument("--data", metavar="PATH",
+                   help="fra-eng zip, fra.txt or folder holding the run's corpus (default: $ATTNLAB_DATA_DIR, "
+                        "then the cache)")
+
+
 def add_config_args(p: argparse.ArgumentParser) -> None:
     """``--config``, ``--data`` and the trailing ``section.key=value`` overrides."""
     p.add_argument("--config", metavar="FILE",

@@ -33,10 +33,11 @@ def _run_stats(args, files, tokenizers) -> str:
             return f"{text}\n(statistics recorded in {args.run}/meta.json when the run was trained)"
         except (KeyError, TypeError):
             pass  # an older meta.json without every field: recompute below
-    dcfg = files.config.data
-    if args.data:
-        dcfg = config_mod.apply_overrides(config_mod.Config(data=dcfg), [f"data.data_path={args.data}"]).data
-    return corpus.format_stats(corpus.prepare(dcfg, tokenizers=tokenizers))
+    from attnlab import runs
+
+    prepared = corpus.prepare(corpus.for_run(files.config.data, args.data), tokenizers=tokenizers)
+    corpus.check_same_corpus(prepared, runs.recorded_corpus(files.meta), args.run)
+    return corpus.format_stats(prepared)
 
 
 def cmd_data(args) -> int:

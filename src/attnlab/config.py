@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+import math
 import tomllib
 import types
 import typing
@@ -46,11 +47,48 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     _check(value in choices, f"{name}={value!r} is not valid; choose one of: {', '.join(choices)}")
 
 
+def _finite(section: str, obj: Any) -> None:
+    """Refuse ``inf`` and ``nan`` in every float field of ``obj`` (tuples too), before any range check:
+    ``nan`` fails every comparison and ``inf`` passes every lower bound, so either would slip through a
+    range check written as one comparison and then fail silently (a 1-token limit, a run that stops
+    at step 0, advice to lower the lr)."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        for x in value if isinstance(value, tuple) else (value,):
+            if isinstance(x, float) and not math.isfinite(x):
+                raise ConfigError(f"{section}.{f.name}={x} is not a finite number; give a finite value")
+
+
+def _between(name: str, value: float, low: float, high: float) -> None:
+    """``low <= value <= high``, or one line naming the field, the value and the range."""
+    _check(low <= value <= high, f"{name}={value} must lie between {low:g} and {high:g}")
+
+
+# Upper bounds of ModelConfig's sizes: far above any model attnlab trains (the presets use 256 wide, 2-4
+# layers), low enough that no config.toml or config.json can make a loader allocate without end. A
+# loader also checks the config's tensors against the weights file's shapes before building the model
+# (runs.load_model), so a config never asks for more memory than its weights ship.
+MAX_WIDTH = 16384  # model.num_hiddens, model.embed_size
+MAX_FFN = 65536  # model.ffn_num_hiddens
+MAX_LAYERS = 128  # model.num_layers
+MAX_HEADS = 256  # model.num_heads
+MAX_POSITIONS = 8192  # model.max_positions (data.num_steps is at most 1024 per side)
+
+# Ranges of the floats that have no natural bound (every float must also be finite, see _finite).
+MAX_LR = 10.0  # train.lr: far above any Adam/Muon learning rate that trains
+MAX_MINUTES = 1e6  # train.max_minutes: about two years
+MAX_LENGTH_PENALTY = 5.0  # decode.length_penalty: GNMT's alpha is 0.6-1 in practice
+MAX_LEN_A = 10.0  # decode.max_len_a: outputs ten times the source's length
+MAX_LEN_B = 10_000  # decode.max_len_b (the position table caps outputs further)
+
+
 @dataclass(frozen=True)
 class DataConfig:
     dataset: str = "fra-eng"
     direction: str = "en-fr"  # "fr-en" swaps the sides of fra-eng: French sources, English targets
-    data_path: str | None = None  # a zip, a fra.txt or a folder; else $ATTNLAB_DATA_DIR, then the cache
+    # a zip, a fra.txt or a folder; else $ATTNLAB_DATA_DIR, then the cache. Never written into a run folder
+    # (runs.run_config): a run records its corpus by name and checksum and finds it again at use time.
+    data_path: str | None = None
     num_steps: int = 32  # max tokens per side including <eos> (the notes' num_steps); longer pairs are truncated and counted
     min_freq: int = 2  # word tokenizer: tokens seen fewer times become <unk>
     tokenizer: str = "word"  # "word" (D2L) or "bpe" (HF tokenizers, one subword model per language)
@@ -63,6 +101,7 @@ class DataConfig:
     max_batch_size: int = 512
 
     def __post_init__(self) -> None:
+        _finite("data", self)
         _choice("data.dataset", self.dataset, DATASETS)
         _choice("data.tokenizer", self.tokenizer, TOKENIZERS)
         _choice("data.direction", self.direction, DIRECTIONS)
@@ -114,23 +153,25 @@ class ModelConfig:
     def __post_init__(self) -> None:
         _choice("model.kind", self.kind, MODEL_KINDS)
         _choice("model.positional", self.positional, ("sinusoidal", "learned"))
-        _check(self.num_hiddens >= 2, "model.num_hiddens must be >= 2")
-        _check(self.embed_size >= 1, "model.embed_size must be >= 1")
-        _check(self.num_layers >= 1, "model.num_layers must be >= 1")
-        _check(self.num_heads >= 1 and self.num_hiddens % self.num_heads == 0,
+        _finite("model", self)
+        _between("model.num_hiddens", self.num_hiddens, 2, MAX_WIDTH)
+        _between("model.embed_size", self.embed_size, 1, MAX_WIDTH)
+        _between("model.num_layers", self.num_layers, 1, MAX_LAYERS)
+        _between("model.num_heads", self.num_heads, 1, MAX_HEADS)
+        _check(self.num_hiddens % self.num_heads == 0,
                f"model.num_hiddens={self.num_hiddens} must be divisible by model.num_heads={self.num_heads}")
-        _check(self.ffn_num_hiddens >= 1, "model.ffn_num_hiddens must be >= 1")
+        _between("model.ffn_num_hiddens", self.ffn_num_hiddens, 1, MAX_FFN)
         _check(0.0 <= self.dropout < 1.0, f"model.dropout={self.dropout} must lie in [0, 1)")
         _check(self.attention_dropout is None or 0.0 <= self.attention_dropout < 1.0,
                f"model.attention_dropout={self.attention_dropout} must lie in [0, 1) (or be unset)")
-        _check(self.max_positions >= 2, "model.max_positions must be >= 2")
+        _between("model.max_positions", self.max_positions, 2, MAX_POSITIONS)
         _check(not self.bidirectional or self.kind in ("seq2seq", "bahdanau"),
                f"model.bidirectional=true is for the GRU models (seq2seq, bahdanau), not {self.kind}; drop it")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    lr: float = 1e-3
+    lr: float = 1e-3  # (0, MAX_LR]
     warmup_steps: int = 400  # open-ended schedules: warm-up updates; budgeted ones: the most warm-up may take
     # "auto": a budgeted run (max_minutes / max_steps / max_epochs) plans on its horizon: warm-up, flat, then
     # linear decay to 0 over its last decay_frac, ending when the budget does ("wsd", training/budget.py);
@@ -139,14 +180,14 @@ class TrainConfig:
     schedule: str = "auto"
     warmup_frac: float = 0.05  # budgeted schedules: warm-up as a share of the horizon
     decay_frac: float = 0.2  # "wsd" (budgeted default): the final share of the horizon over which the lr decays to 0
-    min_lr_ratio: float = 0.05  # cosine floor as a share of lr
+    min_lr_ratio: float = 0.05  # cosine floor as a share of lr, in [0, 1]
     optimizer: str = "adamw"  # "adam", "adamw", or "muon" (Muon for hidden matrices, AdamW for the rest)
     betas: tuple[float, float] = (0.9, 0.98)
-    weight_decay: float = 0.01
+    weight_decay: float = 0.01  # decoupled (AdamW) decay per unit of lr, in [0, 1]
     label_smoothing: float = 0.1
-    clip_grad_norm: float = 1.0  # 0 disables clipping
+    clip_grad_norm: float = 1.0  # 0 disables clipping; any finite value >= 0
     max_steps: int = 0  # 0 = no step limit
-    max_minutes: float = 0.0  # 0 = no time limit
+    max_minutes: float = 0.0  # 0 = no time limit; at most MAX_MINUTES
     max_epochs: int = 0  # 0 = no epoch limit
     eval_every: int = 500  # steps between validations (runs with no budget)
     eval_frac: float = 0.25  # budgeted runs: validate at these shares of the horizon (0 = by eval_every instead)
@@ -172,7 +213,11 @@ class TrainConfig:
     tensorboard: bool = False
 
     def __post_init__(self) -> None:
-        _check(self.lr > 0, f"train.lr={self.lr} must be > 0")
+        _finite("train", self)
+        _check(0 < self.lr <= MAX_LR, f"train.lr={self.lr} must be > 0 and at most {MAX_LR:g}")
+        _between("train.min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
+        _between("train.weight_decay", self.weight_decay, 0.0, 1.0)
+        _between("train.max_minutes", self.max_minutes, 0.0, MAX_MINUTES)
         _check(isinstance(self.tensorboard, bool), f"train.tensorboard={self.tensorboard!r} must be true or false")
         _check(self.warmup_steps >= 0, "train.warmup_steps must be >= 0")
         _choice("train.schedule", self.schedule, SCHEDULES)
@@ -183,11 +228,10 @@ class TrainConfig:
         _check(0.0 <= self.eval_frac < 1.0, f"train.eval_frac={self.eval_frac} must lie in [0, 1) (0 = only at the end)")
         _choice("train.optimizer", self.optimizer, ("adam", "adamw", "muon"))
         _check(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing must lie in [0, 1)")
-        _check(self.clip_grad_norm >= 0, "train.clip_grad_norm must be >= 0 (0 disables)")
+        _check(self.clip_grad_norm >= 0, f"train.clip_grad_norm={self.clip_grad_norm} must be >= 0 (0 disables)")
         for name in ("max_steps", "max_epochs", "eval_every", "eval_max_pairs", "save_every", "keep_checkpoints", "log_every",
                      "threads", "max_nonfinite", "eval_max_sentences"):
             _check(getattr(self, name) >= 0, f"train.{name} must be >= 0")
-        _check(self.max_minutes >= 0, "train.max_minutes must be >= 0")
         _check(-(2**63) <= self.seed < 2**64,
                f"train.seed={self.seed} must fit in 64 bits (0 to 2**64 - 1), the range torch.manual_seed takes")
         _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "train.betas must be two numbers in [0, 1)")
@@ -200,20 +244,22 @@ AUTO_DECODE_ROWS = 256  # decoder rows per batch when decode.batch_size = 0
 @dataclass(frozen=True)
 class DecodeConfig:
     beam_size: int = 1  # 1 = greedy
-    length_penalty: float = 1.0  # GNMT alpha: score / ((5 + len) / 6) ** alpha
+    length_penalty: float = 1.0  # GNMT alpha: score / ((5 + len) / 6) ** alpha, in [0, MAX_LENGTH_PENALTY]
     nbest: int = 1
-    max_len_a: float = 1.5  # output at most a * source_len + b tokens
+    max_len_a: float = 1.5  # output at most a * source_len + b tokens; a in [0, MAX_LEN_A], b in [1, MAX_LEN_B]
     max_len_b: int = 10
     # Sentences decoded together; 0 = auto: AUTO_DECODE_ROWS decoder rows (sentences × beam). Measured on
     # 2 CPU threads (bench/RESULTS.md): greedy 463 sent/s at 64 sentences, 695 at 256; beam 4 best at 64.
     batch_size: int = 0
 
     def __post_init__(self) -> None:
+        _finite("decode", self)
         _check(self.beam_size >= 1, f"decode.beam_size={self.beam_size} must be >= 1")
         _check(1 <= self.nbest <= self.beam_size,
                f"decode.nbest={self.nbest} must lie between 1 and decode.beam_size={self.beam_size}")
-        _check(self.length_penalty >= 0, "decode.length_penalty must be >= 0")
-        _check(self.max_len_a >= 0 and self.max_len_b >= 1, "decode.max_len_a >= 0 and decode.max_len_b >= 1")
+        _between("decode.length_penalty", self.length_penalty, 0.0, MAX_LENGTH_PENALTY)
+        _between("decode.max_len_a", self.max_len_a, 0.0, MAX_LEN_A)
+        _between("decode.max_len_b", self.max_len_b, 1, MAX_LEN_B)
         _check(self.batch_size >= 0, "decode.batch_size must be >= 0 (0 = auto)")
 
 

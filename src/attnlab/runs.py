@@ -35,13 +35,14 @@ import errno
 import hashlib
 import io
 import json
+import math
 import os
 import shutil
 import struct
 import sys
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
@@ -55,6 +56,7 @@ from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import CheckpointError
 from attnlab.export.tokenizers import from_hf
 from attnlab.io import atomic_write_json, atomic_write_text, fsync_dir, usual_mode
+from attnlab.models import build_model
 
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
@@ -64,6 +66,13 @@ TOKENIZERS = "tokenizers.json"
 META = "meta.json"
 METRICS = "metrics.jsonl"
 
+# What a reader takes in at most: far above what attnlab writes (a manifest lists a few files, config.json
+# and tokenizers.json hold a config and two vocabularies), so that no file of a folder someone handed over
+# makes a loader read or parse without bound.
+MAX_MANIFEST_BYTES = 4 * 2**20
+MAX_JSON_BYTES = 256 * 2**20  # tokenizers.json, config.json, a tokenizer file of an export, meta.json
+_MAX_POINTER_BYTES = 256  # LAST / BEST: one folder name
+
 
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
@@ -71,6 +80,56 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:g} MiB"
+
+
+def _read_capped(path: Path, cap: int, missing: str, corrupt: str) -> bytes:
+    """The bytes of ``path``; :class:`CheckpointError` with ``missing`` or ``corrupt`` (one line each) for a
+    file that is absent, unreadable (a folder in its place, no permission) or larger than ``cap`` bytes."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(cap + 1)
+    except FileNotFoundError:
+        raise CheckpointError(missing) from None
+    except OSError as e:
+        raise CheckpointError(f"{corrupt} ({e.strerror or e})") from None
+    if len(data) > cap:
+        raise CheckpointError(f"{corrupt} (larger than {_mib(cap)})")
+    return data
+
+
+def read_json(path: Path, cap: int, missing: str, corrupt: str) -> Any:
+    """``path`` parsed as JSON, with :func:`_read_capped`'s errors, and ``corrupt`` for bytes that are not
+    UTF-8 JSON."""
+    data = _read_capped(path, cap, missing, corrupt)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise CheckpointError(corrupt) from None
+
+
+def member_path(folder: Path, name: Any, where: Path) -> Path:
+    """``folder / name`` for a file name that ``where`` (a manifest, a config.json) gives, refused with a
+    :class:`CheckpointError` unless it is a relative path that stays inside ``folder``: no absolute path,
+    no ``..``, no link that leads out. A folder's manifest covers its own files only, so a name that
+    leaves it would have attnlab read (and hash, and load) a file nobody verified."""
+    ok = isinstance(name, str) and name != "" and "\0" not in name and "\\" not in name
+    pure = PurePosixPath(name) if ok else None
+    if pure is None or pure.is_absolute() or ".." in pure.parts:
+        raise CheckpointError(f"{where} names {name!r}, which is not a path inside {folder}; the folder was "
+                              "changed after attnlab wrote it: use the original")
+    full = folder / pure
+    try:
+        inside = full.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        inside = False
+    if not inside:
+        raise CheckpointError(f"{where} names {name!r}, which leads out of {folder} (a symbolic link); "
+                              "the folder was changed after attnlab wrote it: use the original")
+    return full
 
 
 def _write_synced(path: Path, data: bytes) -> None:
@@ -282,15 +341,40 @@ def check_run_matches(path: Path, manifest: dict[str, Any], run_dir: Path) -> No
 
 
 def _pointer(ckpt_root: Path, which: str) -> str | None:
+    """The checkpoint folder that ``LAST`` or ``BEST`` names (None when the file is absent or empty).
+
+    Raises :class:`CheckpointError` when the file holds anything but one folder name beside it (binary
+    bytes, a path, several lines): attnlab only ever writes a name such as ``step-0000500``.
+    """
     p = ckpt_root / which.upper()
     try:
-        return p.read_text().strip() or None
-    except OSError:
+        with open(p, "rb") as f:
+            raw = f.read(_MAX_POINTER_BYTES + 1)
+    except FileNotFoundError:
         return None
+    except OSError as e:
+        raise CheckpointError(f"{p} cannot be read ({e.strerror or e}); it should hold the name of a checkpoint "
+                              "folder beside it") from None
+    try:
+        name = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        name = None
+    if name == "":
+        return None
+    if (name is None or len(raw) > _MAX_POINTER_BYTES or not name.isprintable() or name in (".", "..")
+            or "/" in name or "\\" in name):
+        steps = sorted(q.name for q in ckpt_root.glob("step-*") if q.is_dir())
+        fix = f"write the name of one of its checkpoints into it ({', '.join(steps[-3:])})" if steps else "delete it"
+        raise CheckpointError(f"{p} is corrupt: it must hold the name of a checkpoint folder beside it, such as "
+                              f"step-0000500; {fix}")
+    return name
 
 
 def _rotate(ckpt_root: Path, keep: int) -> None:
-    protected = {_pointer(ckpt_root, "LAST"), _pointer(ckpt_root, "BEST")}
+    try:
+        protected = {_pointer(ckpt_root, "LAST"), _pointer(ckpt_root, "BEST")}
+    except CheckpointError:
+        return  # a pointer someone overwrote: remove nothing it might have named
     steps = sorted(p for p in ckpt_root.glob("step-*") if p.is_dir())
     removable = [p for p in steps if p.name not in protected]
     # keep the newest `keep` step folders besides the protected ones
@@ -333,17 +417,21 @@ def resolve_checkpoint(run_dir: str | Path, which: str = "best") -> Path:
 
 
 def verify_checkpoint(path: Path) -> dict[str, Any]:
-    """Check the manifest's sha256 of every file; raise CheckpointError naming the file otherwise."""
+    """Check the manifest's sha256 of every file; raise CheckpointError naming the file otherwise.
+
+    The manifest must be a JSON object whose ``files`` map names inside ``path`` (:func:`member_path`)
+    to sha256 digests, ``model.safetensors`` among them. Returns the manifest."""
     mpath = path / MANIFEST
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-        files = manifest["files"]
-    except FileNotFoundError:
-        raise CheckpointError(f"{mpath} is missing: the checkpoint is incomplete") from None
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        raise CheckpointError(f"{mpath} is corrupt: not a checkpoint manifest") from None
+    corrupt = f"{mpath} is corrupt: not a checkpoint manifest"
+    manifest = read_json(mpath, MAX_MANIFEST_BYTES, f"{mpath} is missing: the checkpoint is incomplete", corrupt)
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(d, str) for d in files.values()):
+        raise CheckpointError(corrupt)
+    if WEIGHTS not in files:
+        raise CheckpointError(f"{mpath} does not list {WEIGHTS}: the checkpoint is incomplete or was changed")
+    paths = {fname: member_path(path, fname, mpath) for fname in files}  # every name checked before any read
     for fname, digest in files.items():
-        fpath = path / fname
+        fpath = paths[fname]
         if not fpath.is_file():
             raise CheckpointError(f"{fpath} is missing from the checkpoint")
         if sha256_file(fpath) != digest:
@@ -444,7 +532,10 @@ class RunFiles:
 
 
 def read_run(run_dir: str | Path) -> RunFiles:
-    """Read a run folder's config, tokenizers and meta, with one clear line on any problem."""
+    """Read a run folder's config, tokenizers and meta, with one clear line on any problem.
+
+    The config is validated (its sizes bounded, config.py) and both tokenizers are parsed, so a caller
+    can rebuild them without another check; nothing is built from them here."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise CheckpointError(
@@ -455,19 +546,39 @@ def read_run(run_dir: str | Path) -> RunFiles:
     except config_mod.ConfigError as e:
         raise CheckpointError(f"{run_dir} is not a usable run folder: {e}") from None
     tpath = run_dir / TOKENIZERS
+    corrupt = f"{tpath} is corrupt (not the JSON that attnlab writes)"
+    toks = read_json(tpath, MAX_JSON_BYTES, f"{tpath} is missing; the run folder is incomplete", corrupt)
+    if not isinstance(toks, dict) or "src" not in toks or "tgt" not in toks:
+        raise CheckpointError(corrupt)
+    for side in ("src", "tgt"):
+        try:
+            load_tokenizer(toks[side])
+        except ValueError as e:
+            raise CheckpointError(f"{tpath} is corrupt: its {side} tokenizer: {e}") from None
     try:
-        toks = json.loads(tpath.read_text(encoding="utf-8"))
-        if not isinstance(toks, dict) or "src" not in toks or "tgt" not in toks:
-            raise ValueError
-    except FileNotFoundError:
-        raise CheckpointError(f"{tpath} is missing; the run folder is incomplete") from None
-    except (ValueError, UnicodeDecodeError):
-        raise CheckpointError(f"{tpath} is corrupt (not the JSON that attnlab writes)") from None
-    try:
-        meta = json.loads((run_dir / META).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        meta = {}
-    return RunFiles(cfg, toks, meta)
+        meta = read_json(run_dir / META, MAX_JSON_BYTES, "", "")
+    except CheckpointError:
+        meta = {}  # informative only: a missing or broken meta.json costs the recorded facts, not the run
+    return RunFiles(cfg, toks, meta if isinstance(meta, dict) else {})
+
+
+def run_config(cfg: config_mod.Config) -> config_mod.Config:
+    """``cfg`` as a run folder (``config.toml``) or an export (``config.json``) records it: without
+    ``data.data_path``. A path names the working folder or the machine the run was trained from, and
+    folders move; the corpus is recorded by name and checksum in ``meta.json`` instead
+    (``data_stats.corpus``) and located again when it is needed (:func:`attnlab.data.corpus.for_run`)."""
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, data_path=None))
+
+
+def recorded_corpus(meta: Any) -> dict[str, Any] | None:
+    """The corpus a run was trained on (``{name, file, sha256}``) from its ``meta.json``, or from an
+    export's ``source`` facts (which hold the run's meta); None when none was recorded."""
+    for m in (meta, meta.get("meta") if isinstance(meta, dict) else None):
+        stats = m.get("data_stats") if isinstance(m, dict) else None
+        corpus = stats.get("corpus") if isinstance(stats, dict) else None
+        if isinstance(corpus, dict):
+            return corpus
+    return None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -501,61 +612,199 @@ def _weights_fingerprint(wpath: Path) -> Any:
     try:
         with safe_open(str(wpath), "pt") as f:
             return json.loads((f.metadata() or {}).get("attnlab_fingerprint", "null"))
-    except (SafetensorError, OSError, ValueError) as e:
+    except (SafetensorError, OSError, ValueError, RecursionError) as e:
         raise CheckpointError(f"{wpath} is not a valid safetensors file ({e}); it was not loaded") from None
 
 
-def _export_tokenizers(path: Path, entries: Any, listed: Any) -> dict[str, Any]:
+def _export_tokenizers(path: Path, entries: Any, listed: dict[str, str]) -> dict[str, Any]:
     toks = {}
     for side in ("src", "tgt"):
         try:
             e = entries[side]
             name, kind, lang, min_freq = e["file"], e["kind"], e["lang"], int(e.get("min_freq", 1))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise CheckpointError(f"{path / EXPORT_CONFIG} does not describe the {side} tokenizer") from None
-        if not isinstance(name, str) or Path(name).name != name or name not in listed:
+        if not isinstance(name, str) or name not in listed:
             raise CheckpointError(f"{path / EXPORT_CONFIG} names the {side} tokenizer {name!r}, not a file of its manifest")
+        fpath = member_path(path, name, path / EXPORT_CONFIG)
+        bad = f"{fpath} is not a usable tokenizer"
+        data = _read_capped(fpath, MAX_JSON_BYTES, f"{fpath} is missing", bad)
         try:
-            toks[side] = from_hf((path / name).read_text(encoding="utf-8"), kind, lang, min_freq)
+            toks[side] = from_hf(data.decode("utf-8"), kind, lang, min_freq)
             load_tokenizer(toks[side])
-        except (OSError, UnicodeDecodeError, ValueError) as err:
-            raise CheckpointError(f"{path / name} is not a usable tokenizer: {err}") from None
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as err:  # UnicodeDecodeError too
+            reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+            raise CheckpointError(f"{bad}: {reason}") from None
     return toks
 
 
-def read_export(path: str | Path) -> RunFiles:
-    """Read an exported folder as a run: its config, tokenizers (attnlab JSON) and ``source`` facts as meta.
+def export_engine_folder(path: Path, entry: Any, listed: dict[str, str]) -> Path:
+    """The CTranslate2 model folder an export's ``engines.ctranslate2`` entry names, checked: a folder
+    inside the export (:func:`member_path`) whose every file the manifest lists (so verified it), a
+    ``model.bin`` among them, and no link. Raises :class:`CheckpointError` otherwise: the engine
+    must never read a file the manifest did not cover."""
+    cpath = path / EXPORT_CONFIG
+    rel = entry.get("path") if isinstance(entry, dict) else None
+    folder = member_path(path, rel, cpath)
+    if folder == path or not folder.is_dir() or folder.is_symlink():
+        raise CheckpointError(f"{cpath} names the CTranslate2 model {rel!r}, which is not a folder inside {path}; "
+                              "export the run again")
+    prefix = folder.relative_to(path).as_posix()
+    if f"{prefix}/model.bin" not in listed:
+        raise CheckpointError(f"{path / MANIFEST} does not list {prefix}/model.bin: the CTranslate2 model is not "
+                              "covered by the manifest; export the run again")
+    for root, dirs, names in os.walk(folder):
+        for n in [*dirs, *names]:
+            p = Path(root) / n
+            rel_p = p.relative_to(path).as_posix()
+            if p.is_symlink() or (n in names and (not p.is_file() or rel_p not in listed)):
+                raise CheckpointError(f"{p} is not a file {path / MANIFEST} lists and verified; the CTranslate2 "
+                                      "model holds a file attnlab did not write: export the run again")
+    return folder
 
-    Checked before anything is used, each failure a :class:`CheckpointError` naming the file: every
-    file's sha256 against ``manifest.json`` (as for a checkpoint), ``config.json`` is an export of a
-    format this version reads, the tokenizer files are HF tokenizers JSON, and the fingerprint of
-    config and tokenizers equals the one recorded in ``config.json`` and in the weights' metadata.
-    """
-    path = Path(path)
-    listed = verify_checkpoint(path).get("files") or {}
+
+def _read_export(path: Path) -> tuple[RunFiles, dict[str, Any]]:
+    """:func:`read_export`, and the verified manifest."""
+    manifest = verify_checkpoint(path)
+    listed = manifest["files"]
     cpath = path / EXPORT_CONFIG
     for name in (EXPORT_CONFIG, WEIGHTS):
         if name not in listed:
             raise CheckpointError(f"{path / MANIFEST} does not list {name}: the export is incomplete")
+    corrupt = f"{cpath} is not the config.json of an `attnlab export` folder"
+    spec = read_json(cpath, MAX_JSON_BYTES, f"{cpath} is missing", corrupt)
+    if not isinstance(spec, dict) or "attnlab_export" not in spec or not isinstance(spec.get("config"), dict):
+        raise CheckpointError(corrupt)
+    version = spec["attnlab_export"]
+    if type(version) is not int or version != EXPORT_FORMAT:
+        raise CheckpointError(f"{cpath} has export format {version!r}, this attnlab reads {EXPORT_FORMAT}; "
+                              "export the run again with this version")
     try:
-        spec = json.loads(cpath.read_text(encoding="utf-8"))
-        version = spec["attnlab_export"]
         cfg = config_mod.from_dict(spec["config"])
     except config_mod.ConfigError as e:
         raise CheckpointError(f"{cpath}: {e}") from None
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        raise CheckpointError(f"{cpath} is not the config.json of an `attnlab export` folder") from None
-    if version != EXPORT_FORMAT:
-        raise CheckpointError(f"{cpath} has export format {version!r}, this attnlab reads {EXPORT_FORMAT}; "
-                              "export the run again with this version")
     toks = _export_tokenizers(path, spec.get("tokenizers"), listed)
+    engines = spec.get("engines")
+    if engines not in (None, {}):
+        if not isinstance(engines, dict):
+            raise CheckpointError(corrupt)
+        if "ctranslate2" in engines:
+            export_engine_folder(path, engines["ctranslate2"], listed)
     now = fingerprint(cfg, toks)
     for where, recorded in ((cpath, spec.get("fingerprint")), (path / WEIGHTS, _weights_fingerprint(path / WEIGHTS))):
         if recorded != now:
             raise CheckpointError(f"{where} records another model config or vocabulary than the folder holds; "
                                   "export the run again")
     source = spec.get("source")
-    return RunFiles(cfg, toks, dict(source) if isinstance(source, dict) else {})
+    return RunFiles(cfg, toks, dict(source) if isinstance(source, dict) else {}), manifest
+
+
+def read_export(path: str | Path) -> RunFiles:
+    """Read an exported folder as a run: its config, tokenizers (attnlab JSON) and ``source`` facts as meta.
+
+    Checked before anything is used, each failure a :class:`CheckpointError` naming the file: every
+    file's sha256 against ``manifest.json`` (as for a checkpoint; every name inside the folder),
+    ``config.json`` is an export of a format this version reads, the tokenizer files are HF tokenizers
+    JSON, a CTranslate2 model lies inside the folder with every file covered by the manifest
+    (:func:`export_engine_folder`), and the fingerprint of config and tokenizers equals the one
+    recorded in ``config.json`` and in the weights' metadata.
+    """
+    return _read_export(Path(path))[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# The one model loader: everything verified before anything is built
+
+
+def weights_shapes(wpath: Path) -> dict[str, tuple[int, ...]]:
+    """Name → shape of every tensor in a safetensors file, from its header alone (no tensor is read).
+
+    The safetensors library refuses a header whose offsets do not cover the file exactly, so these
+    shapes are what the file really ships. Raises :class:`CheckpointError` for a file that is not one.
+    """
+    check_safetensors_header(wpath)
+    try:
+        with safe_open(str(wpath), "pt") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CheckpointError(f"{wpath} is not a valid safetensors file ({reason}); it was not loaded") from None
+
+
+def model_shapes(model_cfg: config_mod.ModelConfig, src_vocab: int, tgt_vocab: int) -> dict[str, tuple[int, ...]]:
+    """Name → shape of every tensor the model ``model_cfg`` describes would save, computed by building it
+    on PyTorch's ``meta`` device: shapes without storage, so nothing is allocated whatever the config says."""
+    with torch.device("meta"):
+        model = build_model(model_cfg, src_vocab, tgt_vocab)
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def check_weights_fit(wpath: Path, model_cfg: config_mod.ModelConfig, src_vocab: int, tgt_vocab: int) -> None:
+    """Refuse, before the model is built, a config whose tensors are not exactly the ones the weights
+    file ships (same names, same shapes, so the same parameter count).
+
+    A config is cheap to edit and a model is expensive to build: ``num_layers = 100000`` in a
+    ``config.toml`` would allocate until memory runs out. Checked this way, a config can never ask
+    for more than the file's own size. Raises :class:`CheckpointError` naming both counts.
+    """
+    want = model_shapes(model_cfg, src_vocab, tgt_vocab)
+    have = weights_shapes(wpath)
+    if want == have:
+        return
+    missing = sorted(set(want) - set(have))
+    unexpected = sorted(set(have) - set(want))
+    wrong = sorted(k for k in set(want) & set(have) if want[k] != have[k])
+    if wrong:
+        k = wrong[0]
+        detail = f"tensor {k} has shape {have[k]} in the file, {want[k]} in the config"
+    else:
+        detail = f"missing {missing[:3]}, unexpected {unexpected[:3]}"
+    n_want = sum(math.prod(v) for v in want.values())
+    n_have = sum(math.prod(v) for v in have.values())
+    raise CheckpointError(
+        f"{wpath} does not fit the {model_cfg.kind} model its config describes ({n_want:,} parameters; the file "
+        f"ships {n_have:,}: {detail}); the config or a vocabulary was changed: restore it or use the folder "
+        "the weights came from"
+    )
+
+
+@dataclass
+class LoadedModel:
+    """What :func:`load_model` returns: the run's files, the checkpoint folder, its manifest, the model
+    with its weights (on the CPU, in train mode as built) and the two tokenizers."""
+
+    files: RunFiles
+    checkpoint: Path
+    manifest: dict[str, Any]
+    model: nn.Module
+    src_tok: Any
+    tgt_tok: Any
+
+
+def load_model(run_dir: str | Path, which: str = "best") -> LoadedModel:
+    """The model of a run folder (or an exported one) at checkpoint ``which``: the one loader of the CLI,
+    the web server, notebooks and exports.
+
+    Nothing is trusted before it is verified, in this order: the config is parsed (its sizes bounded)
+    and the tokenizers too; the checkpoint's manifest and the sha256 of every file it lists are checked,
+    and so are the model config and vocabularies it records against the run's files
+    (:func:`verify_checkpoint`, :func:`read_export`); the weights file's header is compared with the
+    tensors the config describes (:func:`check_weights_fit`); only then is the model built and loaded.
+    Raises :class:`CheckpointError` (one line) at the first check that fails.
+    """
+    run_dir = Path(run_dir)
+    if is_export(run_dir):
+        files, manifest = _read_export(run_dir)
+        path = resolve_checkpoint(run_dir, which)
+    else:
+        files = read_run(run_dir)
+        path = resolve_checkpoint(run_dir, which)
+        manifest = verify_checkpoint(path)
+    src_tok, tgt_tok = load_tokenizer(files.tokenizers["src"]), load_tokenizer(files.tokenizers["tgt"])
+    check_weights_fit(path / WEIGHTS, files.config.model, len(src_tok), len(tgt_tok))
+    model = build_model(files.config.model, len(src_tok), len(tgt_tok))
+    load_weights(path, model, verify=False)
+    return LoadedModel(files, path, manifest, model, src_tok, tgt_tok)
 
 
 _APPEND_FAILING: set[str] = set()  # files whose last append failed (warned once until one works again)

@@ -35,13 +35,13 @@ from torch import Tensor, nn
 from attnlab import fast, fill, runs
 from attnlab.config import AUTO_DECODE_ROWS, Config, DecodeConfig
 from attnlab.data.batching import Batch, collate
-from attnlab.data.corpus import source_text
-from attnlab.data.vocab import BOS, EOS, PAD, load_tokenizer
+from attnlab.data.corpus import Prepared, check_same_corpus, for_run, prepare, source_text
+from attnlab.data.vocab import BOS, EOS, PAD
 from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy import greedy_search, max_lengths
 from attnlab.device import pick_device
 from attnlab.errors import AttnlabError
-from attnlab.models import ModelOutput, build_model, traits
+from attnlab.models import ModelOutput, traits
 
 
 def decode_many(
@@ -217,24 +217,37 @@ class Translator:
         fast.apply(model, cfg.train.kernels, self.device)  # decoding's top-k: attnlab/fast/ or plain topk/argmax
         self.run_dir, self.checkpoint = run_dir, checkpoint
         self.max_src_tokens = _longest_source(cfg) if max_src_tokens is None else max_src_tokens
+        self.trained_on: dict[str, Any] | None = None  # the corpus's name and sha256, as the run recorded them
 
     @classmethod
     def from_run(cls, run_dir: str | Path, which: str = "best", device: str = "auto") -> Translator:
         """The model of a run folder at checkpoint ``which`` (``best``, ``last`` or ``step-N``).
 
         ``device``: ``auto`` (the default) takes the GPU when one is visible, else the CPU; or
-        ``cpu``, ``cuda``, ``cuda:N``. Raises :class:`AttnlabError` for an unreadable run folder,
-        a missing checkpoint or an unavailable device.
+        ``cpu``, ``cuda``, ``cuda:N``. Every file is verified before the model is built
+        (:func:`attnlab.runs.load_model`). Raises :class:`AttnlabError` for an unreadable, corrupt or
+        tampered run folder, a missing checkpoint or an unavailable device.
         """
         run_dir = Path(run_dir)
-        files = runs.read_export(run_dir) if runs.is_export(run_dir) else runs.read_run(run_dir)  # attnlab export
-        path = runs.resolve_checkpoint(run_dir, which)
-        src_tok = load_tokenizer(files.tokenizers["src"])
-        tgt_tok = load_tokenizer(files.tokenizers["tgt"])
-        model = build_model(files.config.model, len(src_tok), len(tgt_tok))
-        runs.load_weights(path, model)
         dev = pick_device(device)
-        return cls(model.to(dev), src_tok, tgt_tok, files.config, dev, run_dir, path)
+        loaded = runs.load_model(run_dir, which)  # a run folder or an `attnlab export` folder
+        tr = cls(loaded.model.to(dev), loaded.src_tok, loaded.tgt_tok, loaded.files.config, dev, run_dir,
+                 loaded.checkpoint)
+        tr.trained_on = runs.recorded_corpus(loaded.files.meta)
+        return tr
+
+    def prepare_corpus(self, data: str | Path | None = None) -> Prepared:
+        """The run's corpus, split and encoded with the run's own tokenizers: what ``evaluate``, ``heads``,
+        ``compare`` and ``selfcheck`` read.
+
+        Located now, not where the run was trained (:func:`attnlab.data.corpus.for_run`): ``data``
+        (``--data``), else ``$ATTNLAB_DATA_DIR``, else the cache, so a run folder can move. A corpus
+        whose sha256 is not the one the run recorded is used with a warning on stderr. Raises
+        :class:`~attnlab.data.corpus.CorpusError` when the corpus cannot be found or read.
+        """
+        prepared = prepare(for_run(self.cfg.data, data), tokenizers=(self.src_tok, self.tgt_tok))
+        check_same_corpus(prepared, self.trained_on, self.run_dir or "this run")
+        return prepared
 
     def _search(self, src_seqs: list[list[int]], dcfg: DecodeConfig, beam_size: int, nbest: int = 1,
                 max_len: int | None = None) -> list[list[Any]]:

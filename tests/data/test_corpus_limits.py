@@ -230,3 +230,32 @@ def test_a_member_just_under_the_cap_is_read(tmp_path, monkeypatch):
     monkeypatch.setattr(corpus, "MAX_MEMBER_BYTES", len(SAMPLE.encode()) - 1, raising=False)
     with pytest.raises(CorpusError, match="more than the"):
         read_pairs(tmp_path / "ok.zip")
+
+
+# ----------------------------------------------------------------------------------- plain text
+
+
+def test_a_plain_text_corpus_over_the_cap_is_refused(tmp_path, monkeypatch):
+    """A plain fra.txt is capped as a zip member is (it was read whole into memory, whatever its size)."""
+    monkeypatch.setattr(corpus, "MAX_MEMBER_BYTES", 1024, raising=False)
+    big = tmp_path / "fra.txt"
+    big.write_text("Go.\tVa !\n" * 200, encoding="utf-8")  # 1,800 bytes
+    with pytest.raises(CorpusError) as err:
+        read_pairs(big)
+    msg = str(err.value)
+    assert "\n" not in msg and str(big) in msg and "holds 1800 bytes, more than the" in msg, msg
+    with pytest.raises(CorpusError, match="more than the"):
+        read_pairs(tmp_path)  # found in a folder: the same cap
+    small = tmp_path / "small" / "fra.txt"
+    small.parent.mkdir()
+    small.write_text("Go.\tVa !\n" * 100, encoding="utf-8")  # 900 bytes: read
+    assert len(read_pairs(small)) == 100
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_a_stream_without_a_size_is_counted_as_it_is_read(monkeypatch):
+    """/dev/zero has no size to check first: the bytes read are counted and reading stops past the cap."""
+    monkeypatch.setattr(corpus, "MAX_MEMBER_BYTES", 1 * MiB, raising=False)
+    with pytest.raises(CorpusError, match="stopped reading") as err:
+        read_pairs("/dev/zero")
+    assert "\n" not in str(err.value)

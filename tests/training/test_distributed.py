@@ -145,6 +145,42 @@ def test_launcher_command_line(monkeypatch):
         launch.launch_nproc(2, argv)
 
 
+def test_nproc_is_checked_against_the_cores_and_the_gpus(monkeypatch):
+    """0 and 1 mean this process alone (the help says so); a negative count, or more workers than CPU
+    cores (on the CPU) or GPUs (on CUDA), is one line naming the count. -1 used to train as one process
+    and --nproc 64 on 2 cores started 64 workers."""
+    assert launch.processes(0, "cpu") == launch.processes(1, "cpu") == 1
+    with pytest.raises(AttnlabError, match=r"--nproc -1 is negative") as err:
+        launch.processes(-1, "cpu")
+    assert "\n" not in str(err.value)
+    monkeypatch.setattr(launch, "usable_cores", lambda: 2)
+    assert launch.processes(2, "cpu") == 2
+    with pytest.raises(AttnlabError, match=r"--nproc 64 is more than the 2 CPU cores .* use --nproc 2 or fewer"):
+        launch.processes(64, "cpu")
+    import attnlab.device
+
+    monkeypatch.setattr(attnlab.device, "pick_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(AttnlabError, match=r"--nproc 2 is more than the 1 GPU visible"):
+        launch.processes(2, "auto")
+
+
+@pytest.mark.parametrize("nproc, needle", [("-1", "--nproc -1 is negative"), ("64", "--nproc 64 is more than the 2 CPU")])
+def test_train_refuses_a_bad_nproc_before_starting_anything(tmp_path, monkeypatch, capsys, nproc, needle):
+    from attnlab.cli import main
+
+    started = []
+    monkeypatch.setattr(launch, "usable_cores", lambda: 2)
+    monkeypatch.setattr(launch, "launch_nproc", lambda *a, **k: started.append(a) or 0)
+    out = tmp_path / "run"
+    argv = ["train", "--model", "transformer", "--dataset", "numbers", "--out", str(out), "--nproc", nproc,
+            "--quiet", "--size", "base", "train.device=cpu", "train.max_steps=1"]
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
+    assert not started and not out.exists()
+
+
 # ------------------------------------------------------------------------- real torchrun jobs (slow)
 
 ENV = {**os.environ, "ATTNLAB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}

@@ -123,3 +123,56 @@ def test_every_key_outside_the_allowlist_is_refused_even_one_added_later():
     later["train"]["some_future_knob"] = 1
     assert [k for k, _, _ in resume_differences(base, later)] == ["train.some_future_knob"]
     assert {k.split(".")[0] for k in RESUME_MAY_CHANGE} <= {"train", "data"}
+
+
+@pytest.mark.parametrize("override", ["decode.max_len_a=inf", "train.max_minutes=inf", "train.min_lr_ratio=-5",
+                                      "train.weight_decay=nan", "decode.length_penalty=-inf"])
+def test_cli_refuses_non_finite_and_out_of_range_floats_on_resume_and_on_a_new_run(run3, tmp_path, capsys, override):
+    """Pass: one `error:` line naming the key, exit 2, the run untouched. These passed before and failed
+    silently: max_len_a=inf cut every output to 1 token, max_minutes=inf stopped at step 0,
+    min_lr_ratio=-5 trained on a negative lr, weight_decay=nan was reported as a too-high lr."""
+    from attnlab.cli import main
+
+    run = _copy(run3, tmp_path)
+    before = _snapshot(run)
+    key = override.split("=")[0]
+    for argv in (["train", "--resume", "--out", str(run)],
+                 ["train", "--model", "transformer", "--dataset", "numbers", "--out", str(tmp_path / "new")]):
+        assert main([*argv, "--quiet", "train.max_steps=4", override]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: {key}="), lines
+    assert _snapshot(run) == before
+    assert not (tmp_path / "new").exists()
+
+
+def test_resume_checks_the_weights_shapes_before_building_the_model_config_toml_describes(run3, tmp_path, monkeypatch):
+    """config.toml and the manifest's record of the model both edited to 128 layers of width 16384 (about
+    400 G parameters): `--resume` found them in agreement and built that model before load_weights looked
+    at the weights file, which ships the 1-layer one."""
+    import json
+
+    import torch
+
+    from attnlab.training import session
+
+    run = _copy(run3, tmp_path)
+    cfg_path = run / runs.CONFIG
+    huge = {"num_layers": C.MAX_LAYERS, "num_hiddens": C.MAX_WIDTH, "ffn_num_hiddens": C.MAX_FFN}
+    lines = [f"{k} = {huge[k]}" if (k := line.split(" =")[0]) in huge else line
+             for line in cfg_path.read_text().splitlines()]
+    cfg_path.write_text("\n".join(lines) + "\n")
+    manifest_path = runs.resolve_checkpoint(run, "last") / runs.MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    manifest["model"].update(huge)
+    manifest_path.write_text(json.dumps(manifest))
+    real = session.build_model
+
+    def only_on_meta(*args, **kwargs):
+        assert torch.get_default_device().type == "meta", "a model was built before the checkpoint was verified"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(session, "build_model", only_on_meta)
+    monkeypatch.setattr(runs, "build_model", only_on_meta)
+    with pytest.raises(AttnlabError, match="does not fit the transformer model its config describes") as err:
+        train(C.apply_overrides(runs.read_run(run).config, ["train.max_steps=5"]), run, resume=True, progress=False)
+    assert "\n" not in str(err.value)

@@ -9,20 +9,25 @@ Where the corpus is looked for (first hit wins), see :func:`locate_fra_eng`:
 ``--data PATH`` (a zip, a ``fra.txt`` or a folder holding one), ``$ATTNLAB_DATA_DIR``, the user
 cache ``$XDG_CACHE_HOME/attnlab`` (default ``~/.cache/attnlab``), and finally a download of D2L's
 copy into that cache, kept only if its sha256 matches. ``ATTNLAB_OFFLINE=1`` forbids the download.
+A trained run records its corpus by name and checksum, not by path, and the commands that read it
+again locate it the same way at use time (:func:`for_run`), so run folders can move.
 
 Neither a server nor an archive can make attnlab read without bound: a download stops past
 :data:`MAX_DOWNLOAD_BYTES` or its total deadline (``$ATTNLAB_DOWNLOAD_TIMEOUT`` seconds, default
-120, on top of the per-operation socket timeout), and a zip member is refused past
-:data:`MAX_MEMBER_BYTES` — declared or actually unpacked (D2L's zip is 3.4 MB, its ``fra.txt`` 11.7 MB).
+120, on top of the per-operation socket timeout), and a zip member or a plain ``fra.txt`` is refused
+past :data:`MAX_MEMBER_BYTES` — declared (its size on disk) or actually read (D2L's zip is 3.4 MB, its
+``fra.txt`` 11.7 MB).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import http.client
 import os
 import random
+import sys
 import threading
 import time
 import urllib.error
@@ -52,6 +57,8 @@ __all__ = [
     "Split",
     "Prepared",
     "cache_dir",
+    "check_same_corpus",
+    "for_run",
     "locate_fra_eng",
     "read_pairs",
     "numbers_canonical",
@@ -314,14 +321,32 @@ def _read_member(zf: zipfile.ZipFile, member: str, path: Path) -> bytes:
     return bytes(out)
 
 
+def _read_text_file(f, path: Path, head: bytes) -> bytes:
+    """The rest of an open plain-text corpus after its first bytes ``head``, refused past
+    :data:`MAX_MEMBER_BYTES` as a zip member is: by its size on disk first, and by the bytes actually
+    read (a pipe, a device or a file that grows has no size to trust)."""
+    cap = MAX_MEMBER_BYTES
+    fix = f"more than the {_mib(cap)} a fra-eng corpus may have (D2L's fra.txt is 11.7 MB); use D2L's fra-eng.zip"
+    size = os.fstat(f.fileno()).st_size
+    if size > cap:
+        raise CorpusError(f"{path} holds {size} bytes, {fix}")
+    out = bytearray(head)
+    while chunk := f.read(min(_CHUNK * 16, cap + 1 - len(out))):
+        out += chunk
+        if len(out) > cap:
+            raise CorpusError(f"{path} holds {fix} (stopped reading)")
+    return bytes(out)
+
+
 def _read_bytes(path: Path) -> tuple[bytes, str]:
-    """The raw bytes of ``fra.txt`` and a display name (``archive.zip:member`` for a zip)."""
+    """The raw bytes of ``fra.txt`` and a display name (``archive.zip:member`` for a zip); either is
+    refused past :data:`MAX_MEMBER_BYTES`."""
     try:
         with open(path, "rb") as f:
             head = f.read(4)
             is_zip = head.startswith(b"PK") or path.suffix.lower() == ".zip"
             if not is_zip:
-                return head + f.read(), str(path)
+                return _read_text_file(f, path, head), str(path)
     except IsADirectoryError:
         found = _find_in(path)
         if found is None:
@@ -353,8 +378,12 @@ def read_pairs(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
     corrupt or truncated file, bytes that are not UTF-8, a line with the wrong number of columns or
     an empty side, and a file with no pairs at all.
     """
-    path = Path(path)
-    data, name = _read_bytes(path)
+    data, name = _read_bytes(Path(path))
+    return _parse_pairs(data, name)
+
+
+def _parse_pairs(data: bytes, name: str) -> list[tuple[str, str]]:
+    """:func:`read_pairs` on the bytes of a ``fra.txt`` (``name``: how errors call it)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -607,10 +636,12 @@ def prepare(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = No
     ``pairs_read``, ``pairs_used`` (after ``max_pairs``), ``dropped_empty``, ``distinct_sources``,
     ``splits[name]`` = ``{pairs, sources, truncated, truncated_src, truncated_tgt, unk_src, unk_tgt}``,
     ``vocab`` = ``{src, tgt}`` sizes and ``length_histogram`` = ``{src, tgt}`` lists where entry
-    ``k`` counts sentences of ``k`` tokens (all pairs, before truncation).
+    ``k`` counts sentences of ``k`` tokens (all pairs, before truncation); for fra-eng also ``corpus`` =
+    ``{name, file, sha256}`` (the file's name, the sha256 of its ``fra.txt`` text): how a run folder
+    records its corpus, by name and checksum rather than by path (:func:`for_run`).
     Raises :class:`CorpusError` when the corpus cannot be found or parsed.
     """
-    raw, source = _read_raw(cfg)
+    raw, source, identity = _read_raw(cfg)
     pairs_read = len(raw)
     if cfg.max_pairs:
         raw = raw[: cfg.max_pairs]
@@ -651,11 +682,14 @@ def prepare(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = No
         "vocab": {"src": len(src_tok), "tgt": len(tgt_tok)},
         "length_histogram": {"src": _histogram(src_lengths), "tgt": _histogram(tgt_lengths)},
     }
+    if identity is not None:
+        stats["corpus"] = identity
     return Prepared(src_tok, tgt_tok, splits, stats)
 
 
-def _read_raw(cfg: DataConfig) -> tuple[list[tuple[str, str]], str]:
-    """``cfg.dataset``'s pairs as read or generated (not yet preprocessed), and where they came from."""
+def _read_raw(cfg: DataConfig) -> tuple[list[tuple[str, str]], str, dict[str, str] | None]:
+    """``cfg.dataset``'s pairs as read or generated (not yet preprocessed), where they came from, and
+    the corpus's identity (:func:`prepare`'s ``stats["corpus"]``; None for the generated numbers)."""
     if cfg.dataset == "numbers":
         if cfg.numbers_size > NUMBERS_MAX + 1:
             raise CorpusError(
@@ -663,9 +697,58 @@ def _read_raw(cfg: DataConfig) -> tuple[list[tuple[str, str]], str]:
                 "lower it"
             )
         raw = numbers_pairs(cfg.numbers_size, NUMBERS_SEED)
-        return raw, f"numbers (num2words, n={cfg.numbers_size}, seed={NUMBERS_SEED})"
+        return raw, f"numbers (num2words, n={cfg.numbers_size}, seed={NUMBERS_SEED})", None
     path = locate_fra_eng(cfg.data_path)
-    return read_pairs(path), str(path)
+    data, name = _read_bytes(path)
+    # The text's digest, not the file's: D2L's zip and the fra.txt unpacked from it are the same corpus.
+    identity = {"name": cfg.dataset, "file": path.name, "sha256": hashlib.sha256(data).hexdigest()}
+    return _parse_pairs(data, name), str(path), identity
+
+
+def for_run(cfg: DataConfig, data: str | os.PathLike[str] | None = None) -> DataConfig:
+    """A trained run's data config with its corpus located now, for the commands that read a run's corpus
+    again (evaluate, heads, compare, selfcheck, data --run, align).
+
+    A run folder records its corpus by name and checksum, never by path (a path is relative to a working
+    folder, or names a machine, and the run may move). So the corpus is looked for at use time: ``data``
+    (``--data``), else ``$ATTNLAB_DATA_DIR``, else the cache (:func:`locate_fra_eng`). A run written by an
+    older attnlab may hold a ``data.data_path``; it is tried last, only while it still exists.
+    """
+    if data is not None and str(data) != "":
+        return dataclasses.replace(cfg, data_path=str(data))
+    recorded = cfg.data_path
+    cfg = dataclasses.replace(cfg, data_path=None)
+    if cfg.dataset != "fra-eng" or not recorded or _local_copy() is not None:
+        return cfg
+    return dataclasses.replace(cfg, data_path=recorded) if Path(recorded).expanduser().exists() else cfg
+
+
+def _local_copy() -> Path | None:
+    """The corpus in ``$ATTNLAB_DATA_DIR`` or the cache, without downloading (None when neither has it)."""
+    env = os.environ.get("ATTNLAB_DATA_DIR")
+    if env:
+        p = Path(env).expanduser()
+        found = p if p.is_file() else _find_in(p)
+        if found:
+            return found
+    return _find_in(cache_dir())
+
+
+def check_same_corpus(prepared: Prepared, trained_on: Any, run: str | os.PathLike[str]) -> bool:
+    """Whether ``prepared`` read the corpus ``run`` was trained on (``trained_on``: its recorded
+    ``stats["corpus"]``); when not, one warning line on stderr. True when either side has no record
+    (the numbers task, a run from an older attnlab): nothing to compare.
+
+    Another corpus splits differently, so its test sentences may include the run's training ones.
+    """
+    now = prepared.stats.get("corpus")
+    was = trained_on if isinstance(trained_on, dict) else None
+    if not isinstance(now, dict) or was is None or not was.get("sha256") or was.get("sha256") == now.get("sha256"):
+        return True
+    print(f"warning: {prepared.stats.get('source')} (sha256 {str(now.get('sha256'))[:12]}...) is not the corpus {run} "
+          f"was trained on ({was.get('file')}, sha256 {str(was.get('sha256'))[:12]}...); its splits differ, so "
+          "scores on it are not comparable: pass --data the run's corpus", file=sys.stderr)
+    return False
 
 
 def _references(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:

@@ -16,7 +16,6 @@ score is CTranslate2's (log-probability after the banned tokens are removed).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from attnlab import runs
 from attnlab.config import AUTO_DECODE_ROWS, DecodeConfig
 from attnlab.data.specials import BOS, EOS, PAD, SPECIALS
 from attnlab.decoding.hypothesis import Hypothesis, max_lengths
-from attnlab.errors import AttnlabError
+from attnlab.errors import AttnlabError, CheckpointError
 from attnlab.export import ENGINES
 from attnlab.export.ct2 import SOURCE_PREFIX, require_ctranslate2
 from attnlab.translator import Translator, _length_cap
@@ -36,14 +35,23 @@ _BANNED = [[SPECIALS[PAD]], [SPECIALS[BOS]]]  # <unk> is banned by disable_unk
 
 
 def ct2_entry(folder: Path) -> dict[str, Any] | None:
-    """The ``engines.ctranslate2`` entry of an exported folder's config.json (None without one)."""
+    """The ``engines.ctranslate2`` entry of an exported folder's config.json (None without one).
+
+    Its ``path`` must name a folder inside the export (:func:`attnlab.runs.member_path`): a path that
+    leaves it is a :class:`~attnlab.errors.CheckpointError`, never a model read from elsewhere. That
+    the manifest covers every file there is checked when the folder is read
+    (:func:`attnlab.runs.export_engine_folder`)."""
     if not runs.is_export(folder):
         return None
-    try:
-        entry = json.loads((folder / runs.EXPORT_CONFIG).read_text(encoding="utf-8")).get("engines", {})["ctranslate2"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    try:  # read before the folder is verified: size-capped, and any oddity means "no engine entry"
+        spec = runs.read_json(folder / runs.EXPORT_CONFIG, runs.MAX_JSON_BYTES, "", "")
+        entry = spec.get("engines", {})["ctranslate2"]
+    except (CheckpointError, KeyError, TypeError, AttributeError):
         return None
-    return entry if isinstance(entry, dict) and isinstance(entry.get("path"), str) else None
+    if not isinstance(entry, dict):
+        return None
+    runs.member_path(folder, entry.get("path"), folder / runs.EXPORT_CONFIG)
+    return entry
 
 
 class CT2Translator(Translator):
@@ -69,7 +77,8 @@ class CT2Translator(Translator):
         tr = cls.from_run(folder, device=device)  # verifies every file, the CTranslate2 ones included
         where = "cuda" if tr.device.type == "cuda" else "cpu"
         kind = ct2.Generator if entry.get("one_sequence") else ct2.Translator
-        tr.ct2 = kind(str(folder / entry["path"]), device=where, compute_type=compute_type,
+        model_dir = runs.member_path(folder, entry["path"], folder / runs.EXPORT_CONFIG)  # inside, as verified
+        tr.ct2 = kind(str(model_dir), device=where, compute_type=compute_type,
                       intra_threads=threads or torch.get_num_threads())
         tr.ct2_info = {**entry, "compute_type": compute_type}
         tr._tgt_ids = {tr.tgt_tok.id_to_token(i): i for i in range(len(tr.tgt_tok))}

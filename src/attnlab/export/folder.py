@@ -19,12 +19,10 @@ from safetensors.torch import save as safetensors_bytes
 
 from attnlab import __version__, runs
 from attnlab import config as config_mod
-from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import AttnlabError
 from attnlab.export import FORMATS, ct2
 from attnlab.export.tokenizers import to_hf
 from attnlab.io import atomic_write_json, atomic_write_text, fsync_dir, usual_mode
-from attnlab.models import build_model
 
 CT2_DIR = "ctranslate2"
 
@@ -37,13 +35,9 @@ def _tokenizer_files(src_lang: str, tgt_lang: str) -> dict[str, str]:
 
 def _load(run: Path, which: str):
     """(run files, checkpoint folder, its step, the model with its weights, src_tok, tgt_tok), all verified."""
-    files = runs.read_export(run) if runs.is_export(run) else runs.read_run(run)
-    path = runs.resolve_checkpoint(run, which)
-    step = runs.verify_checkpoint(path).get("step")
-    src_tok, tgt_tok = load_tokenizer(files.tokenizers["src"]), load_tokenizer(files.tokenizers["tgt"])
-    model = build_model(files.config.model, len(src_tok), len(tgt_tok))
-    runs.load_weights(path, model, verify=False)
-    return files, path, step, model.eval(), src_tok, tgt_tok
+    loaded = runs.load_model(run, which)  # every file verified before the model is built
+    return (loaded.files, loaded.checkpoint, loaded.manifest.get("step"), loaded.model.eval(), loaded.src_tok,
+            loaded.tgt_tok)
 
 
 def _write_tree(tmp: Path, run: Path, which: str, fmt: str, quantization: str) -> None:
@@ -59,7 +53,7 @@ def _write_tree(tmp: Path, run: Path, which: str, fmt: str, quantization: str) -
         atomic_write_text(tmp / names[side], to_hf(tok).to_str(pretty=True))
         entries[side] = {"file": names[side], "kind": tok.kind, "lang": tok.lang, "size": len(tok),
                          "min_freq": int(files.tokenizers[side].get("min_freq", 1))}
-    cfg_dict = config_mod.to_dict(cfg)
+    cfg_dict = config_mod.to_dict(runs.run_config(cfg))  # no corpus path: the export may move
     metadata = {"step": str(step), "attnlab_config": json.dumps(cfg_dict), "attnlab_fingerprint": json.dumps(fp)}
     (tmp / runs.WEIGHTS).write_bytes(safetensors_bytes(runs.model_state_for_saving(model), metadata=metadata))
     engines = {}

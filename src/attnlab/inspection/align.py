@@ -587,12 +587,11 @@ def saliency_scores(
 
 
 def _corpus_path(tr: Translator, data_path: str | os.PathLike[str] | None) -> str | os.PathLike[str] | None:
-    """``data_path``, else the run's ``data.data_path`` when it names an existing path, else None
-    (then ``$ATTNLAB_DATA_DIR`` and the cache, see :func:`attnlab.data.corpus.locate_fra_eng`)."""
-    if data_path:
-        return data_path
-    saved = getattr(tr.cfg.data, "data_path", "") or ""
-    return saved if saved and Path(saved).expanduser().exists() else None
+    """``data_path``, else None: then ``$ATTNLAB_DATA_DIR`` and the cache (a run from an older attnlab
+    that recorded a ``data.data_path``: that path last, while it exists), see :func:`attnlab.data.corpus.for_run`."""
+    from attnlab.data.corpus import for_run
+
+    return for_run(tr.cfg.data, data_path).data_path
 
 
 def align_run(

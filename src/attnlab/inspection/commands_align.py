@@ -161,7 +161,7 @@ def register(sub) -> None:
     a.add_argument(
         "--data",
         metavar="PATH",
-        help="fra-eng corpus for --ibm-pairs (default: the run's data.data_path, then $ATTNLAB_DATA_DIR)",
+        help="fra-eng corpus for --ibm-pairs (default: $ATTNLAB_DATA_DIR, then the cache)",
     )
     a.add_argument(
         "--save-dir",

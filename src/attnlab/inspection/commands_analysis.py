@@ -9,6 +9,7 @@ from attnlab.cli_common import (
     add_config_args,
     add_deprecated_alias,
     add_device_arg,
+    add_run_data_arg,
     add_verbosity_args,
     build_config,
     show_progress,
@@ -74,6 +75,7 @@ def cmd_heads(args) -> int:
         device=args.device or "auto",
         importance=not args.no_importance,
         progress=show_progress(args),
+        data=args.data,
     )
     if gold is not None:  # `--gold` / $ATTNLAB_GOLD_DIR: each head's AER against gold alignments (§25)
         from attnlab.translator import Translator
@@ -102,6 +104,7 @@ def cmd_compare(args) -> int:
         which=args.checkpoint,
         device=args.device or "auto",
         progress=show_progress(args),
+        data=args.data,
     )
     out = writable_folder(Path(args.save_dir) if args.save_dir else default_out(args.runs[0], "compare"),
                           "--save-dir")
@@ -205,6 +208,7 @@ def _add_heads(sub) -> None:
         help="skip masking each head (one decoding pass per head)",
     )
     add_device_arg(h)
+    add_run_data_arg(h)
     h.add_argument(
         "--save-dir", dest="save_dir", metavar="DIR", help="folder for heads.md/json and figures (default: RUN/inspect/heads)"
     )
@@ -234,6 +238,7 @@ def _add_compare(sub) -> None:
     )
     c.add_argument("--checkpoint", default="best", help="best, last or step-N (for every run)")
     add_device_arg(c)
+    add_run_data_arg(c)
     c.add_argument(
         "--save-dir", dest="save_dir", metavar="DIR", help="folder for the comparison (default: RUN_A/inspect/compare)"
     )

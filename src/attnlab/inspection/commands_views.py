@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnlab.cli_common import add_deprecated_alias, add_device_arg, build_config, say
+from attnlab.cli_common import add_deprecated_alias, add_device_arg, add_run_data_arg, build_config, say
 from attnlab.config import MODEL_KINDS
 from attnlab.errors import AttnlabError
 
@@ -210,7 +210,7 @@ def cmd_selfcheck(args) -> int:
     if args.text:
         sentences, where = list(args.text), "the command line"
     else:
-        sentences, where = selfcheck_sentences(tr, args.sentences)
+        sentences, where = selfcheck_sentences(tr, args.sentences, args.data)
     results = run_selfcheck(tr, sentences)
     header = (
         f"selfcheck of {args.run} ({tr.cfg.model.kind}, checkpoint {args.checkpoint}, {tr.device}) "
@@ -288,6 +288,7 @@ def register(sub) -> None:
         "text", nargs="*", default=[], metavar="TEXT", help="sentences to check with (default: the run's valid split)"
     )
     s.add_argument("--sentences", type=int, default=8, help="how many valid-split sentences to use")
+    add_run_data_arg(s)
     s.set_defaults(func=cmd_selfcheck)
 
 

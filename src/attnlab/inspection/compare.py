@@ -38,7 +38,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.data import corpus
 from attnlab.data.text import detokenize
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import bleu_by_length, corpus_scores
@@ -116,11 +115,12 @@ def check_same_split(runs: list[tuple[str, Any]]) -> None:
                 )
 
 
-def common_sample(tr: Translator, n: int) -> _Sample:
-    """``n`` distinct validation sources of ``tr``'s data (then test ones if the split is smaller),
+def common_sample(tr: Translator, n: int, data: str | Path | None = None) -> _Sample:
+    """``n`` distinct validation sources of ``tr``'s data (then test ones if the split is smaller; the corpus
+    found at ``data``, see :meth:`Translator.prepare_corpus`),
     evenly spaced over the split: the corpus is ordered by length, so its first ``n`` would all be
     short and BLEU by length would have nothing to say about long sentences."""
-    prepared = corpus.prepare(tr.cfg.data, tokenizers=(tr.src_tok, tr.tgt_tok))
+    prepared = tr.prepare_corpus(data)
     rows = []
     for name in ("valid", "test"):
         split = prepared.splits.get(name)
@@ -233,10 +233,11 @@ def compare_runs(
     which: str = "best",
     device: str = "cpu",
     progress: bool = False,
+    data: str | Path | None = None,
 ) -> Comparison:
     """Summaries of ``runs`` in order, every score on the same sentences (see the module docstring).
 
-    ``progress``: a tqdm bar on stderr, one tick per run. Raises :class:`AttnlabError` for fewer than
+    ``progress``: a tqdm bar on stderr, one tick per run; ``data``: where the corpus is (``--data``). Raises :class:`AttnlabError` for fewer than
     two runs, ``bleu_sentences < 1``, an unreadable run, or runs that split the corpus differently.
     """
     from tqdm.auto import tqdm
@@ -249,7 +250,7 @@ def compare_runs(
     trs = [Translator.from_run(d, which=which, device=device) for d in run_dirs]
     check_same_split([(d.name, tr.cfg) for d, tr in zip(run_dirs, trs)])
     reports, why = _scoring(run_dirs, trs)
-    sample = common_sample(trs[0], bleu_sentences)  # the speed sample, and the BLEU one without reports
+    sample = common_sample(trs[0], bleu_sentences, data)  # the speed sample, and the BLEU one without reports
     if reports is not None:
         first = reports[0]
         scored_on = (

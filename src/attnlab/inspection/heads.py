@@ -37,7 +37,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.data import corpus
 from attnlab.data.batching import collate
 from attnlab.data.text import detokenize
 from attnlab.data.vocab import EOS, PAD
@@ -410,10 +409,12 @@ def analyse_heads(
     batch_size: int = 32,
     resamples: int = BOOTSTRAP_RESAMPLES,
     progress: bool = False,
+    data: str | Path | None = None,
 ) -> HeadsReport:
     """Measure every head of the run's model on ``sentences`` validation sentences; with
     ``importance``, silence each head in turn and bootstrap the differences (``resamples`` paired
     resamples of the sentences, seed 0). ``progress``: a tqdm bar on stderr, one tick per head.
+    ``data``: where the corpus is (``--data``; see :meth:`Translator.prepare_corpus`).
 
     Raises :class:`AttnlabError` for a model without multi-head attention, an unreadable run,
     ``sentences < 1`` or ``resamples < 1``.
@@ -427,7 +428,7 @@ def analyse_heads(
     tr = Translator.from_run(run_dir, which=which, device=device)
     model = tr.model.eval()
     modules = attention_modules(model)
-    prepared = corpus.prepare(tr.cfg.data, tokenizers=(tr.src_tok, tr.tgt_tok))
+    prepared = tr.prepare_corpus(data)
     src, tgt, refs = _sample(prepared, sentences)
     src = [s[: tr.max_src_tokens] for s in src]
     sums = _attention_sums(model, modules, src, tgt, tr, batch_size)

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnlab.data import corpus
 from attnlab.data.batching import collate
 from attnlab.data.vocab import PAD
 from attnlab.decoding.beam import beam_search
@@ -56,17 +55,20 @@ class CheckResult:
     detail: str = ""
 
 
-def selfcheck_sentences(translator: Translator, n: int = 8) -> tuple[list[str], str]:
+def selfcheck_sentences(translator: Translator, n: int = 8, data: str | None = None) -> tuple[list[str], str]:
     """Up to ``n`` sentences of several lengths from the run's valid split, else built-in examples.
 
-    Returns ``(sentences, where they came from)``. The corpus is read with the run's own tokenizers;
-    when it cannot be found (an ``AttnlabError``), the built-in examples are used.
+    Returns ``(sentences, where they came from)``. The corpus is read with the run's own tokenizers, found
+    at ``data`` (``--data``) or as :meth:`Translator.prepare_corpus` says; when it cannot be found (an
+    ``AttnlabError``) the built-in examples are used, unless ``data`` named it (then the error stands).
     """
     try:
-        prepared = corpus.prepare(translator.cfg.data, tokenizers=(translator.src_tok, translator.tgt_tok))
+        prepared = translator.prepare_corpus(data)
         split = prepared.splits["valid"]
         texts = [split.src_text[i] for i in split.unique_sources()]
     except AttnlabError:
+        if data:
+            raise
         texts = []
     if not texts:
         return list(BUILTIN_SENTENCES[:n]), "built-in examples (the run's corpus was not found)"

@@ -68,6 +68,46 @@ def torchrun_command(nproc: int, argv: list[str], max_restarts: int = 0) -> list
     ]
 
 
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, as ``taskset`` or a container sets it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no sched_getaffinity (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def processes(nproc: int, device: str = "auto") -> int:
+    """How many processes ``attnlab train --nproc N`` runs: 1 (this process alone) for 0 or 1, as its
+    help says, else ``nproc``, checked against the machine.
+
+    Each worker takes a GPU of its own on CUDA (``cuda:LOCAL_RANK``, distributed.py) and at least one core
+    on the CPU; more workers than that would fail at start (no such GPU) or crawl (cores shared by
+    many processes), so ``device`` (``train.device``: auto, cpu, cuda, cuda:N) decides which count
+    bounds ``nproc``. Raises :class:`AttnlabError` for a negative ``nproc`` or one above the bound, naming
+    the count.
+    """
+    if nproc < 0:
+        raise AttnlabError(f"--nproc {nproc} is negative; give the number of processes (0 or 1 = this process "
+                           "alone, 2 or more = data-parallel workers)")
+    if nproc <= 1:
+        return 1
+    from attnlab.device import pick_device  # torch: loaded only when workers are asked for
+
+    if pick_device(device).type == "cuda":
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if nproc > gpus:
+            raise AttnlabError(f"--nproc {nproc} is more than the {gpus} GPU{'s' if gpus != 1 else ''} visible "
+                               f"(one per worker); use --nproc {gpus} or fewer, or train.device=cpu")
+        return nproc
+    cores = usable_cores()
+    if nproc > cores:
+        raise AttnlabError(f"--nproc {nproc} is more than the {cores} CPU core{'s' if cores != 1 else ''} this "
+                           f"process may use (one per worker at least); use --nproc {cores} or fewer")
+    return nproc
+
+
 def launch_nproc(nproc: int, argv: list[str], max_restarts: int | None = None) -> int:
     """Run ``attnlab <argv>`` on ``nproc`` local processes under torchrun; returns its exit code.
 

@@ -117,13 +117,13 @@ def drop_records_after(out_dir: Path, step: int) -> None:
 
 def write_run_files(out_dir: Path, cfg: Config, prepared, model: torch.nn.Module, device: torch.device,
                     world_size: int, argv: list[str] | None) -> None:
-    """``config.toml`` (every default written out), ``tokenizers.json`` and ``meta.json``; a disk that
-    refuses them (full, read-only) is one line, before any checkpoint is written."""
+    """``config.toml`` (every default written out, no corpus path), ``tokenizers.json`` and ``meta.json``;
+    a disk that refuses them (full, read-only) is one line, before any checkpoint is written."""
     meta = {"seed": cfg.train.seed, "versions": versions(), "device": str(device), "threads": torch.get_num_threads(),
             "world_size": world_size, "argv": argv or sys.argv, "data_stats": prepared.stats,
             "model_parameters": sum(p.numel() for p in model.parameters()),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    files = {runs.CONFIG: config_mod.dumps_toml(cfg),
+    files = {runs.CONFIG: config_mod.dumps_toml(runs.run_config(cfg)),  # no corpus path: the run can move
              runs.TOKENIZERS: {"src": prepared.src_tok.to_json(), "tgt": prepared.tgt_tok.to_json()},
              runs.META: meta}
     for name, content in files.items():

@@ -203,6 +203,10 @@ class Session:
         D.barrier()
         cfg, saved = settle_config(cfg, out_dir, resume, prepared, explicit)
         prepared = load_data(cfg, saved, prepared)
+        if saved is not None:  # the checkpoint resumed from, verified before a model is built from config.toml
+            last = runs.resolve_checkpoint(out_dir, "last")
+            runs.verify_checkpoint(last)
+            runs.check_weights_fit(last / runs.WEIGHTS, cfg.model, len(prepared.src_tok), len(prepared.tgt_tok))
         model = build_model(cfg.model, len(prepared.src_tok), len(prepared.tgt_tok)).to(device)
         fast.apply(model, cfg.train.kernels, device)  # the measured CPU kernels, or the notes' plain code
         optimizer = make_optimizer(model, cfg.train)
