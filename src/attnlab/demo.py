@@ -73,10 +73,14 @@ SLOW_DEMO_GRU_WIDTH = 128
 
 
 def _dataset(data: str | None) -> tuple[str, str | None]:
+    """fra-eng where it can be found (``data``, else $ATTNLAB_DATA_DIR, the cache or a download), else the
+    offline numbers task. A ``data`` the user named that cannot be read is their mistake, not a fallback."""
     try:
         path = corpus.locate_fra_eng(data)
         return "fra-eng", str(path)
     except AttnlabError as e:
+        if data is not None:
+            raise
         print(f"fra-eng is not available ({e}); using the offline `numbers` task instead")
         return "numbers", None
 

@@ -95,12 +95,6 @@ CASES: dict[str, list[tuple[str, list[str]]]] = {
                ("out under a file", ["{run}", "{file}/o"])],
 }
 
-#: cases that fail today in files another change owns; strict, so the lead sees each one flip
-XFAIL = {
-    ("demo", "missing data"): "demo.py (_dataset) falls back to the numbers task and trains when --data names "
-                              "nothing; an explicit --data that does not exist should be an error",
-}
-
 QUIET = {"train", "translate", "evaluate", "demo", "sweep", "scaling", "heads", "compare"}  # no progress lines
 
 
@@ -160,9 +154,7 @@ def assert_one_error_line(rc: int, err: str) -> None:
 
 @pytest.mark.parametrize(
     "command,case,argv",
-    [pytest.param(c, name, argv, id=f"{c}: {name}",
-                  marks=[pytest.mark.xfail(strict=True, reason=XFAIL[c, name])] if (c, name) in XFAIL else [])
-     for c, cases in CASES.items() for name, argv in cases],
+    [pytest.param(c, name, argv, id=f"{c}: {name}") for c, cases in CASES.items() for name, argv in cases],
 )
 def test_one_line(walk, command, case, argv):
     assert_one_error_line(*walk(command, argv))
@@ -204,14 +196,7 @@ EXPORT_DAMAGE = {
     "tokenizer model a list": _word_vocab(lambda t: t.__setitem__("model", [1, 2])),
     "tokenizer vocab a list": _word_vocab(lambda t: t["model"].__setitem__("vocab", [1, 2, 3])),
 }
-RUNS_PY = "runs.py reads this file without turning its damage into a CheckpointError (owned by the runs.py change)"
-RUN_XFAIL = {(d, c) for d in ("binary LAST", "binary BEST", "manifest files not a table") for c in ("translate", "export")}
-RUN_XFAIL.add(("tokenizers.json sides not objects", "translate"))  # export's fingerprint check refuses it already
-
-
-@pytest.mark.parametrize("damage,command", [
-    pytest.param(d, c, id=f"{d}-{c}", marks=[pytest.mark.xfail(strict=True, reason=RUNS_PY)] if (d, c) in RUN_XFAIL else [])
-    for d in RUN_DAMAGE for c in ("translate", "export")])
+@pytest.mark.parametrize("damage,command", [(d, c) for d in RUN_DAMAGE for c in ("translate", "export")])
 def test_a_damaged_run_is_one_line(walk, tiny_runs, tmp_path, damage, command):
     run = shutil.copytree(tiny_runs("transformer"), tmp_path / "damaged")
     RUN_DAMAGE[damage](run)
