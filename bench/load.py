@@ -209,12 +209,14 @@ def health_under_load(srv: Server, max_pending: int, seconds: float) -> dict:
     codes: dict[int, int] = {}
     lock = threading.Lock()
 
-    def keep_busy():
+    def keep_busy(k: int):
         conn = http.client.HTTPConnection(HOST, srv.port, timeout=120)
+        n = 0
         while not stop.is_set():
+            n += 1  # a sentence the server has not seen: each request computes (no answer from its cache)
             try:
                 status, _, _ = request(
-                    "POST", srv.port, "/api/translate", {"text": LONG, "beam_size": 8}, conn=conn
+                    "POST", srv.port, "/api/translate", {"text": f"{LONG} {k} {n}", "beam_size": 8}, conn=conn
                 )
             except OSError:
                 status = 0
@@ -224,7 +226,7 @@ def health_under_load(srv: Server, max_pending: int, seconds: float) -> dict:
                 codes[status] = codes.get(status, 0) + 1
         conn.close()
 
-    busy = [threading.Thread(target=keep_busy, daemon=True) for _ in range(max_pending)]
+    busy = [threading.Thread(target=keep_busy, args=(k,), daemon=True) for k in range(max_pending)]
     for t in busy:
         t.start()
     time.sleep(0.5)  # let the translations start

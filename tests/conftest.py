@@ -47,7 +47,7 @@ def tiny_runs(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def fra_eng_zip() -> Path:
-    path = SHARED_DATA / "fra-eng.zip"
+    path = (SHARED_DATA / "fra-eng.zip").resolve()  # absolute: tests change folder, CI names it relatively
     if not path.is_file():
         pytest.skip(f"fra-eng corpus not found at {path} (set ATTNLAB_DATA_DIR)")
     return path

@@ -386,9 +386,9 @@ def cmd_demo(args) -> int:
     from attnlab.demo import run_demo
     from attnlab.io import writable_folder
 
-    writable_folder(args.runs_dir, "--runs-dir", keep=False)  # before the machine is measured and the corpus read
+    writable_folder(args.runs_dir, "--runs-dir")  # before the machine is measured and the corpus read
     return run_demo(out=Path(args.runs_dir), minutes=args.max_minutes, data=args.data, threads=args.threads,
-                    progress=show_progress(args), verbose=args.verbose)
+                    progress=show_progress(args), verbose=args.verbose, dataset=args.dataset)
 
 
 # -------------------------------------------------------------------------------------- config, completion
@@ -520,6 +520,9 @@ def _add_demo(sub) -> None:
     m.add_argument("--data", metavar="PATH",
                    help="fra-eng zip, fra.txt or folder (default: $ATTNLAB_DATA_DIR, then the cache; "
                         "without the corpus: the offline numbers task)")
+    m.add_argument("--dataset", choices=config_mod.DATASETS, default=None,
+                   help="fra-eng (Tatoeba) or the offline numbers task (default: fra-eng where it can be found, "
+                        "else numbers)")
     m.add_argument("--threads", type=int, default=0, help="torch threads (0 = PyTorch's default, all cores)")
     add_verbosity_args(m)
     m.set_defaults(func=cmd_demo)

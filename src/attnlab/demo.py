@@ -113,7 +113,7 @@ def _config(kind: str, dataset: str, path: str | None, minutes: float, threads: 
 
 
 def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: int = 0,
-             progress: bool = True, verbose: bool = False) -> int:
+             progress: bool = True, verbose: bool = False, dataset: str | None = None) -> int:
     """Train :data:`DEMO_MODELS` for ``minutes`` each into ``out/KIND`` and show what they learnt.
     ``progress``: the training progress bars on stderr (off under ``--quiet``); ``verbose``: also
     each model's sized config, as TOML, on stderr.
@@ -126,7 +126,7 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
         raise AttnlabError(f"--max-minutes {minutes:g}: the demo needs a time budget per model (its models are "
                            "sized for it); give a positive number of minutes, e.g. --max-minutes 1.5")
     t0 = time.monotonic()
-    dataset, path = _dataset(data)
+    dataset, path = ("numbers", None) if dataset == "numbers" else _dataset(data)
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
         raise AttnlabError(f"{out} exists and is not a demo folder; choose another --runs-dir")
     out.mkdir(parents=True, exist_ok=True)

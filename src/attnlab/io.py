@@ -40,11 +40,11 @@ def usual_mode(is_dir: bool = False) -> int:
     return (0o777 if is_dir else 0o666) & ~_UMASK
 
 
-def writable_folder(path: str | Path, option: str, keep: bool = True) -> Path:
+def writable_folder(path: str | Path, option: str, keep: bool = False) -> Path:
     """Create the folder ``path`` (and its parents) and check that a file can be written in it, so an
     output folder that cannot be used (a file, under one, read-only, full, ``/proc``) fails in one
-    line before any work. ``keep=False``: the folders it had to create are removed again after the check
-    (a command that may still refuse its input leaves nothing behind; its writer creates them).
+    line before any work. The folders it had to create are removed again after the check unless ``keep``
+    (a command that may still refuse its input leaves nothing behind; its writers create them).
     Raises :class:`~attnlab.errors.AttnlabError` naming ``option``."""
     from attnlab.errors import AttnlabError
 

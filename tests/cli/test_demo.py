@@ -39,8 +39,11 @@ def test_cross_attention_table_names_what_each_output_token_looks_at(tiny_runs):
 
 @pytest.mark.slow
 def test_demo_runs_offline_on_numbers(tmp_path):
+    """No corpus anywhere it looks (an empty $ATTNLAB_DATA_DIR, an empty cache, offline): the numbers task."""
+    (tmp_path / "empty").mkdir()
     proc = attnlab("demo", "--runs-dir", str(tmp_path / "demo"), "--max-minutes", "0.05", "--threads", "1",
-                   "--data", str(tmp_path / "no-corpus-here"), timeout=600)
+                   env={"ATTNLAB_DATA_DIR": str(tmp_path / "empty"), "XDG_CACHE_HOME": str(tmp_path / "cache")},
+                   timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
     assert "using the offline `numbers` task" in out

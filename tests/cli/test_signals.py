@@ -55,7 +55,7 @@ def test_demo_refuses_no_time_budget(tmp_path, minutes):
     """`--max-minutes 0` meant no limit: only a signal ended the first model, and the second trained on."""
     out = tmp_path / "demo"
     assert_one_line_error(attnlab("demo", "--runs-dir", str(out), "--max-minutes", minutes, "--threads", "1",
-                                  "--data", str(tmp_path / "no-corpus")), "needs a time budget")
+                                  "--dataset", "numbers"), "needs a time budget")
     assert not out.exists()
 
 
@@ -66,7 +66,7 @@ def test_a_signal_stops_the_demo_after_saving_its_first_model(tmp_path, sig):
     budget and exited 0 (SIGTERM likewise)."""
     out = tmp_path / "demo"
     proc = _start("demo", "--runs-dir", str(out), "--max-minutes", "2", "--threads", "1",
-                  "--data", str(tmp_path / "no-corpus"))  # the numbers task: no corpus here
+                  "--dataset", "numbers")
     try:
         _wait_for_training(proc, out / "bahdanau")
         stdout, stderr, _ = _stop(proc, sig)

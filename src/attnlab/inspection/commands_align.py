@@ -39,7 +39,7 @@ def cmd_align(args) -> int:
     tr = Translator.from_run(args.run, which=args.checkpoint, device=args.device or "auto")
     reverse = Translator.from_run(args.reverse, device=args.device or "auto") if args.reverse else None
     out = writable_folder(Path(args.save_dir) if args.save_dir else Path(args.run) / "inspect" / "align",
-                          "--save-dir", keep=False)  # before the long alignment: a bad folder fails at once
+                          "--save-dir")  # before the long alignment: a bad folder fails at once
     report = A.align_run(
         tr,
         gold,

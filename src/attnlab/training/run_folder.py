@@ -89,7 +89,7 @@ def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = 
     _check_new_run_dir(out_dir)
     if (out_dir / "checkpoints").exists() and any((out_dir / "checkpoints").iterdir()):
         raise AttnlabError(f"{out_dir} already holds a run; add --resume to continue it or choose another --out")
-    writable_folder(out_dir, "--out")  # created, and a bad --out fails before training
+    writable_folder(out_dir, "--out", keep=True)  # created, and a bad --out fails before training
     for moved in set_aside_dead_records(out_dir, (*RECORDS, BOARD_DIR)):  # a run that died before saving
         print(f"note: {out_dir} held records of a run with no checkpoint; moved them to {moved.name}", file=sys.stderr)
 
