@@ -33,7 +33,7 @@ fi
 extras="web"
 [ "${1:-}" = "dev" ] && extras="web,dev,align,tensorboard,ct2,explain"
 pip install -e ".[${extras}]"
-# A CJK font, so figures draw Chinese labels (--lang zh) and CJK tokens (attnlab/inspection/fonts.py falls
+# A CJK font, so figures draw Chinese labels (--lang zh) and CJK tokens (attnlab/viz/fonts.py falls
 # back to it). Debian's fonts-noto-cjk where apt-get can install it (root, or sudo without a password);
 # otherwise one line says how, and setup goes on: figures still draw, with boxes for the missing glyphs.
 cjk_font() {

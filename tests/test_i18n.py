@@ -150,8 +150,8 @@ def test_figures_fall_back_to_an_installed_cjk_font_and_keep_the_latin_one():
     pytest.importorskip("matplotlib")
     import matplotlib
 
-    from attnlab.inspection import fonts
-    from attnlab.inspection.plots import new_figure
+    from attnlab.viz import fonts
+    from attnlab.viz.curves import new_figure
 
     before = list(matplotlib.rcParams["font.family"])
     fig = new_figure((2, 1))

@@ -58,7 +58,7 @@ class Run(TrainResult):
 
     def curves(self):
         """The training curves as a matplotlib ``Figure`` (``None`` before the first record)."""
-        from attnlab.inspection.plots import curves_figure  # matplotlib: loaded to draw
+        from attnlab.viz.curves import curves_figure  # matplotlib: loaded to draw
 
         return curves_figure(self.run_dir)
 

@@ -23,14 +23,14 @@ from attnlab.data import corpus
 from attnlab.data.text import preprocess
 from attnlab.device import set_threads
 from attnlab.errors import AttnlabError
+from attnlab.evaluation.alignment import formation_note
 from attnlab.evaluation.evaluate import notes_examples
-from attnlab.inspection.attention_maps import attention_maps, draw_maps, run_name
-from attnlab.inspection.movement import formation_note
 from attnlab.interrupts import Interrupted
 from attnlab.models import traits
 from attnlab.training import sizing
 from attnlab.training.loop import train
 from attnlab.translator import Translator
+from attnlab.viz.attention import attention_maps, draw_maps, run_name
 
 MARKER = ".attnlab-demo"
 

@@ -32,11 +32,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab import fast, fill, runs
+from attnlab import fast, runs
 from attnlab.config import AUTO_DECODE_ROWS, Config, DecodeConfig
 from attnlab.data.batching import Batch, collate
 from attnlab.data.corpus import Prepared, check_same_corpus, for_run, prepare, source_text
 from attnlab.data.vocab import BOS, EOS, PAD
+from attnlab.decoding import fill
 from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy import greedy_search, max_lengths
 from attnlab.device import pick_device
@@ -166,7 +167,7 @@ class AttentionResult:
 
     def labels(self, kind: str) -> tuple[list[str], list[str]]:
         """``(queries, keys)``: the tokens of the rows and columns of ``attention[kind]``."""
-        from attnlab.inspection.attention_json import map_axes  # no cycle: it reads results by duck typing
+        from attnlab.maps import map_axes  # no cycle: it reads results by duck typing
 
         queries, keys, _outputs = map_axes(self, kind)
         return queries, keys
@@ -178,7 +179,7 @@ class AttentionResult:
         ``head=None`` averages the heads, ``head="all"`` draws every head. One panel per layer × head
         shown, plus the colour bar. Raises :class:`AttnlabError` for a kind, layer or head the model lacks.
         """
-        from attnlab.inspection.attention_maps import attention_figure  # matplotlib: loaded to draw
+        from attnlab.viz.attention import attention_figure  # matplotlib: loaded to draw
 
         return attention_figure(self, kind, layer=layer, head=head)
 
@@ -188,7 +189,7 @@ class AttentionResult:
 
     def _repr_html_(self) -> str:
         """Jupyter's view: the sentence, its translation and each map, heads averaged, as inline PNGs."""
-        from attnlab.inspection.attention_maps import attention_html
+        from attnlab.viz.attention import attention_html
 
         return attention_html(self)
 
@@ -370,7 +371,7 @@ class Translator:
 
     def _fill_attention(self, sentence: str, extra_pad: int) -> AttentionResult:
         """A fill model's maps (it generates nothing): its self-attention over the sentence as written,
-        ``[MASK]`` included, with ``translation`` the sentence with its masks filled (:mod:`attnlab.fill`)."""
+        ``[MASK]`` included, with ``translation`` the sentence with its masks filled (:mod:`attnlab.decoding.fill`)."""
         ids = fill.encode_masked(self.src_tok, sentence, self.max_src_tokens, require_mask=False)
         batch = collate([ids], [[]], [0])
         pads = torch.full((1, extra_pad), PAD, dtype=batch.src.dtype)

@@ -9,15 +9,15 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
+from attnlab.analysis.align import run as A
 from attnlab.cli import main
 from attnlab.data import corpus
 from attnlab.data.text import tokenize
 from attnlab.data.vocab import Vocab
-from attnlab.inspection import align as A
 from attnlab.models import build_model
 from attnlab.translator import Translator
 from tests.conftest import tiny_config
-from tests.inspection.test_align import write_gold
+from tests.analysis.align.test_run import write_gold
 
 
 @pytest.fixture()
@@ -83,9 +83,9 @@ def test_saliency_map_is_captums_saliency_per_target_word(tiny_runs, numbers_gol
     pytest.importorskip("captum")
     from captum.attr import Saliency
 
+    from attnlab.analysis.align.saliency import saliency_map
+    from attnlab.analysis.attribution import LogProb
     from attnlab.data.batching import collate
-    from attnlab.inspection.align_gradient import saliency_map
-    from attnlab.inspection.attribution import LogProb
     from attnlab.models import traits
 
     tr = Translator.from_run(tiny_runs(kind))
@@ -204,7 +204,7 @@ def test_heads_names_alignment_heads_with_gold(tiny_runs, numbers_gold, tmp_path
 
 
 def test_adapting_learns_the_gold_text_on_a_copy_and_leaves_the_run_alone(tiny_runs, numbers_gold):
-    from attnlab.inspection.align_adapt import adapt
+    from attnlab.analysis.align.adapt import adapt
 
     run = tiny_runs("transformer")
     files = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
@@ -226,8 +226,8 @@ def test_adapting_learns_the_gold_text_on_a_copy_and_leaves_the_run_alone(tiny_r
 def test_align_cli_adapt_reads_the_adapted_copy_and_keeps_the_original_figures(
     tiny_runs, numbers_gold, tmp_path, capsys
 ):
-    from attnlab.inspection import commands_align
-    from attnlab.inspection.align_adapt import ADAPT_LR, adapt
+    from attnlab.analysis.align.adapt import ADAPT_LR, adapt
+    from attnlab.cli import align as commands_align
 
     run = tiny_runs("transformer")
     base = ["--gold", numbers_gold, "--no-ibm", "--no-saliency", "--save-dir", tmp_path / "o"]
@@ -252,7 +252,7 @@ def test_align_cli_adapt_reads_the_adapted_copy_and_keeps_the_original_figures(
 
 
 def test_align_picks_a_head_on_the_trial_split_and_scores_it_on_test(tiny_runs, numbers_gold, tmp_path, capsys):
-    from tests.inspection.test_align import write_gold
+    from tests.analysis.align.test_run import write_gold
 
     run = tiny_runs("transformer")
     base = ["--gold", numbers_gold, "--no-ibm", "--no-saliency", "--json", "--save-dir", tmp_path / "o"]
@@ -298,7 +298,7 @@ def both_directions(tmp_path_factory):
 
 
 def test_align_reverse_symmetrises_the_two_runs_maps_as_ibm_models(both_directions, numbers_gold, tmp_path, capsys):
-    from attnlab.inspection.align_both import score_pairs
+    from attnlab.analysis.align.both import score_pairs
 
     fwd_run, rev_run = both_directions["en-fr"], both_directions["fr-en"]
     base = ["--gold", numbers_gold, "--no-ibm", "--no-saliency", "--json", "--save-dir", tmp_path / "o"]
@@ -383,7 +383,7 @@ def test_align_help_names_the_real_way_to_train_the_other_direction(capsys):
 
 
 def test_piece_labels_mark_each_target_piece_with_its_linked_source_pieces():
-    from attnlab.inspection.align_extract import Side, piece_labels
+    from attnlab.analysis.align.extract import Side, piece_labels
 
     src = Side([5, 6, 7], [0, 0, 1], [[0], [1]])  # word 0 in two pieces, word 1 in one
     tgt = Side([8, 9], [0, 1], [[0], [1]])
@@ -392,7 +392,7 @@ def test_piece_labels_mark_each_target_piece_with_its_linked_source_pieces():
 
 
 def test_align_teach_trains_the_picked_head_toward_the_averages_links(tiny_runs, numbers_gold, tmp_path, capsys):
-    from attnlab.inspection.align_adapt import teach
+    from attnlab.analysis.align.adapt import teach
 
     run = tiny_runs("transformer")
     tr, gold = Translator.from_run(run), A.read_gold(numbers_gold)

@@ -22,8 +22,8 @@ def test_a_french_source_is_right_when_it_gives_the_notes_english():
 
 
 def test_cross_attention_table_names_what_each_output_token_looks_at(tiny_runs):
-    from attnlab.inspection.attention_maps import attention_maps
     from attnlab.translator import Translator
+    from attnlab.viz.attention import attention_maps
 
     tr = Translator.from_run(tiny_runs("transformer"), which="last")
     result = attention_maps(tr, "twenty-one", extra_pad=0)

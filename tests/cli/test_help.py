@@ -15,7 +15,7 @@ import pytest
 
 from attnlab import config as C
 from attnlab.cli import main, make_parser
-from attnlab.cli_common import HelpFormatter
+from attnlab.cli.common import HelpFormatter
 from tests.cli.test_cli import attnlab
 
 ROOT = Path(__file__).resolve().parents[2]

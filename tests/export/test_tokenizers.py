@@ -12,8 +12,8 @@ from attnlab.data.corpus import numbers_pairs, read_pairs
 from attnlab.data.specials import SPECIALS
 from attnlab.data.subword import BPETokenizer
 from attnlab.data.text import preprocess
+from attnlab.data.tokenizer_files import from_hf, to_hf
 from attnlab.data.vocab import Vocab, load_tokenizer
-from attnlab.export.tokenizers import from_hf, to_hf
 
 
 def _through_file(tok, tmp_path) -> HFTokenizer:

@@ -172,7 +172,7 @@ def test_resume_checks_the_weights_shapes_before_building_the_model_config_toml_
         return real(*args, **kwargs)
 
     monkeypatch.setattr(session, "build_model", only_on_meta)
-    monkeypatch.setattr(runs, "build_model", only_on_meta)
+    monkeypatch.setattr(runs.loader, "build_model", only_on_meta)  # the loader builds the shapes it checks
     with pytest.raises(AttnlabError, match="does not fit the transformer model its config describes") as err:
         train(C.apply_overrides(runs.read_run(run).config, ["train.max_steps=5"]), run, resume=True, progress=False)
     assert "\n" not in str(err.value)

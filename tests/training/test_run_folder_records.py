@@ -34,7 +34,7 @@ def test_a_stale_step_folder_is_replaced_not_reused(tmp_path, monkeypatch, excha
     """A save of step 2 died after its folder was renamed into place, before LAST named it. The next
     save of step 2 must write its own weights there (LAST then names what it validated)."""
     if not exchange:  # the fallback where renameat2 is not available
-        monkeypatch.setattr(runs, "_exchange", lambda a, b: False, raising=False)
+        monkeypatch.setattr(runs.checkpoint, "_exchange", lambda a, b: False)
     runs.save_checkpoint(tmp_path, 1, Tiny(1.0), {"step": 1})
     runs.save_checkpoint(tmp_path, 2, Tiny(2.0), {"step": 2})  # the dead run's save of step 2 ...
     (tmp_path / "checkpoints" / "LAST").write_text("step-0000001\n")  # ... died before LAST was written

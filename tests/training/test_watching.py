@@ -15,7 +15,7 @@ from PIL import Image
 
 from attnlab import runs
 from attnlab.cli import main
-from attnlab.inspection.probes import read_probes
+from attnlab.runs.probes import read_probes
 from attnlab.training.loop import train
 from attnlab.training.run_folder import CurvesPainter, prepare_run_dir
 from attnlab.training.tensorboard import BOARD_DIR, attention_image

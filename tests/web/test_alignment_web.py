@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab.inspection import align as A
+from attnlab.analysis.align import run as A
 from attnlab.translator import Translator
 from attnlab.web.routes import alignment as routes
-from tests.inspection.test_align import write_gold
+from tests.analysis.align.test_run import write_gold
 
 # Three pairs as the gold writes them: tokenised words, links `SENTENCE EN FR S|P`, 1-based.
 EN = [["twenty", "one"], ["forty", "two"], ["seven"]]

@@ -70,7 +70,7 @@ def test_an_attribution_does_not_change_a_translation_computed_beside_it(tiny_ru
 
     import torch
 
-    from attnlab.inspection.attribution import gradient_attribution
+    from attnlab.analysis.attribution import gradient_attribution
     from attnlab.translator import Translator
 
     tr = Translator.from_run(tiny_runs("transformer"))

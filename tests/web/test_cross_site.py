@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab.inspection import align as A
+from attnlab.analysis.align import run as A
 from attnlab.web import registry
 from attnlab.web.routes import alignment as alignment_routes
-from tests.inspection.test_align import write_gold
+from tests.analysis.align.test_run import write_gold
 
 CROSS = [
     {"sec-fetch-site": "cross-site"},

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from attnlab import config as C
-from attnlab.inspection import align as A
+from attnlab.analysis.align import run as A
 from attnlab.models import build_model
 from attnlab.translator import Translator
 from attnlab.web import deadline, server
@@ -29,7 +29,7 @@ from attnlab.web.guards import Limits
 from attnlab.web.registry import LoadedRun
 from attnlab.web.routes import alignment as alignment_routes
 from attnlab.web.routes import attribution as attribution_routes
-from tests.inspection.test_align import write_gold
+from tests.analysis.align.test_run import write_gold
 
 TEXT = ("twenty one " * 30)[:300]  # the longest text the server accepts by default
 SLOW_S = 0.5  # each decoding step or batch of the model waits this long

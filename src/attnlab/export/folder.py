@@ -19,9 +19,9 @@ from safetensors.torch import save as safetensors_bytes
 
 from attnlab import __version__, runs
 from attnlab import config as config_mod
+from attnlab.data.tokenizer_files import to_hf
 from attnlab.errors import AttnlabError
 from attnlab.export import FORMATS, ct2
-from attnlab.export.tokenizers import to_hf
 from attnlab.io import atomic_write_json, atomic_write_text, fsync_dir, usual_mode
 
 CT2_DIR = "ctranslate2"
@@ -151,7 +151,7 @@ def export_run(run: str | Path, out: str | Path, which: str = "best", fmt: str =
         os.chmod(tmp, usual_mode(is_dir=True))  # mkdtemp makes 0700
         _write_tree(tmp, run, which, fmt, quantization)
         fsync_dir(tmp)
-        runs._swap_in(tmp, out)  # the checkpoint saver's swap: renameat2 exchange, else two renames
+        runs.swap_in(tmp, out)  # the checkpoint saver's swap: renameat2 exchange, else two renames
         fsync_dir(out.parent)
     except OSError as e:
         raise AttnlabError(f"could not write {out}: {e.strerror or e}") from None

@@ -363,7 +363,7 @@ class Bahdanau(nn.Module):
 
     Does the attention move (issue #18)? Measured on fra-eng, tiny tier (training/sizing.py), seed 42,
     2-core Xeon, the four probe sentences, movement = mean total variation between consecutive rows
-    (:func:`attnlab.inspection.movement.attention_movement`); BLEU/chrF greedy on the whole 3,507-sentence
+    (:func:`attnlab.evaluation.alignment.attention_movement`); BLEU/chrF greedy on the whole 3,507-sentence
     test split, as bench/quality.py scores:
 
     ======================================================  =======  ========  =====  =====
@@ -439,7 +439,7 @@ class Bahdanau(nn.Module):
     A 128-wide encoder's last state holds less of the sentence, so the decoder gains by reading the
     other states: the notes' §1 argument for attention, at a smaller scale. So the slow machine's demo
     trains this model at d=128 (demo.py, ``SLOW_DEMO_GRU_WIDTH``); where a map still has not formed, the
-    demo says so under it (:func:`attnlab.inspection.movement.formation_note`).
+    demo says so under it (:func:`attnlab.evaluation.alignment.formation_note`).
     """
 
     @staticmethod

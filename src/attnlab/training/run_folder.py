@@ -155,7 +155,7 @@ def finish_meta(out_dir: Path, facts: dict[str, Any]) -> None:
         raise AttnlabError(f"could not write {meta_path}: {e.strerror or e}; the run's checkpoints are saved, "
                            "only this record of how it ended is missing: free some space") from None
     try:
-        from attnlab.inspection.plots import plot_curves  # matplotlib is heavy: loaded only to draw
+        from attnlab.viz.curves import plot_curves  # matplotlib is heavy: loaded only to draw
 
         plot_curves(out_dir)
     except ImportError:
@@ -192,7 +192,7 @@ class CurvesPainter:
         try:
             import matplotlib.figure  # noqa: F401  (its import is paid once, not a draw's cost)
 
-            from attnlab.inspection.plots import plot_curves
+            from attnlab.viz.curves import plot_curves
         except ImportError:
             return False
         start = time.perf_counter()

@@ -12,7 +12,7 @@ figures (the other ranks hold a no-op :class:`Board`):
   ``cross`` (the notes' §25 alignment) where the model has it, else what the model records (``self``).
 
 The images come from the records :func:`attnlab.training.validation.record_probes` has just written,
-read back through :func:`attnlab.inspection.probes.read_probes`: the maps of ``attnlab attention
+read back through :func:`attnlab.runs.probes.read_probes`: the maps of ``attnlab attention
 --timeline`` and the web page, not a second capture. They are drawn with numpy, not matplotlib: a
 labelled figure measured about 0.2 s per sentence on a 2-core Xeon, a numpy image well under 1 ms.
 
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from attnlab.errors import AttnlabError
-from attnlab.inspection.probes import read_probes
+from attnlab.runs.probes import read_probes
 
 BOARD_DIR = "tensorboard"  # inside the run folder
 TRAIN_SCALARS = {"loss": "train/loss", "lr": "train/lr", "tokens_per_s": "train/tokens_per_s"}

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from attnlab.errors import AttnlabError
 from attnlab.export.engine import load_translator
-from attnlab.inspection.probes import read_probes
+from attnlab.runs.probes import read_probes
 from attnlab.web.deadline import check
 from attnlab.web.responses import GZIP_MIN, gzip_bytes, json_bytes
 from attnlab.web.server import run_facts

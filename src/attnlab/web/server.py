@@ -1,6 +1,6 @@
 """The attention maps as JSON, and the facts about a run that the page shows.
 
-- :func:`attention_payload` (from :mod:`attnlab.inspection.attention_json`, the one schema the
+- :func:`attention_payload` (from :mod:`attnlab.maps`, the one schema the
   page and ``attnlab attention --json`` share): an :class:`~attnlab.translator.AttentionResult`'s
   maps with their token labels, selected (``kind``/``layer``/``head``), encoded (JSON numbers or
   quantised base64), with optional thumbnails and a response-size budget; what
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.evaluation.evaluate import checkpoint_identity
-from attnlab.inspection.attention_json import OVERVIEW_SIZE, SelectionError, attention_payload
+from attnlab.maps import OVERVIEW_SIZE, SelectionError, attention_payload
 from attnlab.models import traits
 
 # attention_payload, SelectionError and OVERVIEW_SIZE are the web modules' names for the shared schema.

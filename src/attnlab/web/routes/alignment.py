@@ -2,10 +2,10 @@
 
 ``?run=NAME&sentences=N&links=METHOD`` → the numbers of ``attnlab align RUN --no-ibm --links METHOD``
 on the first ``sentences`` gold pairs, computed by the same functions: the gold folder given to
-``attnlab serve --gold``, else found as :func:`~attnlab.inspection.align.gold_dir` finds it without
+``attnlab serve --gold``, else found as :func:`~attnlab.analysis.align.run.gold_dir` finds it without
 ``--gold`` (``$ATTNLAB_GOLD_DIR``, else ``$ATTNLAB_DATA_DIR/hansards-enfr``), read by
-:func:`~attnlab.inspection.align.read_gold`, force-decoded and scored by :func:`~attnlab.inspection.align.align_run`. The answer is its
-:meth:`~attnlab.inspection.align.AlignReport.to_json` (AER, precision and recall of every layer × head,
+:func:`~attnlab.analysis.align.run.read_gold`, force-decoded and scored by :func:`~attnlab.analysis.align.run.align_run`. The answer is its
+:meth:`~attnlab.analysis.align.run.AlignReport.to_json` (AER, precision and recall of every layer × head,
 each layer's head average and the average of all, at shift 0 and 1; the best heads; the domain note),
 plus ``grid`` (AER per layer × head, then the head average) and ``best_head`` for the page's table.
 The IBM Model 2 baseline is left out: it trains for tens of seconds and needs the Tatoeba corpus.
@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
-from attnlab.inspection.align import (
+from attnlab.analysis.align.run import (
     GOLD_ENV,
     METHODS,
     AlignError,

@@ -3,9 +3,9 @@
 Body ``{"text", "run", "method", "steps"}``: ``method`` ``"ig"`` (integrated gradients, the default)
 or ``"ixg"`` (input × gradient) attributes each output token of the greedy translation to the source
 tokens and returns it beside the attention (last layer, heads averaged) and the rollout, with
-Spearman's ρ per output token and per sentence (:meth:`attnlab.inspection.attribution.Attribution.to_json`);
+Spearman's ρ per output token and per sentence (:meth:`attnlab.analysis.attribution.Attribution.to_json`);
 ``"rollout"`` returns the attention rollout of each self-attention stack beside its last layer
-(:meth:`~attnlab.inspection.attribution.RolloutReport.to_json`).
+(:meth:`~attnlab.analysis.attribution.RolloutReport.to_json`).
 
 Integrated gradients cost one forward and backward pass per interpolation point *and* output token,
 and each pass grows with the output, so one request is bounded three ways: ``steps`` ≤
@@ -29,13 +29,13 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, create_model, field_validator
 
-from attnlab.errors import AttnlabError
-from attnlab.inspection.attribution import (
+from attnlab.analysis.attribution import (
     DEFAULT_STEPS,
     AttributionError,
     attention_rollout,
     gradient_attribution,
 )
+from attnlab.errors import AttnlabError
 from attnlab.web.deadline import DeadlinePassed, check
 from attnlab.web.registry import LoadedRun
 from attnlab.web.responses import (

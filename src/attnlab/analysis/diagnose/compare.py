@@ -1,0 +1,404 @@
+"""`attnlab compare RUN_A RUN_B …`: trained runs side by side (notes §26: Bahdanau vs Transformer).
+
+For each run: trainable parameters; training speed; translation speed (sentences/s, measured now,
+greedy, on one fixed sample of validation sentences evenly spaced over the first run's validation
+split, the same text for every run); BLEU overall and by source length; and the translations of the
+notes' example sentences.
+
+**One split for every run.** A score is only shown beside scores of the same sentences:
+
+* when every run has an ``eval-test.json`` of the checkpoint being compared, over the same test
+  sentences (its ``src-test.txt``) and with the same beam, those reports are used;
+* otherwise every run is scored now, greedy, on the same ``--sentences`` validation sentences (and
+  the table says why the reports were not used).
+
+Runs that split the corpus differently (``data.dataset``, ``data.valid_frac``, ``data.test_frac``)
+are refused: one run's test sentence could be another's training sentence. So are runs of different
+directions (``data.direction``): a French → English run beside an English → French one would be fed the
+first run's sources and scored against its references, in the other language; and scored each on its
+own side, their BLEU would be against references in different languages, which no table can set side
+by side (the split, which hashes the source side, differs too).
+
+**One unit: words.** Lengths and speeds are counted in words of the D2L-preprocessed text (items
+separated by spaces, so ``i'm home .`` is 3 words): a BPE run's tokens are not a word run's tokens.
+Training speed is the run's logged target tokens/s times its target words per token (its own
+tokenizer on the sample's references, ``<eos>`` counted as a token since training counts it).
+
+The §26 claim to look at: attention models keep their BLEU on long sentences, where a fixed context
+vector (``seq2seq``) fails; the Transformer trains faster per word (it is parallel over positions)
+but not necessarily translates faster (decoding is sequential for every model).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnlab.data.text import detokenize
+from attnlab.errors import AttnlabError
+from attnlab.evaluation.bleu import bleu_by_length, corpus_scores
+from attnlab.evaluation.evaluate import checkpoint_identity, notes_examples
+from attnlab.io import atomic_write_json, atomic_write_text
+from attnlab.runs import read_metrics, read_run
+from attnlab.translator import Translator
+from attnlab.viz.curves import new_figure, save_figure
+
+#: The config keys that decide which split a sentence falls in (corpus.split_by_source hashes each
+#: source against these fractions): runs that differ in one of them do not share a test set.
+SPLIT_KEYS = ("dataset", "valid_frac", "test_frac")
+
+
+@dataclass
+class RunSummary:
+    run: str
+    name: str
+    kind: str
+    parameters: int
+    train_words_per_s: float  # target words/s while training (see the module docstring)
+    translate_sentences_per_s: float
+    bleu: float
+    chrf: float
+    by_length: list[dict[str, Any]] = field(default_factory=list)  # buckets of source words
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    words_per_token: float = float("nan")  # the run's target words per tokenizer token (+ <eos>)
+
+
+@dataclass
+class Comparison:
+    """The runs, and the one set of sentences every score was measured on."""
+
+    runs: list[RunSummary]
+    scored_on: str  # e.g. "the test split: 3,507 sentences, beam 4 (each run's eval-test.json)"
+    why: str = ""  # why each run's eval-test.json was not used, when it was not
+
+
+@dataclass
+class _Sample:
+    """The common validation sample: sources, all references and each source's length in words."""
+
+    sources: list[str]
+    references: list[list[str]]
+    src_words: list[int]
+    ref_texts: list[str]  # the preprocessed first reference of each source (for words per token)
+
+
+def _train_tokens_per_s(meta: dict[str, Any], records: list[dict[str, Any]]) -> float:
+    if isinstance(meta.get("mean_tokens_per_s"), int | float) and meta["mean_tokens_per_s"] > 0:
+        return float(meta["mean_tokens_per_s"])
+    speeds = [r["tokens_per_s"] for r in records if r.get("event") == "train" and "tokens_per_s" in r]
+    return sum(speeds) / len(speeds) if speeds else float("nan")
+
+
+def check_same_split(runs: list[tuple[str, Any]]) -> None:
+    """Raise :class:`AttnlabError` unless every ``(name, config)`` translates in the first one's direction
+    and splits the corpus as it does."""
+    name0, cfg0 = runs[0]
+    for name, cfg in runs[1:]:
+        a, b = cfg0.data.direction, cfg.data.direction
+        if a != b:
+            raise AttnlabError(
+                f"{name0} translates {a.replace('-', '→')} and {name} {b.replace('-', '→')}: their sources and "
+                "references are in different languages, so no BLEU of one sits beside the other's; compare runs "
+                "of one data.direction"
+            )
+        for key in SPLIT_KEYS:
+            a, b = getattr(cfg0.data, key), getattr(cfg.data, key)
+            if a != b:
+                raise AttnlabError(
+                    f"{name0} and {name} split the data differently (data.{key} = {a} vs {b}): a test "
+                    "sentence of one may be a training sentence of the other; compare runs trained with "
+                    "the same data.dataset, data.valid_frac and data.test_frac"
+                )
+
+
+def common_sample(tr: Translator, n: int, data: str | Path | None = None) -> _Sample:
+    """``n`` distinct validation sources of ``tr``'s data (then test ones if the split is smaller; the corpus
+    found at ``data``, see :meth:`Translator.prepare_corpus`),
+    evenly spaced over the split: the corpus is ordered by length, so its first ``n`` would all be
+    short and BLEU by length would have nothing to say about long sentences."""
+    prepared = tr.prepare_corpus(data)
+    rows = []
+    for name in ("valid", "test"):
+        split = prepared.splits.get(name)
+        if split is not None and len(rows) < n:
+            rows += [(split, i) for i in split.unique_sources()]
+    if not rows:
+        raise AttnlabError(f"{tr.run_dir}: the validation and test splits are empty; nothing to compare on")
+    if len(rows) > n:
+        rows = [rows[k * len(rows) // n] for k in range(n)]
+    out = _Sample([], [], [], [])
+    for split, i in rows:
+        out.sources.append(detokenize(split.src_text[i].split(), tr.src_tok.lang))
+        out.references.append([detokenize(r.split(), tr.tgt_tok.lang) for r in split.references[i]])
+        out.src_words.append(len(split.src_text[i].split()))
+        out.ref_texts.append(split.tgt_text[i])
+    return out
+
+
+def words_per_token(tr: Translator, texts: list[str]) -> float:
+    """Target words per training token of ``tr``'s tokenizer on preprocessed ``texts``: a sentence
+    of ``w`` words costs ``len(encode) + 1`` tokens (its ``<eos>``) in the training count."""
+    words = sum(len(t.split()) for t in texts)
+    tokens = sum(len(ids) + 1 for ids in tr.tgt_tok.encode_batch(texts, preprocessed=True))
+    return words / tokens if tokens else float("nan")
+
+
+def measure_translation_speed(tr, sentences: list[str], repeats: int = 1) -> tuple[float, list[str]]:
+    """Greedy sentences/s on ``sentences`` and the translations, timed after one untimed warm-up pass
+    over the same sample (the first pass in a process pays for thread pools and allocator growth)."""
+    tr.translate(sentences, beam_size=1)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        hyps = tr.translate(sentences, beam_size=1)
+    return repeats * len(sentences) / max(time.perf_counter() - t0, 1e-9), hyps
+
+
+def usable_eval_report(run_dir: Path, tr: Translator) -> tuple[dict[str, Any] | None, str]:
+    """``eval-test.json`` and its sources when they describe the checkpoint ``tr`` loaded, else
+    ``(None, why not)``. The report's ``sources`` key is filled from ``src-test.txt``."""
+    path = run_dir / "eval-test.json"
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        sources = (run_dir / "src-test.txt").read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError as e:
+        return None, f"{run_dir.name} has no {Path(e.filename).name}"
+    except (OSError, ValueError) as e:
+        return None, f"{run_dir.name}'s eval-test.json is unreadable ({e})"
+    if not isinstance(report, dict) or "bleu" not in report or "by_length" not in report:
+        return None, f"{run_dir.name}'s eval-test.json has no BLEU"
+    scored = (report.get("checkpoint") or {}).get("weights_sha256")
+    loaded = (checkpoint_identity(tr.checkpoint) or {}).get("weights_sha256")
+    if scored != loaded or scored is None:
+        return None, f"{run_dir.name}'s eval-test.json scored other weights than the checkpoint compared"
+    report["sources"] = sources
+    return report, ""
+
+
+def _same_reports(reports: list[dict[str, Any]], names: list[str]) -> str:
+    """Why these reports cannot sit side by side ("" when they can: same sources, same beam)."""
+    first = reports[0]
+    for name, rep in zip(names[1:], reports[1:]):
+        if rep["sources"] != first["sources"]:
+            return f"{names[0]} and {name} scored different test sentences"
+        if rep.get("beam_size") != first.get("beam_size"):
+            return f"{names[0]} (beam {first.get('beam_size')}) and {name} (beam {rep.get('beam_size')}) decoded differently"
+    return ""
+
+
+def _scoring(run_dirs: list[Path], trs: list[Translator]) -> tuple[list[dict[str, Any]] | None, str]:
+    """Every run's usable eval report when they all match, else ``(None, why)``."""
+    found = [usable_eval_report(d, tr) for d, tr in zip(run_dirs, trs)]
+    why = next((w for _, w in found if w), "")
+    if why:
+        return None, why
+    reports = [r for r, _ in found]
+    why = _same_reports(reports, [d.name for d in run_dirs])
+    return (None, why) if why else (reports, "")
+
+
+def summarise_run(
+    run_dir: Path, tr: Translator, sample: _Sample, report: dict[str, Any] | None
+) -> RunSummary:
+    """Everything the comparison shows for one run: ``report`` (its eval-test.json) gives the scores
+    when not None, else they are measured now on ``sample`` (greedy)."""
+    files = read_run(run_dir)
+    params = sum(p.numel() for p in tr.model.parameters() if p.requires_grad)  # tied weights once
+    speed, hyps = measure_translation_speed(tr, sample.sources)
+    if report is None:
+        report = {**corpus_scores(hyps, sample.references)}
+        report["by_length"] = bleu_by_length(hyps, sample.references, sample.src_words)
+    wpt = words_per_token(tr, sample.ref_texts)
+    return RunSummary(
+        str(run_dir),
+        run_dir.name,
+        files.config.model.kind,
+        params,
+        _train_tokens_per_s(files.meta, read_metrics(run_dir)) * wpt,
+        speed,
+        float(report["bleu"]),
+        float(report.get("chrf", float("nan"))),
+        list(report.get("by_length", [])),
+        notes_examples(tr),
+        wpt,
+    )
+
+
+def compare_runs(
+    runs: list[str | Path],
+    bleu_sentences: int = 200,
+    which: str = "best",
+    device: str = "cpu",
+    progress: bool = False,
+    data: str | Path | None = None,
+) -> Comparison:
+    """Summaries of ``runs`` in order, every score on the same sentences (see the module docstring).
+
+    ``progress``: a tqdm bar on stderr, one tick per run; ``data``: where the corpus is (``--data``). Raises :class:`AttnlabError` for fewer than
+    two runs, ``bleu_sentences < 1``, an unreadable run, or runs that split the corpus differently.
+    """
+    from tqdm.auto import tqdm
+
+    if len(runs) < 2:
+        raise AttnlabError("give at least two run folders to compare, e.g. `attnlab compare runs/a runs/b`")
+    if bleu_sentences < 1:
+        raise AttnlabError(f"--sentences {bleu_sentences} must be at least 1")
+    run_dirs = [Path(r) for r in runs]
+    trs = [Translator.from_run(d, which=which, device=device) for d in run_dirs]
+    check_same_split([(d.name, tr.cfg) for d, tr in zip(run_dirs, trs)])
+    reports, why = _scoring(run_dirs, trs)
+    sample = common_sample(trs[0], bleu_sentences, data)  # the speed sample, and the BLEU one without reports
+    if reports is not None:
+        first = reports[0]
+        scored_on = (
+            f"the test split: {first.get('sentences', len(first['sources'])):,} sentences, "
+            f"beam {first.get('beam_size', '?')} (each run's eval-test.json)"
+        )
+    else:
+        scored_on = (
+            f"the same {len(sample.sources):,} validation sentences, greedy, scored now "
+            f"(evenly spaced over {run_dirs[0].name}'s validation split)"
+        )
+    out = []
+    bar = tqdm(total=len(runs), desc="compare", unit="run", disable=not progress, leave=False)
+    try:
+        for i, (d, tr) in enumerate(zip(run_dirs, trs)):
+            bar.set_postfix_str(d.name)
+            out.append(summarise_run(d, tr, sample, reports[i] if reports is not None else None))
+            bar.update(1)
+    finally:
+        bar.close()
+    return Comparison(out, scored_on, why)
+
+
+def _num(x: float, fmt: str) -> str:
+    return "-" if not math.isfinite(x) else format(x, fmt)
+
+
+def _buckets(runs: list[RunSummary]) -> list[str]:
+    out: list[str] = []
+    for r in runs:
+        for row in r.by_length:
+            if row["bucket"] not in out:
+                out.append(row["bucket"])
+    return out
+
+
+def format_markdown(comparison: Comparison) -> str:
+    """The comparison as markdown: one scoring line, the summary table, BLEU by length, the examples."""
+    runs = comparison.runs
+    names = [r.name for r in runs]
+    lines = [
+        "# Comparison: " + " vs ".join(names),
+        "",
+        f"Every BLEU and chrF below is scored on {comparison.scored_on}"
+        + (f"; the eval-test.json reports were not used: {comparison.why}." if comparison.why else "."),
+        "Lengths and speeds count words (the preprocessed text split on spaces; `i'm home .` is 3 words).",
+        "",
+        "| run | model | parameters | train words/s | words per token | translate sentences/s | BLEU | chrF |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        lines.append(
+            f"| {r.name} | {r.kind} | {r.parameters:,} | {_num(r.train_words_per_s, ',.0f')} | "
+            f"{_num(r.words_per_token, '.2f')} | {_num(r.translate_sentences_per_s, ',.1f')} | "
+            f"{r.bleu:.2f} | {_num(r.chrf, '.2f')} |"
+        )
+    buckets = _buckets(runs)
+    if buckets:
+        lines += [
+            "",
+            "## BLEU by source length (words); n = sentences",
+            "",
+            "| length | " + " | ".join(names) + " |",
+            "|---|" + "---|" * len(names),
+        ]
+        for b in buckets:
+            cells = []
+            for r in runs:
+                row = next((x for x in r.by_length if x["bucket"] == b), None)
+                cells.append(f"{row['bleu']:.2f} (n={row['sentences']})" if row else "-")
+            lines.append(f"| {b} | " + " | ".join(cells) + " |")
+    if runs and runs[0].examples:
+        lines += [
+            "",
+            "## The notes' examples",
+            "",
+            "| source | reference | " + " | ".join(names) + " |",
+            "|---|---|" + "---|" * len(names),
+        ]
+        for i, ex in enumerate(runs[0].examples):
+            cells = [r.examples[i]["translation"] if i < len(r.examples) else "-" for r in runs]
+            lines.append(f"| {ex['source']} | {ex['reference']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def draw_comparison(comparison: Comparison, out_dir: str | Path, stem: str = "compare") -> list[Path]:
+    """BLEU by source length per run (notes §26), with parameters and speeds as bars beside it."""
+    runs = comparison.runs
+    fig = new_figure((12, 4.4))
+    ax_len, ax_par, ax_speed = fig.subplots(1, 3, width_ratios=[2.2, 1, 1.3])
+    buckets = _buckets(runs)
+    for r in runs:
+        xs = [buckets.index(row["bucket"]) for row in r.by_length]
+        ax_len.plot(xs, [row["bleu"] for row in r.by_length], "o-", label=f"{r.name} ({r.kind})")
+    ax_len.set_xticks(range(len(buckets)), buckets)
+    ax_len.set(title="BLEU by source length", xlabel="source length (words)", ylabel="BLEU")
+    ax_len.grid(alpha=0.3)
+    if runs and any(r.by_length for r in runs):
+        ax_len.legend(fontsize=7)
+    names = [r.name for r in runs]
+    xs = list(range(len(runs)))
+    ax_par.bar(xs, [r.parameters for r in runs], color="tab:gray")
+    ax_par.set_xticks(xs, names, rotation=20, fontsize=7)
+    ax_par.set(title="trainable parameters")
+    width = 0.4
+    ax_speed.bar(
+        [x - width / 2 for x in xs],
+        [r.train_words_per_s if math.isfinite(r.train_words_per_s) else 0 for r in runs],
+        width,
+        label="train words/s",
+        color="tab:blue",
+    )
+    ax2 = ax_speed.twinx()
+    ax2.bar(
+        [x + width / 2 for x in xs],
+        [r.translate_sentences_per_s for r in runs],
+        width,
+        label="translate sentences/s",
+        color="tab:orange",
+    )
+    ax_speed.set_xticks(xs, names, rotation=20, fontsize=7)
+    ax_speed.set_ylabel("train target words/s", color="tab:blue")
+    ax2.set_ylabel("translation sentences/s (greedy)", color="tab:orange")
+    ax_speed.set_title("speed")
+    fig.suptitle(
+        "compare: " + " vs ".join(f"{r.name} ({r.kind})" for r in runs) + f"\nBLEU on {comparison.scored_on}",
+        fontsize=9,
+    )
+    return save_figure(fig, Path(out_dir) / stem)
+
+
+def write_comparison(comparison: Comparison, out_dir: str | Path) -> list[Path]:
+    """``compare.md``, ``compare.json`` and the figure; returns the written paths."""
+    out_dir = Path(out_dir)
+    md = out_dir / "compare.md"
+    atomic_write_text(md, format_markdown(comparison) + "\n")
+    js = out_dir / "compare.json"
+
+    def clean(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+
+    atomic_write_json(
+        js,
+        {
+            "scored_on": comparison.scored_on,
+            "why": comparison.why,
+            "length_unit": "words",
+            "runs": [clean(asdict(r)) for r in comparison.runs],
+        },
+    )
+    return [md, js, *draw_comparison(comparison, out_dir)]

@@ -1,0 +1,620 @@
+"""One sentence followed through a trained model, in words and shapes (notes §4–9).
+
+:func:`explain` returns the text that ``attnlab explain RUN "i'm home ."`` prints:
+
+1. tokens → ids (§4), with ``<eos>`` and the valid length;
+2. the embedding rows those ids select and the resulting shapes (§5);
+3. the path through the network: every module in call order with its output shape — per layer
+   for a Transformer — recorded by forward hooks on a teacher-forced pass;
+4. for GRU models, the update gate z and reset gate r at every step (§6–7), read from the
+   from-scratch GRU (the same weights loaded into ``scratch_gru=True``; it is checked to give the
+   same logits as the trained model); for Transformers, the norm placement (pre-norm against the
+   notes' post-norm, §20) and the residual adds X + Sublayer(·) of every layer (:mod:`.explain_roles`);
+5. greedy decoding step by step (§3, §22): the attention over the source and the top-k logits with
+   their probabilities (§8) — the translator's own greedy search, watched step by step;
+6. Query, Key and Value of each attention kind (§2, §12, §18), ``in_proj`` split into W_q, W_k, W_v
+   and heads (§11), and step 1's scores worked by hand (:mod:`.explain_roles`);
+7. one logit worked by hand, ``W_o[id]·out + b_o[id]`` (§8), and weight tying;
+8. with a reference: the teacher-forced cross-entropy, token by token, and the sentence BLEU (§21);
+9. the §9 tables: which things are parameters (with shapes) and which are not: computed values
+   (context vectors included) and buffers (the positional encoding).
+
+What differs between model families is asked of the model (:func:`attnlab.models.traits`), never
+of its kind name.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.analysis.explain import roles
+from attnlab.analysis.explain.params import parameter_report, tied_note
+from attnlab.attention.additive import AdditiveAttention
+from attnlab.data.batching import Batch, collate
+from attnlab.data.text import tokenize
+from attnlab.data.vocab import EOS, UNK
+from attnlab.errors import AttnlabError
+from attnlab.evaluation.alignment import FORMED_MOVEMENT, attention_movement, formation_note, shown
+from attnlab.evaluation.bleu import d2l_bleu
+from attnlab.i18n import N_, _
+from attnlab.models import ModelTraits, StepOutput, build_model, traits
+from attnlab.models.gru import ScratchGRU
+from attnlab.translator import Translator, decode_many, teacher_forced, token_labels
+
+__all__ = ["GateTrack", "explain", "gate_tracks", "gates_figure", "scratch_gru_copy"]
+
+Out = Any  # the list.append that collects the text's lines
+
+
+def _fmt_shape(x: Any) -> str:
+    if isinstance(x, Tensor):
+        return "(" + ", ".join(map(str, x.shape)) + ")"
+    return type(x).__name__
+
+
+def _fmt_output(out: Any) -> str:
+    if isinstance(out, Tensor):
+        return _fmt_shape(out)
+    if isinstance(out, tuple | list):
+        parts = [_fmt_shape(o) for o in out if isinstance(o, Tensor)]
+        return " + ".join(parts) if parts else type(out).__name__
+    return type(out).__name__
+
+
+def _vec(t: Tensor, n: int = 4) -> str:
+    vals = ", ".join(f"{v:+.3f}" for v in t[:n].tolist())
+    return f"[{vals}{', …' if t.numel() > n else ''}]"
+
+
+class RecordingGRU(ScratchGRU):
+    """A :class:`ScratchGRU` that keeps the gates of every call (same parameters, same results)."""
+
+    def __init__(self, like: ScratchGRU) -> None:
+        super().__init__(like.input_size, like.hidden_size, like.num_layers, like.dropout.p, like.bias,
+                         like.bidirectional)
+        self.gates: list[Any] = []
+        self.outputs: list[Tensor] = []
+
+    def forward(self, x, h0=None, valid_lens=None, return_gates=False):
+        out, h, gates = super().forward(x, h0, valid_lens, return_gates=True)
+        self.gates.append(gates)  # GRUGates of (B, L·dirs, T, D)
+        self.outputs.append(out)  # (B, T, D·dirs): the top layer's states h_t
+        return (out, h, gates) if return_gates else (out, h)
+
+
+def scratch_gru_copy(translator: Translator) -> nn.Module:
+    """The translator's GRU model rebuilt with the from-scratch GRU, recording its gates, and the same
+    weights (the scratch GRU names its parameters like ``nn.GRU``, so the state dict loads as is).
+
+    ``model.encoder.rnn.gates`` and ``model.decoder.gates`` collect one ``GRUGates`` per call.
+    """
+    cfg = replace(translator.cfg.model, scratch_gru=True)
+    model = build_model(cfg, len(translator.src_tok), len(translator.tgt_tok))
+    model.encoder.rnn = RecordingGRU(model.encoder.rnn)
+    model.decoder = RecordingGRU(model.decoder)
+    model.load_state_dict(translator.model.state_dict())
+    return model.to(translator.device).eval()
+
+
+class _Watched(nn.Module):
+    """``model`` seen through the decoding protocol, asking every step for its attention and keeping
+    ``(input token, StepOutput)`` of each: the translator's greedy search decodes, explain reads along."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.module = model  # named as PyTorch's wrappers name it: attnlab.fast reads its kernels choice
+        self.config = model.config
+        self.training = model.training  # decode_many restores the mode it finds: the model's own
+        self.steps: list[tuple[int, StepOutput]] = []
+        self.memory: Tensor | None = None  # (1, S, M) the encoder states h_t: keys = values (§2)
+
+    def encode(self, src, src_valid_lens, need_weights=False):
+        enc = self.module.encode(src, src_valid_lens, need_weights=need_weights)
+        self.memory = enc.memory
+        return enc
+
+    def init_state(self, enc, src_valid_lens):
+        return self.module.init_state(enc, src_valid_lens)
+
+    def step(self, tokens, state, need_weights=False):
+        out = self.module.step(tokens, state, need_weights=True)  # explain shows every step's attention
+        self.steps.append((int(tokens[0]), out))
+        return out
+
+
+@dataclass
+class _Step:
+    """What one greedy step read, looked at and chose (the rows of section 5)."""
+
+    input: str
+    top: list[tuple[str, float]]
+    chosen: str
+    p_chosen: float
+    attention: list[tuple[str, float]] | None = None
+    attention_kind: str | None = None
+    weights: Tensor | None = None  # (S,) the whole row that ``attention`` shows the top of
+    context: Tensor | None = None  # (M,) additive attention's output c_t' = Σ α h_t (Bahdanau)
+    context_gap: float | None = None  # max |Σ α h_t − the attention module's own output|
+
+
+def _layer_from_1(module_path: str) -> str:
+    """`` (layer N)`` for a PyTorch module path with a block index (``encoder_blocks.0.…`` → layer 1):
+    the paths count from 0, every label and figure of attnlab counts layers from 1."""
+    m = re.search(r"blocks\.(\d+)", module_path)
+    return f"   (layer {int(m.group(1)) + 1})" if m else ""
+
+
+def _record_modules(model: nn.Module, run) -> list[tuple[str, str, str, int]]:
+    """Run ``run()`` with forward hooks; returns ``(name, class, output shape, calls)`` in call order."""
+    keep = (nn.Embedding, nn.Linear, nn.LayerNorm, nn.GRU, ScratchGRU)
+    order: dict[str, list[Any]] = {}
+    handles = []
+    for name, module in model.named_modules():
+        if not name or isinstance(module, nn.Dropout | nn.Identity | nn.ModuleList):
+            continue
+        cls = type(module).__name__
+        interesting = isinstance(module, keep) or cls in (
+            "MultiHeadAttention",
+            "AdditiveAttention",
+            "PositionWiseFFN",
+            "EncoderBlock",
+            "DecoderBlock",
+            "GRUEncoder",
+            "SinusoidalPositionalEncoding",
+            "LearnedPositionalEncoding",
+        )
+        if not interesting or name.count(".") > 3:
+            continue
+
+        def hook(mod, args, out, name=name, cls=cls):
+            rec = order.setdefault(name, [cls, _fmt_output(out), 0])
+            rec[2] += 1
+
+        handles.append(module.register_forward_hook(hook))
+    try:
+        run()
+    finally:
+        for h in handles:
+            h.remove()
+    return [(n, r[0], r[1], r[2]) for n, r in order.items()]
+
+
+def explain(translator: Translator, sentence: str, reference: str | None = None, top_k: int = 5,
+            figures_dir: str | Path | None = None) -> str:
+    """The §4–9 walk-through of ``sentence`` as text (see the module docstring).
+
+    ``figures_dir``: where to write ``gates.png`` (GRU models: :func:`gates_figure`); None writes nothing.
+
+    Raises:
+        AttnlabError: when the sentence (or the reference) has no token after preprocessing.
+    """
+    tr = translator
+    t = traits(tr.cfg.model)
+    ids, truncated = tr.encode_source(sentence)
+    if not ids:
+        raise AttnlabError(f"{sentence!r} has no token after preprocessing; give an English sentence")
+    model = scratch_gru_copy(tr) if t.recurrent else tr.model  # the GRU's gates need the scratch cell
+    model.eval()
+    lines: list[str] = []
+    out = lines.append
+    seq = ids + [EOS]
+
+    _tokens_section(tr, sentence, ids, truncated, out)  # 1
+    _embedding_section(tr, t, model, seq, out)  # 2
+    # 5 (decoding) first, so the teacher-forced pass in 3 can follow the model's own output
+    steps, hyp = _greedy_steps(model, t, ids, tr, top_k)
+    src_labels = token_labels(tr.src_tok, ids)
+    tracks = gate_tracks(model, tr.cfg.model.bidirectional, src_labels, [st.input for st in steps]) if t.recurrent else None
+    batch, fwd = _network_section(model, ids, hyp, tr, out)  # 3
+    cap = roles.capture(model, batch, tr.device)  # the tensors sections 4, 6, 7 and 9 work by hand
+    tgt_labels = token_labels(tr.tgt_tok, batch.tgt_in[0].tolist(), eos=False)  # <bos> y1 …: decoder inputs
+    if tracks is not None:
+        _gates_section(tr, model, batch, tracks, out, Path(figures_dir) if figures_dir is not None else None)  # 4
+    roles.residual_section(model, cap, src_labels, tgt_labels, out)  # 4 (Transformers)
+    translation = _decoding_section(tr, steps, hyp, top_k, out)  # 5
+    roles.roles_section(model, t, cap, src_labels, tgt_labels, steps[0].weights if steps else None, out)  # 6
+    roles.logit_section(model, t, cap, tr.tgt_tok, out)  # 7
+    if reference is not None:
+        _loss_section(model, tr, ids, reference, translation, out)  # 8
+    _tables(tr, t, model, seq, cap, batch.tgt_in.shape[1], reference is not None, out)  # 9
+    return "\n".join(lines)
+
+
+def _tokens_section(tr: Translator, sentence: str, ids: list[int], truncated: bool, out: Out) -> None:
+    """1. tokens → ids (§4)."""
+    seq = ids + [EOS]
+    out(_("== 1. tokens → ids (notes §4) — {kind} model, source vocabulary of {size} entries").format(
+        kind=tr.cfg.model.kind, size=len(tr.src_tok)))
+    out(f"  sentence     : {sentence!r}")
+    tokens = " ".join(token_labels(tr.src_tok, ids))
+    out(f"  tokens       : {tokens}" + ("   (truncated to fit the model)" if truncated else ""))
+    out(f"  ids  X       : {seq}   shape ({len(seq)},), valid_len = {len(seq)}")
+    unk = [w for w, i in zip(tr.src_tok.tokens(sentence), ids) if i == UNK]
+    if unk:
+        out(_("  unknown words became <unk> (id {unk}): {words}").format(unk=UNK, words=", ".join(unk)))
+    out("  ids are row numbers in the vocabulary, not quantities: 86 is not 'more' than 37.")
+
+
+def _embedding_section(tr: Translator, t: ModelTraits, model: nn.Module, seq: list[int], out: Out) -> None:
+    """2. the embedding rows the ids select (§5)."""
+    D = tr.cfg.model.num_hiddens
+    E = tr.cfg.model.embed_size if t.recurrent else D  # GRU models have their own embedding size
+    emb = model.get_submodule(t.embeddings[0])  # the source's table (traits list it first)
+    V_src = emb.weight.shape[0]
+    out("\n" + _("== 2. embedding (§5): a trainable lookup table of shape ({rows}, {cols}); each id selects one row")
+        .format(rows=V_src, cols=E))
+    with torch.inference_mode():
+        for tok, i in zip(token_labels(tr.src_tok, seq[:-1]), seq):
+            out(_("  {token:>12} → row {id:>5} = {vector}").format(token=tok, id=i,
+                                                                   vector=_vec(emb.weight[i].float().cpu())))
+    out(_("  → source embeddings of shape (1, {steps}, {size}) (batch, steps, embed size)").format(
+        steps=len(seq), size=E))
+    if not t.recurrent:
+        out(
+            _("  Transformer input: embedding × √D (√{D} = {scale:.2f}) + positional encoding P[0:{steps}] "
+              "(§13–15) → (1, {steps}, {D})").format(D=D, scale=math.sqrt(D), steps=len(seq))
+        )
+
+
+def _greedy_steps(
+    model: nn.Module, t: ModelTraits, ids: list[int], tr: Translator, top_k: int
+) -> tuple[list[_Step], list[int]]:
+    """Greedy decoding as the translator does it (:func:`decode_many`, so the one greedy search),
+    watched step by step; returns what each step read, looked at and predicted, and the output ids.
+
+    Additive attention's outputs (Bahdanau's context vectors) are caught by a forward hook, one per step."""
+    watched = _Watched(model)
+    contexts: list[Tensor] = []
+    hooks = [m.register_forward_hook(lambda mod, args, out: contexts.append(out[0].detach()))
+             for m in model.modules() if isinstance(m, AdditiveAttention)]
+    try:
+        hyp = decode_many(watched, [ids], tr.cfg.decode, tr.device, beam_size=1)[0][0]
+    finally:
+        for h in hooks:
+            h.remove()
+    chosen_ids = list(hyp.tokens) + ([EOS] if hyp.finished else [])  # one per step
+    src_labels = token_labels(tr.src_tok, ids)
+    tgt = tr.tgt_tok
+    steps: list[_Step] = []
+    for k, ((token, o), chosen) in enumerate(zip(watched.steps, chosen_ids)):
+        probs = torch.softmax(o.logits[0].float(), dim=-1).cpu()  # (V,) the model's own distribution
+        top = probs.topk(min(top_k, probs.numel()))
+        step = _Step(
+            tgt.id_to_token(token),
+            [(tgt.id_to_token(int(i)), float(p)) for p, i in zip(top.values, top.indices)],
+            tgt.id_to_token(chosen),
+            float(probs[chosen]),
+        )
+        for name in ("cross", "self"):
+            if name in o.attention:
+                w = o.attention[name][0, -1].float().mean(dim=0)[-1, : len(src_labels)].cpu()  # last layer, heads averaged
+                order = w.argsort(descending=True)[:3].tolist()
+                step.attention, step.weights = [(src_labels[i], float(w[i])) for i in order], w
+                step.attention_kind = (
+                    "top 3 source tokens"  # Bahdanau: one additive attention, no layers or heads
+                    if t.recurrent
+                    else f"{name}, last layer, heads averaged, top 3 source tokens"
+                )
+        if k < len(contexts) and step.weights is not None and watched.memory is not None:
+            _add_context(step, contexts[k], watched.memory)
+        steps.append(step)
+    return steps, list(hyp.tokens)
+
+
+def _add_context(step: _Step, context: Tensor, memory: Tensor) -> None:
+    """Set ``step.context`` to the attention module's output ``(1, 1, M)`` and check it against the
+    notes' formula c_t' = Σ_t α_t h_t over ``memory (1, S, M)`` with the step's weights ``(S,)``."""
+    c = context[0, 0].float().cpu()  # (M,)
+    by_formula = step.weights @ memory[0, : step.weights.numel()].float().cpu()  # (S,) @ (S, M) → (M,)
+    step.context, step.context_gap = c, float((c - by_formula).abs().max())
+
+
+def _network_section(model: nn.Module, ids: list[int], hyp: list[int], tr: Translator, out: Out) -> tuple[Batch, Any]:
+    """3. every module in call order with its output shape, on a teacher-forced pass over the
+    model's own translation; returns the batch and the pass's ``ModelOutput``."""
+    batch = collate([ids], [hyp], [0])
+    T = batch.tgt_in.shape[1]
+    holder: dict[str, Any] = {}
+
+    def run():
+        holder["out"] = teacher_forced(model, batch, tr.device)
+
+    modules = _record_modules(model, run)
+    fwd = holder["out"]
+    out(
+        "\n" + _("== 3. through the network (teacher-forced over its own output: decoder input <bos> y…, {T} steps)")
+        .format(T=T)
+    )
+    width = max(len(n) for n, *_ in modules)
+    for name, cls, shape, calls in modules:
+        extra = (
+            f"   ×{calls} calls" + (" (one per decoding step)" if calls == T and name != "positional" else "")
+            if calls > 1
+            else ""
+        )
+        out(f"  {name:<{width}}  {cls:<28} → {shape}{extra}{_layer_from_1(name)}")
+    for k, w in fwd.attention.items():
+        out(f"  attention weights {k:<8} (batch, layers, heads, queries, keys) = {_fmt_shape(w)}")
+    return batch, fwd
+
+
+@dataclass
+class GateTrack:
+    """One GRU's top layer over the steps of a sentence: each field ``(D, steps)`` (units × steps).
+
+    ``z`` update gate, ``r`` reset gate, ``h_tilde`` candidate state, ``h`` the new state h_t (§7).
+    """
+
+    z: Tensor
+    r: Tensor
+    h_tilde: Tensor
+    h: Tensor
+    labels: list[str]  # the input token of each step
+
+
+def gate_tracks(model: nn.Module, bidirectional: bool, src_labels: list[str], dec_inputs: list[str]) -> dict[str, GateTrack]:
+    """The encoder's (forward direction) and the decoder's top-layer gates and states, from the first
+    encoder call and the first ``len(dec_inputs)`` decoder calls a :func:`scratch_gru_copy` recorded."""
+    enc_rnn, dec_rnn = model.encoder.rnn, model.decoder
+    top = -2 if bidirectional else -1  # gates are (layer, direction)-major: top forward
+    D = enc_rnn.hidden_size
+    g = enc_rnn.gates[0]
+    enc = GateTrack(g.z[0, top].T, g.r[0, top].T, g.h_tilde[0, top].T, enc_rnn.outputs[0][0, :, :D].T, src_labels)
+    n = len(dec_inputs)
+
+    def steps(tensors) -> Tensor:
+        return torch.stack([x[0, -1, 0] if x.dim() == 4 else x[0, 0] for x in tensors[:n]], dim=1)  # (D, n)
+
+    dec_g = dec_rnn.gates
+    dec = GateTrack(steps([x.z for x in dec_g]), steps([x.r for x in dec_g]), steps([x.h_tilde for x in dec_g]),
+                    steps(dec_rnn.outputs), dec_inputs)
+    return {N_("encoder"): enc, N_("decoder"): dec}
+
+
+#: (GateTrack field, name, formula, meaning): the notes' §7 formulas, as computed here (the candidate in nn.GRU's placement, see RESET_PLACEMENT).
+GATE_FORMULAS = (
+    ("z", N_("update gate"), "z_t = σ(W_xz x_t + W_hz h_t−1 + b_z)", N_("near 1 keeps the old state")),
+    ("r", N_("reset gate"), "r_t = σ(W_xr x_t + W_hr h_t−1 + b_r)", N_("near 0 lets the candidate ignore it")),
+    ("h_tilde", N_("candidate"), "h̃_t = tanh(W_xh x_t + b_xh + r_t ⊙ (W_hh h_t−1 + b_hh))", N_("new content")),
+    ("h", N_("new state"), "h_t = z_t ⊙ h_t−1 + (1 − z_t) ⊙ h̃_t", N_("old and new mixed")),
+)
+
+RESET_PLACEMENT = (
+    "reset-gate placement: the notes (§7, as Cho et al. 2014) write W_hh (r_t ⊙ h_t−1): reset the old state, then",
+    "multiply. nn.GRU (cuDNN; ONNX's linear_before_reset) multiplies first and resets the product, r_t ⊙ (W_hh h_t−1",
+    "+ b_hh), so W_h h_t−1 of all three gates is one matmul per step. attnlab's ScratchGRU implements nn.GRU's",
+    "placement, so it equals nn.GRU and loads its weights; the notes' placement is another function of the same weights.",
+)
+
+
+def _units(track: GateTrack, k: int = 3) -> list[int]:
+    """The ``k`` units whose update gate varies most over the steps (the first ``k`` with one step)."""
+    spread = track.z.std(dim=1) if track.z.shape[1] > 1 else -torch.arange(track.z.shape[0], dtype=torch.float)
+    return spread.topk(min(k, spread.numel())).indices.tolist()
+
+
+def _gates_section(tr: Translator, model: nn.Module, batch: Batch, tracks: dict[str, GateTrack], out: Out,
+                   figures_dir: Path | None) -> None:
+    """4. the GRU's gates z, r, candidate h̃ and state h_t at every step, for a few units (§6–7)."""
+    D = tr.cfg.model.num_hiddens
+    out("\n" + _("== 4. GRU gates (§6–7; the from-scratch GRU with the trained weights, top layer, {D} units):")
+        .format(D=D))
+    for _field, name, formula, meaning in GATE_FORMULAS:
+        out(f"  {_(name):<11} {formula:<58} {_(meaning)}")
+    for line in RESET_PLACEMENT:
+        out("  " + line)
+    out(f"  scratch GRU reproduces the trained model's logits: max |Δ| = {_scratch_gap(tr, model, batch):.1e}")
+    enc = tracks["encoder"]
+    h_prev = torch.cat([torch.zeros_like(enc.h[:, :1]), enc.h[:, :-1]], dim=1)  # h_0 = 0 (D, S)
+    mix = float((enc.z * h_prev + (1 - enc.z) * enc.h_tilde - enc.h).abs().max())
+    out(f"  h_t = z ⊙ h_t−1 + (1 − z) ⊙ h̃ recomputed from the encoder's gates equals its states: max |Δ| = {mix:.1e}")
+    for part, track in tracks.items():
+        units = _units(track)
+        where = " (forward direction)" if part == "encoder" and tr.cfg.model.bidirectional else ""
+        out(f"  {_(part)}{where}: units {', '.join(map(str, units))} (the {len(units)} whose z varies most over "
+            f"the steps); mean z and r over all {D} units beside")
+        for t, tok in enumerate(track.labels):
+            cols = "  ".join(f"{sym} {_units_vec(getattr(track, f), units, t)}"
+                             for sym, f in (("z", "z"), ("r", "r"), ("h̃", "h_tilde"), ("h", "h")))
+            out(f"    step {t + 1:>2} {tok:>12}: {cols}   mean z {float(track.z[:, t].mean()):.2f} "
+                f"r {float(track.r[:, t].mean()):.2f}")
+    if figures_dir is not None:
+        from attnlab.viz.curves import save_figure
+
+        for path in save_figure(gates_figure(tracks), Path(figures_dir) / "gates", formats=("png",)):
+            out(f"  heatmaps of every unit × step (z, r, h̃, h_t; encoder and decoder): {path}")
+
+
+def _units_vec(values: Tensor, units: list[int], t: int) -> str:
+    return "[" + " ".join(f"{float(values[u, t]):+.2f}" for u in units) + "]"
+
+
+def gates_figure(tracks: dict[str, GateTrack]):
+    """Units × steps heatmaps of z, r, h̃ and h_t, one row per GRU (encoder, decoder), as a ``Figure``.
+
+    Fixed colour scales: gates on [0, 1], candidate and state on [−1, 1] (their ranges: σ and tanh).
+    """
+    from attnlab.viz.curves import new_figure
+
+    n_steps = max(t.z.shape[1] for t in tracks.values())
+    fig = new_figure((min(22.0, 4 * (1.6 + 0.3 * n_steps)), 3.2 * len(tracks) + 0.6))
+    axes = fig.subplots(len(tracks), 4, squeeze=False)
+    for row, (part, track) in enumerate(tracks.items()):
+        for col, (field_name, name, formula, _meaning) in enumerate(GATE_FORMULAS):
+            ax = axes[row][col]
+            data = getattr(track, field_name).float().cpu().numpy()  # (D, steps)
+            gate = col < 2
+            im = ax.imshow(data, aspect="auto", interpolation="nearest", cmap="viridis" if gate else "RdBu_r",
+                           vmin=0.0 if gate else -1.0, vmax=1.0)
+            ax.set_xticks(range(len(track.labels)), track.labels, rotation=60, fontsize=8)
+            ax.set_title(f"{_(part)}: {_(name)}\n{formula}", fontsize=8)
+            if col == 0:
+                ax.set_ylabel("hidden unit")
+            fig.colorbar(im, ax=ax, fraction=0.05)
+    fig.suptitle("GRU top layer, every unit at every step (notes §7); x: the step's input token")
+    return fig
+
+
+def _decoding_section(tr: Translator, steps: list[_Step], hyp: list[int], top_k: int, out: Out) -> str:
+    """5. greedy decoding, one step at a time (§3, §8, §22); returns the translation."""
+    out(
+        "\n" + _("== 5. greedy decoding, one step at a time (§22): attention over the source, then logits = "
+                 "W_o s + b_o (§8), shape (1, {V}), softmax → probabilities; top {k} shown").format(
+            V=len(tr.tgt_tok), k=top_k)
+    )
+    with_context = [st for st in steps if st.context is not None]
+    if with_context:
+        gap = max(st.context_gap for st in with_context)
+        out(_("  context vector (§1): c_t' = Σ_t α(s_t'−1, h_t) h_t — the encoder states h_t (the values) weighted by"))
+        out(_("  this step's attention; the decoder GRU reads embedding(y_t'−1) ⊕ c_t'. Σ α h recomputed from the weights"))
+        out(_("  equals the attention module's own output: max |Δ| = {gap:.1e}").format(gap=gap))
+    for t, st in enumerate(steps):
+        out(_("  step {step}: input {input!r}").format(step=t + 1, input=st.input))
+        if st.attention is not None:
+            att = ", ".join(f"{tok} {w:.2f}" for tok, w in st.attention)
+            out(_("    attention ({kind}): {weights}").format(kind=st.attention_kind, weights=att))
+        if st.context is not None:
+            out(_("    context c_{step} = {vector} ({dims} dims), ").format(
+                step=t + 1, vector=_vec(st.context), dims=st.context.numel()) +
+                f"‖c‖ = {float(st.context.norm()):.3f}")
+        out("    top: " + "  ".join(f"{tok} {p:.3f}" for tok, p in st.top))
+        out(_("    → chooses {token!r} (p = {p:.3f})").format(token=st.chosen, p=st.p_chosen))
+    _movement_lines(steps, out)
+    translation = tr.tgt_tok.decode(hyp)
+    out(_("  translation: {text!r}").format(text=translation))
+    return translation
+
+
+def _movement_lines(steps: list[_Step], out: Out) -> None:
+    """Does the attention move from step to step (§1)? The rows' mean total variation, and the
+    one-line note of :func:`~attnlab.evaluation.alignment.formation_note` when it has not formed."""
+    rows = [st.weights for st in steps if st.weights is not None]
+    if len(rows) < 2:
+        return
+    weights = torch.stack(rows)  # (T, S)
+    move = attention_movement(weights)
+    out(f"  attention movement: mean total variation ½Σ|α_t' − α_t'−1| between consecutive steps = {shown(move):.2f} "
+        f"(0 = the same weights at every step; formed above {FORMED_MOVEMENT})")
+    note = formation_note(weights)
+    if note:
+        out("  " + note)
+
+
+def _scratch_gap(tr: Translator, scratch: nn.Module, batch: Batch) -> float:
+    dev = tr.device
+    args = (batch.src.to(dev), batch.src_valid_lens.to(dev), batch.tgt_in.to(dev))
+    with torch.inference_mode():
+        a = tr.model(*args).logits
+        b = scratch(*args).logits
+    return float((a - b).abs().max())
+
+
+def _loss_section(model, tr: Translator, ids: list[int], reference: str, translation: str, out: Out) -> None:
+    """6. the teacher-forced cross-entropy against a reference, token by token, and its BLEU (§3, §21)."""
+    ref_ids = tr.tgt_tok.encode(reference)
+    if not ref_ids:
+        raise AttnlabError(
+            f"--reference {reference!r} has no token after preprocessing; give a French sentence"
+        )
+    b = collate([ids], [ref_ids], [0])
+    dev = tr.device
+    with torch.inference_mode():
+        logits = model(b.src.to(dev), b.src_valid_lens.to(dev), b.tgt_in.to(dev)).logits[0].float().cpu()
+    log_probs = torch.log_softmax(logits, dim=-1)  # (T, V)
+    labels = b.tgt_out[0]
+    nll = -log_probs.gather(1, labels[:, None])[:, 0]  # (T,)
+    out(
+        "\n" + _("== 8. loss against the reference (§3, §21): teacher forcing feeds <bos> + reference, labels are "
+                 "reference + <eos>; cross-entropy = mean of −log p(label)")
+    )
+    for t in range(labels.numel()):
+        inp = tr.tgt_tok.id_to_token(int(b.tgt_in[0, t]))
+        lab = tr.tgt_tok.id_to_token(int(labels[t]))
+        out(
+            f"  input {inp:>14} → label {lab:>14}: p = {math.exp(-float(nll[t])):.3f}, −log p = {float(nll[t]):.3f}"
+        )
+    loss = float(nll.mean())
+    out(
+        f"  loss = {loss:.3f} per token over {labels.numel()} tokens (perplexity {math.exp(min(loss, 50)):.2f})"
+    )
+    bleu = d2l_bleu(tokenize(translation), tokenize(reference), k=2)
+    out(f"  sentence BLEU (D2L formula, k=2) of {translation!r} against {reference!r}: {bleu:.3f}")
+
+
+def _tables(
+    tr: Translator, t: ModelTraits, model: nn.Module, seq: list[int], cap: roles.Capture, T: int, has_loss: bool,
+    out: Out,
+) -> None:
+    """9. which things are parameters (with shapes) and which are not: computed values, buffers (§9)."""
+    fwd = cap.fwd
+    report = parameter_report(model)
+    out("\n" + _("== 9. what is a parameter and what is computed (§9)"))
+    out(_("  parameters: learned by backpropagation, saved in the checkpoint — {total:,} numbers").format(
+        total=report.total))
+    for g in report.groups:
+        shapes = ", ".join(f"{n} {'×'.join(map(str, s))}" for n, s in g.tensors[:3])
+        more = f", … ({len(g.tensors) - 3} more tensors)" if len(g.tensors) > 3 else ""
+        tied = f" [{tied_note(report, g)}]" if g.tied else ""
+        out(f"    {g.name:<30} {g.count:>10,}  {shapes}{more}{tied}")
+    S, V, D = len(seq), len(tr.tgt_tok), tr.cfg.model.num_hiddens
+    out(_("  computed values: recomputed for every sentence, never saved, not learned"))
+    rows = [
+        (_("token ids X"), f"({S},)", _("integers, row numbers in the vocabulary (§4)")),
+        (_("source embeddings"), f"(1, {S}, {tr.cfg.model.embed_size if t.recurrent else D})",
+         _("rows of the embedding table (§5)")),
+        *_state_rows(tr, t, S, T),
+    ]
+    for k, w in fwd.attention.items():
+        rows.append((_("attention weights {kind}").format(kind=k), _fmt_shape(w),
+                     _("softmax of scores: rows sum to 1 (§12)")))
+    rows += roles.context_rows(model, t, cap)
+    rows += [
+        ("logits", f"(1, {T}, {V})", "W_o s + b_o (§8)"),
+        (_("probabilities"), f"(1, {T}, {V})", _("softmax of the logits")),
+    ]
+    if has_loss:
+        rows.append(("loss", _("scalar"), _("cross-entropy against the reference (§21)")))
+    rows.append(("BLEU", _("scalar"), _("a score of the output text, not differentiable (§21)")))
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    for name, shape, note in rows:
+        out(f"    {name:<{w0}}  {shape:<{w1}}  {note}")
+    buffers = [r for r in report.not_parameters if r.what == "buffer"]
+    if buffers:
+        out(_("  buffers: tensors the model holds that are not parameters (no gradient, not learned)"))
+        for r in buffers:
+            out(f"    {r.name}  {r.size}: {r.note}")
+    m = tr.cfg.model
+    out(
+        _("  hyperparameters (set by you, neither learned nor computed, §10): ") + f"num_hiddens={m.num_hiddens}, "
+        f"num_layers={m.num_layers}, num_heads={m.num_heads}, dropout={m.dropout}, lr={tr.cfg.train.lr}, "
+        f"num_steps={tr.cfg.data.num_steps}"
+    )
+
+
+def _state_rows(tr: Translator, t: ModelTraits, S: int, T: int) -> list[tuple[str, str, str]]:
+    """The §9 rows of the states a family computes: GRU states and gates, one decoder-only
+    sequence, or the Transformer's encoder memory and decoder states."""
+    m, D = tr.cfg.model, tr.cfg.model.num_hiddens
+    if t.recurrent:
+        dirs = 2 if m.bidirectional else 1
+        return [
+            (_("encoder hidden states h_t"), f"(1, {S}, {dirs * D})",
+             _("GRU states, one per source step (§6)") + ("; [h→; h←]" if dirs == 2 else "")),
+            (_("gates z, r and candidate h̃"), f"(1, {dirs * m.num_layers}, steps, {D})",
+             _("per step (§7)") + ("; encoder: layers × directions" if dirs == 2 else "")),
+            (_("decoder states s_t'"), f"({m.num_layers}, 1, {D}) per step", "(§6)"),
+        ]
+    if t.one_sequence:
+        return [("hidden states", f"(1, {S} + {T}, {D}) per layer", "source and target in one sequence (§28)")]
+    return [
+        (_("encoder states (memory)"), f"(1, {S}, {D})", _("keys and values of the cross-attention (§17)")),
+        (_("decoder states"), f"(1, {T}, {D})", "(§18)"),
+    ]

@@ -1,0 +1,619 @@
+"""`attnlab heads`: do attention heads specialise? (notes §11, §28.5; Voita et al. 2019; Clark et al. 2019)
+
+For every head of a Transformer (encoder self, decoder masked self, encoder–decoder cross) or of the
+decoder-only model (causal self over ``source <eos> <bos> target``), measured on a validation sample
+with teacher forcing on the reference translations:
+
+- **mean attention distance** ``Σ_k w_qk |pos(q) − pos(k)|`` in tokens (cross heads: the distance from
+  the diagonal position ``t · (S−1)/(T−1)``, so 0 means a monotone, word-by-word alignment);
+- **previous / same / next** token: the weight on the key one position before, at, and after the
+  query (cross heads: around the diagonal position);
+- **<eos>**: the weight on source ``<eos>`` keys (a "no-op" sink many heads learn);
+- **entropy** of each query's weights in nats (0 = one key, ``ln K`` = uniform);
+- **diagonal agreement** (cross heads): share of queries whose most-attended key lies within one
+  token of the diagonal (the monotone alignment that English→French mostly follows);
+- **importance**: the drop in greedy BLEU and the rise in loss when that one head is silenced (its
+  slice ``[..., h·Dh:(h+1)·Dh]`` of the input of ``out_proj`` = W_o zeroed by a forward pre-hook,
+  the other heads untouched; Michel et al. 2019), **with its noise**: on a sample of 100 sentences a
+  BLEU difference of a point or two is chance. A paired bootstrap over the sentences (Koehn 2004:
+  the same resampled sentences score the model with and without the head) gives a 95 % interval of
+  each difference; a head "matters" (or "helps when silenced") only when the interval excludes 0,
+  else its effect is reported as within the noise.
+
+Averages are over real (non-padding) queries only; padding keys carry exactly 0 weight.
+
+Dimension key: B batch, L layers, H heads, Q queries, K keys, S source len, T target len.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.data.batching import collate
+from attnlab.data.text import detokenize
+from attnlab.data.vocab import EOS, PAD
+from attnlab.errors import AttnlabError
+from attnlab.evaluation.bleu import reference_streams
+from attnlab.models import traits
+from attnlab.translator import Translator, decode_many, teacher_forced
+from attnlab.viz.curves import new_figure, save_figure
+
+#: Statistics per head, in table/figure order (``diag_agreement`` only for cross heads).
+STATS = ("distance", "prev", "same", "next", "eos", "entropy", "diag_agreement", "bleu_drop", "loss_increase")
+LABELS = {
+    "distance": "mean distance",
+    "prev": "prev token",
+    "same": "same token",
+    "next": "next token",
+    "eos": "on <eos>",
+    "entropy": "entropy (nats)",
+    "diag_agreement": "diag agreement",
+    "bleu_drop": "BLEU drop (masked)",
+    "loss_increase": "loss increase (masked)",
+}
+KIND_NAMES = {
+    "enc_self": "encoder self",
+    "dec_self": "decoder self (masked)",
+    "cross": "cross (enc-dec)",
+    "self": "decoder-only self (causal)",
+}
+#: A statistic above this share names the head's role in the table (e.g. "previous-token head").
+ROLE_SHARE = 0.5
+#: Bootstrap resamples of the sentences for the importance intervals, and their coverage.
+BOOTSTRAP_RESAMPLES = 1000
+CONFIDENCE = 0.95
+#: What silencing a head did, judged on the BLEU drop's interval (``effect`` in the table).
+EFFECTS = {
+    "hurts": "BLEU falls when silenced (beyond the noise)",
+    "helps": "BLEU rises when silenced (beyond the noise)",
+    "noise": "within the noise",
+}
+
+
+@dataclass
+class HeadStats:
+    kind: str  # enc_self, dec_self, cross, self
+    layer: int
+    head: int
+    values: dict[str, float] = field(default_factory=dict)  # STATS -> value (NaN where not defined)
+
+    @property
+    def effect(self) -> str:
+        """``hurts``/``helps``/``noise`` from the BLEU drop's bootstrap interval; "" when not measured."""
+        lo, hi = self.values.get("bleu_drop_lo", math.nan), self.values.get("bleu_drop_hi", math.nan)
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return ""
+        return "hurts" if lo > 0 else "helps" if hi < 0 else "noise"
+
+    @property
+    def role(self) -> str:
+        v = self.values
+        roles = []
+        if v.get("diag_agreement", 0.0) > 0.7:
+            roles.append("monotone alignment")
+        for key, name in (
+            ("prev", "previous-token"),
+            ("same", "same-token"),
+            ("next", "next-token"),
+            ("eos", "<eos> sink"),
+        ):
+            if v.get(key, 0.0) > ROLE_SHARE:
+                roles.append(name)
+        if not roles and self.kind != "cross" and v.get("distance", 0.0) > 3:
+            roles.append("long-range")
+        return ", ".join(roles) or "-"
+
+
+@dataclass
+class HeadsReport:
+    run: str
+    sentences: int
+    base_bleu: float
+    base_loss: float
+    heads: list[HeadStats]
+    shape: dict[str, tuple[int, int]]  # kind -> (layers, heads)
+    resamples: int = 0  # bootstrap resamples behind the importance intervals (0: not measured)
+
+    def grid(self, kind: str, stat: str) -> Tensor:
+        """``(layers, heads)`` values of ``stat`` for ``kind``."""
+        L, H = self.shape[kind]
+        out = torch.full((L, H), float("nan"))
+        for h in self.heads:
+            if h.kind == kind:
+                out[h.layer, h.head] = h.values.get(stat, float("nan"))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        def clean(x: float) -> float | None:
+            return None if not math.isfinite(x) else round(x, 5)
+
+        return {
+            "run": self.run,
+            "sentences": self.sentences,
+            "base_bleu": self.base_bleu,
+            "base_loss": self.base_loss,
+            "bootstrap": {"resamples": self.resamples, "confidence": CONFIDENCE},
+            "shape": {k: list(v) for k, v in self.shape.items()},
+            "heads": [
+                {
+                    "kind": h.kind,
+                    "layer": h.layer,
+                    "head": h.head,
+                    "role": h.role,
+                    "effect": h.effect,
+                    **{k: clean(v) for k, v in h.values.items()},
+                }
+                for h in self.heads
+            ],
+        }
+
+
+def attention_modules(model: nn.Module) -> dict[str, list[nn.Module]]:
+    """kind → the ``MultiHeadAttention`` of each layer, in the order of the model's attention dict
+    (found where the model's traits say they sit, ``ModelTraits.attention_modules``).
+
+    Raises :class:`AttnlabError` for models without multi-head attention (seq2seq, Bahdanau).
+    """
+    t = traits(model.config)
+    if not t.attention_modules:
+        raise AttnlabError(
+            f"`attnlab heads` needs a multi-head model (transformer or decoder-only); this run's "
+            f"model.kind={model.config.kind} has {'one additive attention' if t.attention else 'no attention'}"
+        )
+    modules = {}
+    for kind, path in t.attention_modules.items():
+        blocks, attr = path.split(".*.")  # "decoder_blocks.*.cross_attention": one per block
+        modules[kind] = [getattr(block, attr) for block in model.get_submodule(blocks)]
+    return modules
+
+
+class silence_head:  # noqa: N801 - used like a function: `with silence_head(mha, h): ...`
+    """Context manager: zero head ``h``'s slice of the input of ``mha.out_proj`` (its output drops out
+    of the concatenation before W_o mixes the heads, notes §11); removed on exit."""
+
+    def __init__(self, mha: nn.Module, head: int) -> None:
+        self.mha, self.head = mha, head
+        self.handle = None
+
+    def __enter__(self):
+        Dh = self.mha.head_size
+        lo, hi = self.head * Dh, (self.head + 1) * Dh
+
+        def hook(module, args):  # noqa: ARG001
+            x = args[0].clone()
+            x[..., lo:hi] = 0  # (B, Q, H*Dh): head h's columns
+            return (x, *args[1:])
+
+        self.handle = self.mha.out_proj.register_forward_pre_hook(hook)
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+        return False
+
+
+def _positions(kind: str, batch, S: int, T: int) -> dict[str, Tensor]:
+    """Query/key positions, validity and <eos> keys for one attention kind of a batch."""
+    B = batch.src.shape[0]
+    s_ar, t_ar = torch.arange(S), torch.arange(T)
+    sv, tv = batch.src_valid_lens[:, None], batch.tgt_valid_lens[:, None]  # (B, 1)
+    src_pos, src_ok = s_ar.expand(B, S).float(), s_ar[None] < sv  # (B, S)
+    tgt_pos, tgt_ok = t_ar.expand(B, T).float(), t_ar[None] < tv  # (B, T)
+    src_eos = (batch.src == EOS) & src_ok
+    if kind == "enc_self":
+        return {"qpos": src_pos, "qok": src_ok, "kpos": src_pos, "keos": src_eos}
+    if kind == "dec_self":
+        return {"qpos": tgt_pos, "qok": tgt_ok, "kpos": tgt_pos, "keos": torch.zeros(B, T, dtype=torch.bool)}
+    if kind == "cross":
+        diag = tgt_pos * (sv - 1).float() / (tv - 1).clamp_min(1).float()  # (B, T): monotone alignment
+        return {"qpos": diag, "qok": tgt_ok, "kpos": src_pos, "keos": src_eos, "diag": diag}
+    # decoder-only: padded (source, target) sequence; target positions continue from the valid source
+    pos = torch.cat([src_pos, sv.float() + tgt_pos], dim=1)  # (B, S + T)
+    ok = torch.cat([src_ok, tgt_ok], dim=1)
+    eos = torch.cat([src_eos, torch.zeros(B, T, dtype=torch.bool)], dim=1)
+    return {"qpos": pos, "qok": ok, "kpos": pos, "keos": eos}
+
+
+def _head_sums(w: Tensor, p: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Per-head sums over real queries: ``w (B, L, H, Q, K)`` → each statistic ``(L, H)``, plus ``count``."""
+    qpos = p["qpos"][:, None, None, :, None]  # (B, 1, 1, Q, 1)
+    kpos = p["kpos"][:, None, None, None, :]  # (B, 1, 1, 1, K)
+    qok = p["qok"][:, None, None, :].float()  # (B, 1, 1, Q)
+    anchor = qpos.round()
+    per_q = {
+        "distance": (w * (qpos - kpos).abs()).sum(-1),
+        "prev": (w * (kpos == anchor - 1)).sum(-1),
+        "same": (w * (kpos == anchor)).sum(-1),
+        "next": (w * (kpos == anchor + 1)).sum(-1),
+        "eos": (w * p["keos"][:, None, None, None, :]).sum(-1),
+        "entropy": -(w * torch.log(w.clamp_min(1e-12))).sum(-1),
+    }  # each (B, L, H, Q)
+    if "diag" in p:
+        top = w.argmax(-1).float()  # (B, L, H, Q)
+        per_q["diag_agreement"] = ((top - p["diag"][:, None, None, :]).abs() <= 1.0).float()
+    out = {k: (v * qok).sum(dim=(0, 3)) for k, v in per_q.items()}  # (L, H)
+    out["count"] = qok.sum().expand_as(out["distance"])
+    return out
+
+
+def _sample(prepared, n: int) -> tuple[list[list[int]], list[list[int]], list[list[str]]]:
+    """The first ``n`` distinct validation sources (then test ones if validation is smaller)."""
+    src, tgt, refs = [], [], []
+    for name in ("valid", "test"):
+        split = prepared.splits.get(name)
+        if split is None:
+            continue
+        for i in split.unique_sources():
+            if len(src) >= n:
+                break
+            src.append(split.src[i])
+            tgt.append(split.tgt[i])
+            refs.append([detokenize(r.split(), prepared.tgt_tok.lang) for r in split.references[i]])
+    if not src:
+        raise AttnlabError("the run's validation and test splits are empty; nothing to measure heads on")
+    return src, tgt, refs
+
+
+@dataclass
+class SampleScores:
+    """One model variant on the sample, per sentence, so that any resample of the sentences can be
+    scored without decoding again: sacreBLEU's sufficient statistics and the teacher-forced NLL."""
+
+    bleu_stats: np.ndarray  # (N, 2 + 2n): hyp length, closest ref length, n-gram matches, n-gram totals
+    nll: np.ndarray  # (N,) summed negative log-likelihood of each sentence's reference (nats)
+    tokens: np.ndarray  # (N,) its target tokens (with <eos>)
+    hypotheses: list[str] = field(default_factory=list)  # the greedy translations scored
+
+    def bleu(self, counts: np.ndarray | None = None) -> np.ndarray | float:
+        """Corpus BLEU of the sample, or of each resample: ``counts (R, N)`` = draws of each sentence."""
+        if counts is None:
+            return bleu_from_stats(self.bleu_stats.sum(0))
+        summed = counts @ self.bleu_stats  # (R, 2 + 2n)
+        return np.array([bleu_from_stats(row) for row in summed])
+
+    def loss(self, counts: np.ndarray | None = None) -> np.ndarray | float:
+        """Loss per token of the sample, or of each resample (``counts (R, N)``)."""
+        if counts is None:
+            return float(self.nll.sum() / max(self.tokens.sum(), 1))
+        return (counts @ self.nll) / np.maximum(counts @ self.tokens, 1)
+
+
+def _bleu_metric():
+    from sacrebleu.metrics import BLEU
+
+    return BLEU()  # sacreBLEU's defaults, as corpus_scores uses them
+
+
+def bleu_from_stats(stats: np.ndarray) -> float:
+    """sacreBLEU's corpus BLEU from summed sufficient statistics (``SampleScores.bleu_stats`` rows):
+    equal to ``corpus_scores(...)["bleu"]`` on the same sentences (a test checks it)."""
+    metric = _bleu_metric()
+    n = metric.max_ngram_order
+    st = [int(x) for x in stats]
+    return float(
+        metric.compute_bleu(
+            st[2 : 2 + n],
+            st[2 + n : 2 + 2 * n],
+            st[0],
+            st[1],
+            smooth_method=metric.smooth_method,
+            smooth_value=metric.smooth_value,
+            effective_order=metric.effective_order,
+            max_ngram_order=n,
+        ).score
+    )
+
+
+def sentence_stats(hyps: list[str], refs: list[list[str]]) -> np.ndarray:
+    """``(N, 2 + 2n)`` sacreBLEU statistics of each hypothesis against all its references (the ones
+    sacreBLEU's own paired bootstrap resamples); summed rows give :func:`bleu_from_stats`."""
+    return np.array(_bleu_metric()._extract_corpus_statistics(hyps, reference_streams(refs)), dtype=np.int64)
+
+
+def score_sample(
+    model: nn.Module,
+    tr,
+    src: list[list[int]],
+    tgt: list[list[int]],
+    refs: list[list[str]],
+    batch_size: int = 64,
+) -> SampleScores:
+    """Greedy translations (all references) and teacher-forced NLL of ``model``, per sentence."""
+    src = [s[: tr.max_src_tokens] for s in src]
+    hyps = decode_many(model, src, tr.cfg.decode, tr.device, beam_size=1)
+    texts = [tr.tgt_tok.decode(h[0].tokens) for h in hyps]
+    stats = sentence_stats(texts, refs)
+    nll, tokens = [], []
+    with torch.inference_mode():
+        for start in range(0, len(src), batch_size):
+            idx = list(range(start, min(start + batch_size, len(src))))
+            batch = collate([src[i] for i in idx], [tgt[i] for i in idx], idx).to(tr.device)
+            out = model(batch.src, batch.src_valid_lens, batch.tgt_in, compute_logits=False)
+            logits = model.output(out.hidden).float()  # (B, T, V)
+            ce = F.cross_entropy(
+                logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD, reduction="none"
+            ).view(batch.tgt_out.shape)  # (B, T), 0 on padding
+            nll += ce.sum(1).double().cpu().tolist()
+            tokens += (batch.tgt_out != PAD).sum(1).cpu().tolist()
+    return SampleScores(stats, np.array(nll), np.array(tokens, dtype=np.float64), texts)
+
+
+def bootstrap_counts(n: int, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> np.ndarray:
+    """``(resamples, n)``: how often each of ``n`` sentences is drawn in each resample (with replacement)."""
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, n, size=(resamples, n))
+    counts = np.zeros((resamples, n))
+    np.add.at(counts, (np.arange(resamples)[:, None], draws), 1)
+    return counts
+
+
+def paired_interval(
+    base: np.ndarray, other: np.ndarray, confidence: float = CONFIDENCE
+) -> tuple[float, float]:
+    """The ``confidence`` percentile interval of ``base - other`` over paired resamples."""
+    q = (1 - confidence) / 2
+    lo, hi = np.quantile(base - other, [q, 1 - q])
+    return float(lo), float(hi)
+
+
+def _attention_sums(model, modules, src, tgt, tr, batch_size: int) -> dict[str, dict[str, Tensor]]:
+    """Per-kind sums of :func:`_head_sums` over the sample, teacher-forced on the references."""
+    sums: dict[str, dict[str, Tensor]] = {}
+    with torch.inference_mode():
+        for start in range(0, len(src), batch_size):
+            idx = list(range(start, min(start + batch_size, len(src))))
+            batch = collate([src[i] for i in idx], [tgt[i] for i in idx], idx)
+            out = teacher_forced(model, batch, tr.device, compute_logits=False)  # over the references
+            S, T = batch.src.shape[1], batch.tgt_in.shape[1]
+            for kind in modules:
+                w = out.attention[kind].float().cpu()  # (B, L, H, Q, K)
+                part = _head_sums(w, _positions(kind, batch, S, T))
+                acc = sums.setdefault(kind, {k: torch.zeros_like(v) for k, v in part.items()})
+                for k, v in part.items():
+                    acc[k] += v
+    return sums
+
+
+def _importance(mha, h: int, model, tr, sample, base: SampleScores, boot) -> dict[str, float]:
+    """BLEU drop and loss increase when head ``h`` of ``mha`` is silenced, with paired intervals
+    (``boot = (counts, base BLEU per resample, base loss per resample)``)."""
+    counts, base_bleu, base_loss = boot
+    with silence_head(mha, h):
+        masked = score_sample(model, tr, *sample)
+    lo, hi = paired_interval(base_bleu, masked.bleu(counts))
+    llo, lhi = paired_interval(masked.loss(counts), base_loss)  # increase = masked - base
+    return {
+        "bleu_drop": base.bleu() - masked.bleu(),
+        "bleu_drop_lo": lo,
+        "bleu_drop_hi": hi,
+        "loss_increase": masked.loss() - base.loss(),
+        "loss_increase_lo": llo,
+        "loss_increase_hi": lhi,
+    }
+
+
+def analyse_heads(
+    run_dir: str | Path,
+    sentences: int = 100,
+    which: str = "best",
+    device: str = "cpu",
+    importance: bool = True,
+    batch_size: int = 32,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    progress: bool = False,
+    data: str | Path | None = None,
+) -> HeadsReport:
+    """Measure every head of the run's model on ``sentences`` validation sentences; with
+    ``importance``, silence each head in turn and bootstrap the differences (``resamples`` paired
+    resamples of the sentences, seed 0). ``progress``: a tqdm bar on stderr, one tick per head.
+    ``data``: where the corpus is (``--data``; see :meth:`Translator.prepare_corpus`).
+
+    Raises :class:`AttnlabError` for a model without multi-head attention, an unreadable run,
+    ``sentences < 1`` or ``resamples < 1``.
+    """
+    from tqdm.auto import tqdm
+
+    if sentences < 1:
+        raise AttnlabError(f"--sentences {sentences} must be at least 1")
+    if resamples < 1:
+        raise AttnlabError(f"resamples={resamples} must be at least 1")
+    tr = Translator.from_run(run_dir, which=which, device=device)
+    model = tr.model.eval()
+    modules = attention_modules(model)
+    prepared = tr.prepare_corpus(data)
+    src, tgt, refs = _sample(prepared, sentences)
+    src = [s[: tr.max_src_tokens] for s in src]
+    sums = _attention_sums(model, modules, src, tgt, tr, batch_size)
+    base = score_sample(model, tr, src, tgt, refs)
+    counts = bootstrap_counts(len(src), resamples)
+    boot = (counts, base.bleu(counts), base.loss(counts))
+    heads: list[HeadStats] = []
+    shape = {kind: (len(mods), mods[0].num_heads) for kind, mods in modules.items()}
+    total = sum(L * H for L, H in shape.values()) if importance else 0
+    with tqdm(total=total, desc="heads (masking)", unit="head", disable=not progress or not total) as bar:
+        for kind, mods in modules.items():
+            L, H = shape[kind]
+            acc = sums[kind]
+            for layer in range(L):
+                for h in range(H):
+                    n = float(acc["count"][layer, h]) or 1.0
+                    vals = {k: float(acc[k][layer, h]) / n for k in STATS if k in acc}
+                    vals.setdefault("diag_agreement", float("nan"))
+                    if importance:
+                        vals.update(_importance(mods[layer], h, model, tr, (src, tgt, refs), base, boot))
+                        bar.set_postfix_str(f"{kind} {layer + 1}.{h + 1}: BLEU {-vals['bleu_drop']:+.2f}")
+                        bar.update(1)
+                    else:
+                        vals["bleu_drop"] = vals["loss_increase"] = float("nan")
+                    heads.append(HeadStats(kind, layer, h, vals))
+    return HeadsReport(
+        str(run_dir), len(src), base.bleu(), base.loss(), heads, shape, resamples if importance else 0
+    )
+
+
+def _cell(h: HeadStats, stat: str) -> str:
+    """A table cell: the value, and for the importance columns its bootstrap interval."""
+    v = h.values.get(stat, float("nan"))
+    if not math.isfinite(v):
+        return "-"
+    lo, hi = h.values.get(f"{stat}_lo", math.nan), h.values.get(f"{stat}_hi", math.nan)
+    if math.isfinite(lo) and math.isfinite(hi):
+        return f"{v:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+    return f"{v:.3f}"
+
+
+def importance_summary(report: HeadsReport) -> str:
+    """One line: how many heads' silencing changed BLEU beyond the noise, in each direction."""
+    effects = [h.effect for h in report.heads if h.effect]
+    if not effects:
+        return "importance not measured (--no-importance)."
+    loss_up = sum(h.values.get("loss_increase_lo", math.nan) > 0 for h in report.heads)
+    return (
+        f"Silencing one head at a time ({CONFIDENCE:.0%} paired bootstrap interval over the "
+        f"{report.sentences} sentences, {report.resamples} resamples): {effects.count('hurts')} of "
+        f"{len(effects)} heads lower BLEU beyond the noise, {effects.count('helps')} raise it beyond "
+        f"the noise, {effects.count('noise')} are within the noise (their interval contains 0); "
+        f"{loss_up} raise the teacher-forced loss beyond the noise (a finer measure than BLEU)."
+    )
+
+
+def format_table(report: HeadsReport) -> str:
+    """Markdown: one row per head, its role when one statistic dominates, and what silencing it did
+    (importance columns: value [interval])."""
+    aligned = any("align_aer" in h.values for h in report.heads)  # `heads --gold`: align's AER per head
+    head = ["attention", "layer", "head", *(LABELS[s] for s in STATS), "silenced", "role"]
+    head += ["AER vs gold"] if aligned else []
+    lines = [
+        f"Heads of {report.run} on {report.sentences} validation sentences "
+        f"(greedy BLEU {report.base_bleu:.2f}, loss {report.base_loss:.3f} with every head on).",
+        importance_summary(report),
+        *([alignment_summary(report)] if aligned else []),
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for h in report.heads:
+        cells = [_cell(h, s) for s in STATS]
+        effect = EFFECTS.get(h.effect, "-")
+        row = [KIND_NAMES.get(h.kind, h.kind), str(h.layer + 1), str(h.head + 1), *cells, effect, h.role]
+        lines.append("| " + " | ".join(row + ([_aer_cell(h)] if aligned else [])) + " |")
+    return "\n".join(lines)
+
+
+def _aer_cell(h: HeadStats) -> str:
+    aer = h.values.get("align_aer", math.nan)
+    return f"{100 * aer:.1f} % (shift {int(h.values['align_shift'])})" if math.isfinite(aer) else "-"
+
+
+def alignment_summary(report: HeadsReport, top: int = 3) -> str:
+    """One line naming the alignment heads: the ``top`` heads with the lowest AER against gold."""
+    scored = sorted(
+        (h for h in report.heads if math.isfinite(h.values.get("align_aer", math.nan))),
+        key=lambda h: (h.values["align_aer"], h.layer, h.head),
+    )
+    named = ", ".join(
+        f"{KIND_NAMES.get(h.kind, h.kind)} layer {h.layer + 1} head {h.head + 1} "
+        f"({100 * h.values['align_aer']:.1f} %)"
+        for h in scored[:top]
+    )
+    return (
+        f"Alignment heads (AER against gold word alignments, each head's links by argmax at its better "
+        f"shift, lower is better; see `attnlab align`): {named}."
+    )
+
+
+#: Statistics whose values are shares of one query's weight (colour scale 0–1), and the importance
+#: ones (a diverging scale around 0: a negative drop means the model did better without that head).
+SHARES = ("prev", "same", "next", "eos", "diag_agreement")
+SIGNED = ("bleu_drop", "loss_increase")
+#: Text sizes of the heads figures, in points: nothing smaller than 8 pt (a test checks it).
+FONT = {"value": 8, "tick": 8, "label": 9, "title": 10, "suptitle": 11}
+
+
+def _scale(report: HeadsReport, stat: str) -> tuple[float, float]:
+    """``(vmin, vmax)`` of ``stat``, the same in every kind's figure so that kinds compare."""
+    column = torch.cat([report.grid(k, stat).flatten() for k in report.shape])
+    finite = column[torch.isfinite(column)]
+    top = float(finite.abs().max()) if finite.numel() else 1.0
+    if stat in SIGNED:
+        return -(top or 1.0), top or 1.0
+    return 0.0, 1.0 if stat in SHARES else (top or 1.0)
+
+
+def heads_figure(report: HeadsReport, kind: str):
+    """The statistics of ``kind``'s heads as a Figure: one panel per statistic, each a layers × heads
+    grid with the values written in and a last column, "mean", averaging the layer's heads. Layers
+    and heads count from 1; text is at least 8 pt (:data:`FONT`); one colour bar per panel, on the
+    scale :func:`_scale` gives the statistic in every kind."""
+    stats = [s for s in STATS if torch.isfinite(report.grid(kind, s)).any()]
+    L, H = report.shape[kind]
+    n_cols = min(3, len(stats))
+    n_rows = math.ceil(len(stats) / n_cols)
+    cell = 0.62  # inches per grid cell: room for "+0.12" at 8 pt
+    panel_w, panel_h = (H + 1) * cell + 1.9, L * cell + 1.2
+    fig = new_figure((n_cols * panel_w, n_rows * panel_h + 0.9))
+    axes = fig.subplots(n_rows, n_cols, squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        if i >= len(stats):
+            ax.axis("off")
+            continue
+        _heads_panel(fig, ax, report, kind, stats[i])
+    fig.suptitle(
+        f"{KIND_NAMES.get(kind, kind)} heads of {Path(report.run).name}: {report.sentences} validation "
+        f"sentences, BLEU {report.base_bleu:.1f} with all heads (layers and heads counted from 1)",
+        fontsize=FONT["suptitle"],
+    )
+    return fig
+
+
+def _heads_panel(fig, ax, report: HeadsReport, kind: str, stat: str) -> None:
+    """One statistic: the ``(L, H)`` grid and its per-layer mean over the heads as a last column."""
+    grid = report.grid(kind, stat)  # (L, H)
+    finite = torch.isfinite(grid)
+    mean = torch.where(finite, grid, 0.0).sum(1) / finite.sum(1).clamp_min(1)  # (L,): heads averaged
+    mean[finite.sum(1) == 0] = float("nan")
+    shown = torch.cat([grid, mean[:, None]], dim=1)  # (L, H + 1)
+    vmin, vmax = _scale(report, stat)
+    cmap = "RdBu_r" if stat in SIGNED else "viridis"
+    lo, hi = report.grid(kind, f"{stat}_lo"), report.grid(kind, f"{stat}_hi")  # (L, H); NaN: no interval
+    beyond = (lo > 0) | (hi < 0)  # the bootstrap interval excludes 0: an effect beyond the noise
+    im = ax.imshow(shown.numpy(), cmap=cmap, aspect="auto", vmin=vmin, vmax=vmax)
+    for i in range(shown.shape[0]):
+        for j in range(shown.shape[1]):
+            v = float(shown[i, j])
+            if math.isfinite(v):
+                r, g, b, _ = im.cmap(im.norm(v))
+                dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5  # the cell's luminance picks the ink
+                star = "*" if j < beyond.shape[1] and bool(beyond[i, j]) else ""
+                ax.text(j, i, f"{v:+.2f}{star}" if stat in SIGNED else f"{v:.2f}", ha="center", va="center",
+                        fontsize=FONT["value"], color="white" if dark else "black")
+    H = grid.shape[1]
+    ax.axvline(H - 0.5, color="white", lw=3)  # the mean column stands apart from the heads
+    ax.set_xticks(range(H + 1), [str(h + 1) for h in range(H)] + ["mean"])
+    ax.set_yticks(range(grid.shape[0]), [str(i + 1) for i in range(grid.shape[0])])
+    ax.tick_params(labelsize=FONT["tick"])
+    noise = stat in SIGNED and bool(torch.isfinite(lo).any())
+    ax.set_title(LABELS[stat] + (f"\n* beyond the noise ({CONFIDENCE:.0%} interval excludes 0)" if noise else ""),
+                 fontsize=FONT["title"])
+    ax.set_xlabel("head", fontsize=FONT["label"])
+    ax.set_ylabel("layer", fontsize=FONT["label"])
+    fig.colorbar(im, ax=ax, shrink=0.9).ax.tick_params(labelsize=FONT["tick"])
+
+
+def draw_heads(
+    report: HeadsReport, out_dir: str | Path, stem: str = "heads", formats=("png", "svg")
+) -> list[Path]:
+    """Write :func:`heads_figure` of each attention kind as ``out_dir/<stem>_<kind>.png`` and ``.svg``
+    (one readable figure per kind rather than every kind in one); returns the written paths."""
+    written: list[Path] = []
+    for kind in report.shape:
+        written += save_figure(heads_figure(report, kind), Path(out_dir) / f"{stem}_{kind}", formats)
+    return written

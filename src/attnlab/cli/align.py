@@ -1,0 +1,231 @@
+"""Subcommand ``align``: cross-attention against gold word alignments (notes §25; thin: parse, call
+:mod:`attnlab.analysis.align.run`, print). Writes ``align.json`` and ``align.png`` to ``--out``
+(default ``RUN/inspect/align``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from attnlab.cli.common import add_device_arg, load_translator
+from attnlab.errors import AttnlabError
+
+#: the link methods (attnlab.analysis.align.extract.METHODS, written here so --help imports no torch)
+A_METHODS = ("argmax", "intersect", "union", "grow-diag", "grow-diag-final-and")
+
+
+def cmd_align(args) -> int:
+    from attnlab.analysis.align import run as A
+    from attnlab.io import atomic_write_json, writable_folder
+    from attnlab.viz.curves import save_figure
+
+    if args.adapt < 0 or not args.adapt_lr > 0:
+        raise AttnlabError(f"--adapt {args.adapt} must be >= 0 epochs and --adapt-lr {args.adapt_lr} > 0")
+    if args.teach < 0 or not args.teach_weight > 0:
+        raise AttnlabError(f"--teach {args.teach} must be >= 0 epochs and --teach-weight {args.teach_weight} > 0")
+    if args.ibm_pairs < 0 or args.ibm_iterations < 1 or args.top_k < 0:
+        raise AttnlabError(
+            f"--ibm-pairs {args.ibm_pairs} and --top-k {args.top_k} must be >= 0 and "
+            f"--ibm-iterations {args.ibm_iterations} >= 1"
+        )
+    if not 0.0 <= args.threshold < 1.0:
+        raise AttnlabError(f"--threshold {args.threshold} is an attention share: give a number in [0, 1)")
+    ex = A.Extraction(args.links, args.threshold, args.null)
+    gold = A.read_gold(
+        A.gold_dir(args.gold), args.split
+    )  # a missing gold folder fails before the model loads
+    tr = load_translator(args)
+    reverse = load_translator(args, run=args.reverse, which="best") if args.reverse else None
+    out = writable_folder(Path(args.save_dir) if args.save_dir else Path(args.run) / "inspect" / "align",
+                          "--save-dir")  # before the long alignment: a bad folder fails at once
+    report = A.align_run(
+        tr,
+        gold,
+        contract=not args.no_contractions,
+        ibm_pairs=args.ibm_pairs,
+        ibm_iterations=args.ibm_iterations,
+        ibm=not args.no_ibm,
+        data_path=args.data,
+        ex=ex,
+        top_k=args.top_k,
+        ibm_method=args.ibm_links,
+        ibm_null=not args.ibm_no_null,
+        saliency=not args.no_saliency,
+        adapt_epochs=args.adapt,
+        adapt_lr=args.adapt_lr,
+        reverse=reverse,
+        teach_epochs=args.teach,
+        teach_weight=args.teach_weight,
+        seed=args.seed,
+    )
+    for line in A.vocabulary_warnings(report):
+        print(f"warning: {line}", file=sys.stderr)
+    atomic_write_json(out / "align.json", report.to_json())
+    paths = [out / "align.json", *save_figure(A.heatmap_figure(report), out / "align", ("png",))]
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+    else:
+        print(A.format_report(report))
+        for path in paths:
+            print(f"wrote {path}")
+    return 0
+
+
+def register(sub) -> None:
+    """Add ``align`` to the ``attnlab`` subcommands."""
+    a = sub.add_parser(
+        "align",
+        help="AER of every attention head against gold en-fr word alignments (§25)",
+        description="Force-decode the WPT-2003 en-fr gold sentences through a run, link each target word to "
+        "its most-attended source word (at the predicting step and shifted by one), and score every "
+        "layer × head by AER beside the links read from gradients (saliency) and an IBM Model 2 baseline trained "
+        "in the same run.",
+    )
+    a.add_argument("run", metavar="RUN", help="run folder (from `attnlab train --out`)")
+    a.add_argument("--checkpoint", default="best", help="best, last or step-N")
+    add_device_arg(a)
+    a.add_argument(
+        "--gold",
+        metavar="DIR",
+        help="WPT-2003 en-fr gold folder (default: $ATTNLAB_GOLD_DIR, then $ATTNLAB_DATA_DIR/hansards-enfr)",
+    )
+    a.add_argument("--split", default="test", choices=("test", "trial"), help="gold files {split}.en-fr.*")
+    a.add_argument(
+        "--ibm-pairs",
+        type=int,
+        default=5000,
+        dest="ibm_pairs",
+        metavar="N",
+        help="Tatoeba pairs added to the gold sentences to train IBM Model 2 (about 30 s per direction for 5000)",
+    )
+    a.add_argument(
+        "--ibm-iterations",
+        type=int,
+        default=5,
+        dest="ibm_iterations",
+        metavar="N",
+        help="IBM Model 2 EM iterations (NLTK runs twice as many of Model 1 first)",
+    )
+    _add_link_args(a)
+    a.add_argument(
+        "--adapt",
+        type=int,
+        default=0,
+        metavar="EPOCHS",
+        help="first train a copy of the model EPOCHS epochs on the gold sentences' text (never their links), "
+        "the data IBM Model 2 gets, and read that copy's maps; the run is not changed (40: about 2 minutes "
+        "on 2 cores for a 15-minute Transformer; default 0: the model as trained)",
+    )
+    a.add_argument(
+        "--adapt-lr",
+        type=float,
+        default=1e-3,
+        dest="adapt_lr",
+        metavar="LR",
+        help="AdamW learning rate for --adapt (default 1e-3, constant)",
+    )
+    a.add_argument(
+        "--teach",
+        type=int,
+        default=0,
+        metavar="EPOCHS",
+        help="then train one head of a copy (the one picked on the trial split) EPOCHS epochs toward the links of "
+        "the model's own average of all heads, beside the translation loss (Garg et al. 2019, unsupervised: no gold "
+        "links), and read that copy (default 0: no head taught)",
+    )
+    a.add_argument(
+        "--teach-weight",
+        type=float,
+        default=1.0,
+        dest="teach_weight",
+        metavar="W",
+        help="weight of the head's cross-entropy to those links beside the translation loss (default 1)",
+    )
+    a.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of --adapt's and --teach's batch order and dropout; another seed is a repeat (default 0)",
+    )
+    a.add_argument(
+        "--reverse",
+        metavar="RUN2",
+        help="a run of the other direction (train one with `attnlab train --model KIND --out RUN2 data.direction=fr-en`): "
+        "each map's one-way links "
+        "of the two runs are symmetrised by --ibm-links, as IBM Model 2's two directions are, and the best pair "
+        "of heads is picked on the trial split (default: none, one direction only)",
+    )
+    a.add_argument(
+        "--data",
+        metavar="PATH",
+        help="fra-eng corpus for --ibm-pairs (default: $ATTNLAB_DATA_DIR, then the cache)",
+    )
+    a.add_argument(
+        "--save-dir",
+        dest="save_dir",
+        metavar="DIR",
+        help="folder for align.json and align.png (default: RUN/inspect/align)",
+    )
+    a.add_argument("--json", action="store_true", help="print the report as JSON")
+    a.set_defaults(func=cmd_align)
+
+
+def _add_link_args(a) -> None:
+    """How links are read from the maps, and the IBM Model 2 baseline's options."""
+    a.add_argument(
+        "--links",
+        default="argmax",
+        choices=A_METHODS,
+        help="how a map becomes links: argmax = each target word to its most-attended source word; the others "
+        "also read the map source→target and symmetrise the two (default: argmax)",
+    )
+    a.add_argument(
+        "--threshold",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="drop a link whose attention share is below P (0 = keep all)",
+    )
+    a.add_argument(
+        "--null",
+        action="store_true",
+        help="leave a target word unaligned when it attends to the source <eos> more than to any word",
+    )
+    a.add_argument(
+        "--top-k",
+        type=int,
+        default=3,
+        dest="top_k",
+        metavar="K",
+        help="also score the average of the K best heads (default 3; 0 or 1: skip)",
+    )
+    a.add_argument(
+        "--no-saliency",
+        action="store_true",
+        dest="no_saliency",
+        help="skip the gradient saliency map (links from ‖∂ log p(word) / ∂ source embedding‖, Ding et al. 2019; "
+        "one backward pass per sentence)",
+    )
+    a.add_argument("--no-ibm", action="store_true", dest="no_ibm", help="skip the IBM Model 2 baseline")
+    a.add_argument(
+        "--ibm-links",
+        default="grow-diag-final-and",
+        choices=A_METHODS,
+        dest="ibm_links",
+        help="IBM Model 2: argmax = one direction; otherwise both directions symmetrised "
+        "(default: grow-diag-final-and, the usual practice)",
+    )
+    a.add_argument(
+        "--ibm-no-null",
+        action="store_true",
+        dest="ibm_no_null",
+        help="IBM Model 2: every word takes its best real word instead of NULL",
+    )
+    a.add_argument(
+        "--no-contractions",
+        action="store_true",
+        dest="no_contractions",
+        help="feed the gold's French as written (de le, le ordre) instead of re-joined (du, l'ordre)",
+    )

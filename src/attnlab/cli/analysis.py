@@ -1,0 +1,246 @@
+"""Subcommands `doctor`, `sweep`, `heads` and `compare` (thin: parse, call the library, print)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from attnlab.cli.common import (
+    add_config_args,
+    add_deprecated_alias,
+    add_device_arg,
+    add_run_data_arg,
+    add_verbosity_args,
+    build_config,
+    load_translator,
+    show_progress,
+)
+from attnlab.config import DATASETS, MODEL_KINDS
+from attnlab.errors import AttnlabError
+
+
+def default_out(run: str | Path, name: str) -> Path:
+    """Where a command writes when no ``--save-dir`` is given: a folder inside the run."""
+    return Path(run) / "inspect" / name
+
+
+def cmd_doctor(args) -> int:
+    from attnlab.analysis.diagnose.doctor import diagnose, format_report
+
+    report = diagnose(args.run)  # AttnlabError (exit 2) only when the run cannot be read
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+    else:
+        print(format_report(report))
+    return 0  # a diagnosis is a report, not a failure
+
+
+def cmd_sweep(args) -> int:
+    if args.runs_dir is None:
+        raise AttnlabError("sweep needs --runs-dir DIR, the folder its trial runs and sweep.json go into")
+    from attnlab.analysis.experiments.sweep import format_table, parse_grid, run_sweep, train_command
+
+    axes = parse_grid(args.grid)
+    base = build_config(args, kind=args.model, dataset=args.dataset)
+    result = run_sweep(
+        base,
+        axes,
+        Path(args.runs_dir),
+        args.max_minutes,
+        random_n=args.random or 0,
+        seed=args.seed if args.seed is not None else 0,
+        progress=show_progress(args),
+    )
+    print(format_table(result))
+    best = result.trials[result.best]
+    print(f"best: {best.name} (" + " ".join(f"{k}={v}" for k, v in best.overrides.items()) + ")")
+    for name in ("sweep.json", "sweep.md", "sweep.png", "sweep.svg", "best.toml"):
+        print(f"wrote {result.out_dir / name}")
+    print(f"train it again with: {train_command(result)} (--max-minutes or --max-steps change its budget)")
+    return 0
+
+
+def cmd_heads(args) -> int:
+    from attnlab.analysis.align import run as A
+    from attnlab.analysis.heads import analyse_heads, draw_heads, format_table
+    from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
+
+    folder = A.gold_for_heads(getattr(args, "gold", None))  # a bad folder fails before the long analysis
+    gold = A.read_gold(folder) if folder is not None else None
+    if args.save_dir:  # before the long analysis; the default (inside RUN) once RUN has been read
+        writable_folder(args.save_dir, "--save-dir")
+    report = analyse_heads(
+        args.run,
+        sentences=args.sentences,
+        which=args.checkpoint,
+        device=args.device or "auto",
+        importance=not args.no_importance,
+        progress=show_progress(args),
+        data=args.data,
+    )
+    if gold is not None:  # `--gold` / $ATTNLAB_GOLD_DIR: each head's AER against gold alignments (§25)
+        tr = load_translator(args)
+        A.annotate_heads(report, A.attention_scores(tr, gold))
+    table = format_table(report)
+    print(table)
+    out = writable_folder(Path(args.save_dir) if args.save_dir else default_out(args.run, "heads"), "--save-dir")
+    atomic_write_text(out / "heads.md", table + "\n")
+    atomic_write_json(out / "heads.json", report.to_json())
+    for path in [out / "heads.md", out / "heads.json", *draw_heads(report, out)]:
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from attnlab.analysis.diagnose.compare import compare_runs, format_markdown, write_comparison
+    from attnlab.io import writable_folder
+
+    if args.save_dir:  # before the long comparison; the default (inside RUN_A) once the runs have been read
+        writable_folder(args.save_dir, "--save-dir")
+    comparison = compare_runs(
+        args.runs,
+        bleu_sentences=args.sentences,
+        which=args.checkpoint,
+        device=args.device or "auto",
+        progress=show_progress(args),
+        data=args.data,
+    )
+    out = writable_folder(Path(args.save_dir) if args.save_dir else default_out(args.runs[0], "compare"),
+                          "--save-dir")
+    print(format_markdown(comparison))
+    for path in write_comparison(comparison, out):
+        print(f"wrote {path}")
+    return 0
+
+
+def register(sub) -> None:
+    """Add `doctor`, `sweep`, `heads` and `compare` to the `attnlab` subparsers ``sub``."""
+    for add in (_add_doctor, _add_sweep, _add_heads, _add_compare):
+        add(sub)
+
+
+def _add_doctor(sub) -> None:
+    d = sub.add_parser(
+        "doctor",
+        help="diagnose a run's curves: lr too high/low, overfitting, num_steps (notes §10)",
+        description="Read a run's curves and per-length scores and say what they suggest: lr too high or "
+        "too low, overfitting, num_steps too small (notes §10). Always exits 0 when the run can be read.",
+    )
+    d.add_argument("run", metavar="RUN", help="run folder")
+    d.add_argument("--json", action="store_true", help="print the findings as JSON instead of text")
+    d.set_defaults(func=cmd_doctor)
+
+
+def _add_sweep(sub) -> None:
+    s = sub.add_parser(
+        "sweep",
+        help="a small hyperparameter search (grid or random), time budget per trial",
+        description="Train one run per point of a grid (or N random points) into --runs-dir/trial-XX, "
+        "each under the same budget, and pick the best by validation BLEU, then loss.",
+    )
+    s.add_argument("--model", choices=MODEL_KINDS, required=True,
+                   help="model kind; its preset is every trial's base (a --grid model.kind axis changes the kind on "
+                        "that base); a --config file's model.kind must be the same")
+    s.add_argument(
+        "--dataset", choices=DATASETS, default=None, help="fra-eng or numbers (default: the preset's, fra-eng)"
+    )
+    s.add_argument(
+        "--grid",
+        nargs="+",
+        required=True,
+        metavar="section.key=v1,v2",
+        help="axes of the grid, e.g. --grid train.lr=1e-3,3e-3 model.num_layers=1,2 "
+        "(put fixed overrides before --grid)",
+    )
+    s.add_argument(
+        "--random", type=int, default=0, metavar="N", help="try N random points of the grid instead of all (0 = all)"
+    )
+    s.add_argument(
+        "--max-minutes",
+        type=float,
+        default=1.0,
+        dest="max_minutes",
+        metavar="M",
+        help="time budget of each trial, in minutes (0 = none: then give --max-steps)",
+    )
+    add_deprecated_alias(s, "--minutes-per-trial", "--max-minutes", dest="max_minutes", type=float)
+    s.add_argument(
+        "--max-steps",
+        type=int,
+        dest="max_steps",
+        metavar="N",
+        help="also stop each trial after N updates (default: no step limit)",
+    )
+    s.add_argument(
+        "--seed",
+        type=int,
+        help="seed of the random points (default: 0) and train.seed of every trial (default: the config's, 42)",
+    )
+    s.add_argument("--threads", type=int, help="torch threads (default: the config's train.threads, all cores)")
+    add_device_arg(s, config_key=True)
+    s.add_argument(  # not required=True: argparse would refuse the deprecated --out that sets it too
+        "--runs-dir",
+        dest="runs_dir",
+        metavar="DIR",
+        help="sweep folder: sweep.json/md/png, best.toml and one run folder per trial (default: none, required)",
+    )
+    add_deprecated_alias(s, "--out", "--runs-dir", dest="runs_dir")
+    add_verbosity_args(s)
+    add_config_args(s)
+    s.set_defaults(func=cmd_sweep)
+
+
+def _add_heads(sub) -> None:
+    h = sub.add_parser(
+        "heads",
+        help="do heads specialise? per-head statistics and importance (notes §11, §28)",
+        description="Per-head statistics (distance, previous/next token, <eos>, entropy, alignment) and "
+        "importance by masking each head, as a table, JSON and figures (notes §11, §28).",
+    )
+    h.add_argument("run", metavar="RUN", help="run folder (transformer or decoder-only)")
+    h.add_argument("--sentences", type=int, default=100, help="validation sentences to measure on")
+    h.add_argument("--checkpoint", default="best", help="best, last or step-N")
+    h.add_argument(
+        "--no-importance",
+        action="store_true",
+        dest="no_importance",
+        help="skip masking each head (one decoding pass per head)",
+    )
+    add_device_arg(h)
+    add_run_data_arg(h)
+    h.add_argument(
+        "--save-dir", dest="save_dir", metavar="DIR", help="folder for heads.md/json and figures (default: RUN/inspect/heads)"
+    )
+    add_deprecated_alias(h, "--out", "--save-dir", dest="save_dir")
+    add_verbosity_args(h)
+    h.add_argument(
+        "--gold",
+        metavar="DIR",
+        help="WPT-2003 en-fr gold alignments: add each cross head's AER (default: $ATTNLAB_GOLD_DIR if set)",
+    )
+    h.set_defaults(func=cmd_heads)
+
+
+def _add_compare(sub) -> None:
+    c = sub.add_parser(
+        "compare",
+        help="runs side by side: parameters, speed, BLEU by length, examples (§26)",
+        description="Two or more runs side by side: parameters, decoding speed, BLEU by source length and "
+        "examples (§26), as Markdown and figures.",
+    )
+    c.add_argument("runs", nargs="+", metavar="RUN", help="two or more run folders")
+    c.add_argument(
+        "--sentences",
+        type=int,
+        default=200,
+        help="validation sentences for speed (and BLEU when a run has no eval-test.json)",
+    )
+    c.add_argument("--checkpoint", default="best", help="best, last or step-N (for every run)")
+    add_device_arg(c)
+    add_run_data_arg(c)
+    c.add_argument(
+        "--save-dir", dest="save_dir", metavar="DIR", help="folder for the comparison (default: RUN_A/inspect/compare)"
+    )
+    add_deprecated_alias(c, "--out", "--save-dir", dest="save_dir")
+    add_verbosity_args(c)
+    c.set_defaults(func=cmd_compare)

@@ -1,0 +1,182 @@
+"""What the ``attnlab`` command modules share: the parser class and help layout, the config
+arguments and how they become a Config, ``--device``, ``--quiet``/``--verbose`` and deprecated spellings.
+
+:mod:`attnlab.cli` and the modules that add subcommands (``inspection.commands_views``,
+``inspection.commands_analysis``, ``web.commands``) import this module; it imports none of them,
+so the dependency points one way: ``cli`` → command modules → ``cli_common`` → ``config``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+
+from attnlab import config as config_mod
+from attnlab.config import Config
+
+__all__ = ["DEVICE_HELP", "HelpFormatter", "Parser", "add_config_args", "add_deprecated_alias", "add_device_arg",
+           "load_translator",
+           "add_verbosity_args", "build_config", "progress_log", "say", "show_progress"]
+
+DEVICE_HELP = "auto (CUDA when there is one, else the CPU), cpu, cuda or cuda:N"
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default: ``(default: X)`` from the value, unless the help
+    already says what happens without the option (it contains "(default"); flags (off unless given)
+    and options whose default is None show none. A description or epilog with line breaks is kept
+    as written (examples stay one per line); one without is wrapped."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default" in text or text is argparse.SUPPRESS or action.nargs == 0:
+            return text
+        if action.default is None or action.default is argparse.SUPPRESS or action.default == []:
+            return text
+        if action.option_strings or action.nargs in ("?", "*"):
+            return f"{text} (default: %(default)s)"
+        return text
+
+
+class Parser(argparse.ArgumentParser):
+    """``attnlab``'s parser and every subcommand's: :class:`HelpFormatter`, and usage errors that
+    print this (sub)command's usage and one ``error:`` line pointing at its own ``--help``, exit 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(2, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+
+    def unknown_options(self, unknown: list[str]):
+        """The usage error for options this (sub)command does not have, with the nearest spelling it does."""
+        known = [s for a in self._actions if a.help is not argparse.SUPPRESS for s in a.option_strings]
+        hints = []
+        for opt in (u for u in unknown if u.startswith("-")):
+            close = difflib.get_close_matches(opt.split("=", 1)[0], known, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"did you mean {close[0]}" + (f" for {opt}" if len(unknown) > 1 else "") + "?")
+        self.error(f"unrecognized arguments: {' '.join(unknown)}" + (f"; {'; '.join(hints)}" if hints else ""))
+
+
+def load_translator(args, run: str | None = None, which: str | None = None):
+    """The one way a command builds a Translator from its arguments: ``run`` (default ``args.run``) at
+    ``--checkpoint`` (default best) on ``--device`` (default auto: the GPU when there is one), decoded by
+    ``--engine`` where the command has one (an export's CTranslate2 model). Says what it loaded under
+    ``--verbose``. Raises :class:`~attnlab.errors.AttnlabError` (one line) for a run it cannot load."""
+    from attnlab.export.engine import load_translator as load_with_engine
+
+    run = run if run is not None else args.run
+    which = which or getattr(args, "checkpoint", None) or "best"
+    device = getattr(args, "device", None) or "auto"
+    tr = load_with_engine(run, which=which, device=device, engine=getattr(args, "engine", None) or "attnlab")
+    say(args, f"loaded {run} ({tr.cfg.model.kind}, checkpoint {which}) on {tr.device}")
+    return tr
+
+
+def add_device_arg(p: argparse.ArgumentParser, default: str | None = "auto", config_key: bool = False) -> None:
+    """``--device``, ``auto`` unless given. ``config_key``: the option sets ``train.device``, so its
+    default stays None (the config's own ``train.device``, itself ``auto`` unless set, must win)."""
+    if config_key:
+        p.add_argument("--device", default=None, metavar="DEVICE",
+                       help=f"{DEVICE_HELP}; sets train.device (default: the config's, auto)")
+    else:
+        p.add_argument("--device", default=default, metavar="DEVICE", help=DEVICE_HELP)
+
+
+def add_verbosity_args(p: argparse.ArgumentParser) -> None:
+    """``-q/--quiet`` and ``-v/--verbose`` for a command that reports progress on stderr. Results
+    (translations, tables, the paths written) go to stdout either way; see :func:`show_progress`,
+    :func:`progress_log` and :func:`say`."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bars or progress messages on stderr (results still print)")
+    g.add_argument("-v", "--verbose", action="store_true",
+                   help="also say on stderr what was loaded and chosen (config, checkpoint, device)")
+
+
+def show_progress(args) -> bool:
+    """Progress bars and progress lines on stderr: on unless ``--quiet``."""
+    return not getattr(args, "quiet", False)
+
+
+def progress_log(args):
+    """A ``log(message)`` callable printing to stderr, or None under ``--quiet`` (the library's convention)."""
+    return None if getattr(args, "quiet", False) else (lambda m: print(m, file=sys.stderr))
+
+
+def say(args, message: str) -> None:
+    """Print ``message`` on stderr under ``--verbose`` only."""
+    if getattr(args, "verbose", False):
+        print(message, file=sys.stderr)
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An old spelling of an option: same value and dest, hidden from --help, one warning line when used."""
+
+    def __init__(self, option_strings, dest, new: str = "", **kwargs):
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"warning: {option_string} is deprecated; use {self.new} (same meaning)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_deprecated_alias(p: argparse.ArgumentParser, old: str, new: str, dest: str, **kwargs) -> None:
+    """Keep ``old`` working as ``new`` (``dest``, ``type`` …) without showing it; the new option keeps the default."""
+    p.add_argument(old, action=_DeprecatedAlias, new=new, dest=dest, default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS, **kwargs)
+
+
+def add_run_data_arg(p: argparse.ArgumentParser) -> None:
+    """``--data`` for a command that reads a trained run's corpus again: a run records its corpus by name
+    and checksum, not where it was (data/corpus.py ``for_run``), so the location is given now."""
+    p.add_argument("--data", metavar="PATH",
+                   help="fra-eng zip, fra.txt or folder holding the run's corpus (default: $ATTNLAB_DATA_DIR, "
+                        "then the cache)")
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    """``--config``, ``--data`` and the trailing ``section.key=value`` overrides."""
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML config file with sections data/model/train/decode (default: none, the preset alone)")
+    p.add_argument("--data", metavar="PATH",
+                   help="fra-eng zip, fra.txt or folder (default: $ATTNLAB_DATA_DIR, then the cache)")
+    p.add_argument("overrides", nargs="*", default=[], metavar="section.key=value",
+                   help="typed overrides, applied last, e.g. train.lr=3e-4 model.num_layers=3")
+
+
+def build_config(args, kind: str | None = None, dataset: str | None = None, base: Config | None = None) -> Config:
+    """Preset for the model kind, then --config, then shortcut flags, then dotted overrides. A --config
+    file whose ``model.kind`` is not ``kind`` (--model) is an error, not overridden."""
+    cfg = base or Config()
+    if kind is not None and base is None:
+        cfg = config_mod.preset(kind)
+    if getattr(args, "config", None):
+        cfg = config_mod.load_toml(args.config, cfg)
+        if kind is not None and cfg.model.kind != kind:  # the file names another kind: neither silently wins
+            raise config_mod.ConfigError(
+                f"--model {kind} contradicts model.kind = \"{cfg.model.kind}\" in {args.config}; "
+                f"give --model {cfg.model.kind}, or drop model.kind from the file")
+    extra = []
+    if kind is not None:
+        extra.append(f"model.kind={kind}")
+    if dataset is not None:
+        extra.append(f"data.dataset={dataset}")
+    if getattr(args, "data", None):
+        extra.append(f"data.data_path={args.data}")
+    for flag, key in (("max_minutes", "train.max_minutes"), ("max_steps", "train.max_steps"),
+                      ("seed", "train.seed"), ("threads", "train.threads"), ("device", "train.device"),
+                      ("size", "train.size")):
+        if getattr(args, flag, None) is not None:
+            extra.append(f"{key}={getattr(args, flag)}")
+    return config_mod.apply_overrides(cfg, extra + list(getattr(args, "overrides", []) or []))

@@ -1,0 +1,84 @@
+"""``attnlab data``: corpus statistics and the notes' §4 tokens → ids walk-through
+(the library is :mod:`attnlab.data.walkthrough`). Thin: parse, call the library, print.
+
+``--run RUN`` follows the sentence through that run's own tokenizer (word vocabulary or BPE), so the
+ids are the rows of its embedding table, padded to its ``data.num_steps``; without it a fresh
+tokenizer is built from the corpus, as ``attnlab train`` would build one.
+
+The handler imports the library in its body, so building the ``attnlab`` parser never imports torch.
+"""
+
+from __future__ import annotations
+
+from attnlab import config as config_mod
+from attnlab.cli.common import add_config_args, build_config
+from attnlab.errors import AttnlabError
+
+
+def _run_files(run: str):
+    """A run folder's (or an `attnlab export` folder's) config, tokenizers and meta."""
+    from attnlab import runs
+
+    return runs.read_export(run) if runs.is_export(run) else runs.read_run(run)
+
+
+def _run_stats(args, files, tokenizers) -> str:
+    """The statistics the run recorded when it was trained (meta.json), else computed with its tokenizers."""
+    from attnlab.data import corpus
+
+    stats = files.meta.get("data_stats")
+    if stats:
+        try:
+            text = corpus.format_stats(corpus.Prepared(*tokenizers, splits={}, stats=stats))
+            return f"{text}\n(statistics recorded in {args.run}/meta.json when the run was trained)"
+        except (KeyError, TypeError):
+            pass  # an older meta.json without every field: recompute below
+    from attnlab import runs
+
+    prepared = corpus.prepare(corpus.for_run(files.config.data, args.data), tokenizers=tokenizers)
+    corpus.check_same_corpus(prepared, runs.recorded_corpus(files.meta), args.run)
+    return corpus.format_stats(prepared)
+
+
+def cmd_data(args) -> int:
+    from attnlab.data import corpus
+    from attnlab.data.vocab import load_tokenizer
+    from attnlab.data.walkthrough import format_walkthrough, walk_through
+
+    if args.run is not None:
+        if args.dataset or args.config or args.overrides:
+            raise AttnlabError("--dataset, --config and section.key=value overrides do not apply with --run: "
+                               "a run keeps the data config it was trained with; drop them or drop --run")
+        files = _run_files(args.run)
+        tokenizers = (load_tokenizer(files.tokenizers["src"]), load_tokenizer(files.tokenizers["tgt"]))
+        data_cfg = files.config.data
+        num_steps = data_cfg.num_steps
+        print(_run_stats(args, files, tokenizers))
+    else:
+        cfg = build_config(args, dataset=args.dataset or "fra-eng")
+        prepared = corpus.prepare(cfg.data)
+        data_cfg = cfg.data
+        tokenizers, num_steps = (prepared.src_tok, prepared.tgt_tok), cfg.data.num_steps
+        print(corpus.format_stats(prepared))
+    if args.sentence is not None:
+        print()
+        sentence = corpus.source_text(data_cfg, args.sentence, tokenizers[0])  # spelled as the model read it
+        print(format_walkthrough(walk_through(tokenizers[0], sentence, num_steps), run=args.run))
+    return 0
+
+
+def register(sub) -> None:
+    """Add ``data`` to the ``attnlab`` parser's subparsers ``sub``."""
+    d = sub.add_parser("data", help="corpus statistics and the notes' §4 tokens → ids walk-through",
+                       description="Corpus statistics, and one sentence followed through preprocessing, "
+                                   "the vocabulary and padding (the notes' §4). With --run, the run's own "
+                                   "tokenizer and num_steps: the ids are the rows of its embedding table.")
+    d.add_argument("--dataset", choices=config_mod.DATASETS, default=None,
+                   help="which corpus (default: fra-eng; with --run, the run's)")
+    d.add_argument("--sentence", help="an English sentence to follow through preprocessing and the vocabulary "
+                                      "(default: none, the statistics alone)")
+    d.add_argument("--run", metavar="RUN",
+                   help="a trained run folder: use its tokenizer, num_steps and recorded statistics "
+                        "(default: none, a tokenizer built afresh from the corpus)")
+    add_config_args(d)
+    d.set_defaults(func=cmd_data)

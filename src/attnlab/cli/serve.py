@@ -1,0 +1,165 @@
+"""`attnlab serve`: the attention explorer (page + HTTP API) over one or more trained runs."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+
+from attnlab.cli.common import add_device_arg
+from attnlab.errors import AttnlabError
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def cmd_serve(args) -> int:
+    # Imported here, not at the top: `attnlab` imports every command module to build its parser,
+    # and the web extra (fastapi, uvicorn) is optional; without it only `serve` fails, saying why.
+    try:
+        from attnlab.web.app import create_app
+        from attnlab.web.guards import Limits, allowed_host_names
+        from attnlab.web.serving import listen_socket, model_threads, serve
+    except ModuleNotFoundError as e:
+        raise AttnlabError(
+            f"`attnlab serve` needs the web extra ({e.name} is missing); "
+            "install it with `pip install 'attnlab[web]'`"
+        ) from None
+    model_threads(args.workers, args.threads)
+    limits = Limits(
+        max_chars=args.max_chars,
+        workers=args.workers,
+        max_pending=max(args.max_pending, args.workers),
+        deadline_s=args.deadline,
+        max_beam=args.max_beam,
+        max_output_tokens=args.max_output_tokens,
+        max_connections=args.max_connections,
+        header_timeout_s=args.read_timeout,
+        body_timeout_s=args.read_timeout,
+    )
+    hosts = allowed_host_names(args.host, args.allowed_hosts or ())
+    # The port first: a busy or invalid one is one error line, before any model loads or banner prints.
+    sock = listen_socket(args.host, args.port)
+    try:
+        app = create_app(args.runs, limits, which=args.checkpoint, device=args.device, allowed_hosts=hosts,
+                         gold=args.gold)
+    except BaseException:
+        sock.close()
+        raise
+    port = sock.getsockname()[1]  # --port 0: the one the system chose
+    if not _is_loopback(args.host):
+        print(
+            f"warning: serving on {args.host}: anyone who can reach this machine can use the models",
+            file=sys.stderr,
+        )
+    if "*" in hosts:
+        print(
+            "warning: --allowed-host '*': any Host header is accepted (no DNS-rebinding guard)",
+            file=sys.stderr,
+        )
+    elif args.host.strip() in ("0.0.0.0", "::", "[::]") and not args.allowed_hosts:
+        print(
+            f"note: requests must name this server {' or '.join(hosts)}; to reach it by another name or "
+            "address add --allowed-host NAME",
+            file=sys.stderr,
+        )
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    names = ", ".join(f"{n} ({r.info['model_kind']})" for n, r in app.state.runs.items())
+    print(
+        f"attention explorer: http://{shown}:{port}/  (runs: {names}; API reference at /docs)",
+        file=sys.stderr,
+    )
+    serve(app, args.host, port, limits, log_level=args.log_level, sock=sock)
+    return 0
+
+
+def register(sub) -> None:
+    """Add `serve` to the `attnlab` subcommands (called by `attnlab.cli`)."""
+    s = sub.add_parser(
+        "serve",
+        help="the attention explorer: a web page and HTTP API over trained runs",
+        description="Serve a page that translates and shows every attention map, plus its JSON API. "
+        "Runs are named after their folder, or NAME=PATH. The page's notes speak --lang (or $ATTNLAB_LANG; "
+        "a page may ask for another with ?lang=zh); its alignment view scores the heads against the gold "
+        "folder of --gold, else the one `attnlab align` finds without it ($ATTNLAB_GOLD_DIR, else "
+        "$ATTNLAB_DATA_DIR/hansards-enfr).",
+    )
+    s.add_argument("runs", nargs="+", metavar="RUN", help="run folder, or NAME=PATH (e.g. bahdanau=runs/b)")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
+    s.add_argument("--port", type=int, default=8000, help="TCP port to listen on (1-65535; 0: any free one)")
+    s.add_argument(
+        "--allowed-host",
+        action="append",
+        dest="allowed_hosts",
+        metavar="NAME",
+        help="also answer requests whose Host header is NAME (repeatable; the loopback names and a "
+        "non-wildcard --host are always accepted; '*' accepts any name and turns the DNS-rebinding "
+        "guard off) (default: none)",
+    )
+    s.add_argument("--checkpoint", default="best", help="best, last or step-N (for every run)")
+    s.add_argument("--gold", metavar="DIR", help="the WPT-2003 en-fr gold folder of the alignment view, as "
+                   "`attnlab align --gold` (default: $ATTNLAB_GOLD_DIR, else $ATTNLAB_DATA_DIR/hansards-enfr)")
+    add_device_arg(s)
+    s.add_argument("--workers", type=_positive, default=2, help="threads running models")
+    s.add_argument(
+        "--threads", type=_positive, default=None, help="PyTorch intra-op threads (default: cores / workers)"
+    )
+    s.add_argument(
+        "--max-pending",
+        type=_positive,
+        default=8,
+        dest="max_pending",
+        help="translations admitted at once; more get 429",
+    )
+    s.add_argument(
+        "--max-chars", type=_positive, default=300, dest="max_chars", help="longest input accepted"
+    )
+    s.add_argument(
+        "--max-beam", type=_positive, default=8, dest="max_beam", help="largest beam size a request may ask for"
+    )
+    s.add_argument("--deadline", type=float, default=30.0, help="seconds per request that computes (translation, attribution, alignment, probes) before 504; its work stops then")
+    s.add_argument(
+        "--max-output-tokens",
+        type=_positive,
+        default=160,
+        dest="max_output_tokens",
+        help="most output tokens per translation (a request's max_len may ask for fewer)",
+    )
+    s.add_argument(
+        "--max-connections",
+        type=_positive,
+        default=64,
+        dest="max_connections",
+        help="connections and requests at once; more get 503",
+    )
+    s.add_argument(
+        "--read-timeout",
+        type=float,
+        default=10.0,
+        dest="read_timeout",
+        help="seconds a client has to send a request head, and then its body (408 and closed after)",
+    )
+    s.add_argument(
+        "--log-level",
+        default="info",
+        dest="log_level",
+        choices=("critical", "error", "warning", "info", "debug"),
+        help="the server's log level (uvicorn's)",
+    )
+    s.set_defaults(func=cmd_serve)
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be >= 1")
+    return v

@@ -1,0 +1,157 @@
+"""`attnlab train` and `attnlab config`: a config from a preset, a file, flags and overrides; then training."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tomllib
+from pathlib import Path
+
+from attnlab import config as config_mod
+from attnlab.cli.common import (
+    add_config_args,
+    add_device_arg,
+    add_verbosity_args,
+    build_config,
+    say,
+    show_progress,
+)
+from attnlab.config import MODEL_KINDS, Config
+from attnlab.errors import AttnlabError
+from attnlab.interrupts import exit_code
+
+
+def cmd_train(args) -> int:
+    from attnlab.runs import read_run
+    from attnlab.training.launch import launch_nproc, processes
+    from attnlab.training.loop import train
+    from attnlab.training.resume import check_resume_overrides
+
+    out = Path(args.out)
+    if args.resume:
+        saved = read_run(out).config
+        cfg = build_config(args, dataset=args.dataset, base=saved)
+        if args.model and args.model != cfg.model.kind:
+            raise AttnlabError(f"--model {args.model} differs from the run's model.kind={cfg.model.kind}; "
+                               "a resumed run keeps its model")
+        check_resume_overrides(saved, cfg, out)  # here too: before --nproc starts torchrun's workers
+    else:
+        if not args.model:
+            raise AttnlabError(f"--model is required for a new run; choose one of: {', '.join(MODEL_KINDS)}")
+        cfg = build_config(args, kind=args.model, dataset=args.dataset)
+        if cfg.train.size == "auto" and "RANK" not in os.environ:  # under torchrun rank 0 sizes for all
+            cfg = _size_for_machine(cfg, args)
+    if processes(args.nproc, cfg.train.device) > 1:
+        return launch_nproc(args.nproc, sys.argv[1:])
+    if os.environ.get("RANK", "0") == "0":
+        say(args, f"config of {out}:\n{config_mod.dumps_toml(cfg)}")
+    res = train(cfg, out, resume=args.resume, progress=show_progress(args), argv=sys.argv,
+                explicit=_explicit_keys(args))
+    stop_code = exit_code(res.signal) if res.stopped_by == "signal" else 0  # 130 Ctrl-C, 143 SIGTERM
+    if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
+        return stop_code
+    v = res.last_valid
+    line = (f"stopped by {res.stopped_by} at step {res.step} (epoch {res.epoch}); "
+            f"{res.tokens_per_s:,.0f} target tokens/s")
+    if "valid_bleu" in v:
+        line += f"; valid loss {v['valid_loss']:.3f}, BLEU {v['valid_bleu']:.2f} (best {res.best_bleu:.2f})"
+    elif "valid_fill_acc" in v:  # a fill model (encoder-only): masked-token accuracy, its best checkpoint's figure
+        line += f"; valid loss {v['valid_loss']:.3f}, fill accuracy {v['valid_fill_acc']:.1f}% (best {res.best_bleu:.1f}%)"
+    print(line)
+    print(f"run folder: {out}")
+    if res.stopped_by == "signal":
+        print(f"interrupted: saved the last checkpoint; continue with `attnlab train --resume --out {out}`")
+        return stop_code
+    return 0
+
+
+def _add_train_config_args(p: argparse.ArgumentParser, model_required: bool) -> None:
+    """The options that shape a training config, shared by `train` and `config` (same line, same config)."""
+    p.add_argument("--model", choices=MODEL_KINDS, required=model_required,
+                   help="model kind; its preset is the starting config, and a --config file's model.kind must be "
+                        "the same" + (
+                       "" if model_required else " (default: none: required for a new run; --resume keeps "
+                                                 "the run's own)"))
+    p.add_argument("--dataset", choices=config_mod.DATASETS, default=None,
+                   help="fra-eng (Tatoeba) or the offline numbers task (default: the preset's, fra-eng)")
+    p.add_argument("--max-minutes", type=float, dest="max_minutes", metavar="M",
+                   help="time budget in minutes; the schedule and (train.size=auto) the model are planned on it "
+                        "(default: the config's train.max_minutes; 0 = no time limit)")
+    p.add_argument("--max-steps", type=int, dest="max_steps", metavar="N",
+                   help="stop after N updates (default: the config's train.max_steps; 0 = no step limit)")
+    p.add_argument("--size", choices=config_mod.SIZES,
+                   help="model/vocabulary/batch size: auto fits a minute budget to this machine's measured "
+                        "speed; base = the preset as it is; or a tier by name (default: the config's, auto)")
+    p.add_argument("--seed", type=int, help="random seed (default: the config's train.seed, 42)")
+    p.add_argument("--threads", type=int,
+                   help="torch threads (default: the config's train.threads; 0 = PyTorch's default, all cores)")
+    add_device_arg(p, config_key=True)
+    add_config_args(p)
+
+
+def _explicit_keys(args) -> frozenset[str]:
+    """The dotted keys the user set: in --config, as flags or as overrides (train.size=auto leaves them)."""
+    keys = {item.split("=", 1)[0].strip() for item in (getattr(args, "overrides", None) or []) if "=" in item}
+    if getattr(args, "config", None):
+        with open(args.config, "rb") as f:
+            keys |= {f"{sec}.{k}" for sec, vals in tomllib.load(f).items() if isinstance(vals, dict) for k in vals}
+    return frozenset(keys)
+
+
+def _size_for_machine(cfg: Config, args) -> Config:
+    from attnlab.device import set_threads
+    from attnlab.training import sizing
+
+    set_threads(cfg.train.threads)  # the probe measures the threads the run will use
+    cfg, why = sizing.resolve(cfg, _explicit_keys(args))
+    if why:
+        print(why, file=sys.stderr)
+    return cfg
+
+
+def cmd_config(args) -> int:
+    cfg = build_config(args, kind=args.model, dataset=args.dataset)
+    size = cfg.train.size
+    if size == "base":
+        note = ""
+    elif args.resolve:
+        cfg = _size_for_machine(cfg, args)
+        note = f"# train.size = \"{size}\" resolved as `attnlab train` would (the reason, if any, is on stderr)\n"
+    else:
+        how = ("with a minute budget on fra-eng, a 1-second matmul probe sizes the model, vocabulary and batches "
+               "for this machine" if size == "auto" else "the tier's model, vocabulary and batch settings")
+        note = (f"# train.size = \"{size}\" is NOT applied yet: `attnlab train` applies it when it starts\n"
+                f"# ({how}); add --resolve to apply it now\n")
+    print(f"# what `attnlab train` would run with these options: the {cfg.model.kind} preset, then --config, "
+          f"the flags, the overrides\n{note}")
+    print(config_mod.dumps_toml(cfg), end="")
+    return 0
+
+
+def register(sub) -> None:
+    """`train` and `config`: the same options make the same config."""
+    t = sub.add_parser("train", help="train a model into a run folder",
+                       description="Train a model into a run folder. The config is the model's preset, then "
+                                   "--config, then the flags below, then section.key=value overrides "
+                                   "(`attnlab config` prints it). Ctrl-C saves; --resume continues exactly.")
+    t.add_argument("--out", required=True, metavar="RUN",
+                   help="the run folder to create (or, with --resume, to continue)")
+    t.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
+    _add_train_config_args(t, model_required=False)
+    t.add_argument("--nproc", type=int, default=0,
+                   help="data-parallel processes on this machine, through torchrun, at most one per CPU core "
+                        "(one per GPU on CUDA); 0 or 1 = this process alone")
+    add_verbosity_args(t)
+    t.set_defaults(func=cmd_train)
+
+    c = sub.add_parser("config", help="print the config `attnlab train` would run, as TOML",
+                       description="Print, as TOML, the config `attnlab train` would start from with the same "
+                                   "options: the preset, --config, the flags and the overrides. train.size=auto "
+                                   "is resolved only when training starts (a 1-second matmul probe sizes the "
+                                   "model for the machine); --resolve runs that probe now. The output is a "
+                                   "valid --config file.")
+    _add_train_config_args(c, model_required=True)
+    c.add_argument("--resolve", action="store_true",
+                   help="also settle train.size=auto for this machine, as train would (measures it for a second)")
+    c.set_defaults(func=cmd_config)

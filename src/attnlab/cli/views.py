@@ -1,0 +1,317 @@
+"""Subcommands that let a person *see* the notes' ideas on a model: ``attention``, ``explain``,
+``params``, ``positional`` and ``selfcheck`` (thin: parse, call the library, print).
+
+Every command that draws takes ``--save-dir DIR`` (default: ``RUN/figures``) and prints each path it wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from attnlab.cli.common import (
+    add_deprecated_alias,
+    add_device_arg,
+    add_run_data_arg,
+    build_config,
+    load_translator,
+)
+from attnlab.config import MODEL_KINDS
+from attnlab.errors import AttnlabError
+
+
+def _out_dir(args, default: Path) -> Path:
+    """``--save-dir``, else ``default``: created and checked writable (one line if it cannot be)."""
+    from attnlab.io import writable_folder
+
+    return writable_folder(Path(args.save_dir) if args.save_dir else default, "--save-dir")
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", metavar="RUN", help="run folder (from `attnlab train --out`)")
+    p.add_argument("--checkpoint", default="best", help="best, last or step-N")
+    add_device_arg(p)
+
+
+def _add_save_dir(p: argparse.ArgumentParser, what: str, default: str) -> None:
+    """``--save-dir DIR`` (the old ``--out`` still works, with a warning): where the figures go."""
+    p.add_argument("--save-dir", dest="save_dir", metavar="DIR", help=f"folder for {what} (default: {default})")
+    add_deprecated_alias(p, "--out", "--save-dir", dest="save_dir")
+
+
+def _formats(args) -> tuple[str, ...]:
+    return tuple(f.strip() for f in args.formats.split(",") if f.strip())
+
+
+# -------------------------------------------------------------------------------------------- attention
+
+
+def cmd_attention(args) -> int:
+    from attnlab.evaluation.alignment import formation_note
+    from attnlab.viz import attention as am
+
+    if args.beam is not None and args.beam < 1:
+        raise AttnlabError(f"--beam {args.beam} must be >= 1")
+    if args.timeline:  # reads probes.jsonl: no model needed
+        from attnlab.runs import read_run
+
+        read_run(args.run)  # a missing RUN is one line, before its figures folder is made
+        for path in am.draw_timeline(args.run, args.sentence, _out_dir(args, Path(args.run) / "figures")):
+            print(path)
+        return 0
+    tr = load_translator(args)
+    out = _out_dir(args, Path(args.run) / "figures")
+    beam = args.beam or 1
+    result = am.attention_maps(tr, args.sentence, beam_size=beam, extra_pad=args.pad)
+    print(f"{args.sentence} → {result.translation}")
+    # one line when cross-attention has not formed (§1)
+    if "cross" in result.attention and (note := formation_note(result.attention["cross"].mean(dim=1)[-1])):
+        print(note)
+    for path in am.draw_maps(result, out, am.run_name(tr), _formats(args)):
+        print(path)
+    if args.json:
+        from attnlab.io import atomic_write_json
+        from attnlab.maps import attention_json
+
+        path = out / f"{am.slug(args.sentence)}_attention.json"
+        atomic_write_json(path, attention_json(result))  # the web page's schema
+        print(path)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- explain
+
+
+def cmd_explain(args) -> int:
+    from attnlab.analysis.explain.sentence import explain
+
+    if args.top < 1:
+        raise AttnlabError(f"--top {args.top} must be >= 1")
+    tr = load_translator(args)
+    default = Path(args.run) / "figures"  # written only for a GRU model's gates: not created for the others
+    figures = _out_dir(args, default) if args.save_dir else default
+    print(explain(tr, args.sentence, reference=args.reference, top_k=args.top, figures_dir=figures))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- params
+
+
+def cmd_params(args) -> int:
+    from attnlab.analysis.explain.params import draw_params, format_params, parameter_report
+    from attnlab.models import build_model
+
+    if args.run is not None and "=" in args.run and not Path(args.run).is_dir():
+        # argparse gives the first `section.key=value` to the optional RUN positional
+        args.overrides, args.run = [args.run, *args.overrides], None
+    if (args.run is None) == (args.model is None):
+        raise AttnlabError(
+            "give either a run folder (attnlab params RUN) or --model KIND, not both or neither"
+        )
+    if args.run is not None:
+        if args.overrides:
+            raise AttnlabError("section.key=value overrides only apply with --model; a run keeps its config")
+        from attnlab.viz.attention import run_name
+
+        tr = load_translator(args)
+        model, title = tr.model, run_name(tr)
+        vocab = (len(tr.src_tok), len(tr.tgt_tok))
+        out = _out_dir(args, Path(args.run) / "figures")
+    else:
+        cfg = build_config(args, kind=args.model)
+        vocab = _vocab_sizes(args, cfg)
+        model = build_model(cfg.model, *vocab)
+        title = f"{args.model} (preset + overrides)"
+        out = _out_dir(args, Path("figures"))
+    report = parameter_report(model)
+    print(
+        format_params(
+            report,
+            f"{title}: source vocabulary {vocab[0]:,}, target vocabulary {vocab[1]:,}",
+            verbose=args.verbose,
+        )
+    )
+    stem = "params" if args.run is not None else f"params_{args.model}"
+    for path in draw_params(report, out, title, stem=stem, formats=_formats(args)):
+        print(path)
+    return 0
+
+
+def _vocab_sizes(args, cfg) -> tuple[int, int]:
+    """--src-vocab/--tgt-vocab, else the vocabularies the data config would build."""
+    if args.src_vocab is not None and args.tgt_vocab is not None:
+        if min(args.src_vocab, args.tgt_vocab) < 5:
+            raise AttnlabError(
+                "--src-vocab and --tgt-vocab must be >= 5 (4 special tokens + at least one word)"
+            )
+        return args.src_vocab, args.tgt_vocab
+    if args.src_vocab is not None or args.tgt_vocab is not None:
+        raise AttnlabError("give both --src-vocab and --tgt-vocab, or neither (then the data config decides)")
+    from attnlab.data import corpus
+
+    prepared = corpus.prepare(cfg.data)
+    return len(prepared.src_tok), len(prepared.tgt_tok)
+
+
+# ------------------------------------------------------------------------------------------- positional
+
+
+def cmd_positional(args) -> int:
+    from attnlab.analysis.explain.positional import (
+        delta_for,
+        format_delta,
+        format_model_section,
+        model_section,
+        positional_report,
+    )
+
+    columns = None
+    if args.columns:
+        try:
+            columns = [int(c) for c in args.columns.split(",") if c.strip()]
+        except ValueError:
+            raise AttnlabError(
+                f"--columns {args.columns!r} must be integers separated by commas, e.g. 0,1,6,7"
+            ) from None
+    tr, dim = None, 32 if args.dim is None else args.dim
+    if args.run is not None:  # the run's own d, its own position table, and §13–14 on its model
+        tr = load_translator(args)
+        dim = tr.cfg.model.num_hiddens
+        if args.dim is not None and args.dim != dim:
+            raise AttnlabError(f"--dim {args.dim} differs from the run's model.num_hiddens={dim}; drop --dim with RUN")
+    report = positional_report(
+        dim,
+        args.positions,
+        _out_dir(args, Path(args.run) / "figures" if args.run else Path("figures")),
+        max_shift=args.max_shift,
+        columns=columns,
+        formats=_formats(args),
+    )
+    for path in report.paths:
+        print(path)
+    print(report.line())
+    print("\n" + format_delta(*delta_for(tr.model if tr else None, dim)))
+    if tr is not None:
+        print("\n" + format_model_section(model_section(tr, args.sentence)))
+    return 0
+
+
+# -------------------------------------------------------------------------------------------- selfcheck
+
+
+def cmd_selfcheck(args) -> int:
+    from attnlab.analysis.diagnose.selfcheck import format_selfcheck, run_selfcheck, selfcheck_sentences
+
+    if args.sentences < 1:
+        raise AttnlabError(f"--sentences {args.sentences} must be >= 1")
+    tr = load_translator(args)
+    if args.text:
+        sentences, where = list(args.text), "the command line"
+    else:
+        sentences, where = selfcheck_sentences(tr, args.sentences, args.data)
+    results = run_selfcheck(tr, sentences)
+    header = (
+        f"selfcheck of {args.run} ({tr.cfg.model.kind}, checkpoint {args.checkpoint}, {tr.device}) "
+        f"on {len(sentences)} sentences from {where}"
+    )
+    print(format_selfcheck(results, header))
+    return 0 if all(r.passed for r in results) else 1
+
+
+# --------------------------------------------------------------------------------------------- register
+
+
+def register(sub) -> None:
+    """Add the subcommands to the ``attnlab`` parser's subparsers ``sub``."""
+    a = sub.add_parser(
+        "attention", help="attention maps of a sentence: layers × heads, token-labelled (§23–25)"
+    )
+    _add_run_args(a)
+    a.add_argument("sentence", help='English sentence, e.g. "i\'m home ."')
+    _add_save_dir(a, "the figures", "RUN/figures")
+    a.add_argument("--beam", type=int, help="beam size of the translation whose maps are drawn (default: 1, greedy)")
+    a.add_argument(
+        "--pad", type=int, default=3, help="extra <pad> positions on the source, as in a batch (§23)"
+    )
+    a.add_argument(
+        "--timeline",
+        action="store_true",
+        help="draw how the sentence's cross-attention formed during training (needs it as a probe)",
+    )
+    a.add_argument("--json", action="store_true", help="also write the maps as JSON (the web page's format)")
+    a.add_argument("--formats", default="png,svg", help="comma-separated figure formats")
+    a.set_defaults(func=cmd_attention)
+
+    e = sub.add_parser(
+        "explain",
+        help="one sentence through the model: ids, embeddings, gates, attention, "
+        "logits, loss; parameters vs computed values (§4–9)",
+    )
+    _add_run_args(e)
+    e.add_argument("sentence", help='English sentence, e.g. "i\'m home ."')
+    e.add_argument("--reference", help="a French reference: also show the teacher-forced loss and BLEU (default: none)")
+    e.add_argument("--top", type=int, default=5, help="how many of the most probable tokens to show per step")
+    _add_save_dir(e, "gates.png (GRU models)", "RUN/figures")
+    e.set_defaults(func=cmd_explain)
+
+    _add_params(sub)
+
+    q = sub.add_parser(
+        "positional", help="the sinusoidal positional encoding and its rotation property (§13–16); with RUN, "
+        "order-blindness and adding vs concatenating on its model"
+    )
+    q.add_argument("run", nargs="?", metavar="RUN",
+                   help="a trained run: draw its d, and show §13–14 on its model (default: none, the formula alone)")
+    q.add_argument("--checkpoint", default="best", help="best, last or step-N (with RUN)")
+    add_device_arg(q)
+    q.add_argument("--sentence", default="i'm home .", help="the sentence reordered for §13 (with RUN)")
+    q.add_argument("--dim", type=int, help="encoding dimension d (default: the run's num_hiddens with RUN, else 32)")
+    q.add_argument("--positions", type=int, default=60, help="positions 0 … N-1 to encode and draw")
+    q.add_argument("--max-shift", type=int, default=10, dest="max_shift", help="largest offset δ checked")
+    q.add_argument(
+        "--columns",
+        help="columns to draw as curves, e.g. 0,1,6,7 (default: 6-9 as D2L draws, the first ones for a small --dim)",
+    )
+    _add_save_dir(q, "the figures", "./figures")
+    q.add_argument("--formats", default="png,svg", help="comma-separated figure formats")
+    q.set_defaults(func=cmd_positional)
+
+    s = sub.add_parser(
+        "selfcheck",
+        help="padding, causal mask, KV cache, beam 1 == greedy, batched == single: "
+        "pass/fail on your trained model",
+    )
+    _add_run_args(s)
+    s.add_argument(
+        "text", nargs="*", default=[], metavar="TEXT", help="sentences to check with (default: the run's valid split)"
+    )
+    s.add_argument("--sentences", type=int, default=8, help="how many valid-split sentences to use")
+    add_run_data_arg(s)
+    s.set_defaults(func=cmd_selfcheck)
+
+
+def _add_params(sub) -> None:
+    p = sub.add_parser("params", help="trainable parameters by module, count and share (§9, §21, §28.4)")
+    p.add_argument("run", nargs="?", metavar="RUN", help="run folder (or use --model)")
+    p.add_argument(
+        "--model",
+        choices=MODEL_KINDS,
+        help="count an untrained model built from the preset and overrides (default: none: give RUN)",
+    )
+    p.add_argument("--checkpoint", default="best", help="best, last or step-N (with RUN)")
+    p.add_argument("--device", help=argparse.SUPPRESS)
+    p.add_argument("--src-vocab", type=int, dest="src_vocab", help="source vocabulary size (with --model) (default: from the data config)")
+    p.add_argument("--tgt-vocab", type=int, dest="tgt_vocab", help="target vocabulary size (with --model) (default: from the data config)")
+    _add_save_dir(p, "the bar chart", "RUN/figures, or ./figures with --model")
+    p.add_argument("-v", "--verbose", action="store_true", help="also list every tensor with its shape")
+    p.add_argument("--formats", default="png,svg", help="comma-separated figure formats")
+    p.add_argument("--config", metavar="FILE", help="TOML config file (with --model) (default: none, the preset alone)")
+    p.add_argument(
+        "--data",
+        metavar="PATH",
+        help="corpus location, to size the vocabularies (with --model) (default: $ATTNLAB_DATA_DIR, then the cache)",
+    )
+    p.add_argument(
+        "overrides", nargs="*", default=[], metavar="section.key=value", help="typed overrides (with --model)"
+    )
+    p.set_defaults(func=cmd_params)

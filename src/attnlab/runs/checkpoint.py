@@ -1,0 +1,447 @@
+"""Checkpoints: the only saver, and the checks every load goes through.
+
+A checkpoint folder (``RUN/checkpoints/step-N/``: ``model.safetensors``, ``state.pt``, ``manifest.json``)
+is written under a temporary name, fsynced and renamed into place; the ``LAST``/``BEST`` pointers are then
+replaced atomically. A crash or SIGKILL at any moment therefore leaves the previous ``LAST`` intact and
+loadable. Weights are safetensors (no code execution on load); the training state is loaded with
+``torch.load(weights_only=True)``; both are verified against the manifest's sha256 before anything is read.
+
+The manifest also records what the weights were trained *with*: the model config (all but ``dropout``)
+and a fingerprint of each tokenizer's vocabulary. A checkpoint inside a run folder whose ``config.toml``
+or ``tokenizers.json`` no longer match is refused — same-sized but different vocabularies would otherwise
+load silently and translate nonsense. A save that fails (disk full, a file-size limit, no permission)
+raises :class:`CheckpointError` naming the folder and the cause, and leaves every earlier checkpoint
+untouched.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import errno
+import hashlib
+import io
+import json
+import os
+import shutil
+import struct
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
+from torch import nn
+
+from attnlab import config as config_mod
+from attnlab.data.vocab import load_tokenizer
+from attnlab.errors import CheckpointError
+from attnlab.io import atomic_write_json, atomic_write_text, fsync_dir, usual_mode
+from attnlab.runs.folder import (
+    _FULL_DISK,
+    _MAX_POINTER_BYTES,
+    CONFIG,
+    MANIFEST,
+    MAX_MANIFEST_BYTES,
+    STATE,
+    TOKENIZERS,
+    WEIGHTS,
+    is_export,
+    member_path,
+    read_json,
+    read_run,
+    sha256_file,
+)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def model_state_for_saving(model: nn.Module) -> dict[str, torch.Tensor]:
+    """CPU, contiguous, unshared copies (safetensors refuses tensors that share memory, e.g. tied W_o)."""
+    module = getattr(model, "module", model)  # unwrap DDP
+    return {k: v.detach().to("cpu").contiguous().clone() for k, v in module.state_dict().items()}
+
+
+def _save_failed(ckpt_root: Path, name: str, err: OSError) -> CheckpointError:
+    cause = err.strerror or str(err) or type(err).__name__
+    if err.errno in _FULL_DISK:
+        fix = "free some space (or lift the file-size limit) or choose another --out"
+    elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "make the folder writable or choose another --out"
+    else:
+        fix = "check the disk and the folder"
+    return CheckpointError(
+        f"could not save checkpoint {name} in {ckpt_root}: {cause}; {fix} "
+        "(the earlier checkpoints are untouched)"
+    )
+
+
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    model: nn.Module,
+    state: dict[str, Any] | None,
+    keep: int = 2,
+    best: bool = False,
+) -> Path:
+    """Write ``checkpoints/step-N`` atomically, point ``LAST`` (and ``BEST`` if ``best``) at it, rotate.
+
+    ``keep`` step folders are kept besides the ones ``LAST`` and ``BEST`` point to (as
+    ``train.keep_checkpoints`` documents). An existing ``step-N`` folder is replaced, never reused.
+    Returns the folder.
+    Raises :class:`CheckpointError` when the disk refuses the write (full, size limit, permissions);
+    the half-written folder is removed and ``LAST``/``BEST`` still name the previous checkpoint.
+    """
+    ckpt_root = Path(run_dir) / "checkpoints"
+    name = f"step-{step:07d}"
+    final = ckpt_root / name
+    try:
+        ckpt_root.mkdir(parents=True, exist_ok=True)
+        # Always written afresh, even when step-N exists: such a folder is the leftover of a save that
+        # died before LAST named it (or of the run before a resume), never these weights.
+        # Serialise in memory first: the writes below are then plain file writes, whose failures
+        # are OSErrors with an errno (safetensors/torch writers report a full disk less clearly).
+        blobs = {WEIGHTS: safetensors_bytes(model_state_for_saving(model), metadata={"step": str(step)})}
+        if state is not None:
+            buf = io.BytesIO()
+            torch.save(state, buf)
+            blobs[STATE] = buf.getvalue()
+        manifest: dict[str, Any] = {
+            "step": step,
+            "files": {f: hashlib.sha256(b).hexdigest() for f, b in blobs.items()},
+        }
+        manifest.update(_run_fingerprint(Path(run_dir)))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=ckpt_root))
+        try:
+            os.chmod(
+                tmp, usual_mode(is_dir=True)
+            )  # mkdtemp makes 0700: readable like the run's other files
+            for fname, data in blobs.items():
+                _write_synced(tmp / fname, data)
+            atomic_write_json(tmp / MANIFEST, manifest)
+            fsync_dir(tmp)
+            swap_in(tmp, final)
+            fsync_dir(ckpt_root)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        atomic_write_text(ckpt_root / "LAST", name + "\n")
+        if best:
+            atomic_write_text(ckpt_root / "BEST", name + "\n")
+    except OSError as e:
+        raise _save_failed(ckpt_root, name, e) from None
+    _rotate(ckpt_root, keep)
+    return final
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    return fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def swap_in(tmp: Path, final: Path) -> None:
+    """Rename folder ``tmp`` to ``final``, replacing a stale ``final`` (its content is removed)."""
+    try:
+        os.replace(tmp, final)  # no final (or an empty one): done
+        return
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            raise
+    if _exchange(tmp, final):  # final is never absent: the stale folder is now at tmp
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    # Elsewhere: two renames. The stale one keeps a ".step-" name, which _rotate sweeps if we die here.
+    stale = Path(tempfile.mkdtemp(prefix=f".{final.name}.stale.", dir=final.parent))
+    os.replace(final, stale / final.name)
+    os.replace(tmp, final)
+    shutil.rmtree(stale, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# What a checkpoint was trained with: the model config and the vocabularies
+
+
+# Model fields that do not change what the weights compute: dropout (off at inference; a resumed run
+# may change it) and scratch_gru (the same GRU, written out cell by cell, loads the same weights).
+_NOT_FINGERPRINTED = frozenset({"dropout", "attention_dropout", "scratch_gru"})  # same weights, same function
+
+
+def _model_fingerprint(cfg: config_mod.Config) -> dict[str, Any]:
+    return {
+        k: (list(v) if isinstance(v, tuple) else v)
+        for k, v in dataclasses.asdict(cfg.model).items()
+        if k not in _NOT_FINGERPRINTED
+    }
+
+
+def _vocab_fingerprint(tok_json: Any) -> dict[str, Any]:
+    """Size and sha256 of a tokenizer's id -> token table (what the embedding rows mean)."""
+    tok = load_tokenizer(tok_json)
+    table = [tok.id_to_token(i) for i in range(len(tok))]
+    digest = hashlib.sha256(
+        json.dumps(table, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    ).hexdigest()
+    return {"size": len(tok), "sha256": digest}
+
+
+_FP_CACHE: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+
+def _tokenizers_fingerprint(tpath: Path) -> dict[str, Any]:
+    st = tpath.stat()
+    key = (str(tpath.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _FP_CACHE:
+        toks = json.loads(tpath.read_text(encoding="utf-8"))
+        _FP_CACHE.clear()
+        _FP_CACHE[key] = {side: _vocab_fingerprint(toks[side]) for side in ("src", "tgt")}
+    return _FP_CACHE[key]
+
+
+def _run_fingerprint(run_dir: Path) -> dict[str, Any]:
+    """Manifest entries tying a checkpoint to its run's config and tokenizers (empty outside a run folder)."""
+    out: dict[str, Any] = {}
+    try:
+        out["model"] = _model_fingerprint(config_mod.load_toml(run_dir / CONFIG))
+    except config_mod.ConfigError:
+        pass  # a bare folder (tests, tools): nothing to tie the weights to
+    try:
+        out["vocab"] = _tokenizers_fingerprint(run_dir / TOKENIZERS)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return out
+
+
+def check_run_matches(path: Path, manifest: dict[str, Any], run_dir: Path) -> None:
+    """Refuse a checkpoint whose recorded model config or vocabularies differ from ``run_dir``'s files.
+
+    Checkpoints written before these were recorded (no ``model``/``vocab`` in the manifest) pass.
+    """
+    files = read_run(run_dir)
+    saved_model = manifest.get("model")
+    if isinstance(saved_model, dict):
+        current = _model_fingerprint(files.config)
+        # Only fields both sides know: a field added to ModelConfig later (absent from older manifests)
+        # or one no longer fingerprinted never refuses a checkpoint on its own.
+        common = (set(saved_model) & set(current)) - _NOT_FINGERPRINTED
+        diff = sorted(k for k in common if saved_model[k] != current[k])
+        if diff:
+            k = diff[0]
+            raise CheckpointError(
+                f"{path} was trained with model.{k}={saved_model.get(k)!r} but {run_dir / CONFIG} says "
+                f"{current.get(k)!r}; restore the run's config.toml or use the run folder the checkpoint came from"
+            )
+    saved_vocab = manifest.get("vocab")
+    if isinstance(saved_vocab, dict):
+        for side, lang in (("src", "source"), ("tgt", "target")):
+            try:
+                now = _vocab_fingerprint(files.tokenizers[side])
+            except ValueError as e:
+                raise CheckpointError(f"{run_dir / TOKENIZERS} is corrupt: {e}") from None
+            was = saved_vocab.get(side)
+            if isinstance(was, dict) and was != now:
+                raise CheckpointError(
+                    f"{path} was trained with another {lang} vocabulary ({was.get('size')} tokens) than "
+                    f"{run_dir / TOKENIZERS} holds ({now['size']} tokens, different ids); use the run folder "
+                    "the checkpoint came from"
+                )
+
+
+def _pointer(ckpt_root: Path, which: str) -> str | None:
+    """The checkpoint folder that ``LAST`` or ``BEST`` names (None when the file is absent or empty).
+
+    Raises :class:`CheckpointError` when the file holds anything but one folder name beside it (binary
+    bytes, a path, several lines): attnlab only ever writes a name such as ``step-0000500``.
+    """
+    p = ckpt_root / which.upper()
+    try:
+        with open(p, "rb") as f:
+            raw = f.read(_MAX_POINTER_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise CheckpointError(f"{p} cannot be read ({e.strerror or e}); it should hold the name of a checkpoint "
+                              "folder beside it") from None
+    try:
+        name = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        name = None
+    if name == "":
+        return None
+    if (name is None or len(raw) > _MAX_POINTER_BYTES or not name.isprintable() or name in (".", "..")
+            or "/" in name or "\\" in name):
+        steps = sorted(q.name for q in ckpt_root.glob("step-*") if q.is_dir())
+        fix = f"write the name of one of its checkpoints into it ({', '.join(steps[-3:])})" if steps else "delete it"
+        raise CheckpointError(f"{p} is corrupt: it must hold the name of a checkpoint folder beside it, such as "
+                              f"step-0000500; {fix}")
+    return name
+
+
+def _rotate(ckpt_root: Path, keep: int) -> None:
+    try:
+        protected = {_pointer(ckpt_root, "LAST"), _pointer(ckpt_root, "BEST")}
+    except CheckpointError:
+        return  # a pointer someone overwrote: remove nothing it might have named
+    steps = sorted(p for p in ckpt_root.glob("step-*") if p.is_dir())
+    removable = [p for p in steps if p.name not in protected]
+    # keep the newest `keep` step folders besides the protected ones
+    excess = len(removable) - max(keep, 0)
+    for p in removable[: max(excess, 0)]:
+        shutil.rmtree(p, ignore_errors=True)
+    for p in ckpt_root.glob(".step-*"):  # leftovers of a save that was killed
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def resolve_checkpoint(run_dir: str | Path, which: str = "best") -> Path:
+    """Map ``best``/``last``/``step-N``/a folder path to a checkpoint folder, with clear errors."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise CheckpointError(
+            f"run folder {run_dir} does not exist; give the --out folder of an `attnlab train` run"
+        )
+    if not run_dir.is_dir():
+        raise CheckpointError(f"{run_dir} is not a folder; give the --out folder of an `attnlab train` run")
+    if is_export(run_dir):  # one model, at the folder's root: nothing to choose
+        if which not in ("best", "last"):
+            raise CheckpointError(f"{run_dir} is an exported folder holding one model; drop --checkpoint {which}")
+        return run_dir
+    ckpt_root = run_dir / "checkpoints"
+    if which in ("best", "last"):
+        name = _pointer(ckpt_root, which)
+        if name is None and which == "best":
+            name = _pointer(ckpt_root, "last")
+        if name is None:
+            raise CheckpointError(f"{run_dir} holds no checkpoint yet (no {ckpt_root / 'LAST'}); train first")
+        path = ckpt_root / name
+    else:
+        path = ckpt_root / which if (ckpt_root / which).is_dir() else Path(which)
+    if not path.is_dir():
+        raise CheckpointError(
+            f"checkpoint {path} is missing; use best, last or one of: "
+            + ", ".join(sorted(p.name for p in ckpt_root.glob("step-*")))
+        )
+    return path
+
+
+def verify_checkpoint(path: Path) -> dict[str, Any]:
+    """Check the manifest's sha256 of every file; raise CheckpointError naming the file otherwise.
+
+    The manifest must be a JSON object whose ``files`` map names inside ``path`` (:func:`member_path`)
+    to sha256 digests, ``model.safetensors`` among them. Returns the manifest."""
+    mpath = path / MANIFEST
+    corrupt = f"{mpath} is corrupt: not a checkpoint manifest"
+    manifest = read_json(mpath, MAX_MANIFEST_BYTES, f"{mpath} is missing: the checkpoint is incomplete", corrupt)
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(d, str) for d in files.values()):
+        raise CheckpointError(corrupt)
+    if WEIGHTS not in files:
+        raise CheckpointError(f"{mpath} does not list {WEIGHTS}: the checkpoint is incomplete or was changed")
+    paths = {fname: member_path(path, fname, mpath) for fname in files}  # every name checked before any read
+    for fname, digest in files.items():
+        fpath = paths[fname]
+        if not fpath.is_file():
+            raise CheckpointError(f"{fpath} is missing from the checkpoint")
+        if sha256_file(fpath) != digest:
+            raise CheckpointError(
+                f"{fpath} does not match its sha256 in {MANIFEST}: the file is corrupt or was changed"
+            )
+    if path.parent.name == "checkpoints" and (path.parent.parent / CONFIG).is_file():
+        check_run_matches(path, manifest, path.parent.parent)
+    return manifest
+
+
+def check_safetensors_header(wpath: Path) -> None:
+    """Refuse a safetensors header that names a tensor twice (the library silently keeps the last one)."""
+    try:
+        with open(wpath, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise CheckpointError(
+                    f"{wpath} is not a valid safetensors file (shorter than its 8-byte header "
+                    "length); it was not loaded"
+                )
+            (n,) = struct.unpack("<Q", head)
+            size = os.fstat(f.fileno()).st_size
+            if n > min(size - 8, 100 * 2**20):
+                raise CheckpointError(
+                    f"{wpath} is not a valid safetensors file (its header claims {n} bytes, "
+                    f"the file has {size}); it was not loaded"
+                )
+            raw = f.read(n)
+    except OSError as e:
+        raise CheckpointError(f"{wpath} cannot be read: {e.strerror or e}") from None
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in seen:
+                raise CheckpointError(
+                    f"{wpath} is not a valid safetensors file (its header names the tensor "
+                    f"{k!r} twice); it was not loaded"
+                )
+            seen[k] = v
+        return seen
+
+    try:
+        json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates)
+    except (UnicodeDecodeError, ValueError):
+        raise CheckpointError(
+            f"{wpath} is not a valid safetensors file (its header is not JSON); it was not loaded"
+        ) from None
+
+
+def load_weights(path: Path, model: nn.Module, verify: bool = True) -> None:
+    """Load ``model.safetensors`` into ``model`` (strict: names and shapes must match)."""
+    if verify:
+        verify_checkpoint(path)
+    wpath = path / WEIGHTS
+    check_safetensors_header(wpath)
+    try:
+        tensors = load_file(str(wpath))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CheckpointError(
+            f"{wpath} is not a valid safetensors file ({reason}); it was not loaded"
+        ) from None
+    module = getattr(model, "module", model)
+    own = module.state_dict()
+    missing = sorted(set(own) - set(tensors))
+    unexpected = sorted(set(tensors) - set(own))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{wpath} does not fit this model: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
+    for k, v in tensors.items():
+        if tuple(v.shape) != tuple(own[k].shape):
+            raise CheckpointError(
+                f"{wpath}: tensor {k} has shape {tuple(v.shape)}, the model expects "
+                f"{tuple(own[k].shape)} (config or vocabulary mismatch)"
+            )
+    module.load_state_dict(tensors, strict=True)
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    spath = path / STATE
+    if not spath.is_file():
+        raise CheckpointError(f"{spath} is missing: this checkpoint cannot resume training")
+    try:
+        return torch.load(spath, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - pickle refusals come as several exception types
+        reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise CheckpointError(f"{spath} was refused: {reason}") from None
+

@@ -1,0 +1,134 @@
+"""`attnlab compare`: every score on the same sentences, one unit (words), refusal to mix splits."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from attnlab.analysis.diagnose import compare as Cm
+from attnlab.cli import main
+from attnlab.errors import AttnlabError
+from attnlab.evaluation.evaluate import evaluate_split
+from attnlab.translator import Translator
+from tests.conftest import tiny_config
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_runs_without_reports_are_scored_now_on_the_same_sentences(tiny_runs, tmp_path, capsys):
+    a, b = tiny_runs("transformer"), tiny_runs("bahdanau")
+    out = tmp_path / "cmp"
+    assert main(["compare", str(a), str(b), "--sentences", "10", "--save-dir", str(out), "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert "compare" not in captured.err  # --quiet: no progress bar
+    data = json.loads((out / "compare.json").read_text())
+    assert data["length_unit"] == "words" and data["scored_on"].startswith("the same 10 validation sentences")
+    runs = data["runs"]
+    assert [r["kind"] for r in runs] == ["transformer", "bahdanau"]
+    for r, run in zip(runs, (a, b)):
+        model = Translator.from_run(run).model
+        assert r["parameters"] == sum(p.numel() for p in model.parameters())
+        assert sum(row["sentences"] for row in r["by_length"]) == 10  # every run, all 10 sentences
+        assert 0 < r["words_per_token"] <= 1 and r["train_words_per_s"] > 0
+    md = (out / "compare.md").read_text()
+    assert "the same 10 validation sentences" in md and "BLEU by source length (words)" in md
+    assert "tokens" not in md.replace("words per token", "")  # one unit throughout
+    assert "| i'm home . | je suis chez moi . |" in md
+
+
+def test_compare_scores_what_evaluate_scores(tiny_runs):
+    # the BLEU compare measures on its sample equals `evaluate` on the same validation sentences
+    run = tiny_runs("transformer")
+    tr = Translator.from_run(run)
+    from attnlab.data import corpus
+
+    split = corpus.prepare(tr.cfg.data, tokenizers=(tr.src_tok, tr.tgt_tok)).splits["valid"]
+    n = len(split.unique_sources())  # the whole validation split (the sample would go on into test)
+    expect = evaluate_split(tr, split, beam_size=1, max_sentences=n)
+    sample = Cm.common_sample(tr, n)
+    assert sample.sources == expect["sources"]  # the same sentences...
+    assert tr.translate(sample.sources, beam_size=1) == expect["hypotheses"]  # ...the same translations
+    got = Cm.summarise_run(run, tr, sample, None)
+    assert got.chrf == pytest.approx(expect["chrf"]) and got.bleu == pytest.approx(expect["bleu"])
+    assert got.by_length == expect["by_length"]
+
+
+def test_one_report_missing_means_no_report_is_used(tiny_runs, tmp_path, capsys):
+    a = _copy(tiny_runs("transformer"), tmp_path / "a")
+    b = tiny_runs("bahdanau")
+    assert main(["evaluate", str(a), "--split", "test", "--beam", "1", "--quiet"]) == 0
+    capsys.readouterr()
+    c = Cm.compare_runs([a, b], bleu_sentences=8)
+    assert c.scored_on.startswith("the same 8 validation sentences")
+    assert c.why == "bahdanau has no eval-test.json"
+    assert all(sum(row["sentences"] for row in r.by_length) == 8 for r in c.runs)
+    # both evaluated on the same test split with the same beam: the reports are used
+    b2 = _copy(b, tmp_path / "b")
+    assert main(["evaluate", str(b2), "--split", "test", "--beam", "1", "--quiet"]) == 0
+    capsys.readouterr()
+    c = Cm.compare_runs([a, b2], bleu_sentences=8)
+    report = json.loads((a / "eval-test.json").read_text())
+    assert c.why == "" and c.scored_on.startswith(f"the test split: {report['sentences']} sentences, beam 1")
+    assert c.runs[0].bleu == report["bleu"]
+    # a report of other weights is not used
+    (b2 / "eval-test.json").write_text(
+        json.dumps(
+            {**json.loads((b2 / "eval-test.json").read_text()), "checkpoint": {"weights_sha256": "0" * 64}}
+        )
+    )
+    c = Cm.compare_runs([a, b2], bleu_sentences=8)
+    assert "scored other weights" in c.why and c.scored_on.startswith("the same 8")
+
+
+def test_runs_split_differently_are_refused(tiny_runs, tmp_path, capsys):
+    a = tiny_runs("transformer")
+    b = _copy(tiny_runs("bahdanau"), tmp_path / "b")
+    cfg = (b / "config.toml").read_text()
+    assert "valid_frac = 0.02" in cfg
+    (b / "config.toml").write_text(cfg.replace("valid_frac = 0.02", "valid_frac = 0.05"))
+    with pytest.raises(AttnlabError, match="split the data differently .*data.valid_frac = 0.02 vs 0.05"):
+        Cm.compare_runs([a, b], bleu_sentences=4)
+    assert main(["compare", str(a), str(b), "--quiet"]) == 2
+    assert "split the data differently" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def two_directions(tmp_path_factory):
+    """Tiny fra-eng runs of both directions, on a fra.txt of number pairs (no real corpus needed)."""
+    from attnlab.data import corpus
+    from attnlab.training.loop import train
+
+    root = tmp_path_factory.mktemp("directions")
+    fra = root / "fra.txt"
+    fra.write_text("".join(f"{e}\t{f}\tCC-BY 2.0\n" for e, f in corpus.numbers_pairs(400, seed=1)), encoding="utf-8")
+    for direction in ("en-fr", "fr-en"):
+        cfg = tiny_config("transformer", "train.max_steps=8", "data.dataset=fra-eng", f"data.data_path={fra}",
+                          f"data.direction={direction}", "data.min_freq=1")
+        train(cfg, root / direction, progress=False)
+    return root / "en-fr", root / "fr-en"
+
+
+def test_runs_of_other_directions_are_refused(two_directions, tmp_path, capsys):
+    """An fr→en run beside an en→fr one was fed the first run's French and scored against its English."""
+    en_fr, fr_en = two_directions
+    with pytest.raises(AttnlabError, match="en-fr translates en→fr and fr-en fr→en"):
+        Cm.compare_runs([en_fr, fr_en], bleu_sentences=4)
+    assert main(["compare", str(fr_en), str(en_fr), "--quiet", "--save-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "compare runs of one data.direction" in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_progress_bar_and_argument_errors(tiny_runs, tmp_path, capsys):
+    a, b = tiny_runs("transformer"), tiny_runs("bahdanau")
+    assert main(["compare", str(a), str(b), "--sentences", "4", "--save-dir", str(tmp_path)]) == 0
+    assert "compare" in capsys.readouterr().err  # tqdm's bar, on stderr
+    assert main(["compare", str(a)]) == 2
+    assert "at least two" in capsys.readouterr().err
+    with pytest.raises(AttnlabError, match="must be at least 1"):
+        Cm.compare_runs([a, b], bleu_sentences=0)

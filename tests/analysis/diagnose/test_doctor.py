@@ -1,0 +1,324 @@
+"""`attnlab doctor` (notes §10): each rule on synthetic curves whose shape is known.
+
+The same rules on real fra-eng runs with the bad settings are in test_doctor_real_runs.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from attnlab.analysis.diagnose import doctor as D
+from attnlab.cli import main
+
+V = 100  # target vocabulary: ln V = 4.6 is the uniform-guess loss
+LN_V = math.log(V)
+
+
+def curve(losses, every=25, start=25):
+    return [{"event": "train", "step": start + every * i, "loss": x} for i, x in enumerate(losses)]
+
+
+def healthy_losses(n=20, start=LN_V, floor=0.35):
+    """A fast drop from ``start``, then flattening at ``floor × start`` (what a working lr draws)."""
+    return [start * (floor + (1 - floor) * math.exp(-i / 3)) for i in range(n)]
+
+
+def validations(losses, bleus=None, every=125):
+    bleus = bleus or [20.0] * len(losses)
+    return [
+        {"event": "valid", "step": every * (i + 1), "valid_loss": x, "valid_bleu": b}
+        for i, (x, b) in enumerate(zip(losses, bleus))
+    ]
+
+
+CONVERGED = validations([2.2, 1.9, 1.80, 1.79], [20.0, 24.0, 25.0, 25.3])  # flat at the end
+
+
+def detected(report):
+    return {f.symptom for f in report.detected}
+
+
+# ------------------------------------------------------------------------------------------- healthy
+
+
+def test_converged_curve_with_enough_evidence_is_healthy():
+    r = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, lr=1e-3)
+    assert r.healthy and not r.missing, D.format_report(r)
+    assert "verdict: healthy" in D.format_report(r)
+
+
+def test_too_little_evidence_is_never_healthy():
+    # the issue's case: a 27-step run at BLEU 0.7, one log event, one validation
+    r = D.diagnose_curves(curve([5.1], start=27), validations([4.9], [0.7], every=27), V, lr=1e-3)
+    assert not r.detected and not r.healthy
+    text = " ".join(r.missing)
+    assert "only 27 updates" in text and "only 1 logged training losses" in text
+    assert "only 1 validation(s)" in text
+    assert "BLEU 0.7 is too low to call" in text
+    assert r.verdict().startswith("not enough evidence")
+    # a healthy-looking curve whose model does not translate yet: still not "healthy"
+    r = D.diagnose_curves(curve(healthy_losses()), validations([2.2, 1.9, 1.8, 1.79], [1, 2, 2.5, 2.6]), V)
+    assert not r.detected and not r.healthy and "too low to call" in r.verdict()
+
+
+# --------------------------------------------------------------------------------------- lr too high
+
+
+def test_untrained_first_loss_above_uniform_does_not_fire():
+    # large initial logits: the untrained model scores 3 × ln V, then falls as a working lr does
+    losses = healthy_losses(start=3 * LN_V, floor=0.12)
+    r = D.diagnose_curves(curve(losses), CONVERGED, V, lr=1e-3)
+    assert losses[0] > D.UNIFORM_FACTOR * LN_V
+    assert not r.finding("lr_too_high").detected, D.format_report(r)
+
+
+def test_rise_above_best_is_lr_too_high():
+    losses = healthy_losses()
+    losses[10:] = [x + 1.5 for x in losses[10:]]  # climbs back 1.5 nats = 33 % of L0 and stays
+    f = D.diagnose_curves(curve(losses), [], V, lr=1e-2).finding("lr_too_high")
+    assert f.detected and f.numbers["max_rise_share"] > D.RISE_SHARE
+    assert f.suggestion.startswith("train.lr=0.00333")  # ÷3: it never got worse than where it started
+
+
+def test_divergence_above_the_start_is_lr_too_high_and_divides_by_ten():
+    losses = [LN_V, 3.0, 2.5, 9.0, 40.0, 120.0, 80.0, 60.0, 30.0, 20.0]
+    f = D.diagnose_curves(curve(losses), [], V, lr=1.0).finding("lr_too_high")
+    assert f.detected and f.suggestion.startswith("train.lr=0.1 ")
+    assert any("confidently wrong" in e for e in f.evidence)
+
+
+def test_oscillation_is_lr_too_high():
+    losses = [3.0 + (0.6 if i % 2 else -0.6) for i in range(20)]  # zig-zag around 3, no trend
+    f = D.diagnose_curves(curve(losses), [], V, lr=1e-3).finding("lr_too_high")
+    assert f.detected and f.numbers["oscillation_share"] > D.OSCILLATION_SHARE
+
+
+def test_batch_noise_of_a_good_run_is_not_oscillation():
+    # ±0.15 nats of length-bucket noise on a falling curve, every event (the 15-minute preset run's
+    # consecutive losses differ by 0.18 nats (std), 2 % of its start; lr=1.0: 82 %)
+    losses = [x + (0.15 if i % 2 else -0.15) for i, x in enumerate(healthy_losses(30, start=8.0, floor=0.2))]
+    r = D.diagnose_curves(curve(losses), CONVERGED, 3000, lr=1e-3)
+    assert not r.finding("lr_too_high").detected, D.format_report(r)
+
+
+def test_nonfinite_loss_is_lr_too_high():
+    losses = healthy_losses()
+    losses[5] = float("nan")
+    f = D.diagnose_curves(curve(losses), [], V).finding("lr_too_high")
+    assert f.detected and f.numbers["nonfinite_events"] == 1
+
+
+# ---------------------------------------------------------------------------------------- lr too low
+
+
+def test_slow_steady_fall_is_lr_too_low_and_raises_it():
+    # the sweep's lr=1e-5 trial: 8.67 → 8.06, a straight slow fall (V = 8000 BPE)
+    losses = [8.67 - 0.61 * i / 15 for i in range(16)]
+    valid = validations([8.6, 8.4, 8.3, 8.1], [0.0] * 4)
+    r = D.diagnose_curves(curve(losses), valid, 8000, lr=1e-5)
+    assert "lr_too_low" in detected(r) and "lr_too_high" not in detected(r)
+    assert r.finding("lr_too_low").suggestion.startswith("train.lr=0.0001 ")  # up, never "lower it further"
+    assert r.verdict() == "lr too low"  # still improving and no attention: consequences, not counted
+    assert r.finding("undertrained").caused_by == "lr_too_low"
+
+
+def test_a_flat_curve_is_not_a_slow_fall():
+    f = D.diagnose_curves(curve([4.6] * 20), [], V, lr=1e-4).finding("lr_too_low")
+    assert not f.detected  # raising the lr is not what a flat curve supports
+
+
+def test_too_few_updates_is_not_judged_slow():
+    losses = [8.6 - 0.01 * i for i in range(8)]  # 8 events, 200 updates needed: here 25..200
+    f = D.diagnose_curves(curve(losses, every=20, start=20), [], 8000, lr=1e-5).finding("lr_too_low")
+    assert not f.detected and not f.checked
+
+
+# -------------------------------------------------------------------------------------- undertrained
+
+
+def test_still_improving_is_undertrained_with_the_budget_in_the_advice():
+    valid = validations([2.54, 1.79, 1.55, 1.44], [13.6, 30.2, 41.4, 45.6])  # the 15-minute run
+    r = D.diagnose_curves(curve(healthy_losses()), valid, V, lr=1e-3, budget={"max_minutes": 15.0})
+    f = r.finding("undertrained")
+    assert f.detected and "--max-minutes 30" in f.suggestion
+    assert r.verdict().startswith("undertrained: no wrong setting seen; train longer")
+    open_ended = D.diagnose_curves(curve(healthy_losses()), valid, V, budget={}).finding("undertrained")
+    assert "use the budget schedule" in open_ended.suggestion
+
+
+def test_undertrained_early_run_does_not_clear_the_settings():
+    valid = validations([4.0, 3.0], [1.0, 3.0])  # improving, but BLEU 3: too early
+    r = D.diagnose_curves(curve(healthy_losses()), valid, V, budget={"max_minutes": 1.0})
+    assert detected(r) == {"undertrained"} and "too early to judge the settings" in r.verdict()
+
+
+def test_converged_validations_are_not_undertrained():
+    f = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V).finding("undertrained")
+    assert f.checked and not f.detected
+
+
+# --------------------------------------------------------------------------------------- overfitting
+
+
+def test_valid_rising_while_train_falls_is_overfitting():
+    train = curve([3.0 - 0.1 * i for i in range(20)])
+    valid = validations([2.9, 2.6, 2.8, 3.1])
+    f = D.diagnose_curves(train, valid, V).finding("overfitting")
+    assert f.detected and f.numbers["valid_loss_min_step"] == 250
+    assert "best" in f.suggestion
+
+
+def test_valid_rising_with_train_rising_is_not_overfitting():
+    train = curve([3.0 - 0.1 * i for i in range(10)] + [2.1 + 0.1 * i for i in range(10)])
+    f = D.diagnose_curves(train, validations([2.9, 2.6, 2.8, 3.1]), V).finding("overfitting")
+    assert not f.detected
+
+
+def test_a_gap_alone_is_not_overfitting():
+    train = curve([2.0 - 0.05 * i for i in range(20)])  # ends at 1.05
+    f = D.diagnose_curves(train, validations([3.0, 2.8, 2.6, 2.5]), V).finding("overfitting")
+    assert not f.detected  # the validation loss still falls: no sign yet that more training hurts
+
+
+# ------------------------------------------------------------------------------------------ num_steps
+
+
+def _stats(pairs, cut, test_cut=0, num_steps=32):
+    return {
+        "num_steps": num_steps,
+        "splits": {
+            "train": {"pairs": pairs, "truncated": cut},
+            "test": {"pairs": 5000, "truncated": test_cut},
+        },
+        "length_histogram": {"src": [0] + [50] * 15, "tgt": [0] + [40] * 20},
+    }
+
+
+LONG_POOR = {
+    "split": "test",
+    "by_length": [
+        {"bucket": "1-4", "lo": 1, "hi": 4, "sentences": 300, "bleu": 43.0},
+        {"bucket": "5-8", "lo": 5, "hi": 8, "sentences": 2280, "bleu": 44.1},
+        {"bucket": "17+", "lo": 17, "hi": 10**9, "sentences": 34, "bleu": 14.3},
+    ],
+}
+
+
+def test_a_few_cut_pairs_and_harder_long_sentences_are_not_num_steps():
+    # the issue's 12-minute run: 71 of 158,924 pairs cut, 2 test pairs, 17+ bucket at a third of the best
+    r = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, _stats(158_924, 71, 2), LONG_POOR)
+    assert not r.finding("num_steps_too_small").detected
+    assert any("harder, not truncated" in n for n in r.notes)
+
+
+def test_a_material_share_of_cut_pairs_is_num_steps():
+    f = D.diagnose_curves(curve(healthy_losses()), [], V, _stats(1000, 80, num_steps=10)).finding(
+        "num_steps_too_small"
+    )
+    assert f.detected and f.suggestion.startswith("data.num_steps=21")  # 99 % of 20-token targets + <eos>
+    assert D.suggest_num_steps([0, 10, 10]) == 3
+
+
+def test_poor_long_sentences_that_were_cut_are_num_steps():
+    f = D.diagnose_curves(curve(healthy_losses()), [], V, _stats(100_000, 500, 30), LONG_POOR).finding(
+        "num_steps_too_small"
+    )
+    assert f.detected and f.numbers["long_cut_share"] >= D.LONG_CUT_SHARE  # 30 of 34 long sentences
+
+
+def test_small_buckets_are_ignored():
+    ev = {
+        "by_length": [
+            LONG_POOR["by_length"][0],
+            {"bucket": "17+", "lo": 17, "hi": 10**9, "sentences": 3, "bleu": 0},
+        ]
+    }
+    f = D.diagnose_curves(curve(healthy_losses()), [], V, _stats(1000, 0, 3), ev).finding(
+        "num_steps_too_small"
+    )
+    assert not f.detected and "longest_bucket" not in f.numbers
+
+
+# ------------------------------------------------------------------------------------------ attention
+
+
+def test_attention_shape_measures():
+    uniform = [[0.25] * 4 for _ in range(3)]
+    ent, tv = D.attention_shape(uniform)
+    assert ent == pytest.approx(1.0) and tv == pytest.approx(0.0)
+    diagonal = [[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]]  # masked/zero keys do not count as allowed
+    assert D.attention_shape(diagonal) == (None, pytest.approx(1.0))
+    causal = [[1.0, 0.0], [0.5, 0.5]]  # row 1 may attend 1 key, row 2 two keys, uniformly
+    assert D.attention_shape(causal)[0] == pytest.approx(1.0)
+
+
+def _probes(rows_last, rows_first=None):
+    rows_first = rows_first or [[1 / 3] * 3 for _ in rows_last]
+    rec = lambda step, rows: {"step": step, "src_tokens": ["a", "b", "<eos>"], "attention": {"cross": [rows]}}  # noqa: E731
+    return {"sentences": [{"sentence": "a b", "steps": [rec(0, rows_first), rec(500, rows_last)]}]}
+
+
+def test_the_same_row_at_every_step_is_attention_not_formed():
+    same = [[0.2, 0.44, 0.36]] * 4  # peaked enough, but it never moves (the Bahdanau symptom)
+    f = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=_probes(same)).finding(
+        "attention_not_formed"
+    )
+    assert f.detected and "step 0" in f.evidence[1]
+
+
+def test_near_uniform_rows_are_attention_not_formed_and_moving_rows_are_formed():
+    flat = [[0.32, 0.34, 0.34], [0.35, 0.33, 0.32], [0.33, 0.32, 0.35]]
+    r = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=_probes(flat))
+    assert r.finding("attention_not_formed").detected and not r.healthy
+    moving = [[0.9, 0.05, 0.05], [0.1, 0.8, 0.1], [0.05, 0.05, 0.9]]
+    r = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=_probes(moving))
+    assert not r.finding("attention_not_formed").detected and r.healthy
+
+
+def test_the_doctor_and_the_attention_note_use_one_bar():
+    """Rows that move by 0.15 a step (the 320-update Bahdanau demo measured 0.14): `attnlab attention`'s
+    note says attention has not formed, and so must the doctor (it once used 0.1 where the note used 0.2)."""
+    import torch
+
+    from attnlab.evaluation.alignment import attention_movement, formation_note
+
+    rows = [[0.7, 0.2, 0.1], [0.55, 0.35, 0.1], [0.4, 0.5, 0.1]]
+    assert attention_movement(torch.tensor(rows)) == pytest.approx(0.15)
+    assert formation_note(torch.tensor(rows)) is not None
+    f = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=_probes(rows)).finding(
+        "attention_not_formed"
+    )
+    assert f.detected and f.numbers["layers"][0]["tv"] == pytest.approx(0.15)
+
+
+def test_no_probes_is_a_note_not_a_verdict():
+    r = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V)
+    assert not r.finding("attention_not_formed").checked and any("probes" in n for n in r.notes)
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+
+
+def test_unreadable_run_exits_2(tmp_path, capsys):
+    assert main(["doctor", str(tmp_path / "missing")]) == 2
+    assert "error:" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["doctor", str(tmp_path / "empty")]) == 2
+    assert "no config.toml" in capsys.readouterr().err
+
+
+def test_json_carries_the_verdict_and_missing_evidence(tmp_path, capsys):
+    from attnlab import config as C
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text(C.dumps_toml(C.preset("transformer")))
+    lines = curve([5.1]) + validations([4.9], [0.7])
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert main(["doctor", str(run), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["healthy"] is False and out["verdict"].startswith("not enough evidence")
+    assert any("too low to call" in m for m in out["missing_evidence"])

@@ -1,0 +1,80 @@
+"""The doctor's verdicts on real fra-eng runs, one bad setting each (fixtures/doctor/README.md).
+
+No training here: the folders hold what those runs wrote (config, meta, metrics, probes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from attnlab.analysis.diagnose import doctor as D
+from attnlab.cli import main
+
+RUNS = Path(__file__).parent / "fixtures" / "doctor"
+
+
+def verdict(name):
+    report = D.diagnose(RUNS / name)
+    return report, {f.symptom for f in report.detected}
+
+
+def test_lr_1e_5_is_too_low_and_raised_not_lowered():
+    report, seen = verdict("lr1e-5")
+    assert seen == {"lr_too_low"}, D.format_report(report)
+    f = report.finding("lr_too_low")
+    assert f.suggestion.startswith("train.lr=0.0001 ")  # ×10, not the old "lower it to 3.3e-6"
+    assert f.numbers["fall_share"] < D.SLOW_FALL_SHARE
+    # unfinished and no attention yet: consequences of the lr, shown but not counted
+    assert report.finding("undertrained").caused_by == "lr_too_low"
+    assert report.finding("attention_not_formed").caused_by == "lr_too_low"
+    assert not report.healthy and any("too low to call" in m for m in report.missing)
+
+
+def test_lr_1_is_too_high():
+    report, seen = verdict("lr1.0")
+    assert seen == {"lr_too_high"}, D.format_report(report)
+    f = report.finding("lr_too_high")
+    assert f.suggestion.startswith("train.lr=0.1 ")  # worse than the start: ÷10
+    assert f.numbers["max_rise_share"] > D.RISE_SHARE and f.numbers["oscillation_share"] > D.OSCILLATION_SHARE
+
+
+def test_one_minute_budget_is_undertrained_only():
+    report, seen = verdict("budget1min")
+    assert seen == {"undertrained"}, D.format_report(report)
+    assert "--max-minutes 2" in report.finding("undertrained").suggestion
+    assert report.verdict().startswith("undertrained: no wrong setting seen")
+    assert not report.finding("attention_not_formed").detected  # it formed within the minute
+
+
+def test_num_steps_6_is_truncation():
+    report, seen = verdict("numsteps6")
+    assert "num_steps_too_small" in seen and seen <= {"num_steps_too_small", "undertrained"}
+    f = report.finding("num_steps_too_small")
+    assert f.numbers["truncated_share"] > D.TRUNCATED_SHARE and f.suggestion.startswith("data.num_steps=")
+    assert int(f.suggestion.split("=")[1].split()[0]) > 6
+
+
+def test_good_15_minute_run_has_no_wrong_setting():
+    # 1,618 updates, BLEU 45.6, still improving at the end: "train longer", nothing else;
+    # 71 of 158,924 pairs cut and a weak 17+ bucket are a note, not "num_steps too small".
+    report, seen = verdict("transformer-15min")
+    assert seen == {"undertrained"}, D.format_report(report)
+    assert not report.missing
+    assert any("harder, not truncated" in n for n in report.notes)
+
+
+@pytest.mark.parametrize("name", ["lr1e-5", "lr1.0", "budget1min", "numsteps6", "transformer-15min"])
+def test_cli_prints_one_verdict(name, capsys):
+    assert main(["doctor", str(RUNS / name)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("verdict: ") == 1 and "verdict: healthy" not in out
+
+
+def test_sweep_trial_gets_the_doctors_verdict():
+    from attnlab.analysis.experiments.sweep import _doctor
+
+    assert _doctor(RUNS / "lr1e-5").startswith("lr too low → train.lr=0.0001")
+    assert _doctor(RUNS / "lr1.0").startswith("lr too high → train.lr=0.1")
+    assert _doctor(RUNS / "missing") == ""

@@ -1,0 +1,94 @@
+"""explain on the GRU models (notes §1–3, §6–7): the gates per unit and step, the gates heatmap, Bahdanau's
+context vectors c_t' = Σ α h_t, and the "not formed" note — checked against the trained model itself."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from attnlab import cli
+from attnlab.analysis.explain.sentence import explain, gate_tracks, gates_figure, scratch_gru_copy
+from attnlab.data.batching import collate
+from attnlab.evaluation.alignment import attention_movement
+from attnlab.translator import Translator, decode_many, teacher_forced, token_labels
+from tests.conftest import tiny_config
+
+
+def _tracks(tr: Translator, sentence: str):
+    """Gate tracks of ``sentence`` decoded greedily by the recording copy, and the ids it decoded."""
+    model = scratch_gru_copy(tr)
+    ids, _ = tr.encode_source(sentence)
+    hyp = decode_many(model, [ids], tr.cfg.decode, tr.device, beam_size=1)[0][0]
+    inputs = token_labels(tr.tgt_tok, [2, *hyp.tokens], eos=False)[: len(hyp.tokens) + int(hyp.finished)]
+    return gate_tracks(model, tr.cfg.model.bidirectional, token_labels(tr.src_tok, ids), inputs), ids, hyp
+
+
+@pytest.mark.parametrize("kind", ["bahdanau", "seq2seq"])
+def test_gate_tracks_are_the_trained_models_own_states(tiny_runs, kind):
+    tr = Translator.from_run(tiny_runs(kind), which="last")
+    tracks, ids, hyp = _tracks(tr, "twenty one")
+    enc, dec = tracks["encoder"], tracks["decoder"]
+    D = tr.cfg.model.num_hiddens
+    assert enc.z.shape == (D, len(ids) + 1) and dec.z.shape[0] == D
+    # The encoder's h_t are nn.GRU's outputs (the trained model, not the scratch copy) ...
+    src = torch.tensor([ids + [3]])
+    with torch.inference_mode():
+        outputs, _ = tr.model.encoder(src, torch.tensor([len(ids) + 1]))
+    torch.testing.assert_close(enc.h, outputs[0].T, atol=1e-5, rtol=1e-5)
+    # ... and the decoder's h_t are the states the teacher-forced pass over the same output computes.
+    fwd = teacher_forced(tr.model, collate([ids], [list(hyp.tokens)], [0]), tr.device, need_weights=False)
+    n = dec.h.shape[1]
+    torch.testing.assert_close(dec.h, fwd.hidden[0, :n].T, atol=1e-5, rtol=1e-5)
+    # §7: every gate in (0, 1), candidate and state in (−1, 1), h_t = z ⊙ h_t−1 + (1 − z) ⊙ h̃_t
+    assert ((enc.z > 0) & (enc.z < 1)).all() and ((dec.r > 0) & (dec.r < 1)).all()
+    assert (dec.h_tilde.abs() < 1).all() and (enc.h.abs() < 1).all()
+    h_prev = torch.cat([torch.zeros(D, 1), enc.h[:, :-1]], dim=1)
+    torch.testing.assert_close(enc.z * h_prev + (1 - enc.z) * enc.h_tilde, enc.h, atol=1e-6, rtol=1e-6)
+
+
+def test_gates_figure_draws_every_gate_of_both_grus(tiny_runs):
+    tr = Translator.from_run(tiny_runs("bahdanau"), which="last")
+    tracks, _, _ = _tracks(tr, "twenty one")
+    fig = gates_figure(tracks)
+    images = [ax.images[0] for ax in fig.axes if ax.images]
+    assert len(images) == 8  # (encoder, decoder) × (z, r, h̃, h)
+    torch.testing.assert_close(torch.as_tensor(images[0].get_array()), tracks["encoder"].z, check_dtype=False)
+    assert [im.get_clim() for im in images[:4]] == [(0.0, 1.0), (0.0, 1.0), (-1.0, 1.0), (-1.0, 1.0)]
+
+
+def test_explain_shows_units_context_vectors_and_writes_gates_png(tiny_runs, tmp_path):
+    tr = Translator.from_run(tiny_runs("bahdanau"), which="last")
+    text = explain(tr, "twenty one", figures_dir=tmp_path)
+    png = tmp_path / "gates.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and str(png) in text
+    assert "r_t ⊙ (W_hh h_t−1 + b_hh)" in text and "W_hh (r_t ⊙ h_t−1)" in text  # both placements named
+    rows = re.findall(r"step +\d+ +\S+: z \[([^\]]*)\]  r \[[^\]]*\]  h̃ \[[^\]]*\]  h \[[^\]]*\]", text)
+    assert rows and all(len(r.split()) == 3 for r in rows)  # three units per step
+    contexts = re.findall(r"context c_(\d+) = \[.*\] \((\d+) dims\), ‖c‖ = ([0-9.]+)", text)
+    steps = re.findall(r"^  step (\d+): input", text, flags=re.M)
+    assert len(contexts) == len(steps) >= 1 and all(int(d) == tr.cfg.model.num_hiddens for _, d, _ in contexts)
+    gap = float(re.search(r"own output: max \|Δ\| = ([0-9.e+-]+)", text).group(1))
+    assert gap < 1e-5  # Σ α h_t from the shown weights is what the attention module returned
+    move = float(re.search(r"between consecutive steps = ([0-9.]+)", text).group(1))
+    result = tr.attention("twenty one")
+    actual = attention_movement(result.attention["cross"][0, 0])
+    assert move <= actual + 1e-9 < move + 0.01  # printed cut to two decimals, never rounded up to the bar
+
+
+def test_seq2seq_explain_has_gates_but_no_context_vectors(tiny_runs):
+    text = explain(Translator.from_run(tiny_runs("seq2seq"), which="last"), "twenty one")
+    assert "GRU gates" in text and "context c_" not in text and "attention movement" not in text
+
+
+def test_an_untrained_bahdanau_says_attention_has_not_formed(tmp_path, capsys):
+    from attnlab.training.loop import train
+
+    run = tmp_path / "untrained"
+    train(tiny_config("bahdanau", "train.max_steps=1"), run, progress=False)
+    assert cli.main(["attention", str(run), "twenty one", "--formats", "png", "--out", str(tmp_path / "f")]) == 0
+    assert "cross-attention has not formed" in capsys.readouterr().out
+    assert cli.main(["explain", str(run), "twenty one"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("has not formed") == 1 and (run / "figures" / "gates.png").is_file()

@@ -1,0 +1,117 @@
+"""`attnlab heads`: head importance by masking, with its noise (paired bootstrap over sentences)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab.analysis import heads as Hd
+from attnlab.cli import main
+from attnlab.data import corpus
+from attnlab.data.batching import collate
+from attnlab.evaluation.bleu import corpus_scores
+from attnlab.training.losses import sequence_loss
+from attnlab.translator import Translator
+
+HYPS = ["le chat est sur le tapis .", "il fait beau", "je suis chez moi .", "elle lit un livre ."]
+REFS = [
+    ["le chat est sur le tapis .", "un chat est là ."],
+    ["il fait beau ."],
+    ["je suis à la maison .", "je suis chez moi ."],
+    ["elle lit un roman ."],
+]
+
+
+def test_bleu_from_sentence_stats_is_sacrebleus_corpus_bleu():
+    stats = Hd.sentence_stats(HYPS, REFS)
+    assert Hd.bleu_from_stats(stats.sum(0)) == pytest.approx(corpus_scores(HYPS, REFS)["bleu"])
+    # a resample (sentence 2 twice, sentence 0 dropped) scored from counts == scored from the texts
+    scores = Hd.SampleScores(stats, np.ones(4), np.ones(4))
+    counts = np.array([[0.0, 1.0, 2.0, 1.0]])
+    picked = [1, 2, 2, 3]
+    expect = corpus_scores([HYPS[i] for i in picked], [REFS[i] for i in picked])["bleu"]
+    assert scores.bleu(counts)[0] == pytest.approx(expect)
+
+
+def test_bootstrap_counts_and_intervals():
+    counts = Hd.bootstrap_counts(7, resamples=50, seed=3)
+    assert counts.shape == (50, 7) and (counts.sum(1) == 7).all()
+    assert (counts == Hd.bootstrap_counts(7, resamples=50, seed=3)).all()  # reproducible
+    same = np.linspace(10, 20, 50)
+    assert Hd.paired_interval(same, same) == (0.0, 0.0)  # paired: identical systems differ by exactly 0
+    lo, hi = Hd.paired_interval(same + 1.0, same)
+    assert lo == pytest.approx(1.0) and hi == pytest.approx(1.0)
+
+
+def test_effect_follows_the_interval():
+    def head(lo, hi):
+        return Hd.HeadStats(
+            "cross", 0, 0, {"bleu_drop": (lo + hi) / 2, "bleu_drop_lo": lo, "bleu_drop_hi": hi}
+        )
+
+    assert head(0.5, 2.0).effect == "hurts"
+    assert head(-2.0, -0.1).effect == "helps"
+    assert head(-1.0, 1.5).effect == "noise"
+    assert Hd.HeadStats("cross", 0, 0, {"bleu_drop": math.nan}).effect == ""
+
+
+def _sample(tr, n=8):
+    prepared = corpus.prepare(tr.cfg.data, tokenizers=(tr.src_tok, tr.tgt_tok))
+    return Hd._sample(prepared, n)
+
+
+def test_sample_loss_is_the_training_loss(tiny_runs):
+    tr = Translator.from_run(tiny_runs("transformer"))
+    src, tgt, refs = _sample(tr)
+    scores = Hd.score_sample(tr.model.eval(), tr, src, tgt, refs)
+    with torch.inference_mode():
+        out = sequence_loss(tr.model, collate(src, tgt, list(range(len(src)))), 0.0)
+    assert scores.loss() == pytest.approx(float(out.nll_sum) / out.num_tokens, rel=1e-5)
+    assert scores.tokens.sum() == out.num_tokens and len(scores.hypotheses) == len(src)
+
+
+def test_silencing_a_head_that_does_nothing_is_within_the_noise(tiny_runs):
+    # zero head 0's columns of W_o in the cross-attention: silencing it then changes nothing at all
+    tr = Translator.from_run(tiny_runs("transformer"))
+    model = tr.model.eval()
+    mha = Hd.attention_modules(model)["cross"][0]
+    with torch.no_grad():
+        mha.out_proj.weight[:, : mha.head_size] = 0
+    sample = _sample(tr)
+    base = Hd.score_sample(model, tr, *sample)
+    counts = Hd.bootstrap_counts(len(sample[0]), resamples=200)
+    vals = Hd._importance(mha, 0, model, tr, sample, base, (counts, base.bleu(counts), base.loss(counts)))
+    assert vals["bleu_drop"] == 0 and (vals["bleu_drop_lo"], vals["bleu_drop_hi"]) == (0.0, 0.0)
+    assert abs(vals["loss_increase"]) < 1e-9
+    assert Hd.HeadStats("cross", 0, 0, vals).effect == "noise"
+
+
+def test_importance_intervals_and_progress_bar(tiny_runs, capsys):
+    report = Hd.analyse_heads(tiny_runs("transformer"), sentences=8, resamples=200, progress=True)
+    assert "heads (masking)" in capsys.readouterr().err  # tqdm's bar, on stderr
+    assert report.resamples == 200 and len(report.heads) == 6
+    for h in report.heads:
+        lo, hi = h.values["bleu_drop_lo"], h.values["bleu_drop_hi"]
+        assert lo <= hi and h.values["loss_increase_lo"] <= h.values["loss_increase_hi"]
+        assert h.effect == ("hurts" if lo > 0 else "helps" if hi < 0 else "noise")
+    table = Hd.format_table(report)
+    assert "paired bootstrap interval over the 8 sentences, 200 resamples" in table
+    assert Hd.analyse_heads(tiny_runs("transformer"), sentences=4, importance=False).resamples == 0
+    assert "heads (masking)" not in capsys.readouterr().err  # nothing to mask: no bar
+
+
+@pytest.mark.slow
+def test_heads_cli_reports_intervals_quietly(tiny_runs, tmp_path, capsys):
+    run = tiny_runs("transformer")
+    out = tmp_path / "heads"
+    assert main(["heads", str(run), "--sentences", "8", "--save-dir", str(out), "--quiet"]) == 0
+    assert "heads (masking)" not in capsys.readouterr().err  # --quiet: no bar
+    report = json.loads((out / "heads.json").read_text())
+    assert report["bootstrap"] == {"resamples": Hd.BOOTSTRAP_RESAMPLES, "confidence": Hd.CONFIDENCE}
+    assert all(h["effect"] in ("hurts", "helps", "noise") for h in report["heads"])
+    md = (out / "heads.md").read_text()
+    assert "paired bootstrap interval over the 8 sentences" in md and "[" in md
