@@ -73,6 +73,7 @@ from attnlab import config as C  # noqa: E402
 from attnlab import fast  # noqa: E402
 from attnlab.data import corpus  # noqa: E402
 from attnlab.data.batching import Batch, TokenBatchSampler, collate  # noqa: E402
+from attnlab.decoding import length_cap  # noqa: E402
 from attnlab.decoding.hypothesis import max_lengths  # noqa: E402
 from attnlab.device import autocast, pick_device  # noqa: E402
 from attnlab.errors import AttnlabError  # noqa: E402
@@ -80,7 +81,7 @@ from attnlab.models import build_model  # noqa: E402
 from attnlab.training.loop import make_optimizer  # noqa: E402
 from attnlab.training.losses import sequence_loss  # noqa: E402
 from attnlab.training.schedules import make_scheduler  # noqa: E402
-from attnlab.translator import _length_cap, decode_many  # noqa: E402
+from attnlab.translator import decode_many  # noqa: E402
 
 BATCH_TOKENS = 1100  # the "~1,100-token batches": batch_size * max(S, T) <= 1100 (--batch-tokens)
 
@@ -318,7 +319,7 @@ def race_decoding(
     chunk: int,
 ) -> dict:
     model.eval()
-    cap = _length_cap(model)
+    cap = length_cap(model)
     t_ours = t_ref = 0.0
     agree = 0
     for c, start in enumerate(range(0, len(src_ids), chunk)):

@@ -131,7 +131,7 @@ def test_attention_shows_itself_in_jupyter(tiny_runs):
 
 
 def test_seq2seq_attention_says_there_is_none(tiny_runs):
-    from attnlab.viz.attention import NoAttentionError
+    from attnlab.maps import NoAttentionError
 
     res = attnlab.load(tiny_runs("seq2seq"), device="cpu").attention("seven")
     assert res.kinds == []

@@ -151,7 +151,7 @@ def test_figures_fall_back_to_an_installed_cjk_font_and_keep_the_latin_one():
     import matplotlib
 
     from attnlab.viz import fonts
-    from attnlab.viz.curves import new_figure
+    from attnlab.viz.figure import new_figure
 
     before = list(matplotlib.rcParams["font.family"])
     fig = new_figure((2, 1))

@@ -20,7 +20,6 @@ from attnlab.runs.probes import read_probes
 from attnlab.training.sizing import family
 from attnlab.training.validation import record_probes
 from attnlab.translator import Translator, decode_many, teacher_forced, token_labels
-
 from tests.conftest import tiny_config
 
 ATTN_KINDS = ("transformer", "bahdanau", "decoder-only")

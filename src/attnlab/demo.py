@@ -30,7 +30,6 @@ from attnlab.models import traits
 from attnlab.training import sizing
 from attnlab.training.loop import train
 from attnlab.translator import Translator
-from attnlab.viz.attention import attention_maps, draw_maps, run_name
 
 MARKER = ".attnlab-demo"
 
@@ -187,11 +186,11 @@ def _show(kind: str, tr, dataset: str, out: Path, peak: float, minutes: float) -
             print(f"  not usable yet: give it more time (the machine measures {peak:.0f} GFLOP/s; "
                   f"`attnlab demo --max-minutes {max(2 * minutes, USABLE_COMPUTE / peak):.1f}`)")
         sentence = "i'm home ."
-    result = attention_maps(tr, sentence, extra_pad=0)
+    result = tr.attention(sentence)
     print(cross_attention_table(result))
     if "cross" in result.attention and (note := formation_note(_sharpest_layer(result.attention["cross"])[1])):
         print(f"  {note}")  # §1: a map that sits on one key at every step is a fixed context again
-    for p in draw_maps(result, out / kind / "attention", run_name(tr), formats=("png",)):
+    for p in result.save(out / kind / "attention", tr.name, formats=("png",)):
         print(f"  wrote {p}")
 
 

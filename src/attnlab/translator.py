@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +39,11 @@ from attnlab.data.corpus import Prepared, check_same_corpus, for_run, prepare, s
 from attnlab.data.vocab import BOS, EOS, PAD
 from attnlab.decoding import fill
 from attnlab.decoding.beam import beam_search
-from attnlab.decoding.greedy import greedy_search, max_lengths
+from attnlab.decoding.greedy import greedy_search
+from attnlab.decoding.hypothesis import length_cap, max_lengths
 from attnlab.device import pick_device
 from attnlab.errors import AttnlabError
+from attnlab.maps import AttentionResult
 from attnlab.models import ModelOutput, traits
 
 
@@ -76,7 +78,7 @@ def decode_many(
                 batch = collate([src_seqs[i] for i in idx], [[] for _ in idx], idx)
                 src = batch.src.to(device)
                 valid = batch.src_valid_lens.to(device)
-                cap = _length_cap(model, src.shape[1])
+                cap = length_cap(model, src.shape[1])
                 if max_len is not None:
                     cap = max(1, min(cap, int(max_len)))
                 limit = max_lengths(valid, dcfg.max_len_a, dcfg.max_len_b, cap=cap)
@@ -91,12 +93,6 @@ def decode_many(
     finally:
         model.train(was_training)
     return results
-
-
-def _length_cap(model: nn.Module, src_len: int = 0) -> int:
-    """Most output tokens the model's position table allows (a decoder-only model: after the source)."""
-    cfg = model.config
-    return traits(cfg).max_target_len(int(cfg.max_positions), src_len)
 
 
 def teacher_forced(
@@ -143,57 +139,6 @@ class Translation:
     truncated: bool = False
 
 
-@dataclass(repr=False)
-class AttentionResult:
-    """Everything needed to draw one sentence's attention maps (notes §23–25).
-
-    ``attention[kind]`` is ``(layers, heads, queries, keys)``; :meth:`labels` names its rows and
-    columns; :meth:`plot` draws it as a matplotlib ``Figure``. In Jupyter the result shows itself
-    (:meth:`_repr_html_`): the sentence, the translation and every kind, heads averaged.
-    """
-
-    source: str
-    translation: str
-    src_tokens: list[str]  # keys of enc_self / cross (with <eos>, then any <pad> added)
-    tgt_tokens: list[str]  # generated tokens (with the final <eos> when finished)
-    tgt_inputs: list[str]  # decoder inputs: <bos> y1 … (queries of dec_self / cross), one per tgt_token
-    attention: dict[str, Tensor] = field(default_factory=dict)  # kind -> (layers, heads, queries, keys)
-    truncated: bool = False
-
-    @property
-    def kinds(self) -> list[str]:
-        """The kinds of map this model has: ``enc_self``, ``dec_self``, ``cross``, ``self``."""
-        return list(self.attention)
-
-    def labels(self, kind: str) -> tuple[list[str], list[str]]:
-        """``(queries, keys)``: the tokens of the rows and columns of ``attention[kind]``."""
-        from attnlab.maps import map_axes  # no cycle: it reads results by duck typing
-
-        queries, keys, _outputs = map_axes(self, kind)
-        return queries, keys
-
-    def plot(self, kind: str | None = None, layer: int | None = None, head: int | str | None = None):
-        """A matplotlib ``Figure`` of map ``kind`` (default: ``cross``, or ``self`` for a decoder-only model).
-
-        ``layer`` / ``head`` count from 1, as the figure titles do; ``layer=None`` draws every layer,
-        ``head=None`` averages the heads, ``head="all"`` draws every head. One panel per layer × head
-        shown, plus the colour bar. Raises :class:`AttnlabError` for a kind, layer or head the model lacks.
-        """
-        from attnlab.viz.attention import attention_figure  # matplotlib: loaded to draw
-
-        return attention_figure(self, kind, layer=layer, head=head)
-
-    def __repr__(self) -> str:
-        maps = ", ".join(f"{k} {tuple(v.shape)}" for k, v in self.attention.items()) or "no attention"
-        return f"AttentionResult({self.source!r} → {self.translation!r}; {maps})"
-
-    def _repr_html_(self) -> str:
-        """Jupyter's view: the sentence, its translation and each map, heads averaged, as inline PNGs."""
-        from attnlab.viz.attention import attention_html
-
-        return attention_html(self)
-
-
 class Translator:
     """A trained model with its tokenizers and config: :meth:`translate` and :meth:`attention`.
 
@@ -219,6 +164,13 @@ class Translator:
         self.run_dir, self.checkpoint = run_dir, checkpoint
         self.max_src_tokens = _longest_source(cfg) if max_src_tokens is None else max_src_tokens
         self.trained_on: dict[str, Any] | None = None  # the corpus's name and sha256, as the run recorded them
+
+    @property
+    def name(self) -> str:
+        """``run-folder (kind)``, or the kind alone when they coincide: how figures and reports title a run."""
+        kind = self.cfg.model.kind
+        name = Path(self.run_dir).resolve().name if self.run_dir is not None else kind
+        return name if name == kind else f"{name} ({kind})"
 
     @classmethod
     def from_run(cls, run_dir: str | Path, which: str = "best", device: str = "auto") -> Translator:

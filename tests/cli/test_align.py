@@ -16,8 +16,8 @@ from attnlab.data.text import tokenize
 from attnlab.data.vocab import Vocab
 from attnlab.models import build_model
 from attnlab.translator import Translator
-from tests.conftest import tiny_config
 from tests.analysis.align.test_run import write_gold
+from tests.conftest import tiny_config
 
 
 @pytest.fixture()

@@ -23,10 +23,9 @@ def test_a_french_source_is_right_when_it_gives_the_notes_english():
 
 def test_cross_attention_table_names_what_each_output_token_looks_at(tiny_runs):
     from attnlab.translator import Translator
-    from attnlab.viz.attention import attention_maps
 
     tr = Translator.from_run(tiny_runs("transformer"), which="last")
-    result = attention_maps(tr, "twenty-one", extra_pad=0)
+    result = tr.attention("twenty-one")
     table = cross_attention_table(result).splitlines()
     assert "heads averaged" in table[0] and "looks at" in table[1]
     rows = table[2:]

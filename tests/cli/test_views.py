@@ -13,11 +13,9 @@ from attnlab import cli
 from attnlab import config as C
 from attnlab.analysis.diagnose.selfcheck import run_selfcheck
 from attnlab.analysis.explain.params import parameter_report
-from attnlab.maps import attention_json
+from attnlab.maps import attention_json, map_labels
 from attnlab.models import build_model
 from attnlab.translator import Translator
-from attnlab.viz.attention import attention_maps, map_labels
-
 from tests.conftest import tiny_config
 
 ATTN_KINDS = ("transformer", "bahdanau", "decoder-only")
@@ -42,7 +40,7 @@ def _printed_paths(out: str, suffix: str):
 @pytest.mark.parametrize("kind", ATTN_KINDS)
 def test_attention_map_invariants(tiny_runs, kind):
     tr = Translator.from_run(tiny_runs(kind))
-    res = attention_maps(tr, SENTENCE, extra_pad=3)
+    res = tr.attention(SENTENCE, extra_pad=3)
     n_src = len(tr.src_tok.encode(SENTENCE)) + 1  # real source keys, <eos> included
     assert res.src_tokens[-3:] == ["<pad>"] * 3 and len(res.src_tokens) == n_src + 3
     assert len(res.tgt_inputs) == len(res.tgt_tokens) >= 1
@@ -69,7 +67,7 @@ def test_attention_map_invariants(tiny_runs, kind):
         upper = torch.triu(torch.ones(N, N, dtype=torch.bool), diagonal=1)
         assert (w[..., upper] == 0).all(), "the decoder-only map must be causal"
     # extra padding does not move the real part of the maps (§23)
-    bare = attention_maps(tr, SENTENCE, extra_pad=0)
+    bare = tr.attention(SENTENCE, extra_pad=0)
     for name, w in bare.attention.items():
         q, k = w.shape[-2:]
         if name == "self":  # the pads sit between source and target: compare the source block and target rows
@@ -85,7 +83,7 @@ def test_attention_map_invariants(tiny_runs, kind):
 @pytest.mark.parametrize("kind", ATTN_KINDS)
 def test_attention_json_matches_labels(tiny_runs, kind):
     tr = Translator.from_run(tiny_runs(kind))
-    for res in (attention_maps(tr, SENTENCE), tr.attention(SENTENCE)):
+    for res in (tr.attention(SENTENCE, extra_pad=3), tr.attention(SENTENCE)):
         data = json.loads(json.dumps(attention_json(res)))
         assert data["source"] == SENTENCE and data["kinds"]
         for name, k in data["kinds"].items():

@@ -14,8 +14,8 @@ pytest.importorskip("matplotlib")
 from matplotlib.text import Text  # noqa: E402
 
 from attnlab.analysis import heads as Hd  # noqa: E402
+from attnlab.maps import attention_figure, continues_word, display_tokens  # noqa: E402
 from attnlab.translator import AttentionResult  # noqa: E402
-from attnlab.viz.attention import attention_figure, continues_word, display_tokens  # noqa: E402
 
 
 def _rows(L: int, H: int, Q: int, K: int, seed: int = 0) -> torch.Tensor:
@@ -147,7 +147,7 @@ def test_heads_figure_scales_shares_on_0_1_and_importance_around_0():
 
 
 def test_save_figure_keeps_a_stem_with_a_dot_whole(tmp_path):
-    from attnlab.viz.curves import new_figure, save_figure
+    from attnlab.viz.figure import new_figure, save_figure
 
     fig = new_figure((2, 2))
     fig.subplots().plot([0, 1], [0, 1])

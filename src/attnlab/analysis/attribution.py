@@ -474,7 +474,7 @@ def _rho_text(v: float | None) -> str:
 def format_attribution(a: Attribution) -> str:
     """The readable report of ``attnlab attribute``: the attribution table, each comparison map
     with its per-token ρ, and the per-sentence correlations."""
-    from attnlab.viz.attention import display_tokens
+    from attnlab.maps import display_tokens
 
     rows, cols = display_tokens(a.rows), display_tokens(a.cols)
     how = f"{a.steps} steps from zero source embeddings" if a.method == "ig" else "embedding · gradient"
@@ -505,7 +505,7 @@ def format_attribution(a: Attribution) -> str:
 def format_rollout(r: RolloutReport) -> str:
     """The readable report of ``attnlab attribute --method rollout``: per stack, the last layer's
     attention and the rollout, with each row's ρ between them."""
-    from attnlab.viz.attention import display_tokens
+    from attnlab.maps import display_tokens
 
     lines = [f"{r.source} → {r.translation}"]
     for m in r.maps:
@@ -534,8 +534,8 @@ def _panel(ax, m: Tensor, rows: list[str], cols: list[str], title: str, signed: 
 def attribution_figure(a: Attribution):
     """The comparison maps and the attribution side by side (a matplotlib ``Figure``); the
     attribution panel's rows carry each output token's ρ against the first map."""
-    from attnlab.viz.attention import display_tokens
-    from attnlab.viz.curves import new_figure
+    from attnlab.maps import display_tokens
+    from attnlab.viz.figure import new_figure
 
     rows, cols = display_tokens(a.rows), display_tokens(a.cols)
     n = len(a.compare) + 1
@@ -557,8 +557,8 @@ def attribution_figure(a: Attribution):
 
 def rollout_figure(r: RolloutReport):
     """Per self-attention stack: the last layer's attention (heads averaged) beside its rollout."""
-    from attnlab.viz.attention import display_tokens
-    from attnlab.viz.curves import new_figure
+    from attnlab.maps import display_tokens
+    from attnlab.viz.figure import new_figure
 
     size = max(len(m.labels) for m in r.maps)
     fig = new_figure((7.5, (0.3 * size + 2.5) * len(r.maps)))

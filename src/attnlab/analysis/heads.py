@@ -44,7 +44,7 @@ from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import reference_streams
 from attnlab.models import traits
 from attnlab.translator import Translator, decode_many, teacher_forced
-from attnlab.viz.curves import new_figure, save_figure
+from attnlab.viz.figure import new_figure, save_figure
 
 #: Statistics per head, in table/figure order (``diag_agreement`` only for cross heads).
 STATS = ("distance", "prev", "same", "next", "eos", "entropy", "diag_agreement", "bleu_drop", "loss_increase")

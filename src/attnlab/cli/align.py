@@ -18,7 +18,7 @@ A_METHODS = ("argmax", "intersect", "union", "grow-diag", "grow-diag-final-and")
 def cmd_align(args) -> int:
     from attnlab.analysis.align import run as A
     from attnlab.io import atomic_write_json, writable_folder
-    from attnlab.viz.curves import save_figure
+    from attnlab.viz.figure import save_figure
 
     if args.adapt < 0 or not args.adapt_lr > 0:
         raise AttnlabError(f"--adapt {args.adapt} must be >= 0 epochs and --adapt-lr {args.adapt_lr} > 0")

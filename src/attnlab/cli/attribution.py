@@ -17,8 +17,8 @@ DEFAULT_STEPS = 64  # attribution.DEFAULT_STEPS (a test keeps them equal)
 def cmd_attribute(args) -> int:
     from attnlab.analysis import attribution as A
     from attnlab.io import writable_folder
-    from attnlab.viz.attention import slug
-    from attnlab.viz.curves import save_figure
+    from attnlab.maps import slug
+    from attnlab.viz.figure import save_figure
 
     if args.steps < 1:
         raise AttnlabError(f"--steps {args.steps} must be >= 1 (integrated gradients' interpolation points)")

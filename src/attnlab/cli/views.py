@@ -47,8 +47,9 @@ def _formats(args) -> tuple[str, ...]:
 
 
 def cmd_attention(args) -> int:
+    from attnlab import maps
     from attnlab.evaluation.alignment import formation_note
-    from attnlab.viz import attention as am
+    from attnlab.models import traits
 
     if args.beam is not None and args.beam < 1:
         raise AttnlabError(f"--beam {args.beam} must be >= 1")
@@ -56,25 +57,29 @@ def cmd_attention(args) -> int:
         from attnlab.runs import read_run
 
         read_run(args.run)  # a missing RUN is one line, before its figures folder is made
-        for path in am.draw_timeline(args.run, args.sentence, _out_dir(args, Path(args.run) / "figures")):
+        for path in maps.draw_timeline(args.run, args.sentence, _out_dir(args, Path(args.run) / "figures")):
             print(path)
         return 0
     tr = load_translator(args)
     out = _out_dir(args, Path(args.run) / "figures")
     beam = args.beam or 1
-    result = am.attention_maps(tr, args.sentence, beam_size=beam, extra_pad=args.pad)
+    if not traits(tr.cfg.model).attention:
+        raise maps.no_attention(tr.cfg.model.kind)
+    if not tr.encode_source(args.sentence)[0]:
+        raise AttnlabError(f"{args.sentence!r} has no token after preprocessing; give a sentence in the run's source "
+                           "language")
+    result = tr.attention(args.sentence, beam_size=beam, extra_pad=args.pad)
     print(f"{args.sentence} → {result.translation}")
     # one line when cross-attention has not formed (§1)
     if "cross" in result.attention and (note := formation_note(result.attention["cross"].mean(dim=1)[-1])):
         print(note)
-    for path in am.draw_maps(result, out, am.run_name(tr), _formats(args)):
+    for path in result.save(out, tr.name, _formats(args)):
         print(path)
     if args.json:
         from attnlab.io import atomic_write_json
-        from attnlab.maps import attention_json
 
-        path = out / f"{am.slug(args.sentence)}_attention.json"
-        atomic_write_json(path, attention_json(result))  # the web page's schema
+        path = out / f"{maps.slug(args.sentence)}_attention.json"
+        atomic_write_json(path, result.to_json())  # the web page's schema
         print(path)
     return 0
 
@@ -111,10 +116,8 @@ def cmd_params(args) -> int:
     if args.run is not None:
         if args.overrides:
             raise AttnlabError("section.key=value overrides only apply with --model; a run keeps its config")
-        from attnlab.viz.attention import run_name
-
         tr = load_translator(args)
-        model, title = tr.model, run_name(tr)
+        model, title = tr.model, tr.name
         vocab = (len(tr.src_tok), len(tr.tgt_tok))
         out = _out_dir(args, Path(args.run) / "figures")
     else:

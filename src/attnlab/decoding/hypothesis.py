@@ -24,9 +24,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from attnlab.data.vocab import BOS, PAD, UNK
+from attnlab.models import traits
 
 BANNED_IDS: tuple[int, ...] = (PAD, BOS, UNK)
 
@@ -81,6 +82,14 @@ def ban_tokens_(log_probs: Tensor) -> Tensor:
 def step_log_probs(logits: Tensor) -> Tensor:
     """``(B, V)`` logits (any float dtype) → ``(B, V)`` float32 log-probabilities with banned tokens at ``-inf``."""
     return ban_tokens_(torch.log_softmax(logits.float(), dim=-1))
+
+
+def length_cap(model: nn.Module, src_len: int = 0) -> int:
+    """Most output tokens ``model``'s position table allows (a decoder-only model: after its ``src_len``
+    source positions, which share the table); a recurrent model has no table and allows its configured
+    ``max_positions``."""
+    cfg = model.config
+    return traits(cfg).max_target_len(int(cfg.max_positions), src_len)
 
 
 def max_lengths(src_valid_lens: Tensor, a: float, b: int, cap: int | None = None) -> Tensor:

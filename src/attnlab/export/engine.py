@@ -25,11 +25,12 @@ import torch
 from attnlab import runs
 from attnlab.config import AUTO_DECODE_ROWS, DecodeConfig
 from attnlab.data.specials import BOS, EOS, PAD, SPECIALS
+from attnlab.decoding import length_cap
 from attnlab.decoding.hypothesis import Hypothesis, max_lengths
 from attnlab.errors import AttnlabError, CheckpointError
 from attnlab.export import ENGINES
 from attnlab.export.ct2 import SOURCE_PREFIX, require_ctranslate2
-from attnlab.translator import Translator, _length_cap
+from attnlab.translator import Translator
 
 _BANNED = [[SPECIALS[PAD]], [SPECIALS[BOS]]]  # <unk> is banned by disable_unk
 
@@ -90,7 +91,7 @@ class CT2Translator(Translator):
         base = max_lengths(valid, dcfg.max_len_a, dcfg.max_len_b).tolist()
         out = []
         for n, limit in zip(valid.tolist(), base):
-            cap = _length_cap(self.model, n)
+            cap = length_cap(self.model, n)
             if max_len is not None:
                 cap = max(1, min(cap, int(max_len)))
             out.append(min(limit, cap))

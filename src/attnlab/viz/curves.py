@@ -1,38 +1,11 @@
-"""Matplotlib helpers (object API, Agg backend, imported lazily so the core never needs a display).
-
-Each figure has one drawing function that returns it (a notebook shows it) and the commands save
-what it returns with :func:`save_figure`.
-"""
+"""A run's training curves: training and validation loss, validation BLEU and the learning rate."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
-from attnlab.io import atomic_write_bytes
 from attnlab.runs import read_metrics
-
-
-def new_figure(figsize=(8, 5)):
-    """An :class:`~attnlab.viz.figure.InlineFigure` (a matplotlib ``Figure`` on the Agg canvas,
-    no pyplot state, safe in servers and threads, shown inline by Jupyter)."""
-    # matplotlib is heavy: imported when a figure is drawn, so the core and `attnlab --help` never load it.
-    from attnlab.viz.figure import InlineFigure
-
-    return InlineFigure(figsize=figsize, layout="constrained")
-
-
-def save_figure(fig, path_stem: Path, formats=("png", "svg")) -> list[Path]:
-    """Save ``fig`` as ``path_stem.png`` / ``.svg`` atomically; returns the written paths. The stem is
-    kept whole: a run named ``bahdanau-1.5min`` gives ``bahdanau-1.5min_x.png``, not ``bahdanau-1.png``."""
-    written = []
-    for fmt in formats:
-        buf = io.BytesIO()
-        fig.savefig(buf, format=fmt, dpi=120)
-        path = path_stem.parent / f"{path_stem.name}.{fmt}"
-        atomic_write_bytes(path, buf.getvalue())
-        written.append(path)
-    return written
+from attnlab.viz.figure import new_figure, save_figure
 
 
 def curves_figure(run_dir: str | Path):

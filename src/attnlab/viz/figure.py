@@ -1,38 +1,35 @@
-"""The Figure every attnlab drawing returns: matplotlib's own, on the Agg canvas, shown inline by Jupyter.
-
-Imported only when something is drawn (:func:`attnlab.viz.curves.new_figure`): matplotlib is
-never loaded by the core, the CLI's ``--help`` or a server that draws nothing.
+"""New figures and saved figures: every attnlab drawing is made by :func:`new_figure` and written by
+:func:`save_figure` (matplotlib's object API on the Agg canvas, imported only when something is drawn, so
+the core, ``attnlab --help`` and a server that draws nothing never load it).
 """
 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+from attnlab.io import atomic_write_bytes
 
-from attnlab.viz.fonts import use_cjk_fallback
-
-__all__ = ["InlineFigure"]
+__all__ = ["new_figure", "save_figure"]
 
 
-class InlineFigure(Figure):
-    """A ``matplotlib.figure.Figure`` that Jupyter displays as a PNG without pyplot or ``%matplotlib``.
+def new_figure(figsize=(8, 5)):
+    """An :class:`~attnlab.viz.figure.InlineFigure` (a matplotlib ``Figure`` on the Agg canvas,
+    no pyplot state, safe in servers and threads, shown inline by Jupyter)."""
+    # matplotlib is heavy: imported when a figure is drawn, so the core and `attnlab --help` never load it.
+    from attnlab.viz.inline import InlineFigure
 
-    Drawn with the object API (no pyplot state: safe in servers and threads); ``fig.savefig`` and every
-    ``Figure`` method work as usual.
-    """
+    return InlineFigure(figsize=figsize, layout="constrained")
 
-    def __init__(self, *args, **kwargs) -> None:
-        use_cjk_fallback()  # Chinese labels (--lang zh) and CJK tokens: a CJK font where one is installed
-        super().__init__(*args, **kwargs)
-        FigureCanvasAgg(self)
 
-    def png(self, dpi: int = 100) -> bytes:
-        """The figure as PNG bytes."""
+def save_figure(fig, path_stem: Path, formats=("png", "svg")) -> list[Path]:
+    """Save ``fig`` as ``path_stem.png`` / ``.svg`` atomically; returns the written paths. The stem is
+    kept whole: a run named ``bahdanau-1.5min`` gives ``bahdanau-1.5min_x.png``, not ``bahdanau-1.png``."""
+    written = []
+    for fmt in formats:
         buf = io.BytesIO()
-        self.savefig(buf, format="png", dpi=dpi)
-        return buf.getvalue()
-
-    def _repr_png_(self) -> bytes:  # IPython's rich display hook
-        return self.png()
+        fig.savefig(buf, format=fmt, dpi=120)
+        path = path_stem.parent / f"{path_stem.name}.{fmt}"
+        atomic_write_bytes(path, buf.getvalue())
+        written.append(path)
+    return written

@@ -925,7 +925,7 @@ def format_report(r: AlignReport) -> str:
 
 def heatmap_figure(r: AlignReport):
     """A matplotlib Figure: AER (%) per layer × head (and each layer's head average), shift 0 and 1."""
-    from attnlab.viz.curves import new_figure
+    from attnlab.viz.figure import new_figure
 
     L, H = r.shape
     cols = H + 1 if H > 1 else H

@@ -45,7 +45,7 @@ from attnlab.evaluation.evaluate import checkpoint_identity, notes_examples
 from attnlab.io import atomic_write_json, atomic_write_text
 from attnlab.runs import read_metrics, read_run
 from attnlab.translator import Translator
-from attnlab.viz.curves import new_figure, save_figure
+from attnlab.viz.figure import new_figure, save_figure
 
 #: The config keys that decide which split a sentence falls in (corpus.split_by_source hashes each
 #: source against these fractions): runs that differ in one of them do not share a test set.

@@ -62,7 +62,7 @@ from attnlab.training.loop import train, train_step
 from attnlab.training.losses import sequence_loss
 from attnlab.training.optim import make_optimizer
 from attnlab.training.session import epoch_batches
-from attnlab.viz.curves import new_figure, save_figure
+from attnlab.viz.figure import new_figure, save_figure
 
 SCHEMA = 1
 #: a run folder's own cost besides its updates and validations (config, meta, the last curves):

@@ -34,7 +34,7 @@ from attnlab.interrupts import Interrupted
 from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
 from attnlab.runs import read_metrics, read_run
 from attnlab.training.loop import NonFiniteLossError, train
-from attnlab.viz.curves import new_figure, save_figure
+from attnlab.viz.figure import new_figure, save_figure
 
 
 @dataclass

@@ -24,7 +24,7 @@ from attnlab.attention.additive import AdditiveAttention
 from attnlab.attention.multi_head import MultiHeadAttention
 from attnlab.i18n import N_, _
 from attnlab.models import traits
-from attnlab.viz.curves import new_figure, save_figure
+from attnlab.viz.figure import new_figure, save_figure
 
 __all__ = [
     "NotParameter",

@@ -34,7 +34,7 @@ from attnlab.attention.positional import SinusoidalPositionalEncoding, rotation_
 from attnlab.data.specials import BOS, EOS
 from attnlab.errors import AttnlabError
 from attnlab.models import build_model, traits
-from attnlab.viz.curves import new_figure, save_figure
+from attnlab.viz.figure import new_figure, save_figure
 
 __all__ = [
     "TEXT", "ConcatCost", "DeltaExample", "ModelSection", "NormCheck", "OrderCheck", "PositionalReport", "concat_cost",

@@ -426,7 +426,7 @@ def _gates_section(tr: Translator, model: nn.Module, batch: Batch, tracks: dict[
             out(f"    step {t + 1:>2} {tok:>12}: {cols}   mean z {float(track.z[:, t].mean()):.2f} "
                 f"r {float(track.r[:, t].mean()):.2f}")
     if figures_dir is not None:
-        from attnlab.viz.curves import save_figure
+        from attnlab.viz.figure import save_figure
 
         for path in save_figure(gates_figure(tracks), Path(figures_dir) / "gates", formats=("png",)):
             out(f"  heatmaps of every unit × step (z, r, h̃, h_t; encoder and decoder): {path}")
@@ -441,7 +441,7 @@ def gates_figure(tracks: dict[str, GateTrack]):
 
     Fixed colour scales: gates on [0, 1], candidate and state on [−1, 1] (their ranges: σ and tanh).
     """
-    from attnlab.viz.curves import new_figure
+    from attnlab.viz.figure import new_figure
 
     n_steps = max(t.z.shape[1] for t in tracks.values())
     fig = new_figure((min(22.0, 4 * (1.6 + 0.3 * n_steps)), 3.2 * len(tracks) + 0.6))

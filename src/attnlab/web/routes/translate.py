@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from attnlab.data.text import preprocess
 from attnlab.errors import AttnlabError
-from attnlab.viz.attention import continues_word, display_tokens
+from attnlab.maps import continues_word, display_tokens
 from attnlab.web.deadline import DeadlinePassed, check
 from attnlab.web.registry import LoadedRun, ResultCache
 from attnlab.web.responses import (

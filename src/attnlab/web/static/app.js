@@ -176,7 +176,7 @@ function labels(res, tokens) {
 }
 
 // The same rule for the probe recordings, which come without token_labels
-// (attnlab.viz.attention.display_tokens): a sequence with a "▁" piece is BPE.
+// (attnlab.maps.display_tokens): a sequence with a "▁" piece is BPE.
 function shownTokens(tokens) {
   if (!tokens.some((tok) => tok.startsWith("\u2581"))) return tokens;
   return tokens.map((tok) => (/^(<[a-z]+>|\[MASK\])$/.test(tok) ? tok : tok.startsWith("\u2581") ? tok.slice(1) || tok : "·" + tok));
