@@ -92,3 +92,26 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` as plain JSON data: tensors and numpy arrays become (nested) lists, tuples lists, paths strings,
+    non-finite floats None, dataclasses dicts; anything else that JSON cannot hold its ``str``."""
+    import dataclasses
+    import math
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, bool | int | str):
+        return obj
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "tolist"):  # torch.Tensor, numpy arrays and scalars
+        return jsonable(obj.tolist())
+    return str(obj)
