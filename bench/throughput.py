@@ -78,8 +78,8 @@ from attnlab.decoding.hypothesis import max_lengths  # noqa: E402
 from attnlab.device import autocast, pick_device  # noqa: E402
 from attnlab.errors import AttnlabError  # noqa: E402
 from attnlab.models import build_model  # noqa: E402
-from attnlab.training.loop import make_optimizer  # noqa: E402
 from attnlab.training.losses import sequence_loss  # noqa: E402
+from attnlab.training.optim import make_optimizer  # noqa: E402
 from attnlab.training.schedules import make_scheduler  # noqa: E402
 from attnlab.translator import decode_many  # noqa: E402
 

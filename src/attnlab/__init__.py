@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from attnlab._version import __version__
+
 __all__ = ["Run", "Translator", "__version__", "load", "train"]
 
 _LAZY = {"load": "attnlab.api", "train": "attnlab.api", "Run": "attnlab.api", "Translator": "attnlab.translator"}

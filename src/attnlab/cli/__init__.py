@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from attnlab import __version__
+from attnlab._version import __version__
 from attnlab.cli import (
     align,
     analysis,

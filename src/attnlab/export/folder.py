@@ -17,8 +17,9 @@ from typing import Any
 
 from safetensors.torch import save as safetensors_bytes
 
-from attnlab import __version__, runs
 from attnlab import config as config_mod
+from attnlab import runs
+from attnlab._version import __version__
 from attnlab.data.tokenizer_files import to_hf
 from attnlab.errors import AttnlabError
 from attnlab.export import FORMATS, ct2

@@ -34,7 +34,6 @@ from attnlab.data.batching import Batch
 from attnlab.device import autocast, pick_device
 from attnlab.training import distributed as D
 from attnlab.training.losses import LossOutput, sequence_loss
-from attnlab.training.optim import make_optimizer  # noqa: F401  (bench/throughput.py imports it from here)
 from attnlab.training.run_folder import finish_meta
 from attnlab.training.session import (
     NonFiniteLossError,

@@ -18,8 +18,9 @@ import sacrebleu
 import safetensors
 import torch
 
-from attnlab import __version__, runs
 from attnlab import config as config_mod
+from attnlab import runs
+from attnlab._version import __version__
 from attnlab.config import Config
 from attnlab.errors import AttnlabError
 from attnlab.io import atomic_write_json, atomic_write_text, writable_folder

@@ -76,7 +76,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 
-from attnlab import __version__
+from attnlab._version import __version__
 from attnlab.analysis.align.run import gold_dir, read_gold
 from attnlab.errors import AttnlabError
 from attnlab.i18n import catalogue, language
