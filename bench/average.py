@@ -19,8 +19,7 @@ import torch
 
 from attnlab import runs
 from attnlab.data import corpus
-from attnlab.demo import is_right
-from attnlab.evaluation.evaluate import evaluate_split, notes_examples
+from attnlab.evaluation.evaluate import evaluate_split, is_right, notes_examples
 from attnlab.translator import Translator
 
 

@@ -39,8 +39,12 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from attnlab import config as C  # noqa: E402
 from attnlab.data import corpus  # noqa: E402
-from attnlab.demo import is_right  # noqa: E402
-from attnlab.evaluation.evaluate import evaluate_split, notes_examples, write_report  # noqa: E402
+from attnlab.evaluation.evaluate import (  # noqa: E402
+    evaluate_split,
+    is_right,  # noqa: E402
+    notes_examples,
+    write_report,
+)
 from attnlab.training.loop import train  # noqa: E402
 from attnlab.translator import Translator  # noqa: E402
 

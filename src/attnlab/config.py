@@ -24,6 +24,7 @@ from typing import Any
 import tomli_w
 
 from attnlab.errors import AttnlabError
+from attnlab.notes import SENTENCES
 
 MODEL_KINDS = ("seq2seq", "bahdanau", "transformer", "decoder-only", "encoder-only")
 DATASETS = ("fra-eng", "numbers")
@@ -208,7 +209,7 @@ class TrainConfig:
     # top-k) on the CPU, the notes' plain code elsewhere; "fast" or "plain" forces one. Speed, not the maths.
     kernels: str = "auto"
     max_nonfinite: int = 5  # consecutive non-finite losses tolerated (steps skipped) before stopping
-    probe_sentences: tuple[str, ...] = ("go .", "i lost .", "he's calm .", "i'm home .")
+    probe_sentences: tuple[str, ...] = SENTENCES  # the notes' four (attnlab.notes)
     # also log to RUN/tensorboard/ (training/tensorboard.py); needs the `tensorboard` extra
     tensorboard: bool = False
 

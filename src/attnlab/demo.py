@@ -20,13 +20,13 @@ from pathlib import Path
 
 from attnlab import config as config_mod
 from attnlab.data import corpus
-from attnlab.data.text import preprocess
 from attnlab.device import set_threads
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.alignment import formation_note
-from attnlab.evaluation.evaluate import notes_examples
+from attnlab.evaluation.evaluate import is_right, notes_examples
 from attnlab.interrupts import Interrupted
 from attnlab.models import traits
+from attnlab.notes import EXAMPLE, NUMBERS_EXAMPLES
 from attnlab.training import sizing
 from attnlab.training.loop import train
 from attnlab.translator import Translator
@@ -39,16 +39,6 @@ DEMO_MODELS = ("bahdanau", "transformer")
 #: Only the final validation, on a small sample: every second of a short budget goes to updates.
 DEMO_OVERRIDES = ("train.eval_frac=0", "train.eval_every=0", "train.save_every=0", "train.log_every=10",
                   "train.eval_max_sentences=100", "train.eval_max_pairs=500")
-
-NUMBERS_EXAMPLES = ("twenty-one", "three hundred and five", "one thousand two hundred")
-
-#: Translations of the notes' sentences counted as right (Tatoeba's own translations of them).
-ACCEPTED = {
-    "go .": ("va !", "allez !", "bouge !", "va.", "allez."),
-    "i lost .": ("j'ai perdu .", "j'ai perdu."),
-    "he's calm .": ("il est calme .", "il est calme."),
-    "i'm home .": ("je suis chez moi .", "je suis à la maison .", "je suis chez moi.", "je suis à la maison."),
-}
 
 #: Compute (GFLOP/s x minutes per model) below which the demo warns. The smallest budgets measured
 #: (0.6 minutes at 60-150 GFLOP/s·min, bench/RESULTS.md under "Budget × machine") still got 3 of the
@@ -82,14 +72,6 @@ def _dataset(data: str | None) -> tuple[str, str | None]:
             raise
         print(f"fra-eng is not available ({e}); using the offline `numbers` task instead")
         return "numbers", None
-
-
-def is_right(source: str, translation: str, reference: str = "") -> bool:
-    """Whether ``translation`` of one of the notes' sentences is right: one of the demo's accepted French
-    translations of an English source, or, for a source it has none for (a French → English run reads
-    the notes' French sentences), the ``reference`` itself."""
-    norm = preprocess(translation)
-    return any(norm == preprocess(ok) for ok in ACCEPTED.get(source, (reference,) if reference else ()))
 
 
 def _config(kind: str, dataset: str, path: str | None, minutes: float, threads: int, peak: float):
@@ -185,7 +167,7 @@ def _show(kind: str, tr, dataset: str, out: Path, peak: float, minutes: float) -
         if right < 2:
             print(f"  not usable yet: give it more time (the machine measures {peak:.0f} GFLOP/s; "
                   f"`attnlab demo --max-minutes {max(2 * minutes, USABLE_COMPUTE / peak):.1f}`)")
-        sentence = "i'm home ."
+        sentence = EXAMPLE[0]
     result = tr.attention(sentence)
     print(cross_attention_table(result))
     if "cross" in result.attention and (note := formation_note(_sharpest_layer(result.attention["cross"])[1])):

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ACCEPTED", "EXAMPLE", "NOTES_ALIGNMENT", "NUMBERS_EXAMPLES", "SECTIONS", "SENTENCES", "Section",
-           "cite", "d2l"]
+__all__ = ["ACCEPTED", "EXAMPLE", "NOTES_ALIGNMENT", "NUMBERS_EXAMPLES", "REFERENCES", "SECTIONS", "SENTENCES",
+           "Section", "cite", "d2l"]
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,10 @@ NOTES_ALIGNMENT: dict[str, dict[str, str]] = {
 
 #: The notes' four example sentences (the demo's, the training probes', ``evaluate``'s).
 SENTENCES: tuple[str, ...] = ("go .", "i lost .", "he's calm .", "i'm home .")
+
+#: D2L's reference translation of each of the notes' sentences (what D2L's BLEU is computed against, §22).
+REFERENCES: dict[str, str] = {"go .": "va !", "i lost .": "j'ai perdu .", "he's calm .": "il est calme .",
+                              "i'm home .": "je suis chez moi ."}
 
 #: Translations of the notes' sentences counted as right: Tatoeba's own translations of them.
 ACCEPTED: dict[str, tuple[str, ...]] = {

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab.demo import cross_attention_table, is_right
+from attnlab.demo import cross_attention_table
+from attnlab.evaluation.evaluate import is_right
 from tests.cli.test_cli import attnlab
 
 

@@ -53,12 +53,13 @@ def test_license_file_and_metadata_agree():
 
 
 def test_version_is_written_once():
-    """pyproject.toml names no version; setuptools reads attnlab.__version__, and the install reports it."""
+    """pyproject.toml names no version; setuptools reads attnlab._version.__version__ (the package re-exports
+    it), and the install reports it."""
     assert "version" not in PYPROJECT["project"] and "version" in PYPROJECT["project"]["dynamic"]
-    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "attnlab.__version__"}
+    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "attnlab._version.__version__"}
     assert md.version("attnlab") == attnlab.__version__
-    init = (ROOT / "src" / "attnlab" / "__init__.py").read_text(encoding="utf-8")
-    assert len(re.findall(r"^__version__ = \"[^\"]+\"$", init, re.M)) == 1
+    text = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "src" / "attnlab").rglob("*.py"))
+    assert len(re.findall(r"^__version__ = \"[^\"]+\"$", text, re.M)) == 1
 
 
 def test_torch_floor_is_the_release_setup_installs_and_ci_tests():

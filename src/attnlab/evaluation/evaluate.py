@@ -16,19 +16,15 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from attnlab.config import AUTO_DECODE_ROWS
-from attnlab.data.text import detokenize, tokenize
+from attnlab.data.text import detokenize, preprocess, tokenize
 from attnlab.evaluation.bleu import bleu_by_length, corpus_scores, d2l_bleu
 from attnlab.io import atomic_write_json, atomic_write_text
+from attnlab.notes import ACCEPTED, REFERENCES, SENTENCES
 from attnlab.runs import MANIFEST, WEIGHTS
 from attnlab.translator import Translator, decode_many
 
-# The notes' example sentences (§3, §4, §22) and D2L's reference translations.
-NOTES_EXAMPLES: tuple[tuple[str, str], ...] = (
-    ("go .", "va !"),
-    ("i lost .", "j'ai perdu ."),
-    ("he's calm .", "il est calme ."),
-    ("i'm home .", "je suis chez moi ."),
-)
+#: The notes' example sentences (§3, §4, §22) and D2L's reference translations (attnlab.notes).
+NOTES_EXAMPLES: tuple[tuple[str, str], ...] = tuple((s, REFERENCES[s]) for s in SENTENCES)
 
 
 def checkpoint_identity(path: str | Path | None) -> dict[str, Any] | None:
@@ -59,6 +55,14 @@ def notes_pairs(direction: str = "en-fr") -> tuple[tuple[str, str], ...]:
     """The notes' examples as ``(source, reference)`` in a run's ``data.direction``: a French → English
     run reads D2L's French sentences and is scored against the notes' English ones."""
     return NOTES_EXAMPLES if direction == "en-fr" else tuple((fr, en) for en, fr in NOTES_EXAMPLES)
+
+
+def is_right(source: str, translation: str, reference: str = "") -> bool:
+    """Whether ``translation`` of one of the notes' sentences is right: one of the accepted French translations
+    of an English source (:data:`attnlab.notes.ACCEPTED`, Tatoeba's own), or, for a source it has none for (a
+    French → English run reads the notes' French sentences), the ``reference`` itself."""
+    norm = preprocess(translation)
+    return any(norm == preprocess(ok) for ok in ACCEPTED.get(source, (reference,) if reference else ()))
 
 
 def notes_examples(translator: Translator, beam_size: int = 1) -> list[dict[str, Any]]:
