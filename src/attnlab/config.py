@@ -146,6 +146,9 @@ class ModelConfig:
     # GRU models: read the source both ways (Bahdanau et al. 2014; D2L's encoder reads it forwards only).
     # Keys/values become [h→; h←] (2D); the decoder starts from tanh(W [h→_last; h←_first]).
     bidirectional: bool = False
+    # Bahdanau: the score function of its attention, a name of attnlab.models.BAHDANAU_SCORES; "additive" is
+    # the notes' vᵀ tanh(W_q q + W_k k) (§1–3, D2L §10.3.3). Checked when the model is built.
+    attention_score: str = "additive"
 
     @property
     def attention_dropout_rate(self) -> float:
@@ -166,6 +169,10 @@ class ModelConfig:
         _check(self.attention_dropout is None or 0.0 <= self.attention_dropout < 1.0,
                f"model.attention_dropout={self.attention_dropout} must lie in [0, 1) (or be unset)")
         _between("model.max_positions", self.max_positions, 2, MAX_POSITIONS)
+        _check(self.attention_score.isidentifier(),
+               f"model.attention_score={self.attention_score!r} must be the name of a score function, e.g. additive")
+        _check(self.attention_score == "additive" or self.kind == "bahdanau",
+               f"model.attention_score={self.attention_score} is for the bahdanau model, not {self.kind}; drop it")
         _check(not self.bidirectional or self.kind in ("seq2seq", "bahdanau"),
                f"model.bidirectional=true is for the GRU models (seq2seq, bahdanau), not {self.kind}; drop it")
 

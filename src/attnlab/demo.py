@@ -40,24 +40,18 @@ DEMO_MODELS = ("bahdanau", "transformer")
 DEMO_OVERRIDES = ("train.eval_frac=0", "train.eval_every=0", "train.save_every=0", "train.log_every=10",
                   "train.eval_max_sentences=100", "train.eval_max_pairs=500")
 
-#: Compute (GFLOP/s x minutes per model) below which the demo warns. The smallest budgets measured
-#: (0.6 minutes at 60-150 GFLOP/s·min, bench/RESULTS.md under "Budget × machine") still got 3 of the
-#: notes' 4 sentences right; below 60 is untested, so the demo says a usable model needs more time.
+#: Compute (GFLOP/s x minutes per model) below which the demo warns that a model will not translate yet:
+#: the smallest budget measured to get the notes' sentences right (docs/experiments/demo-sizing.md).
 USABLE_COMPUTE = 60.0
 
-#: Below this compute (GFLOP/s x minutes per model: 1.5 minutes on a machine under 100 GFLOP/s) the demo's
-#: Transformer trains on the :data:`SHORTEST_PAIRS` shortest pairs instead of its tier's 20k: what a few
-#: hundred updates can learn is the one- to three-word sentences, and the notes' four are among them.
-#: At 1.5 minutes like 64 GFLOP/s (compute 95, ~500 updates; six seeds each, bench/RESULTS.md) the notes'
-#: sentences went from 15 of 24 right to 22 of 24, while test BLEU (every length) fell from 6.4 to 5.1,
-#: which is why only the demo does it. The GRU lost with it (8 → 5 of 12 right), so it keeps its 20k.
+#: Below this compute the demo's Transformer learns from the :data:`SHORTEST_PAIRS` shortest pairs: a few
+#: hundred updates learn the one- to three-word sentences, the notes' four among them, better than all
+#: lengths at once (only the demo trades test BLEU for them; docs/experiments/demo-sizing.md).
 SHORT_DEMO_COMPUTE = 150.0
 SHORTEST_PAIRS = 10_000
-#: Under the same compute the demo's GRU + Bahdanau model is this wide (embedding and hidden state) instead of
-#: its tier's 192: at 1.5 minutes like 64 GFLOP/s the 192-wide model's rows barely moved (movement 0.17-0.18,
-#: so the demo showed a map stuck on `.`), the 128-wide one's moved 0.29-0.32 over four seeds, above the 0.2
-#: that says attention has formed, for 0.5 less test BLEU (5.7 against 6.2) and 11 of 16 of the notes'
-#: sentences right (bench/RESULTS.md; models/gru.py's Bahdanau docstring). 96 moved 0.27, 160 0.17-0.25.
+#: Under the same compute the demo's GRU + Bahdanau model is this wide instead of its tier's: a narrower
+#: encoder's last state holds less of the sentence, so the decoder gains by reading the others (§1; measured
+#: in docs/experiments/bahdanau-movement.md).
 SLOW_DEMO_GRU_WIDTH = 128
 
 

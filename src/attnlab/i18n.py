@@ -1,4 +1,4 @@
-"""The learner's language: the teaching text in English or in the notes' Chinese (issue #18, item 10).
+"""The learner's language: the teaching text in English or in the notes' Chinese.
 
 The notes are Chinese; the commands that teach (``doctor``, ``explain``, ``data``'s walk-through, the
 ``params`` tables, the web page's notes) speak Chinese on request, in the notes' own terms (查询/键/值,

@@ -1,5 +1,6 @@
 """The five model families behind one protocol, chosen from a plain ``kind → builder`` dict
-(STYLE.md habit 4: no registries, no dotted paths).
+(STYLE.md habit 4: no registries, no dotted paths). A builder is the family's class, or a function that
+builds the parts and passes them in (Bahdanau's score function); either answers ``traits(cfg)``.
 
     model = build_model(cfg.model, len(src_tok), len(tgt_tok))
 """
@@ -11,6 +12,7 @@ from typing import Any
 
 from torch import nn
 
+from attnlab.attention.additive import AdditiveAttention
 from attnlab.config import ConfigError, ModelConfig
 from attnlab.models.decoder_only import DecoderOnly
 from attnlab.models.encoder_only import EncoderOnly
@@ -20,9 +22,33 @@ from attnlab.models.protocol import DecoderState, Seq2SeqModel
 from attnlab.models.traits import ModelTraits
 from attnlab.models.transformer import Transformer
 
+#: Bahdanau's score functions (``model.attention_score``): name → a module class built as
+#: ``cls(key_size, query_size, num_hiddens, dropout)`` that offers ``project_keys(keys)`` and
+#: ``forward(queries, keys, values, mask, projected_keys) -> (context, weights)`` (see
+#: :class:`~attnlab.attention.additive.AdditiveAttention`, the notes' additive score). A new score is one
+#: module and one entry here.
+BAHDANAU_SCORES: dict[str, Callable[..., nn.Module]] = {
+    "additive": AdditiveAttention,
+}
+
+
+def build_bahdanau(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Bahdanau:
+    """The GRU encoder–decoder with the attention ``cfg.attention_score`` names (notes §1–3): the part is
+    built here and passed in, so the model file never names a score function."""
+    if cfg.attention_score not in BAHDANAU_SCORES:
+        raise ConfigError(f"model.attention_score={cfg.attention_score!r} is not valid; choose one of: "
+                          f"{', '.join(BAHDANAU_SCORES)}")
+    key_size, query_size = Bahdanau.sizes(cfg)
+    score = BAHDANAU_SCORES[cfg.attention_score](key_size, query_size, cfg.num_hiddens, cfg.dropout)
+    return Bahdanau(cfg, src_vocab_size, tgt_vocab_size, attention=score)
+
+
+build_bahdanau.traits = Bahdanau.traits  # every builder answers traits(cfg) without building (see traits())
+
+
 BUILDERS: dict[str, Callable[[ModelConfig, int, int], nn.Module]] = {
     "seq2seq": Seq2Seq,
-    "bahdanau": Bahdanau,
+    "bahdanau": build_bahdanau,
     "transformer": Transformer,
     "decoder-only": DecoderOnly,
     "encoder-only": EncoderOnly,
@@ -57,6 +83,7 @@ def traits(cfg: ModelConfig | Any) -> ModelTraits:
 
 
 __all__ = [
+    "BAHDANAU_SCORES",
     "BUILDERS",
     "Bahdanau",
     "DecoderOnly",
@@ -69,6 +96,7 @@ __all__ = [
     "Seq2SeqModel",
     "StepOutput",
     "Transformer",
+    "build_bahdanau",
     "build_model",
     "traits",
 ]

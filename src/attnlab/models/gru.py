@@ -361,85 +361,8 @@ class Bahdanau(nn.Module):
     context c(t') = Σ α h_t; the decoder GRU reads ``embedding(y_{t'-1}) ⊕ c(t')``. The decoder starts
     from the encoder's final state, as in D2L §10.4.
 
-    Does the attention move (issue #18)? Measured on fra-eng, tiny tier (training/sizing.py), seed 42,
-    2-core Xeon, the four probe sentences, movement = mean total variation between consecutive rows
-    (:func:`attnlab.evaluation.alignment.attention_movement`); BLEU/chrF greedy on the whole 3,507-sentence
-    test split, as bench/quality.py scores:
-
-    ======================================================  =======  ========  =====  =====
-    run                                                     updates  movement  BLEU   chrF
-    ======================================================  =======  ========  =====  =====
-    this design (encoder final state starts the decoder)    1,800    0.279     7.55   21.51
-    decoder starts from zeros (no fixed-context shortcut)   1,800    0.159     6.87   20.27
-    W_q, W_k initialised 4× larger (tanh out of its linear   1,800    0.318     6.90   21.03
-    regime, where the query term cancels in the softmax)
-    this design, 1.5 min on a loaded machine                320      0.138     3.62   15.20
-    ======================================================  =======  ========  =====  =====
-
-    (1,800 updates is what 1.5 minutes bought on this machine when idle: the demo's budget.)
-
-    Over training the movement rises 0.002 (step 0) → 0.195 (450) → 0.186 (900) → 0.269 (1350) → 0.279:
-    maps frozen on ``<eos>`` are a model that has made too few updates (a wall-clock budget on a slow or
-    busy machine). The context is used (a 1,833-update run): zeroing it raises the validation loss from 1.52 to
-    3.87, a uniform α to 1.76 (the dynamic weights are worth 0.24 nats). After the first step the rows still sit on ``.``
-    and ``<eos>``: a forward GRU's last states hold the whole sentence, so on the tiny tier's 1–4-word
-    sentences they are the best values to read; the first row, whose query is the encoder's summary,
-    picks the content word (go, lost, calm, home). Starting the decoder from zeros (it must then read
-    the source through attention) moved less and scored lower; the larger attention init moved more but
-    lost 0.65 BLEU (one seed each), so the D2L design and nn.Linear's init stay.
-
-    At the 320 updates a loaded machine makes in the demo (tiny tier, seed 42, ``--threads 1``,
-    ``--max-steps 320``; movement on the four probes, best checkpoint; validation loss and BLEU on the
-    200 validation sentences), none of these reaches the 0.2 mark:
-
-    ======================================================  ========  ==========  ==========
-    run (320 updates)                                       movement  valid loss  valid BLEU
-    ======================================================  ========  ==========  ==========
-    this design                                             0.150     2.322       11.78
-    this design, warmup-stable-decay (the budget schedule   0.143     2.185       13.39
-    since 506b3da; AMD EPYC, 2 cores, ``attnlab doctor``)
-    W_q, W_k initialised 4× larger                          0.165     2.318       12.00
-    context also added to the output (s_t' + W_c c_t')      0.071     2.289       12.75
-    bidirectional encoder (``model.bidirectional``)         0.015     2.091       18.76
-    ======================================================  ========  ==========  ==========
-
-    The bidirectional encoder translates far better but puts every row on ``.``, whose [h→; h←]
-    holds the whole short sentence; a context fed to the output learns to read that summary state
-    sooner. Only the larger init moves more, by less than a seed's noise, so nothing changed here.
-    The budget schedule makes the 320 updates better (validation loss 2.32 → 2.19) but the rows
-    no more mobile: at this budget, movement comes with more updates, not with a better schedule.
-
-    At the slow laptop's demo budget (1.5 minutes like 64 GFLOP/s, ``bench/quality.py --like-peak 64``:
-    350–560 updates; seeds 1–3; movement from ``attnlab doctor --json``; test BLEU greedy):
-
-    ======================================================  ==================  ================
-    run (1.5 min like 64)                                   movement (3 seeds)  test BLEU
-    ======================================================  ==================  ================
-    this design                                             0.163 0.170 0.169   4.77 4.98 4.81
-    v (``w_v``) initialised 4× larger                       0.159 0.189 0.075   4.59 4.74 4.87
-    v initialised 16× larger                                0.000 (all three)   4.90 4.62 4.67
-    the 10k shortest pairs (1–3 words)                      0.137 0.130 0.144   3.91 3.90 3.75
-    the 40k shortest pairs (longer sentences)               0.131 0.135 0.173   4.88 5.34 5.57
-    ======================================================  ==================  ================
-
-    A larger v makes the softmax pick one key sooner and keep it (16×: every row on one key); neither
-    shorter nor longer sentences move the rows at this budget. A narrower model does (2026-12-02, same
-    budget, 700–1,360 updates on a slower probe; seeds 1–4 for d=128, 1–2 otherwise):
-
-    ======================================================  ==================  ================
-    run (1.5 min like 64)                                   movement            test BLEU
-    ======================================================  ==================  ================
-    this design, d=192 (the tiny tier)                      0.173 0.179         6.14 6.30
-    200-token batches (twice the updates); lr 5e-3          0.145–0.155; 0.17+  5.50–6.69; 6.07 7.94
-    d=160                                                   0.249 0.175         6.25 5.88
-    d=128                                                   0.29 0.32 0.29 0.29 5.45 5.78 5.68 5.83
-    d=96                                                    0.268               5.63
-    ======================================================  ==================  ================
-
-    A 128-wide encoder's last state holds less of the sentence, so the decoder gains by reading the
-    other states: the notes' §1 argument for attention, at a smaller scale. So the slow machine's demo
-    trains this model at d=128 (demo.py, ``SLOW_DEMO_GRU_WIDTH``); where a map still has not formed, the
-    demo says so under it (:func:`attnlab.evaluation.alignment.formation_note`).
+    How soon the rows of this map move from word to word, and what was tried to make them align on the
+    notes' example, is measured in docs/experiments/ (bahdanau-movement.md, bahdanau-alignment.md).
     """
 
     @staticmethod
@@ -447,13 +370,21 @@ class Bahdanau(nn.Module):
         # One additive attention shared by every recurrent layer: one map.
         return ModelTraits({"cross": 1}, recurrent=True, embeddings=("encoder.embedding", "tgt_embedding"))
 
-    def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> None:
+    @staticmethod
+    def sizes(cfg: ModelConfig) -> tuple[int, int]:
+        """``(key_size, query_size)`` of the attention: keys = values = encoder states (D, or 2D when the
+        encoder reads both ways), query = the decoder state s(t'-1) (D)."""
+        return cfg.num_hiddens * (2 if cfg.bidirectional else 1), cfg.num_hiddens
+
+    def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int,
+                 attention: nn.Module | None = None) -> None:
+        """``attention``: the score module (the builder passes the one ``model.attention_score`` names;
+        default: additive, ``vᵀ tanh(W_q q + W_k k)``)."""
         super().__init__()
         self.config = cfg
-        D = cfg.num_hiddens
         self.encoder = GRUEncoder(cfg, src_vocab_size)
-        M = self.encoder.output_size  # D, or 2D with a bidirectional encoder
-        self.attention = AdditiveAttention(key_size=M, query_size=D, num_hiddens=D, dropout=cfg.dropout)
+        M, D = self.sizes(cfg)  # M = D, or 2D with a bidirectional encoder
+        self.attention = attention if attention is not None else AdditiveAttention(M, D, D, dropout=cfg.dropout)
         self.tgt_embedding = nn.Embedding(tgt_vocab_size, cfg.embed_size)
         self.decoder = _make_rnn(cfg, cfg.embed_size + M)
         self.output = _output_layer(cfg, self.tgt_embedding, tgt_vocab_size)

@@ -1,4 +1,4 @@
-"""The explorer page's own teaching text, in the learner's language (issue #18, item 10).
+"""The explorer page's own teaching text, in the learner's language.
 
 The page's English strings are marked where they are written, and their translations live in the
 one catalogue of the CLI (``locale/<lang>/LC_MESSAGES/attnlab.po``, read through :mod:`attnlab.i18n`);
