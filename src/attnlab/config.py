@@ -171,8 +171,6 @@ class ModelConfig:
         _between("model.max_positions", self.max_positions, 2, MAX_POSITIONS)
         _check(self.attention_score.isidentifier(),
                f"model.attention_score={self.attention_score!r} must be the name of a score function, e.g. additive")
-        _check(self.attention_score == "additive" or self.kind == "bahdanau",
-               f"model.attention_score={self.attention_score} is for the bahdanau model, not {self.kind}; drop it")
         _check(not self.bidirectional or self.kind in ("seq2seq", "bahdanau"),
                f"model.bidirectional=true is for the GRU models (seq2seq, bahdanau), not {self.kind}; drop it")
 
