@@ -71,7 +71,7 @@ from _reference import (  # noqa: E402
 
 from attnlab import config as C  # noqa: E402
 from attnlab import fast  # noqa: E402
-from attnlab.data import corpus  # noqa: E402
+from attnlab.data import corpus, download  # noqa: E402
 from attnlab.data.batching import Batch, TokenBatchSampler, collate  # noqa: E402
 from attnlab.decoding import length_cap  # noqa: E402
 from attnlab.decoding.hypothesis import max_lengths  # noqa: E402
@@ -140,13 +140,13 @@ def load_data(args) -> Setup:
     """fra-eng with word vocabularies (min_freq 2) when the corpus is found, else the `numbers` task."""
     cfg = C.preset("transformer")
     if args.data:
-        path: Path | None = corpus.locate_fra_eng(args.data)  # a wrong --data is an error, not a fallback
+        path: Path | None = download.locate_fra_eng(args.data)  # a wrong --data is an error, not a fallback
     else:
         # $ATTNLAB_DATA_DIR, then the shared copy next to the repository, then the cache; never a download.
         offline = os.environ.get("ATTNLAB_OFFLINE")
         os.environ["ATTNLAB_OFFLINE"] = "1"
         try:
-            path = corpus.locate_fra_eng(None if os.environ.get("ATTNLAB_DATA_DIR") else _default_zip())
+            path = download.locate_fra_eng(None if os.environ.get("ATTNLAB_DATA_DIR") else _default_zip())
         except AttnlabError:
             path = None
         finally:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from attnlab import config as config_mod
-from attnlab.data import corpus
+from attnlab.data import corpus, download
 from attnlab.device import set_threads
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.alignment import formation_note
@@ -59,7 +59,7 @@ def _dataset(data: str | None) -> tuple[str, str | None]:
     """fra-eng where it can be found (``data``, else $ATTNLAB_DATA_DIR, the cache or a download), else the
     offline numbers task. A ``data`` the user named that cannot be read is their mistake, not a fallback."""
     try:
-        path = corpus.locate_fra_eng(data)
+        path = download.locate_fra_eng(data)
         return "fra-eng", str(path)
     except AttnlabError as e:
         if data is not None:

@@ -11,3 +11,7 @@ class AttnlabError(Exception):
 
 class CheckpointError(AttnlabError):
     """A checkpoint or run folder is missing, corrupt, tampered with or incompatible."""
+
+
+class CorpusError(AttnlabError):
+    """The corpus cannot be found, fetched or parsed; the message names the file (and line) and the fix."""

@@ -35,7 +35,8 @@ from torch import Tensor, nn
 from attnlab import fast, runs
 from attnlab.config import AUTO_DECODE_ROWS, Config, DecodeConfig
 from attnlab.data.batching import Batch, collate
-from attnlab.data.corpus import Prepared, check_same_corpus, for_run, prepare, source_text
+from attnlab.data.corpus import Prepared, check_same_corpus, for_run, prepare
+from attnlab.data.numbers import source_text
 from attnlab.data.vocab import BOS, EOS, PAD
 from attnlab.decoding import fill
 from attnlab.decoding.beam import beam_search
@@ -209,7 +210,7 @@ class Translator:
 
     def encode_source(self, sentence: str) -> tuple[list[int], bool]:
         """The source ids (cut to :attr:`max_src_tokens`) and whether they were cut. The sentence is first
-        spelled as the run's training sources are (:func:`attnlab.data.corpus.source_text`): on the
+        spelled as the run's training sources are (:func:`attnlab.data.numbers.source_text`): on the
         numbers task ``twenty-one`` reads as the ``twenty one`` the model learned."""
         ids = self.src_tok.encode(source_text(self.cfg.data, sentence, self.src_tok))
         truncated = len(ids) > self.max_src_tokens

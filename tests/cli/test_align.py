@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from attnlab.analysis.align import run as A
 from attnlab.cli import main
-from attnlab.data import corpus
+from attnlab.data import numbers
 from attnlab.data.text import tokenize
 from attnlab.data.vocab import Vocab
 from attnlab.models import build_model
@@ -23,7 +23,7 @@ from tests.conftest import tiny_config
 @pytest.fixture()
 def numbers_gold(tmp_path):
     """Six numbers pairs with monotone sure links (word i ↔ word i) and the last words possible."""
-    pairs = corpus.numbers_pairs(40, seed=3)[:6]
+    pairs = numbers.numbers_pairs(40, seed=3)[:6]
     en = [tokenize(e) for e, _ in pairs]
     fr = [tokenize(f) for _, f in pairs]
     links = []
@@ -259,7 +259,7 @@ def test_align_picks_a_head_on_the_trial_split_and_scores_it_on_test(tiny_runs, 
     rc, js, err = _run_align(capsys, run, *base)
     assert rc == 0 and "picked_on_trial" not in json.loads(js)  # no trial split: nothing claimed
     # a trial split whose links favour another reading than the test's: the head is chosen there
-    pairs = corpus.numbers_pairs(40, seed=5)[:4]
+    pairs = numbers.numbers_pairs(40, seed=5)[:4]
     en, fr = [tokenize(e) for e, _ in pairs], [tokenize(f) for _, f in pairs]
     links = [(s, 1, len(f), "S") for s, f in enumerate(fr, 1)]  # every sentence: first English → last French
     write_gold(numbers_gold, en, fr, links, split="trial")
@@ -287,7 +287,7 @@ def both_directions(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("both")
     fra = root / "fra.txt"
-    fra.write_text("".join(f"{e}\t{f}\tCC-BY 2.0\n" for e, f in corpus.numbers_pairs(400, seed=1)), encoding="utf-8")
+    fra.write_text("".join(f"{e}\t{f}\tCC-BY 2.0\n" for e, f in numbers.numbers_pairs(400, seed=1)), encoding="utf-8")
     runs = {}
     for direction in ("en-fr", "fr-en"):
         cfg = tiny_config("transformer", "train.max_steps=40", "data.dataset=fra-eng", f"data.data_path={fra}",

@@ -13,18 +13,13 @@ from pathlib import Path
 import pytest
 
 from attnlab.config import DataConfig
-from attnlab.data import corpus
-from attnlab.data.corpus import (
-    CorpusError,
-    locate_fra_eng,
-    numbers_pairs,
-    prepare,
-    read_pairs,
-    split_by_source,
-)
+from attnlab.data import corpus, download, numbers
+from attnlab.data.corpus import prepare, read_pairs, split_by_source
+from attnlab.data.download import locate_fra_eng
+from attnlab.data.numbers import numbers_pairs
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import EOS, UNK, Vocab
-from attnlab.errors import AttnlabError
+from attnlab.errors import AttnlabError, CorpusError
 
 SAMPLE = "Go.\tVa !\nI'm home.\tJe suis chez moi.\nI'm home.\tJe suis à la maison.\nRun!\tCours\u202f!\n"
 SAMPLE3 = "Go.\tVa !\tCC-BY 2.0 (France) Attribution: tatoeba.org #2877272 (CM) & #1158250 (Wittydev)\n"
@@ -65,7 +60,7 @@ def test_locate_order_option_then_env_then_cache(isolated, monkeypatch):
     assert locate_fra_eng(opt) == env / "fra-eng.zip"  # an existing folder without the corpus falls through
     monkeypatch.delenv("ATTNLAB_DATA_DIR")
     assert locate_fra_eng(None) == cache / "fra-eng.zip"
-    assert corpus.cache_dir() == cache
+    assert download.cache_dir() == cache
 
 
 def test_locate_finds_bare_fra_txt_in_a_folder(isolated):
@@ -112,7 +107,7 @@ def test_download_keeps_only_a_verified_file(isolated, monkeypatch):
         requested.append((url, timeout))
         return Response(payload)
 
-    monkeypatch.setattr(corpus.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(download.urllib.request, "urlopen", urlopen)
     monkeypatch.setenv("ATTNLAB_OFFLINE", "0")
     target = isolated / "xdg" / "attnlab" / "fra-eng.zip"
     # the real checksum does not match our fake payload: refused and not kept
@@ -122,7 +117,7 @@ def test_download_keeps_only_a_verified_file(isolated, monkeypatch):
     assert (
         requested[0][0] == "https://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip" and requested[0][1] <= 30
     )
-    monkeypatch.setattr(corpus, "FRA_ENG_SHA256", hashlib.sha256(payload).hexdigest())
+    monkeypatch.setattr(download, "FRA_ENG_SHA256", hashlib.sha256(payload).hexdigest())
     assert locate_fra_eng(None) == target
     assert target.read_bytes() == payload
     assert read_pairs(target)[0] == ("Go.", "Va !")
@@ -131,9 +126,9 @@ def test_download_keeps_only_a_verified_file(isolated, monkeypatch):
 
 def test_failed_download_is_reported(isolated, monkeypatch):
     def refuse(url, timeout):
-        raise corpus.urllib.error.URLError("no network")
+        raise download.urllib.error.URLError("no network")
 
-    monkeypatch.setattr(corpus.urllib.request, "urlopen", refuse)
+    monkeypatch.setattr(download.urllib.request, "urlopen", refuse)
     monkeypatch.setenv("ATTNLAB_OFFLINE", "0")
     with pytest.raises(CorpusError, match="download from https://d2l-data.*no network"):
         locate_fra_eng(None)
@@ -243,12 +238,12 @@ def test_numbers_words_are_num2words_as_people_type_them():
     # English: num2words' words and its "and", without its hyphens and comma (#18 item 11), so the task
     # reads "twenty one" as it is typed; French: num2words as it is (the model writes it, nobody types it).
     assert num2words(21345, lang="en") == "twenty-one thousand, three hundred and forty-five"
-    assert corpus._number_words(21345) == (
+    assert numbers._number_words(21345) == (
         "twenty one thousand three hundred and forty five",
         preprocess(num2words(21345, lang="fr")),
     )
-    assert corpus._number_words(80) == ("eighty", "quatre-vingts")
-    assert corpus._number_words(1005) == ("one thousand and five", "mille cinq")
+    assert numbers._number_words(80) == ("eighty", "quatre-vingts")
+    assert numbers._number_words(1005) == ("one thousand and five", "mille cinq")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.data import corpus
-from attnlab.data.corpus import CorpusError, locate_fra_eng, read_pairs
+from attnlab.data import corpus, download
+from attnlab.data.corpus import read_pairs
+from attnlab.data.download import locate_fra_eng
+from attnlab.errors import CorpusError
 from tests.data.test_corpus import SAMPLE, make_zip
 
 MiB = 2**20
@@ -66,8 +68,8 @@ def server(isolated, monkeypatch) -> Iterator[dict[str, Route]]:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("no_proxy", "*")
     url = f"http://127.0.0.1:{httpd.server_port}/fra-eng.zip"
-    monkeypatch.setattr(corpus, "FRA_ENG_URL", url)
-    monkeypatch.setattr(corpus, "FRA_ENG_HTTP_URL", url, raising=False)
+    monkeypatch.setattr(download, "FRA_ENG_URL", url)
+    monkeypatch.setattr(download, "FRA_ENG_HTTP_URL", url)
     try:
         yield routes
     finally:
@@ -91,15 +93,15 @@ def _cache(isolated: Path) -> Path:
 
 def test_the_shipped_limits():
     """The tests below use small caps; these are the real ones (D2L's zip is 3.4 MB, fra.txt 11.7 MB)."""
-    assert corpus.MAX_DOWNLOAD_BYTES == 64 * MiB
+    assert download.MAX_DOWNLOAD_BYTES == 64 * MiB
     assert corpus.MAX_MEMBER_BYTES == 128 * MiB
-    assert corpus.DOWNLOAD_DEADLINE_S == 120
+    assert download.DOWNLOAD_DEADLINE_S == 120
 
 
 def test_download_from_a_local_server_is_verified_and_kept(isolated, server, monkeypatch):
     payload = make_zip(isolated / "remote.zip", SAMPLE).read_bytes()
     server["/fra-eng.zip"] = lambda h, stop: (_headers(h, len(payload)), h.wfile.write(payload))
-    monkeypatch.setattr(corpus, "FRA_ENG_SHA256", hashlib.sha256(payload).hexdigest())
+    monkeypatch.setattr(download, "FRA_ENG_SHA256", hashlib.sha256(payload).hexdigest())
     path = locate_fra_eng(None)
     assert path == _cache(isolated) / "fra-eng.zip" and path.read_bytes() == payload
     assert read_pairs(path)[0] == ("Go.", "Va !")
@@ -108,7 +110,7 @@ def test_download_from_a_local_server_is_verified_and_kept(isolated, server, mon
 @pytest.mark.parametrize("declared", [True, False], ids=["content-length", "no-content-length"])
 def test_download_stops_past_the_size_cap(isolated, server, monkeypatch, declared):
     """A server sending more than the cap (announced or not) gets a one-line CorpusError, nothing kept."""
-    monkeypatch.setattr(corpus, "MAX_DOWNLOAD_BYTES", 1 * MiB, raising=False)
+    monkeypatch.setattr(download, "MAX_DOWNLOAD_BYTES", 1 * MiB)
     total = 8 * MiB  # what the server would send: bounded, so the test ends on old code too
 
     def flood(h, stop):
@@ -155,9 +157,9 @@ def test_a_trickling_server_is_given_up_on_at_the_total_deadline(isolated, serve
 
 
 def test_the_download_deadline_comes_from_the_environment(isolated, monkeypatch):
-    assert corpus.download_deadline() == 120
+    assert download.download_deadline() == 120
     monkeypatch.setenv("ATTNLAB_DOWNLOAD_TIMEOUT", "2.5")
-    assert corpus.download_deadline() == 2.5
+    assert download.download_deadline() == 2.5
     for bad in ("soon", "0", "-1", "inf", "nan"):
         monkeypatch.setenv("ATTNLAB_DOWNLOAD_TIMEOUT", bad)
         with pytest.raises(CorpusError, match="ATTNLAB_DOWNLOAD_TIMEOUT") as err:
@@ -170,9 +172,9 @@ def test_https_is_tried_first_and_plain_http_only_when_it_fails(isolated, monkey
 
     def refuse(url, timeout):
         requested.append(url)
-        raise corpus.urllib.error.URLError("no network")
+        raise download.urllib.error.URLError("no network")
 
-    monkeypatch.setattr(corpus.urllib.request, "urlopen", refuse)
+    monkeypatch.setattr(download.urllib.request, "urlopen", refuse)
     with pytest.raises(CorpusError, match="no network") as err:
         locate_fra_eng(None)
     assert "\n" not in str(err.value)
@@ -205,7 +207,7 @@ def _lie_about_size(path: Path, size: int) -> Path:
 
 
 def test_a_zip_member_declared_larger_than_the_cap_is_refused_unread(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "MAX_MEMBER_BYTES", 1 * MiB, raising=False)
+    monkeypatch.setattr(corpus, "MAX_MEMBER_BYTES", 1 * MiB)
     bomb = _bomb(tmp_path / "bomb.zip", 4 * MiB)
     assert bomb.stat().st_size < 64 * 1024
     with pytest.raises(CorpusError) as err:
@@ -216,7 +218,7 @@ def test_a_zip_member_declared_larger_than_the_cap_is_refused_unread(tmp_path, m
 
 def test_a_zip_member_whose_header_understates_its_size_is_refused(tmp_path, monkeypatch):
     """The declared size passes the cap, the real one does not: refused (counted, or by the CRC)."""
-    monkeypatch.setattr(corpus, "MAX_MEMBER_BYTES", 1 * MiB, raising=False)
+    monkeypatch.setattr(corpus, "MAX_MEMBER_BYTES", 1 * MiB)
     liar = _lie_about_size(_bomb(tmp_path / "liar.zip", 4 * MiB), 1000)
     with pytest.raises(CorpusError) as err:
         read_pairs(liar)
@@ -225,9 +227,9 @@ def test_a_zip_member_whose_header_understates_its_size_is_refused(tmp_path, mon
 
 
 def test_a_member_just_under_the_cap_is_read(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "MAX_MEMBER_BYTES", len(SAMPLE.encode()), raising=False)
+    monkeypatch.setattr(corpus, "MAX_MEMBER_BYTES", len(SAMPLE.encode()))
     assert read_pairs(make_zip(tmp_path / "ok.zip", SAMPLE))[0] == ("Go.", "Va !")
-    monkeypatch.setattr(corpus, "MAX_MEMBER_BYTES", len(SAMPLE.encode()) - 1, raising=False)
+    monkeypatch.setattr(corpus, "MAX_MEMBER_BYTES", len(SAMPLE.encode()) - 1)
     with pytest.raises(CorpusError, match="more than the"):
         read_pairs(tmp_path / "ok.zip")
 
@@ -237,7 +239,7 @@ def test_a_member_just_under_the_cap_is_read(tmp_path, monkeypatch):
 
 def test_a_plain_text_corpus_over_the_cap_is_refused(tmp_path, monkeypatch):
     """A plain fra.txt is capped as a zip member is (it was read whole into memory, whatever its size)."""
-    monkeypatch.setattr(corpus, "MAX_MEMBER_BYTES", 1024, raising=False)
+    monkeypatch.setattr(corpus, "MAX_MEMBER_BYTES", 1024)
     big = tmp_path / "fra.txt"
     big.write_text("Go.\tVa !\n" * 200, encoding="utf-8")  # 1,800 bytes
     with pytest.raises(CorpusError) as err:
@@ -255,7 +257,7 @@ def test_a_plain_text_corpus_over_the_cap_is_refused(tmp_path, monkeypatch):
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
 def test_a_stream_without_a_size_is_counted_as_it_is_read(monkeypatch):
     """/dev/zero has no size to check first: the bytes read are counted and reading stops past the cap."""
-    monkeypatch.setattr(corpus, "MAX_MEMBER_BYTES", 1 * MiB, raising=False)
+    monkeypatch.setattr(corpus, "MAX_MEMBER_BYTES", 1 * MiB)
     with pytest.raises(CorpusError, match="stopped reading") as err:
         read_pairs("/dev/zero")
     assert "\n" not in str(err.value)

@@ -10,7 +10,7 @@ from num2words import num2words
 
 from attnlab.analysis.diagnose.selfcheck import BUILTIN_SENTENCES
 from attnlab.config import DataConfig
-from attnlab.data.corpus import NUMBERS_MAX, _number_words, numbers_canonical, numbers_pairs, source_text
+from attnlab.data.numbers import NUMBERS_MAX, _number_words, numbers_canonical, numbers_pairs, source_text
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK, Vocab
 from attnlab.translator import Translator

@@ -33,6 +33,6 @@ def export_runs(tmp_path_factory):
 @pytest.fixture(scope="session")
 def numbers_sentences():
     """60 English number sentences, most of them outside the tiny runs' training pairs."""
-    from attnlab.data.corpus import numbers_pairs
+    from attnlab.data.numbers import numbers_pairs
 
     return [src for src, _ in numbers_pairs(60, seed=5)]

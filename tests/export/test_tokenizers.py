@@ -8,7 +8,8 @@ import unicodedata
 import pytest
 from tokenizers import Tokenizer as HFTokenizer
 
-from attnlab.data.corpus import numbers_pairs, read_pairs
+from attnlab.data.corpus import read_pairs
+from attnlab.data.numbers import numbers_pairs
 from attnlab.data.specials import SPECIALS
 from attnlab.data.subword import BPETokenizer
 from attnlab.data.text import preprocess

@@ -41,7 +41,7 @@ def _run_stats(args, files, tokenizers) -> str:
 
 
 def cmd_data(args) -> int:
-    from attnlab.data import corpus
+    from attnlab.data import corpus, numbers
     from attnlab.data.vocab import load_tokenizer
     from attnlab.data.walkthrough import format_walkthrough, walk_through
 
@@ -62,7 +62,7 @@ def cmd_data(args) -> int:
         print(corpus.format_stats(prepared))
     if args.sentence is not None:
         print()
-        sentence = corpus.source_text(data_cfg, args.sentence, tokenizers[0])  # spelled as the model read it
+        sentence = numbers.source_text(data_cfg, args.sentence, tokenizers[0])  # spelled as the model read it
         print(format_walkthrough(walk_through(tokenizers[0], sentence, num_steps), run=args.run))
     return 0
 

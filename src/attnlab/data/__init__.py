@@ -5,18 +5,12 @@ See docs/DESIGN.md § data/. The layers point one way: ``specials`` (the reserve
 """
 
 from attnlab.data.batching import Batch, TokenBatchSampler, collate
-from attnlab.data.corpus import (
-    CorpusError,
-    Prepared,
-    Split,
-    locate_fra_eng,
-    numbers_pairs,
-    prepare,
-    read_pairs,
-    split_by_source,
-)
+from attnlab.data.corpus import Prepared, Split, prepare, read_pairs, split_by_source
+from attnlab.data.download import locate_fra_eng
+from attnlab.data.numbers import numbers_pairs
 from attnlab.data.text import detokenize, preprocess, tokenize
 from attnlab.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, Tokenizer, Vocab, load_tokenizer
+from attnlab.errors import CorpusError
 
 __all__ = [
     "BOS",

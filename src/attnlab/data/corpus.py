@@ -1,4 +1,5 @@
-"""The two datasets: Tatoeba fra-eng (find, verify, download, parse) and the offline ``numbers`` task.
+"""The corpora a run learns from: reading Tatoeba fra-eng (found by :mod:`attnlab.data.download`) or
+generating the offline ``numbers`` task (:mod:`attnlab.data.numbers`), splitting, tokenizing, encoding.
 
 ``prepare(cfg)`` is the one entry point the trainer and the CLI use: it reads (or generates) the
 pairs, splits them by English source, builds the tokenizers from the training split only, encodes,
@@ -22,268 +23,29 @@ past :data:`MAX_MEMBER_BYTES` — declared (its size on disk) or actually read (
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-import http.client
 import os
-import random
 import sys
-import threading
-import time
-import urllib.error
-import urllib.request
 import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from num2words import num2words
-
 from attnlab.config import DataConfig
+from attnlab.data.download import CANDIDATES, CHUNK, cache_dir, find_in, locate_fra_eng, mib
+from attnlab.data.numbers import NUMBERS_MAX, NUMBERS_SEED, numbers_pairs
 from attnlab.data.subword import BPETokenizer
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK, Tokenizer, Vocab
-from attnlab.errors import AttnlabError
-from attnlab.io import atomic_write_bytes
+from attnlab.errors import CorpusError
 
-__all__ = [
-    "CorpusError",
-    "FRA_ENG_URL",
-    "FRA_ENG_HTTP_URL",
-    "FRA_ENG_SHA256",
-    "MAX_DOWNLOAD_BYTES",
-    "MAX_MEMBER_BYTES",
-    "Split",
-    "Prepared",
-    "cache_dir",
-    "check_same_corpus",
-    "for_run",
-    "locate_fra_eng",
-    "read_pairs",
-    "numbers_canonical",
-    "numbers_pairs",
-    "source_text",
-    "split_by_source",
-    "prepare",
-]
+__all__ = ["MAX_MEMBER_BYTES", "Prepared", "Split", "check_same_corpus", "for_run", "prepare", "read_pairs",
+           "split_by_source"]
 
-FRA_ENG_URL = "https://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"  # tried first
-FRA_ENG_HTTP_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"  # D2L's own link; only if HTTPS fails
-FRA_ENG_SHA256 = "b0ace3af111f771f8bfadb44b83fbdb24ef5bc252d014f080fe4e3e8f0b3650b"
-FRA_ENG_ZIP = "fra-eng.zip"
-_CANDIDATES = ("fra-eng.zip", "fra.txt", "fra-eng/fra.txt")  # looked for, in this order, inside a folder
-_DOWNLOAD_TIMEOUT_S = 15.0  # per socket operation (connect, one read)
-DOWNLOAD_DEADLINE_S = 120.0  # the whole download, both URLs together; $ATTNLAB_DOWNLOAD_TIMEOUT overrides
-MAX_DOWNLOAD_BYTES = 64 * 2**20  # the zip is 3.4 MB
 MAX_MEMBER_BYTES = 128 * 2**20  # its fra.txt is 11.7 MB
-_CHUNK = 1 << 16
 _SPLIT_SALT = b"attnlab-split-v1\x00"  # bump to re-draw every split (changes all test sets!)
-NUMBERS_SEED = 0  # the numbers task is the same for every run, so its test scores are comparable
-NUMBERS_MAX = 99_999
 SPLITS = ("train", "valid", "test")
-
-
-class CorpusError(AttnlabError):
-    """The corpus cannot be found, fetched or parsed; the message names the file (and line) and the fix."""
-
-
-# ----------------------------------------------------------------------------------------------
-# Finding (and fetching) fra-eng
-
-
-def cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/attnlab``, else ``~/.cache/attnlab`` (where downloads are kept)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "attnlab"
-
-
-def _find_in(folder: Path) -> Path | None:
-    for name in _CANDIDATES:
-        p = folder / name
-        if p.is_file():
-            return p
-    return None
-
-
-def download_deadline() -> float:
-    """Seconds a whole download may take: ``$ATTNLAB_DOWNLOAD_TIMEOUT``, else :data:`DOWNLOAD_DEADLINE_S`.
-
-    Raises :class:`CorpusError` for a value that is not a positive number.
-    """
-    raw = os.environ.get("ATTNLAB_DOWNLOAD_TIMEOUT", "").strip()
-    if not raw:
-        return DOWNLOAD_DEADLINE_S
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds < float("inf"):
-        raise CorpusError(
-            f"ATTNLAB_DOWNLOAD_TIMEOUT={raw!r} is not a positive number of seconds; "
-            f"set e.g. ATTNLAB_DOWNLOAD_TIMEOUT=300 or unset it (default {DOWNLOAD_DEADLINE_S:g})"
-        )
-    return seconds
-
-
-class _FetchFailed(Exception):
-    """Why one URL gave no usable bytes (one clause of the final error); ``final``: no other URL can help."""
-
-    def __init__(self, reason: str, final: bool = False) -> None:
-        super().__init__(reason)
-        self.final = final
-
-
-_LATE = "past the deadline"
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:g} MiB"
-
-
-def _fetch(url: str, cap: int, deadline: float, cancel: threading.Event) -> bytes:
-    """The body at ``url``: at most ``cap`` bytes, read before ``deadline`` (``time.monotonic()``)."""
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise _FetchFailed(_LATE, final=True)
-    try:
-        with urllib.request.urlopen(url, timeout=min(_DOWNLOAD_TIMEOUT_S, left)) as resp:
-            headers = getattr(resp, "headers", None)
-            declared = (headers.get("Content-Length") or "").strip() if headers is not None else ""
-            if declared.isdigit() and int(declared) > cap:
-                raise _FetchFailed(
-                    f"the server announces {int(declared)} bytes, more than the {_mib(cap)} limit", final=True
-                )
-            read = getattr(resp, "read1", resp.read)  # read1: whatever has arrived, so a trickle meets the deadline
-            buf = bytearray()
-            while True:
-                if cancel.is_set() or time.monotonic() > deadline:
-                    raise _FetchFailed(_LATE, final=True)
-                chunk = read(_CHUNK)
-                if not chunk:
-                    return bytes(buf)
-                buf += chunk
-                if len(buf) > cap:
-                    raise _FetchFailed(f"more than the {_mib(cap)} limit (stopped reading)", final=True)
-    except _FetchFailed:
-        raise
-    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
-        raise _FetchFailed(str(getattr(e, "reason", None) or e) or type(e).__name__) from None
-
-
-def _fetch_within(url: str, cap: int, deadline: float) -> bytes:
-    """:func:`_fetch` in a daemon thread, given up on at ``deadline`` however slowly the bytes come.
-
-    A socket timeout bounds one operation, not the sum: a server sending a byte every few seconds
-    (or a slow TLS handshake, or trickled headers) would otherwise hold the caller for ever.
-    """
-    box: dict[str, Any] = {}
-    cancel = threading.Event()
-
-    def work() -> None:
-        try:
-            box["data"] = _fetch(url, cap, deadline, cancel)
-        except BaseException as e:  # handed to the caller
-            box["error"] = e
-
-    worker = threading.Thread(target=work, name="attnlab-download", daemon=True)
-    worker.start()
-    worker.join(max(0.0, deadline - time.monotonic()))
-    if worker.is_alive():
-        cancel.set()  # it stops at its next chunk, or when its socket times out; nobody waits for it
-        raise _FetchFailed(_LATE, final=True)
-    if "error" in box:
-        raise box["error"]
-    return box["data"]
-
-
-def _download(dest: Path) -> str | None:
-    """Fetch :data:`FRA_ENG_URL` (then :data:`FRA_ENG_HTTP_URL`) to ``dest`` if its sha256 is
-    :data:`FRA_ENG_SHA256`; None on success, else why not (one line).
-
-    At most :data:`MAX_DOWNLOAD_BYTES`, within :func:`download_deadline` seconds in all. Plain HTTP
-    is tried only when HTTPS fails to deliver, and is as safe: nothing is kept unless its sha256 matches.
-    """
-    sha256 = FRA_ENG_SHA256  # module attributes are read at call time so tests can point them elsewhere
-    urls = list(dict.fromkeys((FRA_ENG_URL, FRA_ENG_HTTP_URL)))
-    total = download_deadline()
-    deadline = time.monotonic() + total
-    why: list[str] = []
-    for url in urls:
-        try:
-            data = _fetch_within(url, MAX_DOWNLOAD_BYTES, deadline)
-        except _FetchFailed as e:
-            reason = str(e)
-            if reason == _LATE:
-                reason = f"not done within {total:g} s; a slow link needs a larger ATTNLAB_DOWNLOAD_TIMEOUT"
-            why.append(f"download from {url} failed ({reason})")
-            if e.final:
-                break  # the size cap and the deadline hold for every URL
-            continue
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != sha256:
-            why.append(f"download from {url} has sha256 {digest[:12]}..., expected {sha256[:12]}... (not kept)")
-            break  # the source answered, with other bytes: the same file over HTTP would not match either
-        try:
-            atomic_write_bytes(dest, data)  # a crash mid-write never leaves a truncated zip in the cache
-        except OSError as e:
-            return f"cannot write {dest} ({e.strerror or e})"
-        return None
-    return "; ".join(why)  # never empty: the first URL always gets an entry
-
-
-def locate_fra_eng(data_path: str | os.PathLike[str] | None = None) -> Path:
-    """Return the path of a fra-eng zip or ``fra.txt``, fetching it into the cache if needed.
-
-    Looks, in order, at ``data_path`` (a file, or a folder holding ``fra-eng.zip``, ``fra.txt`` or
-    ``fra-eng/fra.txt``), ``$ATTNLAB_DATA_DIR`` (same rules), the cache folder (:func:`cache_dir`),
-    then downloads :data:`FRA_ENG_URL` into the cache and keeps it only if its sha256 is
-    :data:`FRA_ENG_SHA256` (skipped when ``ATTNLAB_OFFLINE=1``).
-
-    Raises :class:`CorpusError` if ``data_path`` names something that does not exist (a typo must
-    not silently fall back to another copy), or, when every place fails, with one line naming all
-    places looked and the fix.
-    """
-    looked: list[str] = []
-    if data_path is not None and str(data_path) != "":
-        p = Path(data_path).expanduser()
-        if p.is_file():
-            return p
-        if not p.exists():
-            raise CorpusError(
-                f"data path {p} does not exist; pass --data a fra-eng.zip, a fra.txt or a folder with one"
-            )
-        found = _find_in(p)
-        if found:
-            return found
-        looked.append(f"{p} (--data)")
-    env = os.environ.get("ATTNLAB_DATA_DIR")
-    if env:
-        p = Path(env).expanduser()
-        found = p if p.is_file() else _find_in(p)
-        if found:
-            return found
-        looked.append(f"{p} ($ATTNLAB_DATA_DIR)")
-    else:
-        looked.append("$ATTNLAB_DATA_DIR (unset)")
-    cache = cache_dir()
-    found = _find_in(cache)
-    if found:
-        return found
-    looked.append(f"{cache} (cache)")
-    if os.environ.get("ATTNLAB_OFFLINE", "") not in ("", "0"):
-        looked.append("no download (ATTNLAB_OFFLINE is set)")
-    else:
-        why = _download(cache / FRA_ENG_ZIP)
-        if why is None:
-            return cache / FRA_ENG_ZIP
-        looked.append(why)
-    raise CorpusError(
-        "fra-eng corpus not found; looked in: "
-        + "; ".join(looked)
-        + f". Fix: pass --data PATH (a {FRA_ENG_ZIP} or fra.txt, e.g. from {FRA_ENG_URL}) or set ATTNLAB_DATA_DIR to its folder"
-    )
-
 
 # ----------------------------------------------------------------------------------------------
 # Parsing
@@ -308,13 +70,13 @@ def _read_member(zf: zipfile.ZipFile, member: str, path: Path) -> bytes:
     """
     cap = MAX_MEMBER_BYTES
     declared = zf.getinfo(member).file_size
-    fix = f"more than the {_mib(cap)} a fra-eng corpus may have (D2L's fra.txt is 11.7 MB); use D2L's fra-eng.zip"
+    fix = f"more than the {mib(cap)} a fra-eng corpus may have (D2L's fra.txt is 11.7 MB); use D2L's fra-eng.zip"
     if declared > cap:
         raise CorpusError(f"{path}:{member} declares {declared} bytes unpacked, {fix}")
     refuse = f"{path}:{member} unpacks to {fix} (stopped reading)"
     out = bytearray()
     with zf.open(member) as f:
-        while chunk := f.read(min(_CHUNK * 16, cap + 1 - len(out))):
+        while chunk := f.read(min(CHUNK * 16, cap + 1 - len(out))):
             out += chunk
             if len(out) > cap:
                 raise CorpusError(refuse)
@@ -326,12 +88,12 @@ def _read_text_file(f, path: Path, head: bytes) -> bytes:
     :data:`MAX_MEMBER_BYTES` as a zip member is: by its size on disk first, and by the bytes actually
     read (a pipe, a device or a file that grows has no size to trust)."""
     cap = MAX_MEMBER_BYTES
-    fix = f"more than the {_mib(cap)} a fra-eng corpus may have (D2L's fra.txt is 11.7 MB); use D2L's fra-eng.zip"
+    fix = f"more than the {mib(cap)} a fra-eng corpus may have (D2L's fra.txt is 11.7 MB); use D2L's fra-eng.zip"
     size = os.fstat(f.fileno()).st_size
     if size > cap:
         raise CorpusError(f"{path} holds {size} bytes, {fix}")
     out = bytearray(head)
-    while chunk := f.read(min(_CHUNK * 16, cap + 1 - len(out))):
+    while chunk := f.read(min(CHUNK * 16, cap + 1 - len(out))):
         out += chunk
         if len(out) > cap:
             raise CorpusError(f"{path} holds {fix} (stopped reading)")
@@ -348,9 +110,9 @@ def _read_bytes(path: Path) -> tuple[bytes, str]:
             if not is_zip:
                 return _read_text_file(f, path, head), str(path)
     except IsADirectoryError:
-        found = _find_in(path)
+        found = find_in(path)
         if found is None:
-            raise CorpusError(f"{path} is a folder without {' or '.join(_CANDIDATES)}") from None
+            raise CorpusError(f"{path} is a folder without {' or '.join(CANDIDATES)}") from None
         return _read_bytes(found)
     except FileNotFoundError:
         raise CorpusError(f"{path} does not exist; pass --data a fra-eng.zip or fra.txt") from None
@@ -415,103 +177,6 @@ def _parse_pairs(data: bytes, name: str) -> list[tuple[str, str]]:
     if not pairs:
         raise CorpusError(f"{name} holds no sentence pairs (empty file); expected english<TAB>french lines")
     return pairs
-
-
-# ----------------------------------------------------------------------------------------------
-# The offline numbers task
-
-
-_UNITS = frozenset("one two three four five six seven eight nine".split())
-_TEENS = frozenset("ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split())
-_TENS = frozenset("twenty thirty forty fifty sixty seventy eighty ninety".split())
-_BELOW_100 = _UNITS | _TEENS | _TENS
-
-
-def numbers_canonical(text: str, hyphens: bool = False) -> str:
-    """An English number as the numbers task spells it, from any of the ways people write it.
-
-    The task's spelling — what :func:`numbers_pairs` trains on — is num2words' British words as people
-    type them: no hyphens, no comma, ``and`` before the last two digits (``twenty one thousand three
-    hundred and forty five``). Written with num2words' hyphens (``forty-two``) or its comma after
-    ``thousand`` (``one thousand , two hundred``), or without the ``and`` (``three hundred forty two``),
-    a number becomes that spelling; the task's own spelling is left as it is. ``hyphens=True`` gives
-    num2words' spelling instead (``twenty-one thousand , three hundred and forty-five``), the one numbers
-    runs trained before the task dropped the hyphens learned. Words that are not part of a number are
-    only preprocessed: any text without number words comes back as ``preprocess(text)``.
-    """
-    words: list[str] = []
-    for word in preprocess(text).split():
-        tens, _, unit = word.partition("-")
-        words += [tens, unit] if tens in _TENS and unit in _UNITS else [word]  # forty-two → forty two
-    out: list[str] = []
-    for i, word in enumerate(words):
-        after = words[i + 1 : i + 3]
-        if word == "," and out[-1:] == ["thousand"] and after[:1] and after[0] in _BELOW_100:
-            continue  # num2words' comma before the hundreds: "one thousand, two hundred"
-        # What follows "thousand" is hundreds ("one thousand two hundred") or the last two digits, which
-        # num2words introduces with "and" ("one thousand and five"), as it does after "hundred".
-        hundreds = word in _UNITS and after[:1] == ["hundred"]
-        if out and out[-1] in ("hundred", "thousand") and word in _BELOW_100:
-            if not hundreds:
-                out.append("and")
-            elif hyphens and out[-1] == "thousand":
-                out.append(",")
-        if hyphens and out and out[-1] in _TENS and word in _UNITS:
-            out[-1] += "-" + word  # num2words hyphenates 21..99
-            continue
-        out.append(word)
-    return " ".join(out)
-
-
-def source_text(cfg: DataConfig, sentence: str, src_tok: Tokenizer | None = None) -> str:
-    """A user's source sentence spelled as ``cfg.dataset``'s training sources are, before tokenising.
-
-    On ``numbers``, :func:`numbers_canonical`: ``twenty-one`` and ``twenty one`` read the same. A run
-    whose source vocabulary holds ``twenty-one`` as one token (``src_tok``; trained before the task
-    dropped num2words' hyphens) gets the hyphenated spelling it learned. On ``fra-eng`` the sentence is
-    returned unchanged (the tokenizer preprocesses it).
-    """
-    if cfg.dataset != "numbers":
-        return sentence
-    learned_hyphens = src_tok is not None and [t.lstrip("\u2581") for t in src_tok.tokens("twenty-one")] == ["twenty-one"]
-    return numbers_canonical(sentence, hyphens=learned_hyphens)
-
-
-@functools.cache
-def _number_words(k: int) -> tuple[str, str]:
-    """``k`` in words: English in the task's spelling (:func:`numbers_canonical`), French as num2words writes it."""
-    return numbers_canonical(num2words(k, lang="en")), preprocess(num2words(k, lang="fr"))
-
-
-def numbers_pairs(n: int, seed: int = NUMBERS_SEED) -> list[tuple[str, str]]:
-    """``n`` distinct numbers in ``0..99,999`` as (English words, French words), D2L-preprocessed.
-
-    E.g. ``21345`` → ``("twenty one thousand three hundred and forty five",
-    "vingt et un mille trois cent quarante-cinq")`` (English as :func:`numbers_canonical` spells it). Numbers are drawn deterministically from
-    ``random.Random(seed)`` with an equal share per digit count (1 to 5 digits; a share a bucket
-    cannot fill moves to the longer ones), so short numbers are not drowned out by the 90,000
-    five-digit ones. The result is shuffled, so the first ``k`` pairs are a fair sample too.
-    Raises ``ValueError`` unless ``1 <= n <= 100,000``.
-    """
-    if not 1 <= n <= NUMBERS_MAX + 1:
-        raise ValueError(f"numbers task size n={n} must lie between 1 and {NUMBERS_MAX + 1}")
-    rng = random.Random(seed)
-    buckets = [
-        range(0, 10),
-        range(10, 100),
-        range(100, 1000),
-        range(1000, 10_000),
-        range(10_000, NUMBERS_MAX + 1),
-    ]
-    chosen: list[int] = []
-    left = n
-    for i, bucket in enumerate(buckets):
-        share = -(-left // (len(buckets) - i))  # ceil: spread what is left over the remaining buckets
-        take = min(share, len(bucket))
-        chosen.extend(rng.sample(bucket, take))
-        left -= take
-    rng.shuffle(chosen)
-    return [_number_words(k) for k in chosen]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -728,10 +393,10 @@ def _local_copy() -> Path | None:
     env = os.environ.get("ATTNLAB_DATA_DIR")
     if env:
         p = Path(env).expanduser()
-        found = p if p.is_file() else _find_in(p)
+        found = p if p.is_file() else find_in(p)
         if found:
             return found
-    return _find_in(cache_dir())
+    return find_in(cache_dir())
 
 
 def check_same_corpus(prepared: Prepared, trained_on: Any, run: str | os.PathLike[str]) -> bool:

@@ -34,13 +34,11 @@ BAHDANAU_SCORES: dict[str, Callable[..., nn.Module]] = {
 
 def build_bahdanau(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Bahdanau:
     """The GRU encoder–decoder with the attention ``cfg.attention_score`` names (notes §1–3): the part is
-    built here and passed in, so the model file never names a score function."""
+    chosen here and passed in, so the model file never names a score function."""
     if cfg.attention_score not in BAHDANAU_SCORES:
         raise ConfigError(f"model.attention_score={cfg.attention_score!r} is not valid; choose one of: "
                           f"{', '.join(BAHDANAU_SCORES)}")
-    key_size, query_size = Bahdanau.sizes(cfg)
-    score = BAHDANAU_SCORES[cfg.attention_score](key_size, query_size, cfg.num_hiddens, cfg.dropout)
-    return Bahdanau(cfg, src_vocab_size, tgt_vocab_size, attention=score)
+    return Bahdanau(cfg, src_vocab_size, tgt_vocab_size, attention=BAHDANAU_SCORES[cfg.attention_score])
 
 
 build_bahdanau.traits = Bahdanau.traits  # every builder answers traits(cfg) without building (see traits())

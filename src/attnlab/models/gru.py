@@ -18,6 +18,7 @@ D hidden size (num_hiddens), L layers, V vocab, I input size.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -377,14 +378,16 @@ class Bahdanau(nn.Module):
         return cfg.num_hiddens * (2 if cfg.bidirectional else 1), cfg.num_hiddens
 
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int,
-                 attention: nn.Module | None = None) -> None:
-        """``attention``: the score module (the builder passes the one ``model.attention_score`` names;
-        default: additive, ``vᵀ tanh(W_q q + W_k k)``)."""
+                 attention: Callable[[int, int, int, float], nn.Module] = AdditiveAttention) -> None:
+        """``attention``: the score module's class, built here as ``attention(key_size, query_size,
+        num_hiddens, dropout)`` (the builder passes the one ``model.attention_score`` names; default: the
+        notes' additive ``vᵀ tanh(W_q q + W_k k)``). Built in place, after the encoder, so that a seed gives
+        the same initial weights whichever score is chosen."""
         super().__init__()
         self.config = cfg
         self.encoder = GRUEncoder(cfg, src_vocab_size)
         M, D = self.sizes(cfg)  # M = D, or 2D with a bidirectional encoder
-        self.attention = attention if attention is not None else AdditiveAttention(M, D, D, dropout=cfg.dropout)
+        self.attention = attention(M, D, D, cfg.dropout)
         self.tgt_embedding = nn.Embedding(tgt_vocab_size, cfg.embed_size)
         self.decoder = _make_rnn(cfg, cfg.embed_size + M)
         self.output = _output_layer(cfg, self.tgt_embedding, tgt_vocab_size)

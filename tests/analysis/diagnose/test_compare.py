@@ -9,6 +9,7 @@ import pytest
 
 from attnlab.analysis.diagnose import compare as Cm
 from attnlab.cli import main
+from attnlab.data.numbers import numbers_pairs
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.evaluate import evaluate_split
 from attnlab.translator import Translator
@@ -100,12 +101,11 @@ def test_runs_split_differently_are_refused(tiny_runs, tmp_path, capsys):
 @pytest.fixture(scope="module")
 def two_directions(tmp_path_factory):
     """Tiny fra-eng runs of both directions, on a fra.txt of number pairs (no real corpus needed)."""
-    from attnlab.data import corpus
     from attnlab.training.loop import train
 
     root = tmp_path_factory.mktemp("directions")
     fra = root / "fra.txt"
-    fra.write_text("".join(f"{e}\t{f}\tCC-BY 2.0\n" for e, f in corpus.numbers_pairs(400, seed=1)), encoding="utf-8")
+    fra.write_text("".join(f"{e}\t{f}\tCC-BY 2.0\n" for e, f in numbers_pairs(400, seed=1)), encoding="utf-8")
     for direction in ("en-fr", "fr-en"):
         cfg = tiny_config("transformer", "train.max_steps=8", "data.dataset=fra-eng", f"data.data_path={fra}",
                           f"data.direction={direction}", "data.min_freq=1")

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from attnlab.analysis.align.extract import AlignError, symmetrise
-from attnlab.data import corpus
+from attnlab.data import corpus, download
 from attnlab.data.text import preprocess
 
 Link = tuple[int, int]
@@ -30,7 +30,7 @@ def tatoeba_words(
     (``fra.txt`` is sorted by length, so a stride samples every length). ``n = 0``: none."""
     if n <= 0:
         return []
-    pairs = corpus.read_pairs(corpus.locate_fra_eng(data_path))
+    pairs = corpus.read_pairs(download.locate_fra_eng(data_path))
     step = max(1, len(pairs) // n)
     return [(preprocess(en).split(), preprocess(fr).split()) for en, fr in pairs[::step][:n]]
 

@@ -33,7 +33,7 @@ from attnlab.translator import Translator, decode_many
 __all__ = ["BUILTIN_SENTENCES", "CheckResult", "format_selfcheck", "run_selfcheck", "selfcheck_sentences"]
 
 # The notes' examples plus longer ones, so several lengths (and so padding) occur in one batch. The
-# numbers are written as the numbers task spells them (corpus.numbers_canonical: no hyphens, no comma).
+# numbers are written as the numbers task spells them (numbers.numbers_canonical: no hyphens, no comma).
 BUILTIN_SENTENCES = (
     "go .",
     "i lost .",
