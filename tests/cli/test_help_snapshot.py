@@ -1,0 +1,43 @@
+"""The command line kept its surface through the redesign: every command and option of the snapshot
+(tests/cli/help_snapshot.json, taken before the package moved) is still there, and every change is one
+this file names as intended."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from attnlab.cli import make_parser
+
+SNAPSHOT = Path(__file__).with_name("help_snapshot.json")
+
+#: Options added since the snapshot, on purpose: command → options.
+ADDED: dict[str, set[str]] = {}
+#: Options removed since the snapshot, on purpose (none: a removed option breaks someone's script).
+REMOVED: dict[str, set[str]] = {}
+
+
+def surface() -> dict[str, dict[str, list[str]]]:
+    def one(p: argparse.ArgumentParser) -> dict[str, list[str]]:
+        return {"options": sorted(s for a in p._actions if a.help is not argparse.SUPPRESS for s in a.option_strings),
+                "positionals": [a.dest for a in p._actions
+                                if not a.option_strings and not isinstance(a, argparse._SubParsersAction)]}
+
+    p = make_parser()
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    return {"": one(p), **{name: one(sp) for name, sp in sub.choices.items()}}
+
+
+def test_every_command_of_the_snapshot_is_still_there():
+    before, now = json.loads(SNAPSHOT.read_text(encoding="utf-8")), surface()
+    assert sorted(before) == sorted(now)
+
+
+def test_options_changed_only_where_intended():
+    before, now = json.loads(SNAPSHOT.read_text(encoding="utf-8")), surface()
+    for command, was in before.items():
+        is_ = now[command]
+        assert is_["positionals"] == was["positionals"], command
+        assert set(is_["options"]) - set(was["options"]) == ADDED.get(command, set()), command
+        assert set(was["options"]) - set(is_["options"]) == REMOVED.get(command, set()), command
