@@ -31,10 +31,7 @@ TOKENIZERS = ("word", "bpe")
 SCHEDULES = ("auto", "linear", "wsd", "inverse_sqrt", "constant", "cosine")
 SIZES = ("auto", "base", "tiny", "small", "medium")  # tiers: training/sizing.py
 KERNELS = ("auto", "fast", "plain")  # train.kernels: attnlab/fast/
-ATTENTION_MEMORIES = ("state", "embedding", "state+embedding")  # model.attention_keys/_values: what Bahdanau's hold
-DECODER_INITS = ("encoder", "zeros", "learned")  # model.decoder_init: Bahdanau's first decoder state
-_BAHDANAU_OPTIONS = (("attention_keys", "state"), ("attention_values", "state"), ("decoder_init", "encoder"), ("attention_output", False), ("attention_query", "previous"),
-                     ("input_feeding", False), ("attention_location", False))
+ATTENTION_QUERIES = ("previous", "current")  # model.attention_query: Bahdanau's query s(t'-1) or s(t')
 
 
 class ConfigError(AttnlabError, ValueError):
@@ -110,23 +107,9 @@ class ModelConfig:
     # GRU models: read the source both ways (Bahdanau et al. 2014; D2L's encoder reads it forwards only).
     # Keys/values become [h→; h←] (2D); the decoder starts from tanh(W [h→_last; h←_first]).
     bidirectional: bool = False
-    # where the backward GRU of a bidirectional encoder starts: "zeros" or the forward GRU's final state
-    backward_init: str = "zeros"
-    # Bahdanau design options (models/gru.py, class Bahdanau):
-    # what the keys and the values hold: the encoder states h_t ("state", D2L), the source embeddings e_t
-    # ("embedding") or both side by side ("state+embedding": [h_t; e_t])
-    attention_keys: str = "state"
-    attention_values: str = "state"
-    # the decoder's first state: the encoder's final state ("encoder", D2L), "zeros" or a "learned" vector
-    decoder_init: str = "encoder"
-    # the output reads tanh(W_c [s_t'; c_t']) instead of s_t' (Luong et al. 2015's attentional state)
-    attention_output: bool = False
-    # the query: the state before the GRU step s(t'-1) ("previous", D2L) or after it s(t') ("current", Luong)
+    # Bahdanau: the query is the decoder state before its step, s(t'-1) ("previous", D2L §10.4), or after it,
+    # s(t') ("current", Luong et al. 2015), when the output layer reads tanh(W_c [s(t'); c(t')]) instead of s(t')
     attention_query: str = "previous"
-    # Luong's input feeding: the GRU also reads the previous step's tanh(W_c [s; c])
-    input_feeding: bool = False
-    # location-aware scores vᵀ tanh(W_q q + W_k k + U f), f from the previous step's weights (Chorowski et al. 2015)
-    attention_location: bool = False
 
     @property
     def attention_dropout_rate(self) -> float:
@@ -147,21 +130,9 @@ class ModelConfig:
         _check(self.max_positions >= 2, "model.max_positions must be >= 2")
         _check(not self.bidirectional or self.kind in ("seq2seq", "bahdanau"),
                f"model.bidirectional=true is for the GRU models (seq2seq, bahdanau), not {self.kind}; drop it")
-        _choice("model.attention_keys", self.attention_keys, ATTENTION_MEMORIES)
-        _choice("model.attention_values", self.attention_values, ATTENTION_MEMORIES)
-        _choice("model.decoder_init", self.decoder_init, DECODER_INITS)
-        custom = [f"model.{name}={getattr(self, name)}" for name, default in _BAHDANAU_OPTIONS
-                  if getattr(self, name) != default]
-        _check(not custom or self.kind == "bahdanau",
-               f"{', '.join(custom)} is a Bahdanau design option (model.kind=bahdanau), not for {self.kind}; drop it")
-        _choice("model.backward_init", self.backward_init, ("zeros", "forward"))
-        _choice("model.attention_query", self.attention_query, ("previous", "current"))
-        _check(self.attention_query == "previous" or self.attention_output,
-               "model.attention_query=current reads the context only in the output tanh(W_c [s; c]), "
-               "which needs model.attention_output=true; set both")
-        _check(not self.input_feeding or self.attention_query == "current",
-               "model.input_feeding=true feeds the previous step's tanh(W_c [s; c]) to a GRU that attends after "
-               "its step; set model.attention_query=current and model.attention_output=true too")
+        _choice("model.attention_query", self.attention_query, ATTENTION_QUERIES)
+        _check(self.attention_query == "previous" or self.kind == "bahdanau",
+               f"model.attention_query={self.attention_query} is for model.kind=bahdanau, not {self.kind}; drop it")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@
   top-layer state, concatenated to its input at every step (notes §1, the baseline).
 - :class:`Bahdanau`: D2L §10.4 — at each step the previous decoder top state s(t'-1) queries all
   encoder states with additive attention; the decoder input is embedding ⊕ context (notes §1–3).
+  With ``model.attention_query="current"`` (Luong et al. 2015) the state after the step s(t') queries
+  and the output layer reads ``tanh(W_c [s(t'); c(t')])``.
 
 Both use ``nn.GRU`` with packed sequences (fast path; padding never changes results) or
 :class:`ScratchGRU` when ``model.scratch_gru`` is set.
@@ -248,10 +250,7 @@ class GRUEncoder(nn.Module):
     def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, cfg.embed_size)
-        self.rereads = cfg.bidirectional and cfg.backward_init == "forward"
-        # a backward GRU that starts from the forward GRU's final state: its state at <eos> depends on the sentence
-        self.rnn = _make_rnn(cfg, cfg.embed_size, bidirectional=cfg.bidirectional and not self.rereads)
-        self.rnn_backward = _make_rnn(cfg, cfg.embed_size) if self.rereads else None
+        self.rnn = _make_rnn(cfg, cfg.embed_size, bidirectional=cfg.bidirectional)
         self.bridge = nn.Linear(2 * cfg.num_hiddens, cfg.num_hiddens) if cfg.bidirectional else None
         self.output_size = cfg.num_hiddens * (2 if cfg.bidirectional else 1)
 
@@ -260,12 +259,7 @@ class GRUEncoder(nn.Module):
         last valid step)``."""
         S = src.shape[1]
         emb = self.embedding(src)  # (B, S, E)
-        if self.rereads:
-            fwd, h_fwd = _run_rnn(self.rnn, emb, src_valid_lens, None)
-            bwd, h_bwd = _run_rnn(self.rnn_backward, reverse_padded(emb, src_valid_lens), src_valid_lens, h_fwd)
-            outputs = torch.cat([fwd, reverse_padded(bwd, src_valid_lens)], dim=-1)  # (B, S, 2D)
-            state = torch.stack([h_fwd, h_bwd], dim=1).flatten(0, 1)  # (2L, B, D): layer-major, like nn.GRU's
-        elif isinstance(self.rnn, ScratchGRU):
+        if isinstance(self.rnn, ScratchGRU):
             outputs, state = self.rnn(emb, None, src_valid_lens)
         else:
             # Packing makes nn.GRU stop at each row's valid length, so the final state is the state
@@ -278,15 +272,6 @@ class GRUEncoder(nn.Module):
             both = state.view(L2 // 2, 2, B, D).permute(0, 2, 1, 3).reshape(L2 // 2, B, 2 * D)  # (L, B, 2D)
             state = torch.tanh(self.bridge(both))  # (L, B, D)
         return outputs, state
-
-
-def _run_rnn(rnn: nn.Module, x: Tensor, valid_lens: Tensor, h0: Tensor | None) -> tuple[Tensor, Tensor]:
-    """One direction over ``x (B, S, I)`` from ``h0``: ``(outputs (B, S, D), zeros at pads; h_n (L, B, D))``."""
-    if isinstance(rnn, ScratchGRU):
-        return rnn(x, h0, valid_lens)
-    packed = pack_padded_sequence(x, valid_lens.cpu(), batch_first=True, enforce_sorted=False)
-    outputs, h_n = rnn(packed, h0)
-    return pad_packed_sequence(outputs, batch_first=True, total_length=x.shape[1])[0], h_n
 
 
 def _output_layer(cfg: ModelConfig, embedding: nn.Embedding, vocab_size: int) -> nn.Linear:
@@ -365,11 +350,9 @@ class Seq2Seq(nn.Module):
 @dataclass
 class BahdanauState(DecoderState):
     hidden: Tensor  # (L, B, D) decoder GRU state; hidden[-1] is the next query s(t'-1)
-    memory: Tensor  # (B, S, M) the values (notes §2: = keys = h_t in D2L); M = D (2D bidirectional), E or both
-    projected_keys: Tensor  # (B, S, D) W_k k_t, computed once per sentence
+    memory: Tensor  # (B, S, M) encoder states: keys = values (notes §2); M = D, or 2D if bidirectional
+    projected_keys: Tensor  # (B, S, D) W_k h_t, computed once per sentence
     mask: Tensor  # (B, 1, S) True = real source token
-    feed: Tensor | None = None  # (B, D) input feeding: the previous step's tanh(W_c [s; c]) (zeros at first)
-    previous: Tensor | None = None  # (B, S) location-aware attention: the previous step's weights (zeros at first)
     batch_dim1 = ("hidden",)
 
 
@@ -379,6 +362,14 @@ class Bahdanau(nn.Module):
     Step t': query = previous decoder top state s(t'-1), keys = values = encoder states h_t,
     context c(t') = Σ α h_t; the decoder GRU reads ``embedding(y_{t'-1}) ⊕ c(t')``. The decoder starts
     from the encoder's final state, as in D2L §10.4.
+
+    ``model.attention_query="current"`` orders the step as Luong et al. 2015 (§3.1, global attention, here
+    with the same additive score vᵀ tanh(W_q q + W_k k)): the decoder GRU reads ``embedding(y_{t'-1})``
+    alone, its new top state s(t') is the query, and W_o reads the attentional state
+    ``s̃(t') = tanh(W_c [s(t'); c(t')])`` (``combine``) instead of s(t'). The context then bears on the
+    word it is computed for (with s(t'-1) it reaches the output only through the next GRU step), and since
+    the GRU no longer waits for the context, it runs over the whole target in one call when training.
+    What it does to the map of ``i'm home .``: docs/experiments/bahdanau-alignment.md.
 
     Does the attention move (issue #18)? Measured on fra-eng, tiny tier (training/sizing.py), seed 42,
     2-core Xeon, the four probe sentences, movement = mean total variation between consecutive rows
@@ -469,67 +460,42 @@ class Bahdanau(nn.Module):
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> None:
         super().__init__()
         self.config = cfg
-        D, E = cfg.num_hiddens, cfg.embed_size
+        D = cfg.num_hiddens
         self.encoder = GRUEncoder(cfg, src_vocab_size)
-        size = {"state": self.encoder.output_size, "embedding": E, "state+embedding": self.encoder.output_size + E}
-        K, M = size[cfg.attention_keys], size[cfg.attention_values]  # D (2D bidirectional), E, or both
-        self.attention = AdditiveAttention(key_size=K, query_size=D, num_hiddens=D, dropout=cfg.dropout)
+        M = self.encoder.output_size  # D, or 2D with a bidirectional encoder
+        self.attention = AdditiveAttention(key_size=M, query_size=D, num_hiddens=D, dropout=cfg.dropout)
         self.tgt_embedding = nn.Embedding(tgt_vocab_size, cfg.embed_size)
-        self.combine = nn.Linear(D + M, D) if cfg.attention_output else None  # W_c of tanh(W_c [s; c])
-        # Chorowski et al. 2015's location term U f, f = a width-3 filter over the previous weights
-        self.location = nn.Conv1d(1, D, 3, padding=1, bias=False) if cfg.attention_location else None
-        # the decoder GRU reads embedding ⊕ context (D2L), ⊕ the previous tanh(W_c [s; c]) (input feeding),
-        # or the embedding alone (a query after the step without input feeding: Luong et al. 2015 §3.1)
-        feed = D if cfg.input_feeding else 0 if cfg.attention_query == "current" else M
-        self.decoder = _make_rnn(cfg, cfg.embed_size + feed)
-        self.init_hidden = (nn.Parameter(torch.zeros(cfg.num_layers, D)) if cfg.decoder_init == "learned"
-                            else None)
+        self.after_step = cfg.attention_query == "current"  # Luong et al. 2015's order
+        # W_c of the attentional state tanh(W_c [s; c]) that W_o reads when the query is s(t')
+        self.combine = nn.Linear(D + M, D) if self.after_step else None
+        self.decoder = _make_rnn(cfg, cfg.embed_size + (0 if self.after_step else M))
         self.output = _output_layer(cfg, self.tgt_embedding, tgt_vocab_size)
 
     def encode(self, src: Tensor, src_valid_lens: Tensor, need_weights: bool = False) -> EncoderOutput:
-        """``memory``: the values ``(B, S, M)``; ``extra``: (the final state ``(L, B, D)``, the keys ``(B, S, K)``)."""
         outputs, state = self.encoder(src, src_valid_lens)
-        cfg = self.config
-        if cfg.attention_keys == cfg.attention_values == "state":
-            return EncoderOutput(memory=outputs, extra=(state, outputs))
-        emb = self.encoder.embedding(src)  # (B, S, E): e_t, the word itself
-        held = {"state": outputs, "embedding": emb, "state+embedding": torch.cat([outputs, emb], dim=-1)}
-        return EncoderOutput(memory=held[cfg.attention_values], extra=(state, held[cfg.attention_keys]))
+        return EncoderOutput(memory=outputs, extra=state)
 
     def init_state(self, enc: EncoderOutput, src_valid_lens: Tensor) -> BahdanauState:
         memory = enc.memory
         mask = padding_mask(src_valid_lens, memory.shape[1])[:, None, :]  # (B, 1, S)
-        hidden, keys = enc.extra  # (L, B, D): D2L starts the decoder from the encoder's final state
-        if self.config.decoder_init == "zeros":
-            hidden = torch.zeros_like(hidden)
-        elif self.config.decoder_init == "learned":
-            hidden = self.init_hidden[:, None, :].expand_as(hidden).contiguous()  # (L, B, D)
-        feed = memory.new_zeros(memory.shape[0], self.config.num_hiddens) if self.config.input_feeding else None
-        previous = memory.new_zeros(memory.shape[:2]) if self.location is not None else None  # (B, S)
-        return BahdanauState(hidden, memory, self.attention.project_keys(keys), mask, feed, previous)
-
-    def _attend(self, query: Tensor, state: BahdanauState) -> tuple[Tensor, Tensor]:
-        """``query (B, 1, D)`` → ``(context (B, 1, M), weights (B, 1, S))``: vᵀ tanh(W_q q + W_k k)."""
-        keys = state.projected_keys  # (B, S, D)
-        if self.location is not None:  # vᵀ tanh(W_q q + W_k k + U f)
-            keys = keys + self.location(state.previous[:, None]).transpose(1, 2)  # (B, D, S) → (B, S, D)
-        return self.attention(query, None, state.memory, state.mask, keys)
+        return BahdanauState(enc.extra, memory, self.attention.project_keys(memory), mask)
 
     def _decode_step(self, emb: Tensor, state: BahdanauState) -> tuple[Tensor, Tensor, BahdanauState]:
-        """``emb (B, 1, E)`` → ``(out (B, 1, D), weights (B, 1, S), next state)``; ``out`` is what W_o reads."""
-        if self.config.attention_query == "current":  # Luong et al. 2015: step, then attend with the new state
-            x = torch.cat([emb, state.feed[:, None]], dim=-1) if self.config.input_feeding else emb
-            out, hidden = self.decoder(x, state.hidden)  # (B, 1, D), (L, B, D)
-            context, weights = self._attend(out, state)
-        else:  # D2L §10.4: attend with s(t'-1), then step
-            query = state.hidden[-1][:, None, :]  # (B, 1, D): s(t'-1)
-            context, weights = self._attend(query, state)  # (B, 1, M), (B, 1, S)
-            out, hidden = self.decoder(torch.cat([emb, context], dim=-1), state.hidden)  # (B, 1, D), (L, B, D)
-        if self.combine is not None:
-            out = torch.tanh(self.combine(torch.cat([out, context], dim=-1)))  # (B, 1, D)
-        feed = out[:, 0] if self.config.input_feeding else None
-        previous = weights[:, 0] if self.location is not None else None
-        return out, weights, BahdanauState(hidden, state.memory, state.projected_keys, state.mask, feed, previous)
+        """``emb (B, 1, E)`` → ``(out (B, 1, D): what W_o reads, weights (B, 1, S), next state)``."""
+        if self.after_step:  # Luong et al. 2015: step, then attend with the new state s(t')
+            states, hidden = self.decoder(emb, state.hidden)  # (B, 1, D), (L, B, D)
+            out, weights = self._attentional(states, state)
+            return out, weights, BahdanauState(hidden, state.memory, state.projected_keys, state.mask)
+        query = state.hidden[-1][:, None, :]  # (B, 1, D): s(t'-1)
+        # context (B, 1, D), weights (B, 1, S)
+        context, weights = self.attention(query, None, state.memory, state.mask, state.projected_keys)
+        out, hidden = self.decoder(torch.cat([emb, context], dim=-1), state.hidden)  # (B, 1, D), (L, B, D)
+        return out, weights, BahdanauState(hidden, state.memory, state.projected_keys, state.mask)
+
+    def _attentional(self, states: Tensor, state: BahdanauState) -> tuple[Tensor, Tensor]:
+        """Decoder states ``(B, T, D)`` as queries → ``(tanh(W_c [s; c]) (B, T, D), weights (B, T, S))``."""
+        context, weights = self.attention(states, None, state.memory, state.mask, state.projected_keys)  # (B, T, M)
+        return torch.tanh(self.combine(torch.cat([states, context], dim=-1))), weights
 
     def forward(
         self,
@@ -540,12 +506,9 @@ class Bahdanau(nn.Module):
         compute_logits: bool = True,
     ) -> ModelOutput:
         state = self.init_state(self.encode(src, src_valid_lens), src_valid_lens)
-        cfg = self.config
-        if cfg.attention_query == "current" and not cfg.input_feeding and self.location is None:
-            # The GRU does not read the context: it runs over the whole target at once, then every step attends.
+        if self.after_step:  # the GRU does not read the context: the whole target in one call, then every query
             states, _ = self.decoder(self.tgt_embedding(tgt_in), state.hidden)  # (B, T, D)
-            context, w = self.attention(states, None, state.memory, state.mask, state.projected_keys)  # (B, T, M)
-            hidden = torch.tanh(self.combine(torch.cat([states, context], dim=-1)))  # (B, T, D)
+            hidden, w = self._attentional(states, state)  # (B, T, D), (B, T, S)
             attention = {"cross": w[:, None, None]} if need_weights else {}  # (B, 1, 1, T, S)
             return ModelOutput(self.output(hidden) if compute_logits else None, hidden, attention)
         # (B, 1, E) per step. unbind, not emb[:, t]: the backward of T slices would build T zero-filled
