@@ -33,6 +33,7 @@ TOKENIZERS = ("word", "bpe")
 SCHEDULES = ("auto", "linear", "wsd", "inverse_sqrt", "constant", "cosine")
 SIZES = ("auto", "base", "tiny", "small", "medium")  # tiers: training/sizing.py
 KERNELS = ("auto", "fast", "plain")  # train.kernels: attnlab/fast/
+ATTENTION_QUERIES = ("previous", "current")  # model.attention_query: Bahdanau's query s(t'-1) or s(t')
 
 
 class ConfigError(AttnlabError, ValueError):
@@ -149,6 +150,9 @@ class ModelConfig:
     # Bahdanau: the score function of its attention, a name of attnlab.models.BAHDANAU_SCORES; "additive" is
     # the notes' vᵀ tanh(W_q q + W_k k) (§1–3, D2L §10.3.3). Checked when the model is built.
     attention_score: str = "additive"
+    # Bahdanau: the query is the decoder state before its step, s(t'-1) ("previous", D2L §10.4), or after it,
+    # s(t') ("current", Luong et al. 2015), when the output layer reads tanh(W_c [s(t'); c(t')]) instead of s(t')
+    attention_query: str = "previous"
 
     @property
     def attention_dropout_rate(self) -> float:
@@ -173,6 +177,7 @@ class ModelConfig:
                f"model.attention_score={self.attention_score!r} must be the name of a score function, e.g. additive")
         _check(not self.bidirectional or self.kind in ("seq2seq", "bahdanau"),
                f"model.bidirectional=true is for the GRU models (seq2seq, bahdanau), not {self.kind}; drop it")
+        _choice("model.attention_query", self.attention_query, ATTENTION_QUERIES)
 
 
 @dataclass(frozen=True)

@@ -63,9 +63,9 @@ def build_model(cfg: ModelConfig | Any, src_vocab_size: int, tgt_vocab_size: int
         cfg = cfg.model
     if cfg.kind not in BUILDERS:
         raise ConfigError(f"model.kind={cfg.kind!r} is not valid; choose one of: {', '.join(BUILDERS)}")
-    if cfg.attention_score != ModelConfig.attention_score and BUILDERS[cfg.kind] is not build_bahdanau:
-        raise ConfigError(f"model.attention_score={cfg.attention_score} is for the bahdanau model, not {cfg.kind}; "
-                          "drop it")
+    for key in ("attention_score", "attention_query"):  # Bahdanau's parts: refused on another family
+        if getattr(cfg, key) != getattr(ModelConfig, key) and BUILDERS[cfg.kind] is not build_bahdanau:
+            raise ConfigError(f"model.{key}={getattr(cfg, key)} is for the bahdanau model, not {cfg.kind}; drop it")
     if src_vocab_size < 1 or tgt_vocab_size < 1:
         raise ConfigError(
             f"vocabulary sizes must be >= 1 (got source {src_vocab_size}, target {tgt_vocab_size}); "

@@ -7,6 +7,8 @@
   top-layer state, concatenated to its input at every step (notes §1, the baseline).
 - :class:`Bahdanau`: D2L §10.4 — at each step the previous decoder top state s(t'-1) queries all
   encoder states with additive attention; the decoder input is embedding ⊕ context (notes §1–3).
+  With ``model.attention_query="current"`` (Luong et al. 2015) the state after the step s(t') queries
+  and the output layer reads ``tanh(W_c [s(t'); c(t')])``.
 
 Both use ``nn.GRU`` with packed sequences (fast path; padding never changes results) or
 :class:`ScratchGRU` when ``model.scratch_gru`` is set.
@@ -362,6 +364,13 @@ class Bahdanau(nn.Module):
     context c(t') = Σ α h_t; the decoder GRU reads ``embedding(y_{t'-1}) ⊕ c(t')``. The decoder starts
     from the encoder's final state, as in D2L §10.4.
 
+    ``model.attention_query="current"`` orders the step as Luong et al. 2015 (§3.1, global attention, here
+    with the same score): the decoder GRU reads ``embedding(y_{t'-1})`` alone, its new top state s(t') is the
+    query, and W_o reads the attentional state ``s̃(t') = tanh(W_c [s(t'); c(t')])`` (``combine``) instead of
+    s(t'). The context then bears on the word it is computed for (with s(t'-1) it reaches the output only
+    through the next GRU step), and since the GRU no longer waits for the context, it runs over the whole
+    target in one call when training.
+
     How soon the rows of this map move from word to word, and what was tried to make them align on the
     notes' example, is measured in docs/experiments/ (bahdanau-movement.md, bahdanau-alignment.md).
     """
@@ -389,7 +398,10 @@ class Bahdanau(nn.Module):
         M, D = self.sizes(cfg)  # M = D, or 2D with a bidirectional encoder
         self.attention = attention(M, D, D, cfg.dropout)
         self.tgt_embedding = nn.Embedding(tgt_vocab_size, cfg.embed_size)
-        self.decoder = _make_rnn(cfg, cfg.embed_size + M)
+        self.after_step = cfg.attention_query == "current"  # Luong et al. 2015's order
+        # W_c of the attentional state tanh(W_c [s; c]) that W_o reads when the query is s(t')
+        self.combine = nn.Linear(D + M, D) if self.after_step else None
+        self.decoder = _make_rnn(cfg, cfg.embed_size + (0 if self.after_step else M))
         self.output = _output_layer(cfg, self.tgt_embedding, tgt_vocab_size)
 
     def encode(self, src: Tensor, src_valid_lens: Tensor, need_weights: bool = False) -> EncoderOutput:
@@ -402,12 +414,21 @@ class Bahdanau(nn.Module):
         return BahdanauState(enc.extra, memory, self.attention.project_keys(memory), mask)
 
     def _decode_step(self, emb: Tensor, state: BahdanauState) -> tuple[Tensor, Tensor, BahdanauState]:
-        """``emb (B, 1, E)`` → ``(out (B, 1, D), weights (B, 1, S), next state)``."""
+        """``emb (B, 1, E)`` → ``(out (B, 1, D): what W_o reads, weights (B, 1, S), next state)``."""
+        if self.after_step:  # Luong et al. 2015: step, then attend with the new state s(t')
+            states, hidden = self.decoder(emb, state.hidden)  # (B, 1, D), (L, B, D)
+            out, weights = self._attentional(states, state)
+            return out, weights, BahdanauState(hidden, state.memory, state.projected_keys, state.mask)
         query = state.hidden[-1][:, None, :]  # (B, 1, D): s(t'-1)
         # context (B, 1, D), weights (B, 1, S)
         context, weights = self.attention(query, None, state.memory, state.mask, state.projected_keys)
         out, hidden = self.decoder(torch.cat([emb, context], dim=-1), state.hidden)  # (B, 1, D), (L, B, D)
         return out, weights, BahdanauState(hidden, state.memory, state.projected_keys, state.mask)
+
+    def _attentional(self, states: Tensor, state: BahdanauState) -> tuple[Tensor, Tensor]:
+        """Decoder states ``(B, T, D)`` as queries → ``(tanh(W_c [s; c]) (B, T, D), weights (B, T, S))``."""
+        context, weights = self.attention(states, None, state.memory, state.mask, state.projected_keys)  # (B, T, M)
+        return torch.tanh(self.combine(torch.cat([states, context], dim=-1))), weights
 
     def forward(
         self,
@@ -418,6 +439,11 @@ class Bahdanau(nn.Module):
         compute_logits: bool = True,
     ) -> ModelOutput:
         state = self.init_state(self.encode(src, src_valid_lens), src_valid_lens)
+        if self.after_step:  # the GRU does not read the context: the whole target in one call, then every query
+            states, _ = self.decoder(self.tgt_embedding(tgt_in), state.hidden)  # (B, T, D)
+            hidden, w = self._attentional(states, state)  # (B, T, D), (B, T, S)
+            attention = {"cross": w[:, None, None]} if need_weights else {}  # (B, 1, 1, T, S)
+            return ModelOutput(self.output(hidden) if compute_logits else None, hidden, attention)
         # (B, 1, E) per step. unbind, not emb[:, t]: the backward of T slices would build T zero-filled
         # (B, T, E) gradients; unbind's backward stacks the T step gradients once.
         embs = self.tgt_embedding(tgt_in)[:, :, None].unbind(1)
