@@ -441,12 +441,12 @@ class AlignReport:
 
 
 #: A run trained on the numbers task is refused when more than this share of the gold's words, on either
-#: side, is not one entry of its vocabulary: its "languages" are number words, and the Hansards' sentences
-#: are nearly all unknown to it (98 % for the demo's numbers Transformer), so its AER would measure nothing.
-#: A numbers gold (number words, as the tests write) it knows is measured as any other.
+#: side, is not one entry of its vocabulary: its "languages" are number words, the Hansards' sentences are
+#: nearly all unknown to it, so its AER would measure nothing. A numbers gold (number words, as the tests
+#: write) it knows is measured as any other.
 NUMBERS_UNKNOWN_MAX = 0.5
 #: Above this share of ``<unk>`` on either side of the gold, ``align`` warns: the AER then says more about
-#: the run's vocabulary than about its attention (a 1.5-minute fra-eng run has about a third).
+#: the run's vocabulary than about its attention.
 UNK_WARN = 0.5
 
 
