@@ -74,7 +74,7 @@ def adapt(
     seed: int = 0,
 ) -> tuple[Translator, Adaptation]:
     """A :class:`Translator` of a copy of ``tr``'s model trained ``epochs`` epochs on ``pairs``
-    (``(source side, target side)`` in the model's direction, as :func:`attnlab.analysis.align.run.cross_maps`
+    (``(source side, target side)`` in the model's direction, as :func:`attnlab.analysis.align.score.cross_maps`
     takes them), and what was done. ``tr`` and its run folder are left as they were.
 
     Each update is one length-bucketed batch of at most ``batch_tokens`` padded tokens (a longer pair
