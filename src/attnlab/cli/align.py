@@ -79,7 +79,7 @@ def _check_numbers(args) -> None:
 
 
 def register(sub) -> None:
-    """Add ``align`` to the ``attnlab`` subcommands."""
+    """Add ``align`` to the ``attnlab`` subcommands (its options in --help's order, one group per helper)."""
     a = sub.add_parser(
         "align",
         help="AER of every attention head against gold en-fr word alignments (§25)",
@@ -91,6 +91,15 @@ def register(sub) -> None:
     a.add_argument("run", metavar="RUN", help="run folder (from `attnlab train --out`)")
     a.add_argument("--checkpoint", default="best", help="best, last or step-N")
     add_device_arg(a)
+    _add_gold_args(a)
+    _add_link_args(a)
+    _add_copy_args(a)
+    _add_other_args(a)
+    a.set_defaults(func=cmd_align)
+
+
+def _add_gold_args(a) -> None:
+    """The gold folder and split, and how much IBM Model 2 trains on beside them."""
     a.add_argument(
         "--gold",
         metavar="DIR",
@@ -113,7 +122,10 @@ def register(sub) -> None:
         metavar="N",
         help="IBM Model 2 EM iterations (NLTK runs twice as many of Model 1 first)",
     )
-    _add_link_args(a)
+
+
+def _add_copy_args(a) -> None:
+    """Read a copy instead of the run: adapted to the gold text (--adapt), one head taught (--teach)."""
     a.add_argument(
         "--adapt",
         type=int,
@@ -155,6 +167,10 @@ def register(sub) -> None:
         metavar="N",
         help="seed of --adapt's and --teach's batch order and dropout; another seed is a repeat (default 0)",
     )
+
+
+def _add_other_args(a) -> None:
+    """A run of the other direction, the corpus IBM Model 2 samples, and where the answer goes."""
     a.add_argument(
         "--reverse",
         metavar="RUN2",
@@ -175,7 +191,6 @@ def register(sub) -> None:
         help="folder for align.json and align.png (default: RUN/inspect/align)",
     )
     a.add_argument("--json", action="store_true", help="print the report as JSON")
-    a.set_defaults(func=cmd_align)
 
 
 def _add_link_args(a) -> None:
