@@ -9,14 +9,17 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from attnlab.analysis.align import run as A
+from attnlab.analysis.align import extract as X
+from attnlab.analysis.align import gold as G
+from attnlab.analysis.align import run as R
+from attnlab.analysis.align import score as S
 from attnlab.cli import main
 from attnlab.data import numbers
 from attnlab.data.text import tokenize
 from attnlab.data.vocab import Vocab
 from attnlab.models import build_model
 from attnlab.translator import Translator
-from tests.analysis.align.test_run import write_gold
+from tests.analysis.align.test_gold import write_gold
 from tests.conftest import tiny_config
 
 
@@ -50,7 +53,7 @@ def test_align_cli_prints_every_head_and_writes_json_and_png(tiny_runs, numbers_
     )
     assert rc == 0, err
     tr = Translator.from_run(run)
-    report = A.attention_scores(tr, A.read_gold(numbers_gold))
+    report = S.attention_scores(tr, G.read_gold(numbers_gold))
     L, H = report.shape
     assert "parliamentary" in text and "Tatoeba" in text and "<unk>" in text  # the domain note and OOV
     assert "best head:" in text and "IBM Model 2" in text and "fast_align en→fr 16.4 %" in text
@@ -58,7 +61,7 @@ def test_align_cli_prints_every_head_and_writes_json_and_png(tiny_runs, numbers_
         assert f"layer {L} head {h + 1}" in text  # counted from 1
     data = json.loads((out / "align.json").read_text())
     assert (out / "align.png").stat().st_size > 0
-    assert len(data["scores"]) == 2 * len(A.head_keys(L, H)) and data["sentences"] == 6
+    assert len(data["scores"]) == 2 * len(X.head_keys(L, H)) and data["sentences"] == 6
     # the CLI's figures are the library's on the same run, and "best" is the minimum over real heads
     lib = {(s.layer, s.head, s.shift): s.counts.aer for s in report.scores}
     for s in data["scores"]:
@@ -69,7 +72,7 @@ def test_align_cli_prints_every_head_and_writes_json_and_png(tiny_runs, numbers_
     assert 0 <= data["ibm2"]["aer"] <= 1 and data["ibm2"]["tatoeba_pairs"] == 3
     # the gradient saliency row: printed, and the library's figure on the same run
     assert "gradient saliency" in text and "Ding et al. 2019" in text
-    assert data["saliency"]["aer"] == pytest.approx(A.saliency_scores(tr, A.read_gold(numbers_gold)).aer, abs=1e-5)
+    assert data["saliency"]["aer"] == pytest.approx(S.saliency_scores(tr, G.read_gold(numbers_gold)).aer, abs=1e-5)
     rc, js, _ = _run_align(capsys, run, "--gold", numbers_gold, "--no-ibm", "--no-saliency", "--json",
                            "--save-dir", out)
     assert rc == 0 and json.loads(js)["scores"] == data["scores"]
@@ -89,7 +92,7 @@ def test_saliency_map_is_captums_saliency_per_target_word(tiny_runs, numbers_gol
     from attnlab.models import traits
 
     tr = Translator.from_run(tiny_runs(kind))
-    pairs, _ = A._gold_sides(tr, A.read_gold(numbers_gold), True)
+    pairs, _ = G.gold_sides(tr, G.read_gold(numbers_gold), True)
     for src, tgt in pairs[:3]:
         ours = saliency_map(tr.model, (src, tgt), tr.device)  # (1, T, S)
         T = len(tgt.ids) + 1
@@ -105,10 +108,10 @@ def test_saliency_map_is_captums_saliency_per_target_word(tiny_runs, numbers_gol
 def test_align_batched_equals_one_by_one(tiny_runs, numbers_gold):
     """Padding in a batch does not change a sentence's maps (cross for the Transformer)."""
     tr = Translator.from_run(tiny_runs("transformer"))
-    pairs, _ = A._gold_sides(tr, A.read_gold(numbers_gold), True)
-    batched = dict(A.cross_maps(tr, pairs, batch_size=6))
+    pairs, _ = G.gold_sides(tr, G.read_gold(numbers_gold), True)
+    batched = dict(S.cross_maps(tr, pairs, batch_size=6))
     for i, pair in enumerate(pairs):
-        ((_, alone),) = A.cross_maps(tr, [pair], batch_size=1)
+        ((_, alone),) = S.cross_maps(tr, [pair], batch_size=1)
         assert torch.allclose(batched[i], alone, atol=1e-5)
         assert batched[i].shape[-2:] == (len(pair[1].ids) + 1, len(pair[0].ids) + 1)
 
@@ -117,29 +120,29 @@ def test_align_batched_equals_one_by_one(tiny_runs, numbers_gold):
 def test_align_decoder_only_reads_its_self_attention(tiny_runs, numbers_gold):
     """A one-sequence model: target queries over source keys, cut from one padded sequence."""
     tr = Translator.from_run(tiny_runs("decoder-only"))
-    pairs, _ = A._gold_sides(tr, A.read_gold(numbers_gold), True)
-    batched = dict(A.cross_maps(tr, pairs, batch_size=6))
+    pairs, _ = G.gold_sides(tr, G.read_gold(numbers_gold), True)
+    batched = dict(S.cross_maps(tr, pairs, batch_size=6))
     for i, pair in enumerate(pairs):
-        ((_, alone),) = A.cross_maps(tr, [pair], batch_size=1)
+        ((_, alone),) = S.cross_maps(tr, [pair], batch_size=1)
         assert torch.allclose(batched[i], alone, atol=1e-5)
-    report = A.attention_scores(tr, A.read_gold(numbers_gold))
-    assert report.kind == "self" and A.best_alignment_heads(report, top=2)[0].head is not None
+    report = S.attention_scores(tr, G.read_gold(numbers_gold))
+    assert report.kind == "self" and S.best_alignment_heads(report, top=2)[0].head is not None
 
 
 def test_align_seq2seq_has_no_attention_to_read(numbers_gold):
     cfg = tiny_config("seq2seq")
-    gold = A.read_gold(numbers_gold)
+    gold = G.read_gold(numbers_gold)
     tok = Vocab.build([w for s in gold.en + gold.fr for w in [tokenize(" ".join(s))]], "en")
     tr = Translator(
         build_model(cfg.model, len(tok), len(tok)), tok, tok, cfg
     )  # untrained: only its traits matter
-    with pytest.raises(A.AlignError, match="no attention from target to source") as e:
-        A.attention_scores(tr, gold)
+    with pytest.raises(X.AlignError, match="no attention from target to source") as e:
+        S.attention_scores(tr, gold)
     assert "\n" not in str(e.value)
 
 
 def test_align_missing_gold_folder_is_one_line(tmp_path, capsys, monkeypatch):
-    monkeypatch.delenv(A.GOLD_ENV, raising=False)
+    monkeypatch.delenv(G.GOLD_ENV, raising=False)
     monkeypatch.delenv("ATTNLAB_DATA_DIR", raising=False)
     for extra in (["--gold", tmp_path / "nope"], []):
         rc, _, err = _run_align(capsys, tmp_path / "run", *extra)
@@ -153,13 +156,13 @@ def test_align_without_nltk_is_one_line(tiny_runs, numbers_gold, capsys, monkeyp
 
 
 def test_best_alignment_heads_names_real_heads_best_first(tiny_runs, numbers_gold):
-    report = A.attention_scores(Translator.from_run(tiny_runs("transformer")), A.read_gold(numbers_gold))
-    best = A.best_alignment_heads(report, top=10)
+    report = S.attention_scores(Translator.from_run(tiny_runs("transformer")), G.read_gold(numbers_gold))
+    best = S.best_alignment_heads(report, top=10)
     L, H = report.shape
     assert len(best) == L * H and all(b.head is not None for b in best)
     aers = [b.counts.aer for b in best]
     assert aers == sorted(aers) and aers[0] == report.best().counts.aer
-    fig = A.heatmap_figure(report)
+    fig = report.figure()
     assert isinstance(fig, Figure) and len(fig.axes) == 3  # two panels and the colour bar
 
 
@@ -170,8 +173,8 @@ def test_align_cli_extraction_options_and_top_k(tiny_runs, numbers_gold, tmp_pat
     assert rc == 0, err
     data = json.loads(js)
     assert data["links"] == {"method": "grow-diag", "threshold": 0.05, "null": True}
-    ex = A.Extraction("grow-diag", 0.05, True)
-    report = A.attention_scores(Translator.from_run(run), A.read_gold(numbers_gold), ex=ex, top_k=2)
+    ex = X.Extraction("grow-diag", 0.05, True)
+    report = S.attention_scores(Translator.from_run(run), G.read_gold(numbers_gold), ex=ex, top_k=2)
     lib = {(s.layer, s.head, s.shift): s.counts.aer for s in report.scores}
     assert all(s["aer"] == pytest.approx(lib[s["layer"], s["head"], s["shift"]], abs=1e-5) for s in data["scores"])
     # the top-k members are the two best real heads at the best head's shift, best first
@@ -186,15 +189,15 @@ def test_align_cli_extraction_options_and_top_k(tiny_runs, numbers_gold, tmp_pat
 
 
 def test_heads_names_alignment_heads_with_gold(tiny_runs, numbers_gold, tmp_path, capsys, monkeypatch):
-    monkeypatch.delenv(A.GOLD_ENV, raising=False)
+    monkeypatch.delenv(G.GOLD_ENV, raising=False)
     run = tiny_runs("transformer")
     base = ["heads", str(run), "--sentences", "4", "--no-importance", "--save-dir", str(tmp_path / "h")]
     assert main(base) == 0
     assert "AER vs gold" not in capsys.readouterr()[0]  # no gold named: no column
-    monkeypatch.setenv(A.GOLD_ENV, str(numbers_gold))
+    monkeypatch.setenv(G.GOLD_ENV, str(numbers_gold))
     assert main(base) == 0
     out = capsys.readouterr()[0]
-    best = A.best_alignment_heads(A.attention_scores(Translator.from_run(run), A.read_gold(numbers_gold)))[0]
+    best = S.best_alignment_heads(S.attention_scores(Translator.from_run(run), G.read_gold(numbers_gold)))[0]
     assert "AER vs gold" in out and "Alignment heads" in out
     assert f"cross (enc-dec) layer {best.layer + 1} head {best.head + 1} ({100 * best.counts.aer:.1f} %)" in out
     data = json.loads((tmp_path / "h" / "heads.json").read_text())
@@ -210,7 +213,7 @@ def test_adapting_learns_the_gold_text_on_a_copy_and_leaves_the_run_alone(tiny_r
     files = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     tr = Translator.from_run(run)
     before = {k: v.clone() for k, v in tr.model.state_dict().items()}
-    pairs, _ = A._gold_sides(tr, A.read_gold(numbers_gold), True)
+    pairs, _ = G.gold_sides(tr, G.read_gold(numbers_gold), True)
     adapted, done = adapt(tr, pairs, 4, lr=3e-3)
     assert done.epochs == 4 and done.updates >= 4 and done.nll_last < done.nll_first  # it learned the text
     assert all(torch.equal(v, tr.model.state_dict()[k]) for k, v in before.items())  # the original is untouched
@@ -236,13 +239,13 @@ def test_align_cli_adapt_reads_the_adapted_copy_and_keeps_the_original_figures(
     assert "adapted: every map below is a copy's, trained 2 epochs" in text and "as trained (before adapting)" in text
     data = json.loads((tmp_path / "o" / "align.json").read_text())
     tr = Translator.from_run(run)
-    gold = A.read_gold(numbers_gold)
-    original = A.attention_scores(tr, gold)
+    gold = G.read_gold(numbers_gold)
+    original = S.attention_scores(tr, gold)
     assert data["adapted"]["epochs"] == 2 and data["adapted"]["lr"] == 3e-3
     assert data["adapted"]["as_trained"][0]["aer"] == pytest.approx(original.best(0).counts.aer, abs=1e-5)
     assert data["adapted"]["as_trained"][1]["aer"] == pytest.approx(original.overall(0).counts.aer, abs=1e-5)
-    copy, _ = adapt(tr, A._gold_sides(tr, gold, True)[0], 2, lr=3e-3)  # the printed maps are the copy's
-    lib = {(s.layer, s.head, s.shift): s.counts.aer for s in A.attention_scores(copy, gold).scores}
+    copy, _ = adapt(tr, G.gold_sides(tr, gold, True)[0], 2, lr=3e-3)  # the printed maps are the copy's
+    lib = {(s.layer, s.head, s.shift): s.counts.aer for s in S.attention_scores(copy, gold).scores}
     assert all(s["aer"] == pytest.approx(lib[s["layer"], s["head"], s["shift"]], abs=1e-5) for s in data["scores"])
     rc, _, err = _run_align(capsys, run, *base, "--adapt", -1)
     assert rc == 2 and "--adapt -1" in err and err.count("\n") == 1
@@ -252,7 +255,7 @@ def test_align_cli_adapt_reads_the_adapted_copy_and_keeps_the_original_figures(
 
 
 def test_align_picks_a_head_on_the_trial_split_and_scores_it_on_test(tiny_runs, numbers_gold, tmp_path, capsys):
-    from tests.analysis.align.test_run import write_gold
+    from tests.analysis.align.test_gold import write_gold
 
     run = tiny_runs("transformer")
     base = ["--gold", numbers_gold, "--no-ibm", "--no-saliency", "--json", "--save-dir", tmp_path / "o"]
@@ -267,7 +270,7 @@ def test_align_picks_a_head_on_the_trial_split_and_scores_it_on_test(tiny_runs, 
     assert rc == 0, err
     data = json.loads(js)
     tr = Translator.from_run(run)
-    trial_best = A.attention_scores(tr, A.read_gold(numbers_gold, "trial")).best()
+    trial_best = S.attention_scores(tr, G.read_gold(numbers_gold, "trial")).best()
     picked = data["picked_on_trial"]
     assert (picked["layer"], picked["head"], picked["shift"]) == (trial_best.layer, trial_best.head, trial_best.shift)
     on_test = next(s for s in data["scores"] if (s["layer"], s["head"], s["shift"]) == (picked["layer"], picked["head"], picked["shift"]))
@@ -309,16 +312,16 @@ def test_align_reverse_symmetrises_the_two_runs_maps_as_ibm_models(both_directio
     assert (rev.src_tok.lang, rev.tgt_tok.lang) == ("fr", "en")
     probes = {json.loads(line)["sentence"] for line in (rev_run / "probes.jsonl").read_text().splitlines()}
     assert probes == {"va !", "j'ai perdu .", "il est calme .", "je suis chez moi ."}  # the notes' French, read by a French source
-    gold = A.read_gold(numbers_gold)
-    one = {d: A.read_one_way(t, gold) for d, t in (("f", fwd), ("r", rev))}
-    L, H = A.attention_scores(fwd, gold).shape
-    assert both["method"] == "grow-diag" and len(both["pairs"]) == len(A.head_keys(L, H)) ** 2
+    gold = G.read_gold(numbers_gold)
+    one = {d: R.read_one_way(t, gold) for d, t in (("f", fwd), ("r", rev))}
+    L, H = S.attention_scores(fwd, gold).shape
+    assert both["method"] == "grow-diag" and len(both["pairs"]) == len(X.head_keys(L, H)) ** 2
     # each run's one-way links are the single-direction report's argmax links, flipped into (en, fr) for fr→en
     for d, t in (("f", fwd), ("r", rev)):
-        pairs, en_first = A._gold_sides(t, gold, True)
-        for i, maps in A.cross_maps(t, pairs):
-            words = A.word_matrix(A.stack_heads(maps), *pairs[i], 0)
-            want = [x if en_first else {(e, f) for f, e in x} for x in A.extract_links(words, *pairs[i])]
+        pairs, en_first = G.gold_sides(t, gold, True)
+        for i, maps in S.cross_maps(t, pairs):
+            words = X.word_matrix(X.stack_heads(maps), *pairs[i], 0)
+            want = [x if en_first else {(e, f) for f, e in x} for x in X.extract_links(words, *pairs[i])]
             assert one[d].links[i] == want
     lib = score_pairs(one["f"], one["r"], gold, "grow-diag")
     assert [p["aer"] for p in both["pairs"]] == [pytest.approx(p.counts.aer, abs=1e-5) for p in lib]
@@ -395,9 +398,9 @@ def test_align_teach_trains_the_picked_head_toward_the_averages_links(tiny_runs,
     from attnlab.analysis.align.adapt import teach
 
     run = tiny_runs("transformer")
-    tr, gold = Translator.from_run(run), A.read_gold(numbers_gold)
-    pairs, _ = A._gold_sides(tr, gold, True)
-    labels = A.teaching_labels(tr, pairs, A.Extraction("grow-diag"))
+    tr, gold = Translator.from_run(run), G.read_gold(numbers_gold)
+    pairs, _ = G.gold_sides(tr, gold, True)
+    labels = R.teaching_labels(tr, pairs, X.Extraction("grow-diag"))
     assert all(m.shape == (len(t.ids) + 1, len(s.ids) + 1) for m, (s, t) in zip(labels, pairs))
     taught, done = teach(tr, pairs, labels, 0, 1, 6, weight=5.0, lr=3e-3)
     assert done.align_last < done.align_first and done.name == "layer 1 head 2"  # the head moved toward its labels
@@ -409,9 +412,9 @@ def test_align_teach_trains_the_picked_head_toward_the_averages_links(tiny_runs,
     assert "taught: layer 1 head" in text and "Garg et al. 2019" in text and "Before: layer 1 head" in text
     data = json.loads((tmp_path / "o" / "align.json").read_text())
     assert data["taught"]["epochs"] == 2 and len(data["taught"]["before"]) == 2
-    copy, _, before = A.teach_head(tr, gold, 2, ex=A.Extraction("grow-diag"))  # the printed maps are the copy's
+    copy, _, before = R.teach_head(tr, gold, 2, ex=X.Extraction("grow-diag"))  # the printed maps are the copy's
     assert data["taught"]["before"][0]["aer"] == pytest.approx(before[0].counts.aer, abs=1e-5)
-    lib = {(s.layer, s.head, s.shift): s.counts.aer for s in A.attention_scores(copy, gold, ex=A.Extraction("grow-diag")).scores}
+    lib = {(s.layer, s.head, s.shift): s.counts.aer for s in S.attention_scores(copy, gold, ex=X.Extraction("grow-diag")).scores}
     assert all(s["aer"] == pytest.approx(lib[s["layer"], s["head"], s["shift"]], abs=1e-5) for s in data["scores"])
     rc, text, err = _run_align(capsys, run, *base, "--teach", 2, "--seed", 1)  # a repeat: another batch order
     assert rc == 0, err

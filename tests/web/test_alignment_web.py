@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab.analysis.align import run as A
+from attnlab.analysis.align import extract as X
+from attnlab.analysis.align import gold as G
+from attnlab.analysis.align import run as R
 from attnlab.translator import Translator
 from attnlab.web.routes import alignment as routes
-from tests.analysis.align.test_run import write_gold
+from tests.analysis.align.test_gold import write_gold
 
 # Three pairs as the gold writes them: tokenised words, links `SENTENCE EN FR S|P`, 1-based.
 EN = [["twenty", "one"], ["forty", "two"], ["seven"]]
@@ -21,14 +23,14 @@ LINKS = [(1, 1, 1, "S"), (1, 2, 3, "S"), (1, 2, 2, "P"), (2, 1, 1, "S"), (2, 2, 
 def gold(tmp_path, monkeypatch):
     """The synthetic gold folder, named to the server as `attnlab align` finds it: $ATTNLAB_GOLD_DIR."""
     folder = write_gold(tmp_path / "wpt-gold", EN, FR, LINKS)
-    monkeypatch.setenv(A.GOLD_ENV, str(folder))
+    monkeypatch.setenv(G.GOLD_ENV, str(folder))
     return folder
 
 
 def _library(run, gold, sentences, method="argmax"):
     """What `attnlab align RUN --no-ibm --links METHOD` computes on the first `sentences` gold pairs."""
     tr = Translator.from_run(run)
-    return A.align_run(tr, A.read_gold(gold).first(sentences), ibm=False, ex=A.Extraction(method), top_k=3)
+    return R.run(tr, G.read_gold(gold).first(sentences), ibm=False, ex=X.Extraction(method), top_k=3)
 
 
 def test_every_head_is_scored_as_attnlab_align_scores_it(client, gold, tiny_runs):
@@ -39,7 +41,7 @@ def test_every_head_is_scored_as_attnlab_align_scores_it(client, gold, tiny_runs
     assert d["attention"] == "cross" and d["links"]["method"] == "argmax" and d["cached"] is False
     assert str(gold.parent) not in r.text  # the server's paths stay on the server
     L, H = d["layers"], d["heads"]
-    assert H >= 2 and len(d["scores"]) == 2 * len(A.head_keys(L, H))
+    assert H >= 2 and len(d["scores"]) == 2 * len(X.head_keys(L, H))
     for s in d["scores"]:
         assert all(0 <= s[k] <= 1 for k in ("aer", "precision", "recall")), s
     for shift in ("0", "1"):
@@ -63,8 +65,8 @@ def test_every_head_is_scored_as_attnlab_align_scores_it(client, gold, tiny_runs
 
 def test_a_second_request_is_served_from_the_cache(client, gold, monkeypatch):
     calls = []
-    real = routes.align_run
-    monkeypatch.setattr(routes, "align_run", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = routes.align
+    monkeypatch.setattr(routes, "align", lambda *a, **k: calls.append(1) or real(*a, **k))
     params = {"run": "bahdanau", "sentences": 3, "links": "grow-diag"}
     first = client.get("/api/alignment", params=params).json()
     second = client.get("/api/alignment", params=params).json()
@@ -84,21 +86,21 @@ def test_a_second_request_is_served_from_the_cache(client, gold, monkeypatch):
 
 
 def test_no_gold_folder_is_one_line_naming_the_variables(client, monkeypatch, tmp_path):
-    monkeypatch.delenv(A.GOLD_ENV, raising=False)
+    monkeypatch.delenv(G.GOLD_ENV, raising=False)
     monkeypatch.delenv("ATTNLAB_DATA_DIR", raising=False)
     r = client.get("/api/alignment")
     assert r.status_code == 404, r.text
     msg = r.json()["detail"]
     assert isinstance(msg, str) and "\n" not in msg and "Traceback" not in msg
     assert "--gold" in msg and "ATTNLAB_GOLD_DIR" in msg and "ATTNLAB_DATA_DIR" in msg
-    monkeypatch.setenv(A.GOLD_ENV, str(tmp_path / "nowhere"))
+    monkeypatch.setenv(G.GOLD_ENV, str(tmp_path / "nowhere"))
     r = client.get("/api/alignment")
     assert (
         r.status_code == 404 and "nowhere" in r.json()["detail"] and "is not a folder" in r.json()["detail"]
     )
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "test.en-fr.en").write_text("seven\n", encoding="utf-8")
-    monkeypatch.setenv(A.GOLD_ENV, str(tmp_path / "half"))
+    monkeypatch.setenv(G.GOLD_ENV, str(tmp_path / "half"))
     r = client.get("/api/alignment")
     assert r.status_code == 404 and "test.en-fr.fr" in r.json()["detail"]
 
@@ -111,7 +113,7 @@ def test_serve_gold_names_the_folder_with_no_variable_set(tiny_runs, tmp_path, m
     from attnlab.cli import main
     from attnlab.web.app import create_app
 
-    monkeypatch.delenv(A.GOLD_ENV, raising=False)
+    monkeypatch.delenv(G.GOLD_ENV, raising=False)
     monkeypatch.delenv("ATTNLAB_DATA_DIR", raising=False)
     folder = write_gold(tmp_path / "my-gold", EN, FR, LINKS)
     app = create_app([f"transformer={tiny_runs('transformer')}"], gold=folder)

@@ -18,7 +18,7 @@ import time
 import httpx
 import pytest
 
-from tests.analysis.align.test_run import write_gold
+from tests.analysis.align.test_gold import write_gold
 from tests.web.test_alignment_web import EN, FR, LINKS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab.analysis.align import run as A
+from attnlab.analysis.align.gold import GOLD_ENV
 from attnlab.web import registry
 from attnlab.web.routes import alignment as alignment_routes
-from tests.analysis.align.test_run import write_gold
+from tests.analysis.align.test_gold import write_gold
 
 CROSS = [
     {"sec-fetch-site": "cross-site"},
@@ -29,7 +29,7 @@ SAME = [
 @pytest.fixture()
 def started(client, tmp_path, monkeypatch):
     """The computing GETs' work, counted (and a gold folder, so that /api/alignment can compute)."""
-    monkeypatch.setenv(A.GOLD_ENV, str(write_gold(tmp_path / "gold", [["twenty", "one"]], [["vingt", "et", "un"]],
+    monkeypatch.setenv(GOLD_ENV, str(write_gold(tmp_path / "gold", [["twenty", "one"]], [["vingt", "et", "un"]],
                                                   [(1, 1, 1, "S")])))
     calls = []
     job, probes = alignment_routes.alignment_job, registry.ProbeCache.get

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from attnlab import config as C
-from attnlab.analysis.align import run as A
+from attnlab.analysis.align.gold import GOLD_ENV
 from attnlab.models import build_model
 from attnlab.translator import Translator
 from attnlab.web import deadline, server
@@ -29,7 +29,7 @@ from attnlab.web.guards import Limits
 from attnlab.web.registry import LoadedRun
 from attnlab.web.routes import alignment as alignment_routes
 from attnlab.web.routes import attribution as attribution_routes
-from tests.analysis.align.test_run import write_gold
+from tests.analysis.align.test_gold import write_gold
 
 TEXT = ("twenty one " * 30)[:300]  # the longest text the server accepts by default
 SLOW_S = 0.5  # each decoding step or batch of the model waits this long
@@ -128,7 +128,7 @@ def test_an_alignment_past_its_deadline_stops_between_batches(untrained, tmp_pat
     n = alignment_routes.MAX_SENTENCES  # batches of 16: tens of slow batches
     en, fr = [["twenty", "one"]] * n, [["vingt", "et", "un"]] * n
     links = [(i + 1, 1, 1, "S") for i in range(n)]
-    monkeypatch.setenv(A.GOLD_ENV, str(write_gold(tmp_path / "gold", en, fr, links)))
+    monkeypatch.setenv(GOLD_ENV, str(write_gold(tmp_path / "gold", en, fr, links)))
     app = _app(untrained, deadline_s=DEADLINE_S, workers=1, max_pending=1)
     with _slowed(untrained.model, SLOW_S):
         _504_then_free(app, "GET", "/api/alignment", params={"sentences": n})

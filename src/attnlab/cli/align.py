@@ -1,6 +1,6 @@
 """Subcommand ``align``: cross-attention against gold word alignments (notes §25; thin: parse, call
-:mod:`attnlab.analysis.align.run`, print). Writes ``align.json`` and ``align.png`` to ``--out``
-(default ``RUN/inspect/align``)."""
+:func:`attnlab.analysis.align.run.run`, print the report's ``format()`` or ``to_json()``). Writes
+``align.json`` and ``align.png`` (the report's ``figure()``) to ``--save-dir`` (default ``RUN/inspect/align``)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,55 @@ A_METHODS = ("argmax", "intersect", "union", "grow-diag", "grow-diag-final-and")
 
 
 def cmd_align(args) -> int:
-    from attnlab.analysis.align import run as A
+    from attnlab.analysis.align.extract import Extraction
+    from attnlab.analysis.align.gold import gold_dir, read_gold
+    from attnlab.analysis.align.run import run
     from attnlab.io import atomic_write_json, writable_folder
     from attnlab.viz.figure import save_figure
 
+    _check_numbers(args)
+    ex = Extraction(args.links, args.threshold, args.null)
+    gold = read_gold(gold_dir(args.gold), args.split)  # a missing gold folder fails before the model loads
+    tr = load_translator(args)
+    reverse = load_translator(args, run=args.reverse, which="best") if args.reverse else None
+    out = writable_folder(Path(args.save_dir) if args.save_dir else Path(args.run) / "inspect" / "align",
+                          "--save-dir")  # before the long alignment: a bad folder fails at once
+    report = run(
+        tr,
+        gold,
+        contract=not args.no_contractions,
+        ex=ex,
+        top_k=args.top_k,
+        saliency=not args.no_saliency,
+        ibm=not args.no_ibm,
+        ibm_pairs=args.ibm_pairs,
+        ibm_iterations=args.ibm_iterations,
+        ibm_method=args.ibm_links,
+        ibm_null=not args.ibm_no_null,
+        data_path=args.data,
+        adapt_epochs=args.adapt,
+        adapt_lr=args.adapt_lr,
+        teach_epochs=args.teach,
+        teach_weight=args.teach_weight,
+        reverse=reverse,
+        seed=args.seed,
+    )
+    for line in report.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    data = report.to_json()
+    atomic_write_json(out / "align.json", data)
+    paths = [out / "align.json", *save_figure(report.figure(), out / "align", ("png",))]
+    if args.json:
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        print(report.format())
+        for path in paths:
+            print(f"wrote {path}")
+    return 0
+
+
+def _check_numbers(args) -> None:
+    """The numeric options' ranges, checked before anything is read (one line naming the option)."""
     if args.adapt < 0 or not args.adapt_lr > 0:
         raise AttnlabError(f"--adapt {args.adapt} must be >= 0 epochs and --adapt-lr {args.adapt_lr} > 0")
     if args.teach < 0 or not args.teach_weight > 0:
@@ -31,49 +76,10 @@ def cmd_align(args) -> int:
         )
     if not 0.0 <= args.threshold < 1.0:
         raise AttnlabError(f"--threshold {args.threshold} is an attention share: give a number in [0, 1)")
-    ex = A.Extraction(args.links, args.threshold, args.null)
-    gold = A.read_gold(
-        A.gold_dir(args.gold), args.split
-    )  # a missing gold folder fails before the model loads
-    tr = load_translator(args)
-    reverse = load_translator(args, run=args.reverse, which="best") if args.reverse else None
-    out = writable_folder(Path(args.save_dir) if args.save_dir else Path(args.run) / "inspect" / "align",
-                          "--save-dir")  # before the long alignment: a bad folder fails at once
-    report = A.align_run(
-        tr,
-        gold,
-        contract=not args.no_contractions,
-        ibm_pairs=args.ibm_pairs,
-        ibm_iterations=args.ibm_iterations,
-        ibm=not args.no_ibm,
-        data_path=args.data,
-        ex=ex,
-        top_k=args.top_k,
-        ibm_method=args.ibm_links,
-        ibm_null=not args.ibm_no_null,
-        saliency=not args.no_saliency,
-        adapt_epochs=args.adapt,
-        adapt_lr=args.adapt_lr,
-        reverse=reverse,
-        teach_epochs=args.teach,
-        teach_weight=args.teach_weight,
-        seed=args.seed,
-    )
-    for line in A.vocabulary_warnings(report):
-        print(f"warning: {line}", file=sys.stderr)
-    atomic_write_json(out / "align.json", report.to_json())
-    paths = [out / "align.json", *save_figure(A.heatmap_figure(report), out / "align", ("png",))]
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
-    else:
-        print(A.format_report(report))
-        for path in paths:
-            print(f"wrote {path}")
-    return 0
 
 
 def register(sub) -> None:
-    """Add ``align`` to the ``attnlab`` subcommands."""
+    """Add ``align`` to the ``attnlab`` subcommands (its options in --help's order, one group per helper)."""
     a = sub.add_parser(
         "align",
         help="AER of every attention head against gold en-fr word alignments (§25)",
@@ -85,6 +91,15 @@ def register(sub) -> None:
     a.add_argument("run", metavar="RUN", help="run folder (from `attnlab train --out`)")
     a.add_argument("--checkpoint", default="best", help="best, last or step-N")
     add_device_arg(a)
+    _add_gold_args(a)
+    _add_link_args(a)
+    _add_copy_args(a)
+    _add_other_args(a)
+    a.set_defaults(func=cmd_align)
+
+
+def _add_gold_args(a) -> None:
+    """The gold folder and split, and how much IBM Model 2 trains on beside them."""
     a.add_argument(
         "--gold",
         metavar="DIR",
@@ -107,7 +122,10 @@ def register(sub) -> None:
         metavar="N",
         help="IBM Model 2 EM iterations (NLTK runs twice as many of Model 1 first)",
     )
-    _add_link_args(a)
+
+
+def _add_copy_args(a) -> None:
+    """Read a copy instead of the run: adapted to the gold text (--adapt), one head taught (--teach)."""
     a.add_argument(
         "--adapt",
         type=int,
@@ -149,6 +167,10 @@ def register(sub) -> None:
         metavar="N",
         help="seed of --adapt's and --teach's batch order and dropout; another seed is a repeat (default 0)",
     )
+
+
+def _add_other_args(a) -> None:
+    """A run of the other direction, the corpus IBM Model 2 samples, and where the answer goes."""
     a.add_argument(
         "--reverse",
         metavar="RUN2",
@@ -169,7 +191,6 @@ def register(sub) -> None:
         help="folder for align.json and align.png (default: RUN/inspect/align)",
     )
     a.add_argument("--json", action="store_true", help="print the report as JSON")
-    a.set_defaults(func=cmd_align)
 
 
 def _add_link_args(a) -> None:

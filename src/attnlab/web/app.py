@@ -77,7 +77,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 
 from attnlab._version import __version__
-from attnlab.analysis.align.run import gold_dir, read_gold
+from attnlab.analysis.align.gold import gold_dir, read_gold
 from attnlab.errors import AttnlabError
 from attnlab.i18n import catalogue, language
 from attnlab.web.guards import LOOPBACK_NAMES, BodyLimit, HostGuard, Limits, security_headers

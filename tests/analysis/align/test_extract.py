@@ -1,4 +1,5 @@
-"""Link extraction from attention (notes §25): NULL column, threshold, symmetrisation, IBM Model 2's NULL.
+"""Link extraction from attention (notes §25): maps → words, argmax at shift 0 and 1, NULL column, threshold,
+symmetrisation; IBM Model 2 and its NULL.
 
 Hand-made maps and random link sets only; the real gold set is never read.
 """
@@ -6,6 +7,7 @@ Hand-made maps and random link sets only; the real gold set is never read.
 from __future__ import annotations
 
 import random
+import sys
 
 import pytest
 import torch
@@ -105,3 +107,81 @@ def test_ibm2_null_and_symmetrised_baseline():
     for s, a, b in zip(sym, with_null, back):
         assert a & b <= s <= a | b
     assert (1, 1) in sym[0] and (2, 2) in sym[4]  # house↔maison survives symmetrisation
+
+
+# ---------------------------------------------------------------------------------- attention → links
+
+
+def test_stack_heads_order_matches_head_keys():
+    maps = torch.rand(2, 3, 4, 5)  # (L, H, Q, K)
+    st, keys = X.stack_heads(maps), X.head_keys(2, 3)
+    assert st.shape == (len(keys), 4, 5) == (2 * 3 + 2 + 1, 4, 5)
+    assert torch.equal(st[keys.index((1, 2))], maps[1, 2])
+    assert torch.allclose(st[keys.index((0, None))], maps[0].mean(0))
+    assert torch.allclose(st[keys.index((None, None))], maps.mean((0, 1)))
+    assert X.head_keys(1, 1) == [(0, 0)] and X.stack_heads(maps[:1, :1]).shape == (1, 4, 5)
+
+
+def test_argmax_links_at_shift_zero_and_one():
+    src, tgt = _side([1, 1, 1]), _side([1, 1])
+    maps = torch.zeros(1, 3, 4)  # (N, Q = 2 targets + 1, K = 3 sources + <eos>)
+    maps[0, 0, 2] = maps[0, 1, 0] = maps[0, 2, 1] = 1.0  # query q attends to source (2, 0, 1)[q]
+    maps[0, 2, 3] = 5.0  # the <eos> key is never a link, however heavy
+    links0 = X.argmax_links(X.word_attention(maps, src, tgt, 0), src, tgt)[0]
+    links1 = X.argmax_links(X.word_attention(maps, src, tgt, 1), src, tgt)[0]
+    assert links0 == {(2, 0), (0, 1)}  # target k read at the step predicting it (query k)
+    assert links1 == {(0, 0), (1, 1)}  # target k read at the step reading it (query k + 1)
+    with pytest.raises(ValueError, match="queries"):
+        X.word_attention(maps[:, :2], src, tgt, 1)
+
+
+def test_word_attention_sums_source_pieces_and_averages_target_pieces():
+    src, tgt = _side([2, 1]), _side([2])  # source word 0 has 2 pieces; the target word has 2 pieces
+    maps = torch.zeros(1, 3, 4)
+    maps[0, 0] = torch.tensor([0.3, 0.3, 0.4, 0.0])  # piece-wise argmax is source piece 2 (word 1)…
+    maps[0, 1] = torch.tensor([0.3, 0.3, 0.4, 0.0])
+    w = X.word_attention(maps, src, tgt, 0)
+    assert torch.allclose(w[0], torch.tensor([[0.6, 0.4]]))  # …but word 0 holds 0.6 of the weight
+    assert X.argmax_links(w, src, tgt)[0] == {(0, 0)}
+    maps[0, 1] = torch.tensor([0.0, 0.0, 1.0, 0.0])  # the second piece looks at word 1: mean 0.3 vs 0.7
+    assert X.argmax_links(X.word_attention(maps, src, tgt, 0), src, tgt)[0] == {(1, 0)}
+
+
+def test_joined_words_link_every_gold_word_and_empty_words_none():
+    src = X.Side([5, 6], [0, 2], [[0], [1], [2]])  # source word 1 has no pieces (preprocessed away)
+    tgt = X.Side([7, 8], [0, 0], [[0, 1], [2]])  # target "du" = gold words 0 and 1; gold word 2 empty
+    maps = torch.zeros(1, 3, 3)
+    maps[0, :, 1] = 1.0
+    assert X.argmax_links(X.word_attention(maps, src, tgt, 0), src, tgt)[0] == {(2, 0), (2, 1)}
+
+
+# ----------------------------------------------------------------------------------------- IBM Model 2
+
+
+def test_ibm2_learns_a_tiny_bitext():
+    pytest.importorskip("nltk")
+    en = [["the", "house"], ["the", "book"], ["a", "book"], ["a", "house"], ["the", "small", "house"]]
+    fr = [["la", "maison"], ["le", "livre"], ["un", "livre"], ["une", "maison"], ["la", "petite", "maison"]]
+    links = I.ibm2_links(en, fr, iterations=5)
+    assert len(links) == len(en)
+    assert (1, 1) in links[0] and (1, 1) in links[1] and (2, 2) in links[4]  # house↔maison, book↔livre
+    # the extra pairs train the model but are not returned
+    assert len(I.ibm2_links(en[:2], fr[:2], extra=list(zip(en[2:], fr[2:])))) == 2
+
+
+def test_tatoeba_words_spread_over_the_corpus(tmp_path):
+    fra = tmp_path / "fra.txt"
+    fra.write_text("".join(f"Go {i}.\tVa {i} !\tCC-BY 2.0\n" for i in range(10)), encoding="utf-8")
+    assert I.tatoeba_words(3, fra) == [
+        (["go", "0", "."], ["va", "0", "!"]),
+        (["go", "3", "."], ["va", "3", "!"]),
+        (["go", "6", "."], ["va", "6", "!"]),
+    ]
+    assert I.tatoeba_words(0, tmp_path / "not-read") == []
+
+
+def test_missing_nltk_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "nltk.translate", None)  # `from nltk.translate import …` → ImportError
+    with pytest.raises(X.AlignError, match=r"attnlab\[align\]") as e:
+        I.require_nltk()
+    assert "\n" not in str(e.value)

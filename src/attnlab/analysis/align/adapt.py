@@ -39,10 +39,10 @@ from attnlab.training.losses import LossOutput, token_loss
 from attnlab.training.optim import make_optimizer
 from attnlab.translator import Translator
 
-#: What was measured: 40 epochs at lr 1e-3 took a 15-minute Transformer's average of all heads from
-#: 47.3 % to 28.7 % AER (bench/RESULTS.md); fewer epochs gain less (10: 30.6 %, 20: 29.6 %).
+#: AdamW's constant learning rate for :func:`adapt` and :func:`teach` (how it was chosen, and the epochs:
+#: docs/experiments/alignment.md).
 ADAPT_LR = 1e-3
-ADAPT_BATCH_TOKENS = 800  # about 24 gold sentences: the batches the measured runs used
+ADAPT_BATCH_TOKENS = 800  # padded tokens per update: about 24 of the Hansards gold's sentences
 #: The alignment term's weight in :func:`teach` (per labelled row, beside the per-piece translation loss).
 TEACH_WEIGHT = 1.0
 
@@ -74,7 +74,7 @@ def adapt(
     seed: int = 0,
 ) -> tuple[Translator, Adaptation]:
     """A :class:`Translator` of a copy of ``tr``'s model trained ``epochs`` epochs on ``pairs``
-    (``(source side, target side)`` in the model's direction, as :func:`attnlab.analysis.align.run.cross_maps`
+    (``(source side, target side)`` in the model's direction, as :func:`attnlab.analysis.align.score.cross_maps`
     takes them), and what was done. ``tr`` and its run folder are left as they were.
 
     Each update is one length-bucketed batch of at most ``batch_tokens`` padded tokens (a longer pair

@@ -69,7 +69,7 @@ def one_way(
     ex: Extraction = Extraction(),
 ) -> OneWay:
     """Each map's target → source argmax links of every pair, from ``maps`` = ``(index, (L, H, Q, K))``
-    as :func:`attnlab.analysis.align.run.cross_maps` yields them for ``pairs`` (the model's ``(source,
+    as :func:`attnlab.analysis.align.score.cross_maps` yields them for ``pairs`` (the model's ``(source,
     target)`` sides; ``en_first``: the source is English)."""
     out: list[list[set[Link]]] = [[] for _ in pairs]
     for i, m in maps:

@@ -52,6 +52,6 @@ def saliency_map(model, pair: tuple[Side, Side], device: torch.device) -> Tensor
 
 def saliency_maps(tr, pairs: Sequence[tuple[Side, Side]]) -> Iterator[tuple[int, Tensor]]:
     """:func:`saliency_map` of every pair, in order: ``(index, (1, n+1, m+1))``, shaped as one head's
-    map of :func:`attnlab.analysis.align.run.cross_maps` after ``stack_heads``."""
+    map of :func:`attnlab.analysis.align.score.cross_maps` after ``stack_heads``."""
     for i, pair in enumerate(pairs):
         yield i, saliency_map(tr.model, pair, tr.device)

@@ -1,14 +1,15 @@
 """``GET /api/alignment``: does a run's attention show the word alignment? Scored against gold (notes §25).
 
 ``?run=NAME&sentences=N&links=METHOD`` → the numbers of ``attnlab align RUN --no-ibm --links METHOD``
-on the first ``sentences`` gold pairs, computed by the same functions: the gold folder given to
-``attnlab serve --gold``, else found as :func:`~attnlab.analysis.align.run.gold_dir` finds it without
+on the first ``sentences`` gold pairs, computed by the same function: the gold folder given to
+``attnlab serve --gold``, else found as :func:`~attnlab.analysis.align.gold.gold_dir` finds it without
 ``--gold`` (``$ATTNLAB_GOLD_DIR``, else ``$ATTNLAB_DATA_DIR/hansards-enfr``), read by
-:func:`~attnlab.analysis.align.run.read_gold`, force-decoded and scored by :func:`~attnlab.analysis.align.run.align_run`. The answer is its
-:meth:`~attnlab.analysis.align.run.AlignReport.to_json` (AER, precision and recall of every layer × head,
-each layer's head average and the average of all, at shift 0 and 1; the best heads; the domain note),
-plus ``grid`` (AER per layer × head, then the head average) and ``best_head`` for the page's table.
-The IBM Model 2 baseline is left out: it trains for tens of seconds and needs the Tatoeba corpus.
+:func:`~attnlab.analysis.align.gold.read_gold`, force-decoded and scored by
+:func:`~attnlab.analysis.align.run.run`. The answer is the report's
+:meth:`~attnlab.analysis.align.report.AlignReport.to_json` (AER, precision and recall of every layer × head,
+each layer's head average and the average of all, at shift 0 and 1; ``grid``, AER per layer × head then
+the head average; the best heads; the domain note), the run and the gold folder named by their names.
+The IBM Model 2 baseline is left out: it would train an aligner in every request, on the Tatoeba corpus.
 
 The work runs in a model thread under the same admission and deadline as a translation, and stops at
 the deadline between batches of force-decoded sentences (:mod:`attnlab.web.deadline`; 504, and its slot
@@ -23,7 +24,6 @@ Refusals, one line each: a model with no attention from target to source words (
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -33,17 +33,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
-from attnlab.analysis.align.run import (
-    GOLD_ENV,
-    METHODS,
-    AlignError,
-    AlignReport,
-    Extraction,
-    align_run,
-    aligned_kind,
-    gold_dir,
-    read_gold,
-)
+from attnlab.analysis.align.extract import METHODS, AlignError, Extraction
+from attnlab.analysis.align.gold import GOLD_ENV, gold_dir, read_gold
+from attnlab.analysis.align.report import AlignReport
+from attnlab.analysis.align.run import run as align
+from attnlab.analysis.align.score import aligned_kind
 from attnlab.web.deadline import DeadlinePassed, check
 from attnlab.web.guards import refuse_cross_site
 from attnlab.web.registry import AlignmentCache, LoadedRun
@@ -77,22 +71,10 @@ def gold_folder(given: Path | None = None) -> Path:
         raise AlignError(NO_GOLD) from None
 
 
-def _grid(report: AlignReport, shift: int) -> list[list[float | None]]:
-    """AER ``(L, H + 1)`` at ``shift``: each head, then the layer's head average (None with one head)."""
-    return [[round(v, 5) if math.isfinite(v) else None for v in row] for row in report.grid(shift).tolist()]
-
-
-def alignment_payload(report: AlignReport, run: str, total: int) -> dict[str, Any]:
-    """``report``'s JSON for the page: the run by its name and the gold folder by its own name (a
-    response never shows the server's paths), ``total`` gold sentences, the grids and the best head."""
-    return {
-        **report.to_json(),
-        "run": run,
-        "gold": report.gold.folder.name,
-        "sentences_total": total,
-        "grid": {str(shift): _grid(report, shift) for shift in (0, 1)},
-        "best_head": report.best().to_json(),
-    }
+def alignment_payload(report: AlignReport, run: str, gold: str, total: int) -> dict[str, Any]:
+    """``report``'s JSON for the page, with the run and the gold folder by their names (a response never
+    shows the server's paths) and ``total``, the gold's sentences."""
+    return {**report.to_json(), "run": run, "gold": gold, "sentences_total": total}
 
 
 @dataclass(frozen=True)
@@ -113,9 +95,9 @@ def alignment_job(job: AlignmentJob, cache: AlignmentCache, key: tuple) -> tuple
         gold = read_gold(job.folder, SPLIT)
         check()
         ex = Extraction(job.method)
-        report = align_run(job.run.translator, gold.first(job.sentences), ibm=False, ex=ex, top_k=TOP_K)
+        report = align(job.run.translator, gold.first(job.sentences), ibm=False, ex=ex, top_k=TOP_K)
         check()
-        return alignment_payload(report, job.run.name, len(gold))
+        return alignment_payload(report, job.run.name, job.folder.name, len(gold))
 
     return cache.build(key, make)
 
