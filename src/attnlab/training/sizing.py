@@ -13,13 +13,11 @@ Keys the user set (on the command line, in ``--config``) always win over the tie
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from attnlab import config as config_mod
+from attnlab import device
 from attnlab.config import Config, ModelConfig
 from attnlab.models import traits
 
@@ -76,22 +74,6 @@ TIERS: tuple[Tier, ...] = (
 )
 
 
-def measure_peak_gflops(seconds: float = 1.0, n: int = 1024) -> float:
-    """fp32 matmul GFLOP/s on this process's torch threads: the best of several timed pairs of
-    ``n × n`` products into a preallocated output (bench/throughput.py measures its peak the same way)."""
-    a, b, c = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
-    for _ in range(2):
-        torch.mm(a, b, out=c)  # warm-up: thread pool, caches, clocks
-    flops = 2.0 * n ** 3
-    best, reps, deadline = 0.0, 2, time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            torch.mm(a, b, out=c)
-        best = max(best, reps * flops / (time.perf_counter() - t0))
-    return best / 1e9
-
-
 def family(model: ModelConfig) -> str:
     """Which tier settings a model takes: the recurrent ones ("gru") or the Transformers'."""
     return "gru" if traits(model).recurrent else "transformer"
@@ -134,7 +116,7 @@ def resolve(cfg: Config, explicit: frozenset[str] | None = None, peak: float | N
     if tc.max_minutes <= 0 or cfg.data.dataset != "fra-eng":
         return apply_tier(cfg, None, frozenset()), ""
     explicit = explicit if explicit is not None else explicit_keys(cfg)
-    peak = peak if peak is not None else measure_peak_gflops()
+    peak = peak if peak is not None else device.measure_peak_gflops()
     compute = peak * tc.max_minutes
     tier = tier_for(compute)
     sized = apply_tier(cfg, tier, explicit)
