@@ -18,6 +18,7 @@ from attnlab.cli import main
 from attnlab.data.batching import collate
 from attnlab.errors import AttnlabError
 from attnlab.runs import read_run
+from attnlab.viz.figure import save_figure
 
 # ------------------------------------------------------------------------------------------- sweep
 
@@ -239,14 +240,14 @@ def test_heads_cli_on_tiny_transformer(tiny_runs, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_heads_on_decoder_only_and_refusal_for_bahdanau(tiny_runs, tmp_path):
-    report = Hd.analyse_heads(tiny_runs("decoder-only"), sentences=6, importance=False)
+    report = Hd.run(tiny_runs("decoder-only"), sentences=6, importance=False)
     assert report.shape == {"self": (1, 2)}
     for h in report.heads:
         assert h.values["next"] == 0.0 and math.isnan(h.values["bleu_drop"])
         assert 0 <= h.values["entropy"] <= math.log(40)
-    assert Hd.draw_heads(report, tmp_path)[0].stat().st_size > 0
+    assert save_figure(report.figure(), tmp_path / "heads_self")[0].stat().st_size > 0
     with pytest.raises(AttnlabError, match="multi-head"):
-        Hd.analyse_heads(tiny_runs("bahdanau"), sentences=4)
+        Hd.run(tiny_runs("bahdanau"), sentences=4)
 
 
 def test_teacher_forced_sample_is_what_the_model_sees(tiny_runs):

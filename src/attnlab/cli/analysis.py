@@ -61,15 +61,16 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_heads(args) -> int:
+    from attnlab.analysis import heads
     from attnlab.analysis.align import run as A
-    from attnlab.analysis.heads import analyse_heads, draw_heads, format_table
     from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
+    from attnlab.viz.figure import save_figure
 
     folder = A.gold_for_heads(getattr(args, "gold", None))  # a bad folder fails before the long analysis
     gold = A.read_gold(folder) if folder is not None else None
     if args.save_dir:  # before the long analysis; the default (inside RUN) once RUN has been read
         writable_folder(args.save_dir, "--save-dir")
-    report = analyse_heads(
+    report = heads.run(
         args.run,
         sentences=args.sentences,
         which=args.checkpoint,
@@ -81,12 +82,13 @@ def cmd_heads(args) -> int:
     if gold is not None:  # `--gold` / $ATTNLAB_GOLD_DIR: each head's AER against gold alignments (§25)
         tr = load_translator(args)
         A.annotate_heads(report, A.attention_scores(tr, gold))
-    table = format_table(report)
+    table = report.format()
     print(table)
     out = writable_folder(Path(args.save_dir) if args.save_dir else default_out(args.run, "heads"), "--save-dir")
     atomic_write_text(out / "heads.md", table + "\n")
     atomic_write_json(out / "heads.json", report.to_json())
-    for path in [out / "heads.md", out / "heads.json", *draw_heads(report, out)]:
+    figures = [p for kind in report.shape for p in save_figure(report.figure(kind), out / f"heads_{kind}")]
+    for path in [out / "heads.md", out / "heads.json", *figures]:
         print(f"wrote {path}")
     return 0
 
