@@ -25,13 +25,13 @@ def default_out(run: str | Path, name: str) -> Path:
 
 
 def cmd_doctor(args) -> int:
-    from attnlab.analysis.diagnose.doctor import diagnose, format_report
+    from attnlab.analysis.diagnose import doctor
 
-    report = diagnose(args.run)  # AttnlabError (exit 2) only when the run cannot be read
+    report = doctor.run(args.run)  # AttnlabError (exit 2) only when the run cannot be read
     if args.json:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
-        print(format_report(report))
+        print(report.format())
     return 0  # a diagnosis is a report, not a failure
 
 

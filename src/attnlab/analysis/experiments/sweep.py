@@ -210,10 +210,10 @@ def _run_trial(trial: Trial, cfg: Config, out_dir: Path, prepared, progress: boo
 
 def _doctor(run_dir: Path) -> str:
     """The doctor's short verdict on one trial: the same rules as `attnlab doctor` on that folder."""
-    from attnlab.analysis.diagnose.doctor import diagnose, short_verdict
+    from attnlab.analysis.diagnose import doctor
 
     try:
-        return short_verdict(diagnose(run_dir))
+        return doctor.run(run_dir).short_verdict()
     except AttnlabError:  # a trial that failed before logging anything has no curves to read
         return ""
 
