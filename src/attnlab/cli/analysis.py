@@ -94,12 +94,13 @@ def cmd_heads(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from attnlab.analysis.diagnose.compare import compare_runs, format_markdown, write_comparison
-    from attnlab.io import writable_folder
+    from attnlab.analysis.diagnose import compare
+    from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
+    from attnlab.viz.figure import save_figure
 
     if args.save_dir:  # before the long comparison; the default (inside RUN_A) once the runs have been read
         writable_folder(args.save_dir, "--save-dir")
-    comparison = compare_runs(
+    comparison = compare.run(
         args.runs,
         bleu_sentences=args.sentences,
         which=args.checkpoint,
@@ -109,8 +110,11 @@ def cmd_compare(args) -> int:
     )
     out = writable_folder(Path(args.save_dir) if args.save_dir else default_out(args.runs[0], "compare"),
                           "--save-dir")
-    print(format_markdown(comparison))
-    for path in write_comparison(comparison, out):
+    text = comparison.format()
+    print(text)
+    atomic_write_text(out / "compare.md", text + "\n")
+    atomic_write_json(out / "compare.json", comparison.to_json())
+    for path in [out / "compare.md", out / "compare.json", *save_figure(comparison.figure(), out / "compare")]:
         print(f"wrote {path}")
     return 0
 
