@@ -39,7 +39,7 @@ def test_parse_grid_and_points():
 def test_bad_grid_value_fails_before_training(tmp_path):
     base = C.apply_overrides(C.preset("transformer"), ["data.dataset=numbers"])
     with pytest.raises(C.ConfigError, match="model.num_layers"):
-        Sw.run_sweep(base, {"model.num_layers": ["1", "two"]}, tmp_path / "s", 0.1)
+        Sw.run(base, {"model.num_layers": ["1", "two"]}, tmp_path / "s", 0.1)
     assert not (tmp_path / "s").exists()
 
 
@@ -92,7 +92,7 @@ def test_sweep_cli_two_trials(tmp_path, capsys):
     assert (out / "sweep.png").stat().st_size > 0 and (out / "sweep.svg").stat().st_size > 0
     assert "trial-00 ★" in (out / "sweep.md").read_text() and "best: trial-00" in text
     with pytest.raises(AttnlabError, match="already holds a sweep"):
-        Sw.run_sweep(cfg, {"train.lr": ["1e-3"]}, out, 0.1)
+        Sw.run(cfg, {"train.lr": ["1e-3"]}, out, 0.1)
 
 
 TINY_SWEEP = ["--dataset", "numbers", "--max-steps", "6", "--quiet", "data.numbers_size=300", "data.batch_tokens=600",
@@ -148,10 +148,32 @@ def test_a_signal_stops_the_sweep_not_only_its_trial(tmp_path, monkeypatch):
     monkeypatch.setattr(Sw, "train", fake_train)
     base = C.apply_overrides(C.preset("transformer"), ["data.dataset=numbers", "data.numbers_size=300"])
     with pytest.raises(Interrupted) as info:
-        Sw.run_sweep(base, {"train.lr": ["1e-3", "3e-3"]}, tmp_path / "s", 0.1, log=lambda *a: None)
+        Sw.run(base, {"train.lr": ["1e-3", "3e-3"]}, tmp_path / "s", 0.1, log=lambda *a: None)
     assert info.value.signum == signal.SIGTERM and len(trained) == 1
     record = json.loads((tmp_path / "s" / "sweep.json").read_text())
     assert [t["status"] for t in record["trials"]] == ["interrupted"]
+
+
+def test_run_answers_through_the_report_protocol(tmp_path, monkeypatch):
+    """Two trials scored by a stand-in trainer (it logs one validation): the sweep's report and its files."""
+    from attnlab.analysis.report import Report
+    from attnlab.training.loop import TrainResult
+
+    def fake_train(cfg, run_dir, **kw):
+        run_dir.mkdir(parents=True)
+        bleu = 10.0 if cfg.train.lr == 3e-3 else 2.0
+        (run_dir / "metrics.jsonl").write_text(json.dumps({"event": "valid", "step": 3, "valid_loss": 2.0,
+                                                           "valid_bleu": bleu}) + "\n")
+        return TrainResult(run_dir, 3, 0, "max_steps", bleu)
+
+    monkeypatch.setattr(Sw, "train", fake_train)
+    base = C.apply_overrides(C.preset("transformer"), ["data.dataset=numbers", "data.numbers_size=300"])
+    result = Sw.run(base, {"train.lr": ["1e-3", "3e-3"]}, tmp_path / "s", 0.1, log=lambda *a: None)
+    assert isinstance(result, Report) and result.trials[result.best].name == "trial-01"
+    assert "trial-01 ★" in result.format() and result.format() + "\n" == (tmp_path / "s" / "sweep.md").read_text()
+    assert result.figure().get_suptitle() == "sweep s: 2 trials, best trial-01 (red)"
+    assert json.loads(json.dumps(result.to_json())) == json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert "--config" in result.train_command() and (tmp_path / "s" / "sweep.png").is_file()
 
 
 # ------------------------------------------------------------------------------------------- heads

@@ -38,11 +38,11 @@ def cmd_doctor(args) -> int:
 def cmd_sweep(args) -> int:
     if args.runs_dir is None:
         raise AttnlabError("sweep needs --runs-dir DIR, the folder its trial runs and sweep.json go into")
-    from attnlab.analysis.experiments.sweep import format_table, parse_grid, run_sweep, train_command
+    from attnlab.analysis.experiments import sweep
 
-    axes = parse_grid(args.grid)
+    axes = sweep.parse_grid(args.grid)
     base = build_config(args, kind=args.model, dataset=args.dataset)
-    result = run_sweep(
+    result = sweep.run(
         base,
         axes,
         Path(args.runs_dir),
@@ -51,12 +51,12 @@ def cmd_sweep(args) -> int:
         seed=args.seed if args.seed is not None else 0,
         progress=show_progress(args),
     )
-    print(format_table(result))
+    print(result.format())
     best = result.trials[result.best]
     print(f"best: {best.name} (" + " ".join(f"{k}={v}" for k, v in best.overrides.items()) + ")")
     for name in ("sweep.json", "sweep.md", "sweep.png", "sweep.svg", "best.toml"):
         print(f"wrote {result.out_dir / name}")
-    print(f"train it again with: {train_command(result)} (--max-minutes or --max-steps change its budget)")
+    print(f"train it again with: {result.train_command()} (--max-minutes or --max-steps change its budget)")
     return 0
 
 
