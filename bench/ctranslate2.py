@@ -20,7 +20,7 @@ step for the PyTorch path.
   (``VmHWM``, reset after the imports) minus the resident set then, so it counts the loaded model
   and what decoding adds (Linux).
 
-The matmul peak (fp32, as ``bench/throughput.py`` measures it) is printed to describe the machine.
+The matmul peak (fp32, ``attnlab.device.measure_peak_gflops``) is printed to describe the machine.
 """
 
 from __future__ import annotations
@@ -41,13 +41,11 @@ import torch
 from torch import nn
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from throughput import matmul_peak  # noqa: E402
 
 # This file is named after the engine: without bench/ on the path, `import ctranslate2` finds the library.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
+from attnlab import device as D  # noqa: E402
 from attnlab.data import corpus  # noqa: E402
 from attnlab.data.text import detokenize  # noqa: E402
 from attnlab.evaluation.bleu import corpus_scores  # noqa: E402
@@ -235,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         memory_child(args.run, args.exports, args.memory_child, args.sentences, threads[0])
         return 0
     torch.set_num_threads(max(threads))
-    peak = matmul_peak(torch.device("cpu"), torch.float32)
+    peak = D.measure_peak_gflops(2.0) * 1e9  # FLOP/s, fp32 on the CPU
     print(f"fp32 matmul peak: {peak / 1e9:.1f} GFLOP/s ({max(threads)} threads)")
     with tempfile.TemporaryDirectory(prefix="attnlab-ct2-bench-") as tmp:
         exports = {q: export_run(args.run, Path(tmp) / q, fmt="ctranslate2", quantization=q)

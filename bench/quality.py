@@ -182,10 +182,10 @@ def main() -> int:
     started_at = commit()  # the code that trains (the tree may move on while a long run goes)
     import torch
 
-    from attnlab.training.sizing import measure_peak_gflops
+    from attnlab import device
 
     torch.set_num_threads(args.threads)
-    peak = measure_peak_gflops(seconds=1.0)
+    peak = device.measure_peak_gflops(seconds=1.0)
     minutes = args.minutes * (args.like_peak / peak if args.like_peak else 1.0)
     if args.slow_share:
         machine = f"quota {args.slow_share:g} (probe {peak:.0f}), seed {_seed(args.overrides)}"

@@ -127,9 +127,9 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     minutes = args.minutes
     if args.like_peak:
-        from attnlab.training.sizing import measure_peak_gflops
+        from attnlab import device
 
-        minutes = args.minutes * args.like_peak / measure_peak_gflops()
+        minutes = args.minutes * args.like_peak / device.measure_peak_gflops()
     print(json.dumps(run(minutes, args.data, args.threads)))
     return 0
 

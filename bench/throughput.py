@@ -70,6 +70,7 @@ from _reference import (  # noqa: E402
 )
 
 from attnlab import config as C  # noqa: E402
+from attnlab import device as D  # noqa: E402
 from attnlab import fast  # noqa: E402
 from attnlab.data import corpus, download  # noqa: E402
 from attnlab.data.batching import Batch, TokenBatchSampler, collate  # noqa: E402
@@ -101,22 +102,6 @@ def timed(fn, device: torch.device) -> float:
     fn()
     sync(device)
     return time.perf_counter() - t0
-
-
-def matmul_peak(device: torch.device, dtype: torch.dtype, seconds: float = 2.0) -> float:
-    """Best FLOP/s of square matmuls (n = 1024 on the CPU, 8192 on CUDA) over ~``seconds``."""
-    n = 8192 if device.type == "cuda" else 1024
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    c = torch.empty(n, n, device=device, dtype=dtype)
-    reps = 10 if device.type == "cuda" else 2
-    for _ in range(2):
-        torch.mm(a, b, out=c)  # warm-up (thread pool, kernels, clocks)
-    best, deadline = 0.0, time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        dt = timed(lambda: [torch.mm(a, b, out=c) for _ in range(reps)], device)
-        best = max(best, 2 * n**3 * reps / dt)
-    return best
 
 
 def linear_params(model: nn.Module) -> int:
@@ -524,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     quick = args.quick
     n_tr, n_bah, n_dec, warm = (4, 3, 40, 1) if quick else (40, 24, args.sentences, 2)
     peak_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    peak = matmul_peak(device, peak_dtype, 1.0 if quick else 3.0)
+    peak = D.measure_peak_gflops(1.0 if quick else 3.0, device=device, dtype=peak_dtype) * 1e9  # FLOP/s
     print(
         f"data {setup.dataset}: vocab src {len(setup.prepared.src_tok)} tgt {len(setup.prepared.tgt_tok)}; "
         f"device {device}; {machine()}"

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from attnlab import config as config_mod
+from attnlab import device
 from attnlab.data import corpus, download
 from attnlab.device import set_threads
 from attnlab.errors import AttnlabError
@@ -107,7 +108,7 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text("made by `attnlab demo`; rerunning the demo replaces this folder's runs\n")
     set_threads(threads)
-    peak = sizing.measure_peak_gflops()
+    peak = device.measure_peak_gflops()
     print(f"attnlab demo: dataset {dataset}{f' ({path})' if path else ''}, {minutes:g} min per model, out {out}")
     if dataset == "fra-eng" and peak * minutes < USABLE_COMPUTE:
         need = USABLE_COMPUTE / peak

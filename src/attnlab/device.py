@@ -1,8 +1,9 @@
-"""Device selection and mixed precision: CPU everywhere, the GPU when one is present."""
+"""Device selection, mixed precision and the machine's matmul peak: CPU everywhere, the GPU when one is present."""
 
 from __future__ import annotations
 
 import contextlib
+import time
 
 import torch
 
@@ -32,3 +33,38 @@ def autocast(device: torch.device, enabled: bool = True):
 def set_threads(n: int) -> None:
     if n > 0:
         torch.set_num_threads(n)
+
+
+def measure_peak_gflops(
+    seconds: float = 1.0, n: int | None = None, device: str | torch.device | None = None, dtype: torch.dtype | None = None
+) -> float:
+    """The machine's matmul peak in GFLOP/s: the best of timed batches of ``n × n`` products into a
+    preallocated output over about ``seconds`` (2 warm-up products first: thread pool, kernels, clocks).
+
+    The one probe of the package: ``train.size=auto`` keys on it (training/sizing.py), ``scaling`` records
+    it, the benchmarks divide by it (MFU). ``device``: ``None`` = the CPU, on this process's torch threads;
+    ``dtype``: ``None`` = float32. ``n``: ``None`` = 1024 on the CPU, 8192 on CUDA (large enough to keep
+    the GPU's units busy). Call it as ``device.measure_peak_gflops()`` so that tests can replace it.
+    """
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    dtype = dtype or torch.float32
+    n = n or (8192 if dev.type == "cuda" else 1024)
+    a, b = torch.randn(n, n, device=dev, dtype=dtype), torch.randn(n, n, device=dev, dtype=dtype)
+    c = torch.empty(n, n, device=dev, dtype=dtype)
+    reps = 10 if dev.type == "cuda" else 2
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    for _ in range(2):
+        torch.mm(a, b, out=c)
+    sync()
+    best, deadline = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline or best == 0.0:
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            torch.mm(a, b, out=c)
+        sync()
+        best = max(best, reps * 2.0 * n**3 / max(time.perf_counter() - t0, 1e-12))
+    return best / 1e9

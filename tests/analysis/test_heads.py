@@ -91,16 +91,16 @@ def test_silencing_a_head_that_does_nothing_is_within_the_noise(tiny_runs):
 
 
 def test_importance_intervals_and_progress_bar(tiny_runs, capsys):
-    report = Hd.analyse_heads(tiny_runs("transformer"), sentences=8, resamples=200, progress=True)
+    report = Hd.run(tiny_runs("transformer"), sentences=8, resamples=200, progress=True)
     assert "heads (masking)" in capsys.readouterr().err  # tqdm's bar, on stderr
     assert report.resamples == 200 and len(report.heads) == 6
     for h in report.heads:
         lo, hi = h.values["bleu_drop_lo"], h.values["bleu_drop_hi"]
         assert lo <= hi and h.values["loss_increase_lo"] <= h.values["loss_increase_hi"]
         assert h.effect == ("hurts" if lo > 0 else "helps" if hi < 0 else "noise")
-    table = Hd.format_table(report)
+    table = report.format()
     assert "paired bootstrap interval over the 8 sentences, 200 resamples" in table
-    assert Hd.analyse_heads(tiny_runs("transformer"), sentences=4, importance=False).resamples == 0
+    assert Hd.run(tiny_runs("transformer"), sentences=4, importance=False).resamples == 0
     assert "heads (masking)" not in capsys.readouterr().err  # nothing to mask: no bar
 
 
@@ -115,3 +115,16 @@ def test_heads_cli_reports_intervals_quietly(tiny_runs, tmp_path, capsys):
     assert all(h["effect"] in ("hurts", "helps", "noise") for h in report["heads"])
     md = (out / "heads.md").read_text()
     assert "paired bootstrap interval over the 8 sentences" in md and "[" in md
+
+
+def test_run_answers_through_the_report_protocol(tiny_runs):
+    from attnlab.analysis.report import Report
+
+    report = Hd.run(tiny_runs("transformer"), sentences=4, importance=False)
+    assert isinstance(report, Report)
+    assert "| cross (enc-dec) | 1 | 2 |" in report.format() and report.format("en") == str(report)
+    assert {report.figure(k).get_suptitle().split(" heads of ")[0] for k in report.shape} == {
+        Hd.KIND_NAMES[k] for k in report.shape}
+    assert report.figure().get_suptitle() == report.figure("enc_self").get_suptitle()  # the first kind
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["sentences"] == 4 and len(data["heads"]) == 6

@@ -18,6 +18,7 @@ from attnlab.cli import main
 from attnlab.data.batching import collate
 from attnlab.errors import AttnlabError
 from attnlab.runs import read_run
+from attnlab.viz.figure import save_figure
 
 # ------------------------------------------------------------------------------------------- sweep
 
@@ -38,7 +39,7 @@ def test_parse_grid_and_points():
 def test_bad_grid_value_fails_before_training(tmp_path):
     base = C.apply_overrides(C.preset("transformer"), ["data.dataset=numbers"])
     with pytest.raises(C.ConfigError, match="model.num_layers"):
-        Sw.run_sweep(base, {"model.num_layers": ["1", "two"]}, tmp_path / "s", 0.1)
+        Sw.run(base, {"model.num_layers": ["1", "two"]}, tmp_path / "s", 0.1)
     assert not (tmp_path / "s").exists()
 
 
@@ -91,7 +92,7 @@ def test_sweep_cli_two_trials(tmp_path, capsys):
     assert (out / "sweep.png").stat().st_size > 0 and (out / "sweep.svg").stat().st_size > 0
     assert "trial-00 ★" in (out / "sweep.md").read_text() and "best: trial-00" in text
     with pytest.raises(AttnlabError, match="already holds a sweep"):
-        Sw.run_sweep(cfg, {"train.lr": ["1e-3"]}, out, 0.1)
+        Sw.run(cfg, {"train.lr": ["1e-3"]}, out, 0.1)
 
 
 TINY_SWEEP = ["--dataset", "numbers", "--max-steps", "6", "--quiet", "data.numbers_size=300", "data.batch_tokens=600",
@@ -147,10 +148,32 @@ def test_a_signal_stops_the_sweep_not_only_its_trial(tmp_path, monkeypatch):
     monkeypatch.setattr(Sw, "train", fake_train)
     base = C.apply_overrides(C.preset("transformer"), ["data.dataset=numbers", "data.numbers_size=300"])
     with pytest.raises(Interrupted) as info:
-        Sw.run_sweep(base, {"train.lr": ["1e-3", "3e-3"]}, tmp_path / "s", 0.1, log=lambda *a: None)
+        Sw.run(base, {"train.lr": ["1e-3", "3e-3"]}, tmp_path / "s", 0.1, log=lambda *a: None)
     assert info.value.signum == signal.SIGTERM and len(trained) == 1
     record = json.loads((tmp_path / "s" / "sweep.json").read_text())
     assert [t["status"] for t in record["trials"]] == ["interrupted"]
+
+
+def test_run_answers_through_the_report_protocol(tmp_path, monkeypatch):
+    """Two trials scored by a stand-in trainer (it logs one validation): the sweep's report and its files."""
+    from attnlab.analysis.report import Report
+    from attnlab.training.loop import TrainResult
+
+    def fake_train(cfg, run_dir, **kw):
+        run_dir.mkdir(parents=True)
+        bleu = 10.0 if cfg.train.lr == 3e-3 else 2.0
+        (run_dir / "metrics.jsonl").write_text(json.dumps({"event": "valid", "step": 3, "valid_loss": 2.0,
+                                                           "valid_bleu": bleu}) + "\n")
+        return TrainResult(run_dir, 3, 0, "max_steps", bleu)
+
+    monkeypatch.setattr(Sw, "train", fake_train)
+    base = C.apply_overrides(C.preset("transformer"), ["data.dataset=numbers", "data.numbers_size=300"])
+    result = Sw.run(base, {"train.lr": ["1e-3", "3e-3"]}, tmp_path / "s", 0.1, log=lambda *a: None)
+    assert isinstance(result, Report) and result.trials[result.best].name == "trial-01"
+    assert "trial-01 ★" in result.format() and result.format() + "\n" == (tmp_path / "s" / "sweep.md").read_text()
+    assert result.figure().get_suptitle() == "sweep s: 2 trials, best trial-01 (red)"
+    assert json.loads(json.dumps(result.to_json())) == json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert "--config" in result.train_command() and (tmp_path / "s" / "sweep.png").is_file()
 
 
 # ------------------------------------------------------------------------------------------- heads
@@ -239,14 +262,14 @@ def test_heads_cli_on_tiny_transformer(tiny_runs, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_heads_on_decoder_only_and_refusal_for_bahdanau(tiny_runs, tmp_path):
-    report = Hd.analyse_heads(tiny_runs("decoder-only"), sentences=6, importance=False)
+    report = Hd.run(tiny_runs("decoder-only"), sentences=6, importance=False)
     assert report.shape == {"self": (1, 2)}
     for h in report.heads:
         assert h.values["next"] == 0.0 and math.isnan(h.values["bleu_drop"])
         assert 0 <= h.values["entropy"] <= math.log(40)
-    assert Hd.draw_heads(report, tmp_path)[0].stat().st_size > 0
+    assert save_figure(report.figure(), tmp_path / "heads_self")[0].stat().st_size > 0
     with pytest.raises(AttnlabError, match="multi-head"):
-        Hd.analyse_heads(tiny_runs("bahdanau"), sentences=4)
+        Hd.run(tiny_runs("bahdanau"), sentences=4)
 
 
 def test_teacher_forced_sample_is_what_the_model_sees(tiny_runs):

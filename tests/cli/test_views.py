@@ -11,7 +11,7 @@ import torch
 
 from attnlab import cli
 from attnlab import config as C
-from attnlab.analysis.diagnose.selfcheck import run_selfcheck
+from attnlab.analysis.diagnose import selfcheck
 from attnlab.analysis.explain.params import parameter_report
 from attnlab.maps import attention_json, map_labels
 from attnlab.models import build_model
@@ -349,11 +349,11 @@ def test_selfcheck_catches_a_padding_bug(tiny_runs, monkeypatch):
 
     tr = Translator.from_run(tiny_runs("transformer"))
     sentences = ["twenty one", "three hundred and forty two"]
-    assert all(r.passed for r in run_selfcheck(tr, sentences))
+    assert all(r.passed for r in selfcheck.run(tr, sentences).results)
     monkeypatch.setattr(
         T, "padding_mask", lambda valid_lens, n: torch.ones(len(valid_lens), n, dtype=torch.bool)
     )
-    results = {r.name: r for r in run_selfcheck(tr, sentences)}
+    results = {r.name: r for r in selfcheck.run(tr, sentences).results}
     bad = results["padding does not change outputs"]
     assert not bad.passed and bad.max_deviation > bad.tolerance
 

@@ -163,15 +163,15 @@ def test_half_minute_numbers_run_ends_near_zero_lr(tmp_path):
 def test_resume_with_size_auto_keeps_the_saved_size(tmp_path, monkeypatch, fra_eng_zip):
     """An elastic restart reruns the command line (train.size=auto): the run keeps the tier it was built with."""
     import attnlab.training.loop as loop
-    from attnlab.training import sizing
+    from attnlab import device
 
-    monkeypatch.setattr(sizing, "measure_peak_gflops", lambda *a, **k: 64.0)
+    monkeypatch.setattr(device, "measure_peak_gflops", lambda *a, **k: 64.0)
     cfg = C.apply_overrides(C.preset("transformer"), [
         "data.dataset=fra-eng", f"data.data_path={fra_eng_zip}", "data.max_pairs=2000", "train.max_minutes=0.02",
         "train.eval_max_sentences=4", "train.threads=1"])
     first = loop.train(cfg, tmp_path / "run", progress=False)
     assert C.load_toml(tmp_path / "run" / "config.toml").train.size == "tiny"
-    monkeypatch.setattr(sizing, "measure_peak_gflops", lambda *a, **k: 5000.0)  # a probe that would pick `base`
+    monkeypatch.setattr(device, "measure_peak_gflops", lambda *a, **k: 5000.0)  # a probe that would pick `base`
     again = loop.train(C.apply_overrides(cfg, ["train.max_minutes=0.04"]), tmp_path / "run", resume=True,
                        progress=False)
     assert again.step >= first.step

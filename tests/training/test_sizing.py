@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from attnlab import config as C
+from attnlab import device
 from attnlab.training import sizing
 
 
@@ -49,14 +51,21 @@ def test_resolving_twice_changes_nothing():
 
 
 def test_matmul_probe_measures_something():
-    assert sizing.measure_peak_gflops(seconds=0.05, n=128) > 0.1
+    assert device.measure_peak_gflops(seconds=0.05, n=128) > 0.1
+    assert device.measure_peak_gflops(seconds=0, n=64) > 0  # no time left: still one timed batch
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_matmul_probe_on_cuda_in_the_dtype_given():
+    assert device.measure_peak_gflops(seconds=0.2, device="cuda", dtype=torch.bfloat16) > 0
 
 
 def test_cli_train_prints_its_choice(tmp_path, capsys, monkeypatch, fra_eng_zip):
     """A budgeted `attnlab train` with no size says what it chose and why (the probe replaced by 64 GFLOP/s)."""
     from attnlab.cli import main
 
-    monkeypatch.setattr(sizing, "measure_peak_gflops", lambda *a, **k: 64.0)
+    monkeypatch.setattr(device, "measure_peak_gflops", lambda *a, **k: 64.0)
     assert main(["train", "--model", "transformer", "--out", str(tmp_path / "r"), "--data", str(fra_eng_zip),
                  "--max-minutes", "0.05", "--quiet", "data.max_pairs=3000", "train.eval_max_sentences=8"]) == 0
     err = capsys.readouterr().err
@@ -70,7 +79,7 @@ def test_a_key_set_to_its_preset_value_survives_the_tier(tmp_path, monkeypatch, 
     the library's train() settles the tier again: both must see the key as the user's."""
     from attnlab.cli import main
 
-    monkeypatch.setattr(sizing, "measure_peak_gflops", lambda *a, **k: 64.0)
+    monkeypatch.setattr(device, "measure_peak_gflops", lambda *a, **k: 64.0)
     assert main(["train", "--model", "transformer", "--out", str(tmp_path / "r"), "--data", str(fra_eng_zip),
                  "--max-minutes", "0.05", "--quiet", "data.max_pairs=3000", "train.eval_max_sentences=8",
                  "model.num_hiddens=256"]) == 0

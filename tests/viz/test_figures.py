@@ -16,6 +16,7 @@ from matplotlib.text import Text  # noqa: E402
 from attnlab.analysis import heads as Hd  # noqa: E402
 from attnlab.maps import attention_figure, continues_word, display_tokens  # noqa: E402
 from attnlab.translator import AttentionResult  # noqa: E402
+from attnlab.viz.figure import save_figure  # noqa: E402
 
 
 def _rows(L: int, H: int, Q: int, K: int, seed: int = 0) -> torch.Tensor:
@@ -110,11 +111,11 @@ def _report(shape: dict[str, tuple[int, int]]) -> Hd.HeadsReport:
 def test_heads_figures_are_one_per_kind_readable_and_listed(tmp_path):
     shape = {"enc_self": (2, 4), "cross": (2, 4)}
     report = _report(shape)
-    paths = Hd.draw_heads(report, tmp_path, formats=("png",))  # the CLI test checks the SVGs too
+    paths = [p for k in shape for p in save_figure(report.figure(k), tmp_path / f"heads_{k}", ("png",))]
     assert [p.name for p in paths] == [f"heads_{k}.png" for k in shape]
     assert all(p.stat().st_size > 0 for p in paths)
     for kind, (L, H) in shape.items():
-        fig = Hd.heads_figure(report, kind)
+        fig = report.figure(kind)
         panels = _panels(fig)
         n_stats = len([s for s in Hd.STATS if kind == "cross" or s != "diag_agreement"])
         assert len(panels) == n_stats
@@ -138,7 +139,7 @@ def test_heads_figures_are_one_per_kind_readable_and_listed(tmp_path):
 
 def test_heads_figure_scales_shares_on_0_1_and_importance_around_0():
     report = _report({"self": (3, 2)})
-    fig = Hd.heads_figure(report, "self")
+    fig = report.figure()  # the only kind
     by_title = {ax.get_title().split("\n")[0]: ax.images[0].get_clim() for ax in _panels(fig)}
     assert by_title[Hd.LABELS["prev"]] == (0.0, 1.0)
     lo, hi = by_title[Hd.LABELS["bleu_drop"]]

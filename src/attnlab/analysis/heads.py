@@ -13,7 +13,7 @@ with teacher forcing on the reference translations:
 - **diagonal agreement** (cross heads): share of queries whose most-attended key lies within one
   token of the diagonal (the monotone alignment that English→French mostly follows);
 - **importance**: the drop in greedy BLEU and the rise in loss when that one head is silenced (its
-  slice ``[..., h·Dh:(h+1)·Dh]`` of the input of ``out_proj`` = W_o zeroed by a forward pre-hook,
+  slice ``[..., h·Dh:(h+1)·Dh]`` of the input of ``out_proj`` = W_o zeroed before W_o runs,
   the other heads untouched; Michel et al. 2019), **with its noise**: on a sample of 100 sentences a
   BLEU difference of a point or two is chance. A paired bootstrap over the sentences (Koehn 2004:
   the same resampled sentences score the model with and without the head) gives a 95 % interval of
@@ -37,6 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.analysis.hooks import before_forward
+from attnlab.analysis.report import TextReport
 from attnlab.data.batching import collate
 from attnlab.data.text import detokenize
 from attnlab.data.vocab import EOS, PAD
@@ -44,7 +46,7 @@ from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import reference_streams
 from attnlab.models import traits
 from attnlab.translator import Translator, decode_many, teacher_forced
-from attnlab.viz.figure import new_figure, save_figure
+from attnlab.viz.figure import new_figure
 
 #: Statistics per head, in table/figure order (``diag_agreement`` only for cross heads).
 STATS = ("distance", "prev", "same", "next", "eos", "entropy", "diag_agreement", "bleu_drop", "loss_increase")
@@ -113,7 +115,11 @@ class HeadStats:
 
 
 @dataclass
-class HeadsReport:
+class HeadsReport(TextReport):
+    """What :func:`run` measured: ``format()`` is the Markdown table (one row per head, its role and
+    what silencing it did), ``figure(kind)`` one kind's statistics as layers × heads grids, ``to_json()``
+    every value with its interval."""
+
     run: str
     sentences: int
     base_bleu: float
@@ -130,6 +136,14 @@ class HeadsReport:
             if h.kind == kind:
                 out[h.layer, h.head] = h.values.get(stat, float("nan"))
         return out
+
+    def _format(self) -> str:
+        return _table(self)
+
+    def figure(self, kind: str | None = None):
+        """The statistics of ``kind``'s heads (default: the first kind, ``enc_self`` or the decoder-only
+        ``self``); one readable figure per kind rather than every kind in one (``self.shape`` lists them)."""
+        return _kind_figure(self, kind if kind is not None else next(iter(self.shape)))
 
     def to_json(self) -> dict[str, Any]:
         def clean(x: float) -> float | None:
@@ -175,29 +189,19 @@ def attention_modules(model: nn.Module) -> dict[str, list[nn.Module]]:
     return modules
 
 
-class silence_head:  # noqa: N801 - used like a function: `with silence_head(mha, h): ...`
-    """Context manager: zero head ``h``'s slice of the input of ``mha.out_proj`` (its output drops out
-    of the concatenation before W_o mixes the heads, notes §11); removed on exit."""
+def silence_head(mha: nn.Module, head: int):
+    """Context manager, ``with silence_head(mha, h): ...``: zero head ``h``'s slice of the input of
+    ``mha.out_proj`` (its output drops out of the concatenation before W_o mixes the heads, notes §11;
+    Michel et al. 2019); the other heads are untouched, and the hook goes when the block ends."""
+    Dh = mha.head_size
+    lo, hi = head * Dh, (head + 1) * Dh
 
-    def __init__(self, mha: nn.Module, head: int) -> None:
-        self.mha, self.head = mha, head
-        self.handle = None
+    def zero_head(module, args):  # noqa: ARG001
+        x = args[0].clone()
+        x[..., lo:hi] = 0  # (B, Q, H*Dh): head h's columns
+        return (x, *args[1:])
 
-    def __enter__(self):
-        Dh = self.mha.head_size
-        lo, hi = self.head * Dh, (self.head + 1) * Dh
-
-        def hook(module, args):  # noqa: ARG001
-            x = args[0].clone()
-            x[..., lo:hi] = 0  # (B, Q, H*Dh): head h's columns
-            return (x, *args[1:])
-
-        self.handle = self.mha.out_proj.register_forward_pre_hook(hook)
-        return self
-
-    def __exit__(self, *exc):
-        self.handle.remove()
-        return False
+    return before_forward(mha.out_proj, zero_head)
 
 
 def _positions(kind: str, batch, S: int, T: int) -> dict[str, Tensor]:
@@ -400,7 +404,7 @@ def _importance(mha, h: int, model, tr, sample, base: SampleScores, boot) -> dic
     }
 
 
-def analyse_heads(
+def run(
     run_dir: str | Path,
     sentences: int = 100,
     which: str = "best",
@@ -485,7 +489,7 @@ def importance_summary(report: HeadsReport) -> str:
     )
 
 
-def format_table(report: HeadsReport) -> str:
+def _table(report: HeadsReport) -> str:
     """Markdown: one row per head, its role when one statistic dominates, and what silencing it did
     (importance columns: value [interval])."""
     aligned = any("align_aer" in h.values for h in report.heads)  # `heads --gold`: align's AER per head
@@ -548,7 +552,7 @@ def _scale(report: HeadsReport, stat: str) -> tuple[float, float]:
     return 0.0, 1.0 if stat in SHARES else (top or 1.0)
 
 
-def heads_figure(report: HeadsReport, kind: str):
+def _kind_figure(report: HeadsReport, kind: str):
     """The statistics of ``kind``'s heads as a Figure: one panel per statistic, each a layers × heads
     grid with the values written in and a last column, "mean", averaging the layer's heads. Layers
     and heads count from 1; text is at least 8 pt (:data:`FONT`); one colour bar per panel, on the
@@ -607,13 +611,3 @@ def _heads_panel(fig, ax, report: HeadsReport, kind: str, stat: str) -> None:
     ax.set_ylabel("layer", fontsize=FONT["label"])
     fig.colorbar(im, ax=ax, shrink=0.9).ax.tick_params(labelsize=FONT["tick"])
 
-
-def draw_heads(
-    report: HeadsReport, out_dir: str | Path, stem: str = "heads", formats=("png", "svg")
-) -> list[Path]:
-    """Write :func:`heads_figure` of each attention kind as ``out_dir/<stem>_<kind>.png`` and ``.svg``
-    (one readable figure per kind rather than every kind in one); returns the written paths."""
-    written: list[Path] = []
-    for kind in report.shape:
-        written += save_figure(heads_figure(report, kind), Path(out_dir) / f"{stem}_{kind}", formats)
-    return written

@@ -25,24 +25,24 @@ def default_out(run: str | Path, name: str) -> Path:
 
 
 def cmd_doctor(args) -> int:
-    from attnlab.analysis.diagnose.doctor import diagnose, format_report
+    from attnlab.analysis.diagnose import doctor
 
-    report = diagnose(args.run)  # AttnlabError (exit 2) only when the run cannot be read
+    report = doctor.run(args.run)  # AttnlabError (exit 2) only when the run cannot be read
     if args.json:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
-        print(format_report(report))
+        print(report.format())
     return 0  # a diagnosis is a report, not a failure
 
 
 def cmd_sweep(args) -> int:
     if args.runs_dir is None:
         raise AttnlabError("sweep needs --runs-dir DIR, the folder its trial runs and sweep.json go into")
-    from attnlab.analysis.experiments.sweep import format_table, parse_grid, run_sweep, train_command
+    from attnlab.analysis.experiments import sweep
 
-    axes = parse_grid(args.grid)
+    axes = sweep.parse_grid(args.grid)
     base = build_config(args, kind=args.model, dataset=args.dataset)
-    result = run_sweep(
+    result = sweep.run(
         base,
         axes,
         Path(args.runs_dir),
@@ -51,25 +51,26 @@ def cmd_sweep(args) -> int:
         seed=args.seed if args.seed is not None else 0,
         progress=show_progress(args),
     )
-    print(format_table(result))
+    print(result.format())
     best = result.trials[result.best]
     print(f"best: {best.name} (" + " ".join(f"{k}={v}" for k, v in best.overrides.items()) + ")")
     for name in ("sweep.json", "sweep.md", "sweep.png", "sweep.svg", "best.toml"):
         print(f"wrote {result.out_dir / name}")
-    print(f"train it again with: {train_command(result)} (--max-minutes or --max-steps change its budget)")
+    print(f"train it again with: {result.train_command()} (--max-minutes or --max-steps change its budget)")
     return 0
 
 
 def cmd_heads(args) -> int:
+    from attnlab.analysis import heads
     from attnlab.analysis.align import run as A
-    from attnlab.analysis.heads import analyse_heads, draw_heads, format_table
     from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
+    from attnlab.viz.figure import save_figure
 
     folder = A.gold_for_heads(getattr(args, "gold", None))  # a bad folder fails before the long analysis
     gold = A.read_gold(folder) if folder is not None else None
     if args.save_dir:  # before the long analysis; the default (inside RUN) once RUN has been read
         writable_folder(args.save_dir, "--save-dir")
-    report = analyse_heads(
+    report = heads.run(
         args.run,
         sentences=args.sentences,
         which=args.checkpoint,
@@ -81,23 +82,25 @@ def cmd_heads(args) -> int:
     if gold is not None:  # `--gold` / $ATTNLAB_GOLD_DIR: each head's AER against gold alignments (§25)
         tr = load_translator(args)
         A.annotate_heads(report, A.attention_scores(tr, gold))
-    table = format_table(report)
+    table = report.format()
     print(table)
     out = writable_folder(Path(args.save_dir) if args.save_dir else default_out(args.run, "heads"), "--save-dir")
     atomic_write_text(out / "heads.md", table + "\n")
     atomic_write_json(out / "heads.json", report.to_json())
-    for path in [out / "heads.md", out / "heads.json", *draw_heads(report, out)]:
+    figures = [p for kind in report.shape for p in save_figure(report.figure(kind), out / f"heads_{kind}")]
+    for path in [out / "heads.md", out / "heads.json", *figures]:
         print(f"wrote {path}")
     return 0
 
 
 def cmd_compare(args) -> int:
-    from attnlab.analysis.diagnose.compare import compare_runs, format_markdown, write_comparison
-    from attnlab.io import writable_folder
+    from attnlab.analysis.diagnose import compare
+    from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
+    from attnlab.viz.figure import save_figure
 
     if args.save_dir:  # before the long comparison; the default (inside RUN_A) once the runs have been read
         writable_folder(args.save_dir, "--save-dir")
-    comparison = compare_runs(
+    comparison = compare.run(
         args.runs,
         bleu_sentences=args.sentences,
         which=args.checkpoint,
@@ -107,8 +110,11 @@ def cmd_compare(args) -> int:
     )
     out = writable_folder(Path(args.save_dir) if args.save_dir else default_out(args.runs[0], "compare"),
                           "--save-dir")
-    print(format_markdown(comparison))
-    for path in write_comparison(comparison, out):
+    text = comparison.format()
+    print(text)
+    atomic_write_text(out / "compare.md", text + "\n")
+    atomic_write_json(out / "compare.json", comparison.to_json())
+    for path in [out / "compare.md", out / "compare.json", *save_figure(comparison.figure(), out / "compare")]:
         print(f"wrote {path}")
     return 0
 

@@ -54,17 +54,9 @@ def cmd_scaling(args) -> int:
     where = S.Where(args.dataset, args.data, args.device, args.threads)
     out = Path(args.runs_dir)
     log = progress_log(args)
-    report = S.run_scaling(ladder, out, where, log=log, progress=show_progress(args),
-                           plan_only=args.plan_only)
-    if args.json:
-        print(json.dumps(report, indent=2, ensure_ascii=False))
-    elif args.plan_only:
-        print(f"planned {len(report['rungs'])} rungs, estimated {report['estimate_s'] / 60:.1f} min; "
-              "nothing trained (--plan-only)")
-        for r in report["rungs"]:
-            print(f"  {r['name']}: {r['steps']:,} steps of {r['flops_per_step'] / 1e9:.3f} GFLOP")
-    else:
-        print(S.format_report(report))
+    report = S.run(ladder, out, where, log=log, progress=show_progress(args), plan_only=args.plan_only)
+    print(json.dumps(report.to_json(), indent=2, ensure_ascii=False) if args.json else report.format())
+    if not (args.json or args.plan_only):
         for name in ("scaling.json", "scaling.png"):
             print(f"wrote {out / name}")
         print(f"run folders: {out / 'runs'}/<family>-d<width> (attnlab doctor / evaluate read them)")

@@ -203,22 +203,13 @@ def cmd_positional(args) -> int:
 
 
 def cmd_selfcheck(args) -> int:
-    from attnlab.analysis.diagnose.selfcheck import format_selfcheck, run_selfcheck, selfcheck_sentences
+    from attnlab.analysis.diagnose import selfcheck
 
     if args.sentences < 1:
         raise AttnlabError(f"--sentences {args.sentences} must be >= 1")
-    tr = load_translator(args)
-    if args.text:
-        sentences, where = list(args.text), "the command line"
-    else:
-        sentences, where = selfcheck_sentences(tr, args.sentences, args.data)
-    results = run_selfcheck(tr, sentences)
-    header = (
-        f"selfcheck of {args.run} ({tr.cfg.model.kind}, checkpoint {args.checkpoint}, {tr.device}) "
-        f"on {len(sentences)} sentences from {where}"
-    )
-    print(format_selfcheck(results, header))
-    return 0 if all(r.passed for r in results) else 1
+    report = selfcheck.run(load_translator(args), list(args.text) or None, args.sentences, args.data)
+    print(report.format())
+    return 0 if report.passed else 1
 
 
 # --------------------------------------------------------------------------------------------- register

@@ -1,25 +1,24 @@
 """``train.size="auto"``: size the model, vocabulary and batches for this machine and this budget.
 
 What a run can learn in M minutes depends on how many floating-point operations it can do, so the
-choice is keyed on the **compute budget** ``C = peak GFLOP/s × minutes`` (a 1-second fp32 matmul probe
-measures the peak on the threads the run will use). A 2.5-minute run on a 64 GFLOP/s laptop (C = 160)
-needs a small model, a word vocabulary of short sentences and small batches, so that it makes enough
-updates to learn anything; an hour on a fast machine (C ≈ 20,000) affords the base preset.
+choice is keyed on the **compute budget** ``C = peak GFLOP/s × minutes`` (the 1-second fp32 matmul probe,
+:func:`attnlab.device.measure_peak_gflops`, on the threads the run will use). A few minutes on a laptop
+need a small model, a word vocabulary of short sentences and small batches, so that the run makes enough
+updates to learn anything; an hour on a fast machine affords the base preset.
 
-The tiers below were measured with ``bench/quality.py`` (budgets × machine speeds, bench/RESULTS.md).
+The tiers below were chosen by measurement with ``bench/quality.py`` (budgets × machine speeds): the
+figures behind each cut and setting are in docs/experiments/sizing-tiers.md.
 Keys the user set (on the command line, in ``--config``) always win over the tier's; ``--size base``
 (``train.size=base``) keeps the preset as it is.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from attnlab import config as config_mod
+from attnlab import device
 from attnlab.config import Config, ModelConfig
 from attnlab.models import traits
 
@@ -34,19 +33,15 @@ class Tier:
 #: The corpus file is sorted by length: its first 20k pairs are the 1-4 word sentences, the first 80k
 #: reach 5-6 words. A small budget spends its updates better on them (bench/RESULTS.md).
 _SHORT, _MEDIUM_SHORT = 20_000, 80_000
-#: The small Transformer's data and batches: at 12 minutes like 64 GFLOP/s (C ≈ 770) the 120k shortest pairs
-#: in 800-token batches scored 29.3 / 30.6 test BLEU against 80k in 600-token batches' 26.8 / 27.4 / 27.5,
-#: and at 8 minutes like 64 (C ≈ 510) 25.8 against 24.3 (bench/RESULTS.md, 2026-12-02). The GRU's was not measured.
+#: The small Transformer's data and batches: more, longer pairs in larger batches scored higher at its
+#: budgets (docs/experiments/sizing-tiers.md). The GRU's were not measured.
 _SMALL_PAIRS, _SMALL_BATCH = 120_000, 800
-#: The small GRU's width: at 12 / 8 minutes like 64 GFLOP/s, 192 scored 19.6 / 17.4 test BLEU against 256's 17.2 / 14.9
-#: (more updates), and its attention moved 0.41 / 0.33 against 0.16 / 0.17 (seed 1, bench/RESULTS.md, 2026-12-02);
-#: seeds 2 and 3 at 12 minutes: +0.65 and +0.61 BLEU, movement 0.29 / 0.35 against 0.24 / 0.18.
+#: The small GRU's width: narrower than the preset's 256, it makes more updates in the budget, and scored
+#: higher with attention that moves more (docs/experiments/sizing-tiers.md).
 _SMALL_GRU = 192
 
-#: The tiny/small cut: at 1.5 minutes on a 195 GFLOP/s machine (C ≈ 290) tiny got all four of the notes'
-#: sentences right for both models and small one of four (486 and 364 updates); at C ≈ 480 small led in
-#: BLEU (16.0 against 12.7) but still missed one sentence. 500 keeps the 1.5-minute demo tiny on every
-#: 2-core machine up to 330 GFLOP/s (bench/RESULTS.md, "How the tiers were chosen").
+#: The tiny/small cut at C = 500: below it, tiny gets more of the notes' sentences right than small, and the
+#: 1.5-minute demo stays tiny on a 2-core laptop (docs/experiments/sizing-tiers.md).
 TIERS: tuple[Tier, ...] = (
     Tier("tiny", 500, {
         "transformer": {"data": {"tokenizer": "word", "min_freq": 3, "max_pairs": _SHORT, "batch_tokens": 400},
@@ -67,29 +62,13 @@ TIERS: tuple[Tier, ...] = (
                 "model": {"num_hiddens": _SMALL_GRU, "embed_size": _SMALL_GRU, "num_layers": 1, "dropout": 0.0},
                 "train": {"lr": 3e-3}},
     }),
-    #: medium: dropout 0 won 41.0 against 37.6 greedy test BLEU in 15 minutes at the same load (1,869 and
-    #: 1,614 updates, under two epochs; bench/RESULTS.md). The GRU's 0.1 was not measured against 0.
+    #: medium: no dropout for the Transformer, which sees its data under two epochs in such a budget
+    #: (docs/experiments/sizing-tiers.md). The GRU's 0.1 was not measured against 0.
     Tier("medium", 8000, {
         "transformer": {"data": {"batch_tokens": 1600}, "model": {"dropout": 0.0}, "train": {"lr": 1.5e-3}},
         "gru": {"data": {"batch_tokens": 2400}, "model": {"dropout": 0.1}, "train": {"lr": 3e-3}},
     }),
 )
-
-
-def measure_peak_gflops(seconds: float = 1.0, n: int = 1024) -> float:
-    """fp32 matmul GFLOP/s on this process's torch threads: the best of several timed pairs of
-    ``n × n`` products into a preallocated output (bench/throughput.py measures its peak the same way)."""
-    a, b, c = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
-    for _ in range(2):
-        torch.mm(a, b, out=c)  # warm-up: thread pool, caches, clocks
-    flops = 2.0 * n ** 3
-    best, reps, deadline = 0.0, 2, time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            torch.mm(a, b, out=c)
-        best = max(best, reps * flops / (time.perf_counter() - t0))
-    return best / 1e9
 
 
 def family(model: ModelConfig) -> str:
@@ -134,7 +113,7 @@ def resolve(cfg: Config, explicit: frozenset[str] | None = None, peak: float | N
     if tc.max_minutes <= 0 or cfg.data.dataset != "fra-eng":
         return apply_tier(cfg, None, frozenset()), ""
     explicit = explicit if explicit is not None else explicit_keys(cfg)
-    peak = peak if peak is not None else measure_peak_gflops()
+    peak = peak if peak is not None else device.measure_peak_gflops()
     compute = peak * tc.max_minutes
     tier = tier_for(compute)
     sized = apply_tier(cfg, tier, explicit)

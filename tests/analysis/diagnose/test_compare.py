@@ -64,7 +64,7 @@ def test_one_report_missing_means_no_report_is_used(tiny_runs, tmp_path, capsys)
     b = tiny_runs("bahdanau")
     assert main(["evaluate", str(a), "--split", "test", "--beam", "1", "--quiet"]) == 0
     capsys.readouterr()
-    c = Cm.compare_runs([a, b], bleu_sentences=8)
+    c = Cm.run([a, b], bleu_sentences=8)
     assert c.scored_on.startswith("the same 8 validation sentences")
     assert c.why == "bahdanau has no eval-test.json"
     assert all(sum(row["sentences"] for row in r.by_length) == 8 for r in c.runs)
@@ -72,7 +72,7 @@ def test_one_report_missing_means_no_report_is_used(tiny_runs, tmp_path, capsys)
     b2 = _copy(b, tmp_path / "b")
     assert main(["evaluate", str(b2), "--split", "test", "--beam", "1", "--quiet"]) == 0
     capsys.readouterr()
-    c = Cm.compare_runs([a, b2], bleu_sentences=8)
+    c = Cm.run([a, b2], bleu_sentences=8)
     report = json.loads((a / "eval-test.json").read_text())
     assert c.why == "" and c.scored_on.startswith(f"the test split: {report['sentences']} sentences, beam 1")
     assert c.runs[0].bleu == report["bleu"]
@@ -82,7 +82,7 @@ def test_one_report_missing_means_no_report_is_used(tiny_runs, tmp_path, capsys)
             {**json.loads((b2 / "eval-test.json").read_text()), "checkpoint": {"weights_sha256": "0" * 64}}
         )
     )
-    c = Cm.compare_runs([a, b2], bleu_sentences=8)
+    c = Cm.run([a, b2], bleu_sentences=8)
     assert "scored other weights" in c.why and c.scored_on.startswith("the same 8")
 
 
@@ -93,7 +93,7 @@ def test_runs_split_differently_are_refused(tiny_runs, tmp_path, capsys):
     assert "valid_frac = 0.02" in cfg
     (b / "config.toml").write_text(cfg.replace("valid_frac = 0.02", "valid_frac = 0.05"))
     with pytest.raises(AttnlabError, match="split the data differently .*data.valid_frac = 0.02 vs 0.05"):
-        Cm.compare_runs([a, b], bleu_sentences=4)
+        Cm.run([a, b], bleu_sentences=4)
     assert main(["compare", str(a), str(b), "--quiet"]) == 2
     assert "split the data differently" in capsys.readouterr().err
 
@@ -117,7 +117,7 @@ def test_runs_of_other_directions_are_refused(two_directions, tmp_path, capsys):
     """An fr→en run beside an en→fr one was fed the first run's French and scored against its English."""
     en_fr, fr_en = two_directions
     with pytest.raises(AttnlabError, match="en-fr translates en→fr and fr-en fr→en"):
-        Cm.compare_runs([en_fr, fr_en], bleu_sentences=4)
+        Cm.run([en_fr, fr_en], bleu_sentences=4)
     assert main(["compare", str(fr_en), str(en_fr), "--quiet", "--save-dir", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "compare runs of one data.direction" in err[0], err
@@ -131,4 +131,16 @@ def test_progress_bar_and_argument_errors(tiny_runs, tmp_path, capsys):
     assert main(["compare", str(a)]) == 2
     assert "at least two" in capsys.readouterr().err
     with pytest.raises(AttnlabError, match="must be at least 1"):
-        Cm.compare_runs([a, b], bleu_sentences=0)
+        Cm.run([a, b], bleu_sentences=0)
+
+
+def test_run_answers_through_the_report_protocol(tiny_runs):
+    from attnlab.analysis.report import Report
+
+    a, b = tiny_runs("transformer"), tiny_runs("bahdanau")
+    c = Cm.run([a, b], bleu_sentences=4)
+    assert isinstance(c, Report)
+    assert c.format().startswith("# Comparison: transformer vs bahdanau") and c.format("en") == str(c)
+    assert c.figure().get_suptitle().startswith("compare: transformer (transformer) vs bahdanau (bahdanau)")
+    data = json.loads(json.dumps(c.to_json()))
+    assert data["length_unit"] == "words" and [r["name"] for r in data["runs"]] == ["transformer", "bahdanau"]

@@ -46,8 +46,8 @@ def detected(report):
 
 def test_converged_curve_with_enough_evidence_is_healthy():
     r = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, lr=1e-3)
-    assert r.healthy and not r.missing, D.format_report(r)
-    assert "verdict: healthy" in D.format_report(r)
+    assert r.healthy and not r.missing, r.format()
+    assert "verdict: healthy" in r.format()
 
 
 def test_too_little_evidence_is_never_healthy():
@@ -72,7 +72,7 @@ def test_untrained_first_loss_above_uniform_does_not_fire():
     losses = healthy_losses(start=3 * LN_V, floor=0.12)
     r = D.diagnose_curves(curve(losses), CONVERGED, V, lr=1e-3)
     assert losses[0] > D.UNIFORM_FACTOR * LN_V
-    assert not r.finding("lr_too_high").detected, D.format_report(r)
+    assert not r.finding("lr_too_high").detected, r.format()
 
 
 def test_rise_above_best_is_lr_too_high():
@@ -101,7 +101,7 @@ def test_batch_noise_of_a_good_run_is_not_oscillation():
     # consecutive losses differ by 0.18 nats (std), 2 % of its start; lr=1.0: 82 %)
     losses = [x + (0.15 if i % 2 else -0.15) for i, x in enumerate(healthy_losses(30, start=8.0, floor=0.2))]
     r = D.diagnose_curves(curve(losses), CONVERGED, 3000, lr=1e-3)
-    assert not r.finding("lr_too_high").detected, D.format_report(r)
+    assert not r.finding("lr_too_high").detected, r.format()
 
 
 def test_nonfinite_loss_is_lr_too_high():

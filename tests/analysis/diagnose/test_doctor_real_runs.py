@@ -16,13 +16,13 @@ RUNS = Path(__file__).parent / "fixtures" / "doctor"
 
 
 def verdict(name):
-    report = D.diagnose(RUNS / name)
+    report = D.run(RUNS / name)
     return report, {f.symptom for f in report.detected}
 
 
 def test_lr_1e_5_is_too_low_and_raised_not_lowered():
     report, seen = verdict("lr1e-5")
-    assert seen == {"lr_too_low"}, D.format_report(report)
+    assert seen == {"lr_too_low"}, report.format()
     f = report.finding("lr_too_low")
     assert f.suggestion.startswith("train.lr=0.0001 ")  # ×10, not the old "lower it to 3.3e-6"
     assert f.numbers["fall_share"] < D.SLOW_FALL_SHARE
@@ -34,7 +34,7 @@ def test_lr_1e_5_is_too_low_and_raised_not_lowered():
 
 def test_lr_1_is_too_high():
     report, seen = verdict("lr1.0")
-    assert seen == {"lr_too_high"}, D.format_report(report)
+    assert seen == {"lr_too_high"}, report.format()
     f = report.finding("lr_too_high")
     assert f.suggestion.startswith("train.lr=0.1 ")  # worse than the start: ÷10
     assert f.numbers["max_rise_share"] > D.RISE_SHARE and f.numbers["oscillation_share"] > D.OSCILLATION_SHARE
@@ -42,7 +42,7 @@ def test_lr_1_is_too_high():
 
 def test_one_minute_budget_is_undertrained_only():
     report, seen = verdict("budget1min")
-    assert seen == {"undertrained"}, D.format_report(report)
+    assert seen == {"undertrained"}, report.format()
     assert "--max-minutes 2" in report.finding("undertrained").suggestion
     assert report.verdict().startswith("undertrained: no wrong setting seen")
     assert not report.finding("attention_not_formed").detected  # it formed within the minute
@@ -60,7 +60,7 @@ def test_good_15_minute_run_has_no_wrong_setting():
     # 1,618 updates, BLEU 45.6, still improving at the end: "train longer", nothing else;
     # 71 of 158,924 pairs cut and a weak 17+ bucket are a note, not "num_steps too small".
     report, seen = verdict("transformer-15min")
-    assert seen == {"undertrained"}, D.format_report(report)
+    assert seen == {"undertrained"}, report.format()
     assert not report.missing
     assert any("harder, not truncated" in n for n in report.notes)
 
@@ -78,3 +78,19 @@ def test_sweep_trial_gets_the_doctors_verdict():
     assert _doctor(RUNS / "lr1e-5").startswith("lr too low → train.lr=0.0001")
     assert _doctor(RUNS / "lr1.0").startswith("lr too high → train.lr=0.1")
     assert _doctor(RUNS / "missing") == ""
+
+
+def test_run_answers_through_the_report_protocol_in_the_language_asked():
+    import json
+
+    from attnlab import i18n
+    from attnlab.analysis.report import Report
+
+    report = D.run(RUNS / "lr1e-5")
+    assert isinstance(report, Report) and report.figure() is None
+    assert json.loads(json.dumps(report.to_json()))["verdict"] == report.verdict()
+    assert report.short_verdict().startswith("lr too low → train.lr=0.0001")
+    with i18n.using("zh"):
+        title = i18n._(D.TITLES["lr_too_low"])
+    assert title != D.TITLES["lr_too_low"]
+    assert title in report.format("zh") and D.TITLES["lr_too_low"] in report.format()  # English again after

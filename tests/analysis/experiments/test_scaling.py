@@ -138,15 +138,29 @@ def test_cli_plan_only_prints_steps_and_writes_nothing(tmp_path, capsys):
     assert "--budget 'lots'" in capsys.readouterr().err
 
 
+def test_a_plan_answers_through_the_report_protocol(tmp_path):
+    from attnlab.analysis.report import Report
+
+    ladder = dataclasses.replace(TINY, widths={"gru": (16,), "transformer": (16,)}, budget_flops=1e8)
+    report = S.run(ladder, tmp_path / "ladder", NUMBERS, plan_only=True)
+    assert isinstance(report, Report) and report.figure() is None  # nothing measured yet
+    assert report.format().startswith("planned 2 rungs") and "transformer-d16:" in report.format()
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["plan_only"] and [r["name"] for r in data["rungs"]] == ["gru-d16", "transformer-d16"]
+    assert data["machine"]["peak_gflops"] > 0 and data["machine"]["peak_dtype"] == "float32"  # the one probe
+    assert not (tmp_path / "ladder").exists()
+
+
 # ------------------------------------------------------------------------------------ the ladder
 
 
 @pytest.mark.slow
 def test_ladder_on_numbers_trains_every_rung_for_its_budget(tmp_path):
     out = tmp_path / "ladder"
-    report = S.run_scaling(TINY, out, NUMBERS)
+    report = S.run(TINY, out, NUMBERS)
     saved = json.loads((out / "scaling.json").read_text())
-    assert saved["rungs"] == report["rungs"] and (out / "scaling.png").stat().st_size > 10_000
+    assert saved["rungs"] == report.to_json()["rungs"] and (out / "scaling.png").stat().st_size > 10_000
+    assert "greedy decoding" in report.format() and len(report.figure().axes) == 6
     assert [r["name"] for r in saved["rungs"]] == ["gru-d16", "gru-d32", "transformer-d16", "transformer-d32"]
     for r in saved["rungs"]:
         assert read_run(r["run"]).meta["steps"] == r["steps"]  # trained by steps, exactly the plan
@@ -163,7 +177,7 @@ def test_ladder_on_numbers_trains_every_rung_for_its_budget(tmp_path):
         assert [x["steps"] for x in dec] == [4, 8]
         assert all(x["no_cache"]["flops_per_token"] > x["cache"]["flops_per_token"] for x in dec)
     with pytest.raises(AttnlabError, match="already holds"):
-        S.run_scaling(TINY, out, NUMBERS)
+        S.run(TINY, out, NUMBERS)
 
 
 @pytest.mark.slow

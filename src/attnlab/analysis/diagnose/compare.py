@@ -38,14 +38,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.analysis.report import TextReport
 from attnlab.data.text import detokenize
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import bleu_by_length, corpus_scores
 from attnlab.evaluation.evaluate import checkpoint_identity, notes_examples
-from attnlab.io import atomic_write_json, atomic_write_text
 from attnlab.runs import read_metrics, read_run
 from attnlab.translator import Translator
-from attnlab.viz.figure import new_figure, save_figure
+from attnlab.viz.figure import new_figure
 
 #: The config keys that decide which split a sentence falls in (corpus.split_by_source hashes each
 #: source against these fractions): runs that differ in one of them do not share a test set.
@@ -68,12 +68,31 @@ class RunSummary:
 
 
 @dataclass
-class Comparison:
-    """The runs, and the one set of sentences every score was measured on."""
+class Comparison(TextReport):
+    """The runs, and the one set of sentences every score was measured on: ``format()`` is the
+    Markdown (``compare.md``), ``figure()`` BLEU by length beside parameters and speeds, ``to_json()``
+    ``compare.json``."""
 
     runs: list[RunSummary]
     scored_on: str  # e.g. "the test split: 3,507 sentences, beam 4 (each run's eval-test.json)"
     why: str = ""  # why each run's eval-test.json was not used, when it was not
+
+    def _format(self) -> str:
+        return _markdown(self)
+
+    def figure(self):
+        return _figure(self)
+
+    def to_json(self) -> dict[str, Any]:
+        def clean(d: dict[str, Any]) -> dict[str, Any]:
+            return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+
+        return {
+            "scored_on": self.scored_on,
+            "why": self.why,
+            "length_unit": "words",
+            "runs": [clean(asdict(r)) for r in self.runs],
+        }
 
 
 @dataclass
@@ -227,7 +246,7 @@ def summarise_run(
     )
 
 
-def compare_runs(
+def run(
     runs: list[str | Path],
     bleu_sentences: int = 200,
     which: str = "best",
@@ -287,7 +306,7 @@ def _buckets(runs: list[RunSummary]) -> list[str]:
     return out
 
 
-def format_markdown(comparison: Comparison) -> str:
+def _markdown(comparison: Comparison) -> str:
     """The comparison as markdown: one scoring line, the summary table, BLEU by length, the examples."""
     runs = comparison.runs
     names = [r.name for r in runs]
@@ -336,7 +355,7 @@ def format_markdown(comparison: Comparison) -> str:
     return "\n".join(lines)
 
 
-def draw_comparison(comparison: Comparison, out_dir: str | Path, stem: str = "compare") -> list[Path]:
+def _figure(comparison: Comparison):
     """BLEU by source length per run (notes §26), with parameters and speeds as bars beside it."""
     runs = comparison.runs
     fig = new_figure((12, 4.4))
@@ -379,26 +398,5 @@ def draw_comparison(comparison: Comparison, out_dir: str | Path, stem: str = "co
         "compare: " + " vs ".join(f"{r.name} ({r.kind})" for r in runs) + f"\nBLEU on {comparison.scored_on}",
         fontsize=9,
     )
-    return save_figure(fig, Path(out_dir) / stem)
+    return fig
 
-
-def write_comparison(comparison: Comparison, out_dir: str | Path) -> list[Path]:
-    """``compare.md``, ``compare.json`` and the figure; returns the written paths."""
-    out_dir = Path(out_dir)
-    md = out_dir / "compare.md"
-    atomic_write_text(md, format_markdown(comparison) + "\n")
-    js = out_dir / "compare.json"
-
-    def clean(d: dict[str, Any]) -> dict[str, Any]:
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
-
-    atomic_write_json(
-        js,
-        {
-            "scored_on": comparison.scored_on,
-            "why": comparison.why,
-            "length_unit": "words",
-            "runs": [clean(asdict(r)) for r in comparison.runs],
-        },
-    )
-    return [md, js, *draw_comparison(comparison, out_dir)]

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.analysis.report import TextReport
 from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.alignment import FORMED_MOVEMENT, UNIFORM_SHARE, shown
@@ -65,7 +66,7 @@ UNIFORM_FACTOR = 1.5
 
 # --- lr too low -----------------------------------------------------------------------------------
 #: A healthy lr takes the loss down by more than this share of L0 within ``SLOW_AFTER_STEPS`` updates
-#: (the transformer preset: -33 % in its first 75 updates on fra-eng; a 1-minute run: -45 %).
+#: (well below what the presets do on fra-eng: docs/experiments/doctor.md).
 SLOW_FALL_SHARE = 0.30
 SLOW_AFTER_STEPS = 200
 #: A fall smaller than this share of L0 is not a "slow fall" but no learning at all.
@@ -104,7 +105,8 @@ NUM_STEPS_COVERAGE = 0.99
 #: A row whose entropy is above this share of ln(keys it may attend to) is near-uniform.
 UNIFORM_ENTROPY_SHARE = UNIFORM_SHARE
 #: Consecutive decoder steps whose rows differ by less than this total-variation distance look at the
-#: same thing: the attention does not move with the output (the Bahdanau failure of issue #18).
+#: same thing: the attention does not move with the output (how an undertrained Bahdanau model fails;
+#: docs/experiments/bahdanau-movement.md).
 STATIC_TV = FORMED_MOVEMENT
 
 SYMPTOMS = (
@@ -149,7 +151,11 @@ class Finding:
 
 
 @dataclass
-class DoctorReport:
+class DoctorReport(TextReport):
+    """The doctor's answer: ``format(lang)`` the text (symptoms, evidence, what to try, verdict; the
+    evidence is worded in the language :func:`run` ran in), ``short_verdict()`` a few words for a table
+    cell, ``to_json()`` every finding; nothing to draw (``figure()`` is None)."""
+
     run: str
     findings: list[Finding]
     missing: list[str] = field(default_factory=list)  # evidence missing to call the run healthy
@@ -180,6 +186,17 @@ class DoctorReport:
         if self.missing:
             return _("not enough evidence to call it healthy ({missing})").format(missing="; ".join(self.missing))
         return _("healthy")
+
+    def short_verdict(self) -> str:
+        """A few words for a table cell (the sweep's): the symptoms seen with their first change, or
+        "healthy", or "too little evidence"."""
+        seen = self.detected
+        if seen:
+            return "; ".join(f"{_(SHORT[f.symptom])} → {f.suggestion.split(' (')[0]}" for f in seen)
+        return _("healthy") if self.healthy else _("no symptom, too little evidence")
+
+    def _format(self) -> str:
+        return _text(self)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -770,7 +787,7 @@ def _vocab_size(run_dir: Path, stats: dict[str, Any]) -> int:
         return 0
 
 
-def diagnose(run_dir: str | Path) -> DoctorReport:
+def run(run_dir: str | Path) -> DoctorReport:
     """Diagnose a run folder from ``config.toml``, ``metrics.jsonl`` and, when present, ``meta.json``,
     ``eval-test.json`` and ``probes.jsonl`` (no weights, no tokenizers needed). Raises
     :class:`AttnlabError` when it cannot be read (no folder, no config, no records)."""
@@ -805,34 +822,27 @@ def diagnose(run_dir: str | Path) -> DoctorReport:
     )
 
 
-def format_report(report: DoctorReport) -> str:
+def _text(report: DoctorReport) -> str:
     """The report as text: each symptom seen (evidence, what to try), those checked and not seen, the
     evidence missing to call the run healthy, notes, and a one-line verdict."""
     lines = [_("doctor: {run}").format(run=report.run)]
     for f in report.findings:
+        title = _(TITLES[f.symptom])  # in the language asked, not the one the report was made in
         if f.detected and f.caused_by:
             lines.append("  ~ " + _("{title}: seen, but a consequence of the {cause} (fix that first)").format(
-                title=f.title, cause=_(SHORT[f.caused_by])))
+                title=title, cause=_(SHORT[f.caused_by])))
             lines += [f"      - {e}" for e in f.evidence]
         elif f.detected:
-            lines.append(f"  ✗ {f.title}")
+            lines.append(f"  ✗ {title}")
             lines += [f"      - {e}" for e in f.evidence]
             lines.append("      → " + _("try: {suggestion}").format(suggestion=f.suggestion))
         elif f.checked:
-            lines.append("  ✓ " + _("no sign of {title}").format(title=f.title))
+            lines.append("  ✓ " + _("no sign of {title}").format(title=title))
             lines += [f"      {e}" for e in f.evidence]
         else:
-            lines.append("  ? " + _("not checked: {title}").format(title=f.title))
+            lines.append("  ? " + _("not checked: {title}").format(title=title))
     lines += ["  " + _("missing evidence: {what}").format(what=m) for m in report.missing]
     lines += ["  " + _("note: {note}").format(note=n) for n in report.notes]
     lines.append(_("verdict: {verdict}").format(verdict=report.verdict()))
     return "\n".join(lines)
 
-
-def short_verdict(report: DoctorReport) -> str:
-    """A few words for a table cell (the sweep's): the symptoms seen with their first change, or
-    "healthy", or "too little evidence"."""
-    seen = report.detected
-    if seen:
-        return "; ".join(f"{_(SHORT[f.symptom])} → {f.suggestion.split(' (')[0]}" for f in seen)
-    return _("healthy") if report.healthy else _("no symptom, too little evidence")

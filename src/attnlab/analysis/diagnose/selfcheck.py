@@ -18,11 +18,14 @@ checks require identical tokens and report the largest score difference.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from attnlab.analysis.report import TextReport
 from attnlab.data.batching import collate
 from attnlab.data.vocab import PAD
 from attnlab.decoding.beam import beam_search
@@ -30,7 +33,7 @@ from attnlab.decoding.greedy import greedy_search, max_lengths
 from attnlab.errors import AttnlabError
 from attnlab.translator import Translator, decode_many
 
-__all__ = ["BUILTIN_SENTENCES", "CheckResult", "format_selfcheck", "run_selfcheck", "selfcheck_sentences"]
+__all__ = ["BUILTIN_SENTENCES", "CheckResult", "SelfcheckReport", "run", "selfcheck_sentences"]
 
 # The notes' examples plus longer ones, so several lengths (and so padding) occur in one batch. The
 # numbers are written as the numbers task spells them (numbers.numbers_canonical: no hyphens, no comma).
@@ -53,6 +56,32 @@ class CheckResult:
     max_deviation: float
     tolerance: float
     detail: str = ""
+
+
+@dataclass
+class SelfcheckReport(TextReport):
+    """The five checks on one model: ``format()`` one PASS/FAIL line per check and a summary,
+    ``passed`` whether all passed, ``to_json()`` every result; nothing to draw."""
+
+    results: list[CheckResult]
+    run: str = ""  # the run folder checked
+    model: str = ""  # its model kind
+    checkpoint: str = ""
+    device: str = ""
+    sentences: list[str] = field(default_factory=list)
+    source: str = ""  # where the sentences came from
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    def _format(self) -> str:
+        header = (f"selfcheck of {self.run} ({self.model}, checkpoint {self.checkpoint}, {self.device}) "
+                  f"on {len(self.sentences)} sentences from {self.source}")
+        return _text(self.results, header)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**super().to_json(), "passed": self.passed}
 
 
 def selfcheck_sentences(translator: Translator, n: int = 8, data: str | None = None) -> tuple[list[str], str]:
@@ -97,10 +126,15 @@ def _check(name: str, dev: float, tol: float, detail: str) -> CheckResult:
     return CheckResult(name, dev <= tol, dev, tol, detail)
 
 
-def run_selfcheck(
-    translator: Translator, sentences: list[str], tol: float | None = None
-) -> list[CheckResult]:
-    """Run the five checks on ``translator.model`` with ``sentences``; returns one result per check.
+def run(
+    translator: Translator,
+    sentences: list[str] | None = None,
+    n: int = 8,
+    data: str | None = None,
+    tol: float | None = None,
+) -> SelfcheckReport:
+    """Run the five checks on ``translator.model`` with ``sentences`` (None: up to ``n`` of the run's
+    valid split, found at ``data``, see :func:`selfcheck_sentences`); one result per check.
 
     ``tol`` bounds the logit deviation relative to the largest logit magnitude (default 1e-4 on the
     CPU, 5e-3 on an accelerator, where reductions may be ordered differently).
@@ -108,6 +142,10 @@ def run_selfcheck(
     Raises:
         AttnlabError: when no sentence has a token after preprocessing.
     """
+    if sentences is None:
+        sentences, source = selfcheck_sentences(translator, n, data)
+    else:
+        sentences, source = list(sentences), "the sentences given"
     model, device, dcfg = translator.model, translator.device, translator.cfg.decode
     if tol is None:
         tol = 1e-4 if device.type == "cpu" else 5e-3
@@ -119,9 +157,13 @@ def run_selfcheck(
     model.eval()
     try:
         with torch.inference_mode():
-            return _run(model, srcs, device, dcfg, tol)
+            results = _run(model, srcs, device, dcfg, tol)
     finally:
         model.train(was_training)
+    ckpt = translator.checkpoint
+    checkpoint = "-" if ckpt is None else "exported" if Path(ckpt) == Path(translator.run_dir or "") else Path(ckpt).name
+    return SelfcheckReport(results, str(translator.run_dir or ""), translator.cfg.model.kind, checkpoint,
+                           str(device), sentences, source)
 
 
 def _run(model, srcs: list[list[int]], device, dcfg, tol: float) -> list[CheckResult]:
@@ -236,7 +278,7 @@ def _compare_hyps(name: str, a, b, tol: float) -> CheckResult:
     return CheckResult(name, differ == 0 and dev <= tol, dev, tol, detail)
 
 
-def format_selfcheck(results: list[CheckResult], header: str = "") -> str:
+def _text(results: list[CheckResult], header: str = "") -> str:
     """One line per check: PASS/FAIL, name, largest deviation and tolerance, then a summary line."""
     lines = [header] if header else []
     width = max(len(r.name) for r in results)

@@ -48,7 +48,9 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab import config as config_mod
+from attnlab import device as device_mod
 from attnlab import fast
+from attnlab.analysis.report import TextReport
 from attnlab.config import Config, ModelConfig
 from attnlab.data import corpus
 from attnlab.data.batching import Batch, collate
@@ -65,8 +67,8 @@ from attnlab.training.session import epoch_batches
 from attnlab.viz.figure import new_figure, save_figure
 
 SCHEMA = 1
-#: a run folder's own cost besides its updates and validations (config, meta, the last curves):
-#: 1.7 s of CPU for a tiny numbers run on one thread
+#: a run folder's own cost besides its updates and validations (config, meta, the last curves), in the
+#: time estimate; rounded up from a measurement (docs/experiments/scaling.md)
 RUN_OVERHEAD_S = 2.0
 FIRST_ID = EOS + 1  # the first ordinary token id (specials below it): random benchmark sentences use ids >= it
 
@@ -143,9 +145,10 @@ class Ladder:
             raise AttnlabError("benchmark lengths must be >= 2 and decoding steps >= 1")
 
 
-#: meant for ~15 minutes on an idle 2-core laptop; not yet timed on one (docs/architectures.md, §28.1)
+#: three widths per family at 2e12 counted FLOPs per rung: sized for a laptop's CPU (how long it took:
+#: docs/experiments/scaling.md; the ladder measured and what it says about §28.1: docs/architectures.md)
 DEFAULT = Ladder({"gru": (64, 128, 256), "transformer": (64, 128, 256)}, budget_flops=2e12)
-#: a tiny ladder (about 3 minutes on 2 cores): two widths per family, a tenth of the budget
+#: a tiny ladder: two widths per family, a tenth of the budget
 QUICK = Ladder({"gru": (32, 64), "transformer": (32, 64)}, budget_flops=2e11, lengths=(8, 16, 32),
                decode_steps=(8, 16, 32), bench_tokens=1024, reps=2, probe_batches=3, eval_max_pairs=300,
                numbers_size=4000)
@@ -460,9 +463,40 @@ def check_out_dir(out_dir: Path) -> None:
                            "choose another --out or remove it")
 
 
-def plan_ladder(ladder: Ladder, where: Where, log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Prepare the corpus once and plan every rung (:func:`plan_rung`); returns the report so far,
-    with ``estimate_s``, the whole command's estimated seconds (training and benchmarks)."""
+@dataclass
+class ScalingReport(TextReport):
+    """What the ladder planned and measured: ``format()`` the three tables (or the plan, with
+    ``plan_only``), ``figure()`` the six panels (None for a plan: nothing measured yet), ``to_json()``
+    ``scaling.json`` (rungs as dicts, non-finite numbers as null)."""
+
+    dataset: str
+    device: str
+    machine: dict[str, Any]  # machine_facts: versions, processor, threads, device, matmul peak
+    ladder: dict[str, Any]  # the Ladder as a dict
+    rungs: list[Rung]
+    estimate_s: float  # the whole command's estimated seconds (training and benchmarks)
+    estimate_train_s: float
+    estimate_bench_s: float
+    throughput: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # family -> rows by length
+    decoding: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # family -> rows by tokens decoded
+    bench_width: dict[str, int] = field(default_factory=dict)  # family -> the width both benchmarks ran
+    elapsed_s: float | None = None
+    plan_only: bool = False
+    schema: int = SCHEMA
+
+    def to_json(self) -> dict[str, Any]:
+        return _clean({"schema": self.schema, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}})
+
+    def _format(self) -> str:
+        return _plan_text(self.to_json()) if self.plan_only else _text(self.to_json())
+
+    def figure(self):
+        return None if self.plan_only else _draw(self.to_json())
+
+
+def plan_ladder(ladder: Ladder, where: Where, log: Callable[[str], None] | None = None) -> tuple[ScalingReport, Any]:
+    """Prepare the corpus once and plan every rung (:func:`plan_rung`); returns the report so far
+    (nothing trained or measured) and the prepared corpus."""
     say = log or (lambda _m: None)
     dev = pick_device(where.device)
     if where.threads > 0:
@@ -481,37 +515,42 @@ def plan_ladder(ladder: Ladder, where: Where, log: Callable[[str], None] | None 
     largest = {name: max((r for r in rungs if r.family == name), key=lambda r: r.width) for name in ladder.widths}
     bench_s = sum(bench_estimate_s(r, ladder) for r in largest.values())
     train_s = sum(r.est_seconds for r in rungs)
-    return {"schema": SCHEMA, "dataset": where.dataset, "device": str(dev), "machine": machine_facts(dev),
-            "ladder": dataclasses.asdict(ladder), "rungs": rungs, "estimate_s": train_s + bench_s,
-            "estimate_train_s": train_s, "estimate_bench_s": bench_s, "throughput": {}, "decoding": {},
-            "_prepared": prepared}
+    report = ScalingReport(where.dataset, str(dev), machine_facts(dev), dataclasses.asdict(ladder), rungs,
+                           train_s + bench_s, train_s, bench_s)
+    return report, prepared
 
 
 def machine_facts(device: torch.device) -> dict[str, Any]:
+    """What the figures were measured on, with its matmul peak (the one probe, :mod:`attnlab.device`:
+    bf16 on CUDA, as training runs there; fp32 on the CPU) to read the counted GFLOP/s against."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     return {"torch": torch.__version__, "python": platform.python_version(), "processor": platform.processor()
-            or platform.machine(), "threads": torch.get_num_threads(), "device": str(device)}
+            or platform.machine(), "threads": torch.get_num_threads(), "device": str(device),
+            "peak_gflops": device_mod.measure_peak_gflops(0.5, device=device, dtype=dtype),
+            "peak_dtype": str(dtype).removeprefix("torch.")}
 
 
-def run_scaling(ladder: Ladder, out_dir: str | Path, where: Where = Where(), log: Callable[[str], None] | None = None,
-                progress: bool = False, plan_only: bool = False) -> dict[str, Any]:
+def run(ladder: Ladder, out_dir: str | Path, where: Where = Where(), log: Callable[[str], None] | None = None,
+        progress: bool = False, plan_only: bool = False) -> ScalingReport:
     """Plan the ladder, say its estimated time, train every rung, run both benchmarks, and write
-    ``scaling.json`` and ``scaling.png`` into ``out_dir`` (see the module docstring).
+    ``scaling.json`` and ``scaling.png`` (the report's ``to_json()`` and ``figure()``) into ``out_dir``
+    (see the module docstring).
 
-    ``plan_only``: stop after the plan and write nothing. Returns the report (as in ``scaling.json``).
-    Raises :class:`AttnlabError` if ``out_dir`` already holds a ladder."""
+    ``plan_only``: stop after the plan and write nothing. Raises :class:`AttnlabError` if ``out_dir``
+    already holds a ladder."""
     out_dir = Path(out_dir)
     say = log or (lambda _m: None)
     check_out_dir(out_dir)
     if not plan_only:  # a folder that cannot be written fails now, not after the plan's probes
         writable_folder(out_dir, "--runs-dir")
     t0 = time.monotonic()
-    report = plan_ladder(ladder, where, log)
-    prepared = report.pop("_prepared")
-    say(f"estimated total: {report['estimate_s'] / 60:.1f} min (training {report['estimate_train_s'] / 60:.1f}, "
-        f"benchmarks {report['estimate_bench_s'] / 60:.1f}) on {report['machine']['threads']} threads")
+    report, prepared = plan_ladder(ladder, where, log)
+    say(f"estimated total: {report.estimate_s / 60:.1f} min (training {report.estimate_train_s / 60:.1f}, "
+        f"benchmarks {report.estimate_bench_s / 60:.1f}) on {report.machine['threads']} threads")
     if plan_only:
-        return to_json(report)
-    for rung in report["rungs"]:
+        report.plan_only = True
+        return report
+    for rung in report.rungs:
         say(f"training {rung.name} for {rung.steps:,} steps ...")
         train_rung(rung, ladder, where, prepared, out_dir, progress)
         say(f"  valid loss {rung.final_valid_loss:.3f} after {rung.seconds / 60:.1f} min "
@@ -521,44 +560,41 @@ def run_scaling(ladder: Ladder, out_dir: str | Path, where: Where = Where(), log
             raise KeyboardInterrupt
     run_benchmarks(report, ladder, where, prepared, say)
     write_report(report, out_dir, t0)
-    save_figure(draw_scaling(report), out_dir / "scaling", ("png",))
-    say(f"took {report['elapsed_s'] / 60:.1f} min (estimated {report['estimate_s'] / 60:.1f})")
-    return to_json(report)
+    save_figure(report.figure(), out_dir / "scaling", ("png",))
+    say(f"took {report.elapsed_s / 60:.1f} min (estimated {report.estimate_s / 60:.1f})")
+    return report
 
 
-def run_benchmarks(report: dict[str, Any], ladder: Ladder, where: Where, prepared, say) -> None:
+def run_benchmarks(report: ScalingReport, ladder: Ladder, where: Where, prepared, say) -> None:
     """Tokens/s against length and decoding with/without cache, on each family's widest model."""
-    device = torch.device(report["device"])
+    device = torch.device(report.device)
     vocab = (len(prepared.src_tok), len(prepared.tgt_tok))
     for name in ladder.widths:
-        widest = max((r for r in report["rungs"] if r.family == name), key=lambda r: r.width)
+        widest = max((r for r in report.rungs if r.family == name), key=lambda r: r.width)
         cfg = rung_config(ladder, FAMILIES[name], widest.width, where)
         model = fresh_model(cfg, *vocab, device)
         say(f"tokens/s against length and decoding cost: {widest.name} ...")
-        report["throughput"][name] = measure_throughput(model, ladder.lengths, ladder.bench_tokens, ladder.reps,
-                                                        cfg.train.label_smoothing, device, *vocab)
-        report["decoding"][name] = measure_decoding(model, ladder.decode_steps, ladder.decode_batch,
-                                                    ladder.decode_src_len, ladder.reps, device, *vocab)
-        report.setdefault("bench_width", {})[name] = widest.width
+        report.throughput[name] = measure_throughput(model, ladder.lengths, ladder.bench_tokens, ladder.reps,
+                                                     cfg.train.label_smoothing, device, *vocab)
+        report.decoding[name] = measure_decoding(model, ladder.decode_steps, ladder.decode_batch,
+                                                 ladder.decode_src_len, ladder.reps, device, *vocab)
+        report.bench_width[name] = widest.width
 
 
-def to_json(report: dict[str, Any]) -> dict[str, Any]:
-    """The report with its rungs as dicts and non-finite numbers as null (strict JSON)."""
-    def clean(x: Any) -> Any:
-        if isinstance(x, Rung):
-            return clean({**dataclasses.asdict(x), "name": x.name})
-        if isinstance(x, dict):
-            return {k: clean(v) for k, v in x.items()}
-        if isinstance(x, list | tuple):
-            return [clean(v) for v in x]
-        return None if isinstance(x, float) and not math.isfinite(x) else x
-
-    return clean(report)
+def _clean(x: Any) -> Any:
+    """``x`` with its rungs as dicts and non-finite numbers as null (strict JSON)."""
+    if isinstance(x, Rung):
+        return _clean({**dataclasses.asdict(x), "name": x.name})
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
-def write_report(report: dict[str, Any], out_dir: Path, t0: float) -> None:
-    report["elapsed_s"] = time.monotonic() - t0
-    atomic_write_json(out_dir / "scaling.json", to_json(report))
+def write_report(report: ScalingReport, out_dir: Path, t0: float) -> None:
+    report.elapsed_s = time.monotonic() - t0
+    atomic_write_json(out_dir / "scaling.json", report.to_json())
 
 
 # ------------------------------------------------------------------------------- figure and table
@@ -566,11 +602,7 @@ def write_report(report: dict[str, Any], out_dir: Path, t0: float) -> None:
 _COLOURS = {"gru": "Blues", "transformer": "Reds"}
 
 
-def _rung_dicts(report: dict[str, Any]) -> list[dict[str, Any]]:
-    return [to_json(r) if isinstance(r, Rung) else r for r in report["rungs"]]
-
-
-def draw_scaling(report: dict[str, Any]):
+def _draw(report: dict[str, Any]):
     """Six panels. Top: validation loss against training FLOPs, final loss against parameters, the
     counted GFLOP/s a training pass reaches at each sentence length. Bottom: training tokens/s against
     length, decoding time and counted FLOPs per generated token with and without the cache."""
@@ -592,7 +624,7 @@ def draw_scaling(report: dict[str, Any]):
              xlabel="tokens generated", ylabel="ms per step (whole batch)")
     ax_c.set(xscale="log", yscale="log", title="greedy decoding: counted FLOPs per generated token",
              xlabel="tokens generated", ylabel="FLOPs per token (encoder included)")
-    rungs = _rung_dicts(report)
+    rungs = report["rungs"]
     for name in FAMILIES:  # after the scales: setting a log scale resets the tick formatters
         mine = sorted((r for r in rungs if r["family"] == name), key=lambda r: r["width"])
         if mine:
@@ -602,12 +634,13 @@ def draw_scaling(report: dict[str, Any]):
         if ax.has_data():
             ax.legend(fontsize=7)
     m = report["machine"]
-    fig.suptitle(f"why Transformers scale (§28.1): {report['dataset']}, {m['device']}, {m['threads']} threads")
+    fig.suptitle(f"why Transformers scale (§28.1): {report['dataset']}, {m['device']}, {m['threads']} threads"
+                 + _peak_text(m))
     return fig
 
 
 def _draw_family(axes, report: dict[str, Any], name: str, mine: list[dict[str, Any]], cmap) -> None:
-    """One family's lines on every panel of :func:`draw_scaling` (its rungs sorted by width)."""
+    """One family's lines on every panel of :func:`_draw` (its rungs sorted by width)."""
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     (ax_f, ax_p, ax_g), (ax_t, ax_d, ax_c) = axes
@@ -639,13 +672,26 @@ def _draw_family(axes, report: dict[str, Any], name: str, mine: list[dict[str, A
             ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def format_report(report: dict[str, Any]) -> str:
+def _peak_text(machine: dict[str, Any]) -> str:
+    peak = machine.get("peak_gflops")
+    return f", matmul peak {peak:,.0f} GFLOP/s ({machine.get('peak_dtype', 'float32')})" if peak else ""
+
+
+def _plan_text(report: dict[str, Any]) -> str:
+    """The plan: each rung's steps and counted GFLOP per step, and the estimated time."""
+    lines = [f"planned {len(report['rungs'])} rungs, estimated {report['estimate_s'] / 60:.1f} min; "
+             "nothing trained (--plan-only)"]
+    lines += [f"  {r['name']}: {r['steps']:,} steps of {r['flops_per_step'] / 1e9:.3f} GFLOP" for r in report["rungs"]]
+    return "\n".join(lines)
+
+
+def _text(report: dict[str, Any]) -> str:
     """The ladder, the tokens/s and the decoding measurements as three text tables."""
     lines = [f"scaling ladder on {report['dataset']}: {report['ladder']['budget_flops']:.3g} counted training FLOPs "
-             "per rung", "",
+             f"per rung{_peak_text(report['machine'])}", "",
              f"{'rung':<18}{'params':>11}{'GFLOP/step':>12}{'steps':>8}{'FLOPs done':>12}{'valid loss':>12}"
              f"{'min':>7}{'est.':>7}"]
-    for r in _rung_dicts(report):
+    for r in report["rungs"]:
         loss = r["final_valid_loss"]
         secs = r["seconds"]
         lines.append(f"{r['name']:<18}{r['params']:>11,}{r['flops_per_step'] / 1e9:>12.3f}{r['steps']:>8,}"

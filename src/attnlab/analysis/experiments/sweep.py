@@ -6,7 +6,7 @@ another (a laptop's cores are better spent on one training than split between se
 :func:`attnlab.training.loop.train`, each into ``OUT/trial-XX`` — an ordinary run folder that every
 other command (``doctor``, ``evaluate``, ``attention``) can read. The best trial is the one with the
 highest validation BLEU, ties broken by the lower validation loss; the config it trained with (its
-run folder's, ``train.size`` resolved) is saved as ``OUT/best.toml``, and :func:`train_command` is the
+run folder's, ``train.size`` resolved) is saved as ``OUT/best.toml``, and :meth:`SweepResult.train_command` is the
 ``attnlab train`` line that reproduces it (its ``--model`` is the best trial's kind, which a
 ``model.kind`` axis makes differ from the sweep's ``--model``).
 
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab import config as config_mod
+from attnlab.analysis.report import TextReport
 from attnlab.config import Config, ConfigError
 from attnlab.data import corpus
 from attnlab.errors import AttnlabError
@@ -53,12 +54,29 @@ class Trial:
 
 
 @dataclass
-class SweepResult:
+class SweepResult(TextReport):
+    """The trials and the best one: ``format()`` is the Markdown table (``sweep.md``), ``figure()``
+    BLEU and validation loss per trial (``sweep.png``), ``to_json()`` ``sweep.json``."""
+
     out_dir: Path
     axes: dict[str, list[str]]
     trials: list[Trial] = field(default_factory=list)
     best: int | None = None  # index into trials
     best_config: Config | None = None  # the config the best trial trained with (best.toml)
+
+    def _format(self) -> str:
+        return _table(self)
+
+    def figure(self):
+        return _figure(self)
+
+    def train_command(self, out: str = "runs/best") -> str:
+        """The ``attnlab train`` line that trains the best trial again into ``out``: ``best.toml`` with the
+        best trial's own kind (``--model`` must agree with the file's ``model.kind``)."""
+        if self.best_config is None:
+            raise AttnlabError("the sweep has no best trial yet")
+        return (f"attnlab train --model {self.best_config.model.kind} "
+                f"--config {shlex.quote(str(self.out_dir / 'best.toml'))} --out {shlex.quote(out)}")
 
     def to_json(self) -> dict[str, Any]:
         def clean(x: Any) -> Any:
@@ -129,7 +147,7 @@ def _rank_key(t: Trial) -> tuple[float, float]:
     return (bleu, -loss)
 
 
-def run_sweep(
+def run(
     base: Config,
     axes: dict[str, list[str]],
     out_dir: str | Path,
@@ -210,10 +228,10 @@ def _run_trial(trial: Trial, cfg: Config, out_dir: Path, prepared, progress: boo
 
 def _doctor(run_dir: Path) -> str:
     """The doctor's short verdict on one trial: the same rules as `attnlab doctor` on that folder."""
-    from attnlab.analysis.diagnose.doctor import diagnose, short_verdict
+    from attnlab.analysis.diagnose import doctor
 
     try:
-        return short_verdict(diagnose(run_dir))
+        return doctor.run(run_dir).short_verdict()
     except AttnlabError:  # a trial that failed before logging anything has no curves to read
         return ""
 
@@ -242,20 +260,11 @@ def _pick_best(result: SweepResult, configs: list[Config]) -> None:
         result.best_config = configs[best.index]
     atomic_write_text(out_dir / "best.toml", config_mod.dumps_toml(result.best_config))
     atomic_write_json(out_dir / "sweep.json", result.to_json())
-    atomic_write_text(out_dir / "sweep.md", format_table(result) + "\n")
-    draw_sweep(result)
+    atomic_write_text(out_dir / "sweep.md", result.format() + "\n")
+    save_figure(result.figure(), out_dir / "sweep")
 
 
-def train_command(result: SweepResult, out: str = "runs/best") -> str:
-    """The ``attnlab train`` line that trains the best trial again into ``out``: ``best.toml`` with the
-    best trial's own kind (``--model`` must agree with the file's ``model.kind``)."""
-    if result.best_config is None:
-        raise AttnlabError("the sweep has no best trial yet")
-    return (f"attnlab train --model {result.best_config.model.kind} "
-            f"--config {shlex.quote(str(result.out_dir / 'best.toml'))} --out {shlex.quote(out)}")
-
-
-def format_table(result: SweepResult) -> str:
+def _table(result: SweepResult) -> str:
     """The trials as a markdown table, best first (ranked by BLEU, then validation loss)."""
     axes = list(result.axes)
     head = ["trial", *axes, "valid BLEU", "valid loss", "steps", "tokens/s", "seconds", "status", "doctor"]
@@ -282,8 +291,8 @@ def format_table(result: SweepResult) -> str:
     return "\n".join(lines)
 
 
-def draw_sweep(result: SweepResult) -> list[Path]:
-    """``sweep.png``/``.svg``: validation BLEU and loss per trial, the best one highlighted."""
+def _figure(result: SweepResult):
+    """Validation BLEU and loss per trial, the best one highlighted."""
     trials = result.trials
     labels = [
         f"{t.name}\n" + "\n".join(f"{k.split('.')[-1]}={v}" for k, v in t.overrides.items()) for t in trials
@@ -303,4 +312,4 @@ def draw_sweep(result: SweepResult) -> list[Path]:
         ax.grid(axis="y", alpha=0.3)
     best = trials[result.best].name if result.best is not None else "none"
     fig.suptitle(f"sweep {result.out_dir.name}: {len(trials)} trials, best {best} (red)")
-    return save_figure(fig, result.out_dir / "sweep")
+    return fig
