@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 import time
+from pathlib import Path
 
 import torch
 
@@ -31,8 +34,53 @@ def autocast(device: torch.device, enabled: bool = True):
 
 
 def set_threads(n: int) -> None:
+    """Use ``n`` torch threads; ``n <= 0``: PyTorch's default (one per core), but no more than the CPUs a
+    quota lets this process use (:func:`cpu_threads`). Threads past a CPU quota (a container's ``--cpus``,
+    a cgroup limit) do not compute more: they wait for their turn, and OpenMP's spinning while they wait
+    spends the quota itself."""
     if n > 0:
         torch.set_num_threads(n)
+    elif (quota := cpu_threads()) < torch.get_num_threads():
+        torch.set_num_threads(quota)
+
+
+def cpu_threads() -> int:
+    """The CPUs this process may use: the cores it may run on (its affinity), and no more than its cgroup's
+    CPU quota allows, rounded up (a quota of 0.76 of a CPU is one thread's worth). ``os.cpu_count`` knows
+    neither."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    quota = _cgroup_quota()
+    return max(1, min(cores, math.ceil(quota))) if quota is not None else max(1, cores)
+
+
+def _cgroup_quota() -> float | None:
+    """CPUs' worth of time per period the process's cgroup allows (cgroup v2 ``cpu.max``, v1
+    ``cpu.cfs_quota_us / cpu.cfs_period_us``), or None without a quota (or off Linux)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _id, controllers, path = line.split(":", 2)
+        try:
+            if controllers == "":  # cgroup v2: one unified hierarchy
+                quota, period = Path(f"/sys/fs/cgroup{path}/cpu.max").read_text().split()[:2]
+                if quota != "max":
+                    return int(quota) / int(period)
+            elif "cpu" in controllers.split(","):
+                base = Path("/sys/fs/cgroup") / controllers
+                if not base.is_dir():
+                    base = Path("/sys/fs/cgroup/cpu")
+                quota = int((base / path.lstrip("/") / "cpu.cfs_quota_us").read_text())
+                period = int((base / path.lstrip("/") / "cpu.cfs_period_us").read_text())
+                if quota > 0 and period > 0:
+                    return quota / period
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def measure_peak_gflops(

@@ -174,12 +174,11 @@ def teardown() -> None:
 
 
 def threads_per_process() -> int:
-    """``cores // local processes`` (at least 1): ranks on one machine share its cores."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores // max(local_world_size(), 1))
+    """``CPUs // local processes`` (at least 1): ranks on one machine share its CPUs (:func:`attnlab.device.cpu_threads`:
+    the cores it may run on, within its CPU quota)."""
+    from attnlab.device import cpu_threads
+
+    return max(1, cpu_threads() // max(local_world_size(), 1))
 
 
 # ----------------------------------------------------------------------------------- collectives

@@ -69,11 +69,11 @@ def torchrun_command(nproc: int, argv: list[str], max_restarts: int = 0) -> list
 
 
 def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask, as ``taskset`` or a container sets it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # no sched_getaffinity (macOS, Windows)
-        return os.cpu_count() or 1
+    """CPUs this process may use: its affinity mask, as ``taskset`` or a container sets it, within its cgroup's
+    CPU quota (:func:`attnlab.device.cpu_threads`)."""
+    from attnlab.device import cpu_threads  # torch: only when a launch is checked
+
+    return cpu_threads()
 
 
 def processes(nproc: int, device: str = "auto") -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import os
 import socket
 from typing import Any
 
@@ -22,6 +21,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from attnlab.device import cpu_threads
 from attnlab.errors import AttnlabError
 from attnlab.web.guards import Limits
 
@@ -32,7 +32,7 @@ def model_threads(workers: int, threads: int | None = None) -> int:
     Model work runs in ``workers`` threads; PyTorch's intra-op pool is shared by all of them, so
     split the cores (``threads`` overrides) instead of letting each worker ask for all of them.
     """
-    n = threads or max(1, (os.cpu_count() or 1) // workers)
+    n = threads or max(1, cpu_threads() // workers)  # the CPUs this process may use, within its quota
     torch.set_num_threads(n)
     return n
 
