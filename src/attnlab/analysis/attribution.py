@@ -60,8 +60,8 @@ __all__ = [
 
 METHODS = {"ig": "integrated gradients", "ixg": "input × gradient", "rollout": "attention rollout"}
 ROLLOUT_KINDS = ("enc_self", "self")  # the single stacks of self-attention rollout is defined for
-# Integrated gradients' points. On runs/quality/transformer-15min (7 sentences), completeness gaps of at
-# most 1.8 % at 32 points, 1.05 % at 64, 0.56 % at 128; the per-sentence ρ moved by ≤ 0.03 from 16 on.
+# Integrated gradients' points: the completeness gap shrinks as they grow (every report prints it, and
+# says to raise --steps above 1 %); docs/experiments/attribution-steps.md measures the gap per count.
 DEFAULT_STEPS = 64
 # Integrated gradients' rows (points × output tokens) per forward and backward pass: small batches bound
 # the memory on long sentences, keep the activations in cache, and make each backward pass short, so a

@@ -17,11 +17,9 @@ model itself returned:
 
 Pre-norm against the notes' post-norm (§20). The presets are pre-norm (``model.norm_first=true``):
 ``X + Dropout(Sublayer(LayerNorm(X)))`` and a final LayerNorm per stack; the notes write post-norm,
-``LayerNorm(X + Dropout(Sublayer(X)))``, which ``model.norm_first=false`` trains. Measured on fra-eng
-(tiny tier, 300 updates each over the same batches, seed 42): pre-norm valid loss 2.337, BLEU 3.52,
-chrF 22.7; post-norm 2.370, BLEU 5.57, chrF 26.3 — no clear cost either way at 2 layers and 300 updates
-(one seed each); post-norm's known risk, divergence in deep stacks or without warm-up (Xiong et al.
-2020), is out of this range. :data:`NORM_MEASURED` holds the sentence :func:`residual_section` prints.
+``LayerNorm(X + Dropout(Sublayer(X)))``, which ``model.norm_first=false`` trains. Post-norm's known risk
+is divergence in deep stacks or without warm-up (Xiong et al. 2020); what the two cost at the presets'
+depth is measured in docs/experiments/norm-placement.md.
 
 The printed sentences are the format strings of :data:`TEXT`, one place to translate them.
 
@@ -46,23 +44,10 @@ from attnlab.models import ModelTraits
 from attnlab.models.transformer import DecoderBlock, EncoderBlock, PositionWiseFFN
 from attnlab.translator import teacher_forced
 
-__all__ = ["NORM_MEASURED", "ROWS", "TEXT", "Capture", "capture", "context_rows", "logit_section", "residual_section",
+__all__ = ["ROWS", "TEXT", "Capture", "capture", "context_rows", "logit_section", "residual_section",
            "roles_section"]
 
 Out = Any  # the list.append that collects the text's lines
-
-#: What ``model.norm_first=false`` (the notes' post-norm) cost against the presets' pre-norm, measured
-#: (issue #18, item 7) with ``attnlab train --model transformer --dataset fra-eng --size tiny
-#: --max-steps 300 --max-minutes 0 --threads 1 model.norm_first=true|false``, nice 19 on a 2-core Xeon.
-NORM_MEASURED = (
-    "measured on fra-eng (tiny tier: D = 128, 2 + 2 layers, word vocabularies; 300 updates over the same 112,872 "
-    "target tokens, seed 42, 5 % warm-up then linear decay; loss on 1,000 validation pairs, greedy BLEU and chrF "
-    "on 200 validation sentences): pre-norm valid loss 2.337, BLEU 3.52, chrF 22.7; post-norm valid loss 2.370, "
-    "BLEU 5.57, chrF 26.3",
-    "no clear cost either way at this depth and length: pre-norm's loss is 0.033 lower, post-norm's BLEU and chrF "
-    "higher, one seed each; post-norm's known risk is divergence in deep stacks or without warm-up "
-    "(Xiong et al. 2020), which 2 layers and 300 updates do not reach",
-)
 
 # The printed text, one format string per line kind, looked up in the current language (``--lang``:
 # :class:`attnlab.i18n.Templates`; the values in N_() have a translation in the catalogue).
@@ -77,8 +62,8 @@ TEXT: dict[str, str] = Templates({
     "res.post": N_("  this model computes the notes' post-norm: Y = LayerNorm(X + Dropout(Sublayer(X))), "
                    "no final LayerNorm"),
     "res.switch": N_("  the other placement is one setting away: attnlab train … model.norm_first={other}"),
-    "res.measured": "  " + NORM_MEASURED[0],
-    "res.measured2": "  " + NORM_MEASURED[1],
+    "res.risk": "  post-norm's known risk is divergence in deep stacks or without a learning-rate warm-up (Xiong et "
+                "al. 2020); at a few layers with warm-up both placements train",
     "res.rows": "  the residual adds at one position per layer (Dropout is the identity at inference; ‖·‖ = L2 norm of "
                 "the {D} numbers):",
     "res.row": "    {block:<22} {pos:<16} {sub:<16} ‖X‖ {x:7.2f}  ‖Sublayer‖ {s:7.2f}  ‖X + Sublayer‖ {y:7.2f}{ln}",
@@ -268,8 +253,7 @@ def residual_section(model: nn.Module, cap: Capture, src: list[str], tgt: list[s
     else:
         _say(out, "res.post")
     _say(out, "res.switch", other=str(not nf).lower())
-    _say(out, "res.measured")
-    _say(out, "res.measured2")
+    _say(out, "res.risk")
     _say(out, "res.rows", D=model.config.num_hiddens)
     gap = 0.0
     with torch.inference_mode():

@@ -12,9 +12,8 @@ and each pass grows with the output, so one request is bounded three ways: ``ste
 :data:`MAX_STEPS`, steps × output tokens ≤ :data:`MAX_GRADIENT_ROWS`, and at most
 :data:`MAX_GRADIENT_TOKENS` output tokens — the translation is attributed up to its first
 :func:`max_output_tokens` tokens (16 at 64 steps, 32 at 32 or fewer; a ``warnings`` entry says so
-when it was cut). At those caps a sentence of the server's longest length (300 characters of
-English) fits the default deadline in one thread of a 2-core machine at the presets' model sizes;
-a source of hundreds of tokens on a larger model may still reach it (504).
+when it was cut). What one request costs at those caps is measured in bench/RESULTS.md; a source of
+hundreds of tokens on a larger model may still reach the deadline (504).
 The work runs under the same admission and deadline as a translation and stops at the deadline
 between output tokens and between batches of points (:mod:`attnlab.web.deadline`): a 504 frees
 its slot at once.
