@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from attnlab.analysis import hooks
 from attnlab.data.batching import collate
 from attnlab.errors import AttnlabError
 from attnlab.models import traits
@@ -327,7 +328,8 @@ def gradient_attribution(
 
 class LogProb:
     """``f(e) (B, T)``: the teacher-forced log-probability of each output token given source token
-    embeddings ``e (B, S, E)`` in place of the source embedding table's output (a forward hook),
+    embeddings ``e (B, S, E)`` in place of the source embedding table's output
+    (:func:`attnlab.analysis.hooks.replacing_output`, in the calling thread's passes only),
     every other input fixed; the model runs in eval mode (dropout off), its mode restored after."""
 
     def __init__(self, model: nn.Module, embedding: str, batch, T: int, device: torch.device) -> None:
@@ -356,11 +358,10 @@ class LogProb:
             # on the same model at once, and their tables must stay theirs.
             return emb if threading.get_ident() == owner else out
 
-        handle = self.table.register_forward_hook(replace)
         try:
-            yield
+            with hooks.replacing_output(self.table, replace):
+                yield
         finally:
-            handle.remove()
             self.model.train(was_training)
 
     def at_input(self) -> Tensor:

@@ -4,15 +4,19 @@ the residual adds printed per layer add up — for pre-norm and for the notes' p
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
 import torch
 from torch import nn
 
+from attnlab.analysis.explain.params import non_parameters
 from attnlab.analysis.explain.roles import additive_scores, capture, head_scores
 from attnlab.analysis.explain.sentence import explain
+from attnlab.attention.masks import masked_softmax
 from attnlab.data.batching import collate
+from attnlab.data.vocab import Vocab
 from attnlab.models import build_model
 from attnlab.translator import Translator
 from tests.conftest import tiny_config
@@ -139,3 +143,35 @@ def test_module_paths_are_labelled_with_layers_counted_from_1():
     assert _layer_from_1("encoder_blocks.0.attention") == "   (layer 1)"
     assert _layer_from_1("decoder_blocks.1.cross_attention.in_proj") == "   (layer 2)"
     assert _layer_from_1("src_embedding") == ""
+
+
+class DotScore(nn.Module):
+    """A scaled dot-product score in Bahdanau's decoder instead of the additive one: no parameters, and
+    the call Bahdanau makes of its attention module (``project_keys``; queries, keys, values, mask)."""
+
+    def project_keys(self, keys):
+        return keys
+
+    def forward(self, queries, keys, values, mask=None, projected_keys=None):
+        k = keys if projected_keys is None else projected_keys  # (B, K, D)
+        weights = masked_softmax(queries @ k.transpose(1, 2) / math.sqrt(k.shape[-1]), mask)  # (B, Q, K)
+        return weights @ values, weights
+
+
+def test_explain_finds_bahdanau_s_attention_module_whatever_its_score():
+    """Explain reads the attention module where the model keeps it, not by its class: a Bahdanau model
+    whose attention scores by dot product gets its context vectors checked, its Query, Key and Value
+    named, and no additive formula it does not compute."""
+    torch.manual_seed(0)
+    cfg = tiny_config("bahdanau")
+    vocab = Vocab.build([["twenty", "one", "thirty"]], "en")
+    model = build_model(cfg.model, len(vocab), len(vocab)).eval()
+    model.attention = DotScore()
+    tr = Translator(model, vocab, vocab, cfg)
+    text = explain(tr, "twenty one")
+    contexts = re.findall(r"context c_\d+ = \[.*\] \((\d+) dims\)", text)
+    assert contexts and all(int(d) == cfg.model.num_hiddens for d in contexts)
+    assert float(re.search(r"own output: max \|Δ\| = ([0-9.e+-]+)", text).group(1)) < 1e-5  # Σ α h_t
+    assert "k_t = h_t" in text and "no W_v" in text and "DotScore" in text and "w_vᵀ tanh" not in text
+    assert "context vectors c_t'" in text.split("== 9.")[1]
+    assert "context vector c_t'" in {r.name for r in non_parameters(model)}

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from torch import nn
 
-from attnlab.attention.additive import AdditiveAttention
 from attnlab.attention.multi_head import MultiHeadAttention
 from attnlab.i18n import N_, _
 from attnlab.models import traits
@@ -132,10 +131,10 @@ def non_parameters(model: nn.Module) -> list[NotParameter]:
     """What ``model`` holds or computes besides its parameters (§9): its buffers (the sinusoidal
     positional table) and the context vectors its attention computes (an activation: the size of one).
 
-    The context vector's size is read from the modules: additive attention's values are the encoder
-    states (``W_k``'s input size M); multi-head attention's output is D per query, in every layer of the
-    kind (the model's traits); a model without attention that is recurrent reads one fixed context, the
-    encoder's last state (D numbers, §1).
+    The context vector's size is read from the model: Bahdanau's values are the encoder states (M numbers:
+    D, or 2D with a bidirectional encoder), whatever score its attention module computes; multi-head
+    attention's output is D per query, in every layer of the kind (the model's traits); a model without
+    attention that is recurrent reads one fixed context, the encoder's last state (D numbers, §1).
     """
     rows = []
     saved = set(model.state_dict())
@@ -146,11 +145,11 @@ def non_parameters(model: nn.Module) -> list[NotParameter]:
             "sin/cos of the position (§15), computed from the config; not learned"
             + ("" if name in saved else ", not saved in the checkpoint"),
         ))
-    additive = [m for m in model.modules() if isinstance(m, AdditiveAttention)]
     cfg = getattr(model, "config", None)
     t = traits(cfg) if cfg is not None else None
-    if additive:
-        rows.append(NotParameter("context vector c_t'", "activation", f"{additive[0].W_k.in_features} numbers per decoder step",
+    if t is not None and t.recurrent and t.attention:
+        M = cfg.num_hiddens * (2 if cfg.bidirectional else 1)  # the encoder states h_t: [h→; h←] when bidirectional
+        rows.append(NotParameter("context vector c_t'", "activation", f"{M} numbers per decoder step",
                                  "Σ_t α_t h_t, recomputed at every step from the attention weights (§1)"))
     elif t is not None and t.attention_modules:
         for kind, path in t.attention_modules.items():

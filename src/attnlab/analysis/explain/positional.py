@@ -22,6 +22,7 @@ On a trained run (``attnlab positional RUN``, :func:`model_section`), the same i
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from dataclasses import dataclass, replace
@@ -30,6 +31,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from attnlab.analysis import hooks
 from attnlab.attention.positional import SinusoidalPositionalEncoding, rotation_error, sinusoidal_table
 from attnlab.data.specials import BOS, EOS
 from attnlab.errors import AttnlabError
@@ -278,17 +280,13 @@ class OrderCheck:
 def _encode_once(model: nn.Module, layer: nn.Module, src: Tensor, with_pe: bool) -> tuple[Tensor, Tensor, Tensor]:
     """``model.encode`` on ``src (1, S)``: (first self-attention layer's output (S, D), encoder output (S, D),
     layer 1's weights (H, S, S)); ``with_pe=False`` replaces the position vectors by zeros for this call."""
-    got: dict[str, Tensor] = {}
-    hooks = [layer.register_forward_hook(lambda m, i, o: got.__setitem__("out", o[0]))]
-    if not with_pe:  # a hook's return value replaces the module's output: x·√D + 0
-        hooks.append(model.positional.register_forward_hook(lambda m, i, o: torch.zeros_like(o)))
-    try:
+    with contextlib.ExitStack() as stack:
+        calls = stack.enter_context(hooks.recording([("layer", layer)]))
+        if not with_pe:  # the position vectors become zeros: x·√D + 0
+            stack.enter_context(hooks.replacing_output(model.positional, lambda m, args, out: torch.zeros_like(out)))
         with torch.inference_mode():
             enc = model.encode(src, torch.tensor([src.shape[1]]), need_weights=True)
-    finally:
-        for h in hooks:
-            h.remove()
-    return got["out"][0], enc.memory[0], enc.attention["enc_self"][0, 0]  # (S, D), (S, D), (H, S, S)
+    return calls[0].output[0][0], enc.memory[0], enc.attention["enc_self"][0, 0]  # (S, D), (S, D), (H, S, S)
 
 
 def order_check(model: nn.Module, src_ids: list[int], labels: list[str]) -> OrderCheck | None:

@@ -9,11 +9,11 @@
 4. for GRU models, the update gate z and reset gate r at every step (§6–7), read from the
    from-scratch GRU (the same weights loaded into ``scratch_gru=True``; it is checked to give the
    same logits as the trained model); for Transformers, the norm placement (pre-norm against the
-   notes' post-norm, §20) and the residual adds X + Sublayer(·) of every layer (:mod:`.explain_roles`);
+   notes' post-norm, §20) and the residual adds X + Sublayer(·) of every layer (:mod:`.roles`);
 5. greedy decoding step by step (§3, §22): the attention over the source and the top-k logits with
    their probabilities (§8) — the translator's own greedy search, watched step by step;
 6. Query, Key and Value of each attention kind (§2, §12, §18), ``in_proj`` split into W_q, W_k, W_v
-   and heads (§11), and step 1's scores worked by hand (:mod:`.explain_roles`);
+   and heads (§11), and step 1's scores worked by hand (:mod:`.roles`);
 7. one logit worked by hand, ``W_o[id]·out + b_o[id]`` (§8), and weight tying;
 8. with a reference: the teacher-forced cross-entropy, token by token, and the sentence BLEU (§21);
 9. the §9 tables: which things are parameters (with shapes) and which are not: computed values
@@ -25,6 +25,7 @@ of its kind name.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from dataclasses import dataclass, replace
@@ -34,9 +35,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnlab.analysis import hooks
 from attnlab.analysis.explain import roles
 from attnlab.analysis.explain.params import parameter_report, tied_note
-from attnlab.attention.additive import AdditiveAttention
 from attnlab.data.batching import Batch, collate
 from attnlab.data.text import tokenize
 from attnlab.data.vocab import EOS, UNK
@@ -90,16 +91,20 @@ class RecordingGRU(ScratchGRU):
 
 
 def scratch_gru_copy(translator: Translator) -> nn.Module:
-    """The translator's GRU model rebuilt with the from-scratch GRU, recording its gates, and the same
-    weights (the scratch GRU names its parameters like ``nn.GRU``, so the state dict loads as is).
+    """A copy of the translator's GRU model whose two GRUs are from-scratch GRUs that record their gates,
+    with the same weights (the scratch GRU names its parameters like ``nn.GRU``, so they load as they are);
+    every other part, its attention module included, is the model's own, copied.
 
     ``model.encoder.rnn.gates`` and ``model.decoder.gates`` collect one ``GRUGates`` per call.
     """
-    cfg = replace(translator.cfg.model, scratch_gru=True)
-    model = build_model(cfg, len(translator.src_tok), len(translator.tgt_tok))
-    model.encoder.rnn = RecordingGRU(model.encoder.rnn)
-    model.decoder = RecordingGRU(model.decoder)
-    model.load_state_dict(translator.model.state_dict())
+    trained = translator.model
+    scratch = build_model(replace(translator.cfg.model, scratch_gru=True), len(translator.src_tok),
+                          len(translator.tgt_tok))  # built for its two ScratchGRUs only
+    model = copy.deepcopy(trained)
+    model.encoder.rnn = RecordingGRU(scratch.encoder.rnn)
+    model.decoder = RecordingGRU(scratch.decoder)
+    model.encoder.rnn.load_state_dict(trained.encoder.rnn.state_dict())
+    model.decoder.load_state_dict(trained.decoder.state_dict())
     return model.to(translator.device).eval()
 
 
@@ -151,38 +156,33 @@ def _layer_from_1(module_path: str) -> str:
     return f"   (layer {int(m.group(1)) + 1})" if m else ""
 
 
+_SHOWN = (
+    "MultiHeadAttention",
+    "PositionWiseFFN",
+    "EncoderBlock",
+    "DecoderBlock",
+    "GRUEncoder",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEncoding",
+)  # the notes' parts, beside the PyTorch layers of _record_modules and the model's own attention module
+
+
 def _record_modules(model: nn.Module, run) -> list[tuple[str, str, str, int]]:
-    """Run ``run()`` with forward hooks; returns ``(name, class, output shape, calls)`` in call order."""
+    """Run ``run()`` recording the model's parts (:func:`attnlab.analysis.hooks.recording`); returns
+    ``(name, class, output shape of the first call, calls)`` in call order."""
     keep = (nn.Embedding, nn.Linear, nn.LayerNorm, nn.GRU, ScratchGRU)
+    attention = roles.recurrent_attention(model, traits(model.config))  # Bahdanau's, whatever its score
+    watched = [
+        (name, m) for name, m in model.named_modules()
+        if name and name.count(".") <= 3 and not isinstance(m, nn.Dropout | nn.Identity | nn.ModuleList)
+        and (isinstance(m, keep) or type(m).__name__ in _SHOWN or m is attention)
+    ]
     order: dict[str, list[Any]] = {}
-    handles = []
-    for name, module in model.named_modules():
-        if not name or isinstance(module, nn.Dropout | nn.Identity | nn.ModuleList):
-            continue
-        cls = type(module).__name__
-        interesting = isinstance(module, keep) or cls in (
-            "MultiHeadAttention",
-            "AdditiveAttention",
-            "PositionWiseFFN",
-            "EncoderBlock",
-            "DecoderBlock",
-            "GRUEncoder",
-            "SinusoidalPositionalEncoding",
-            "LearnedPositionalEncoding",
-        )
-        if not interesting or name.count(".") > 3:
-            continue
-
-        def hook(mod, args, out, name=name, cls=cls):
-            rec = order.setdefault(name, [cls, _fmt_output(out), 0])
-            rec[2] += 1
-
-        handles.append(module.register_forward_hook(hook))
-    try:
+    with hooks.recording(watched) as calls:
         run()
-    finally:
-        for h in handles:
-            h.remove()
+    for c in calls:
+        rec = order.setdefault(c.name, [type(c.module).__name__, _fmt_output(c.output), 0])
+        rec[2] += 1
     return [(n, r[0], r[1], r[2]) for n, r in order.items()]
 
 
@@ -269,16 +269,12 @@ def _greedy_steps(
     """Greedy decoding as the translator does it (:func:`decode_many`, so the one greedy search),
     watched step by step; returns what each step read, looked at and predicted, and the output ids.
 
-    Additive attention's outputs (Bahdanau's context vectors) are caught by a forward hook, one per step."""
+    The outputs of a GRU model's attention module (Bahdanau's context vectors) are recorded, one per step."""
     watched = _Watched(model)
-    contexts: list[Tensor] = []
-    hooks = [m.register_forward_hook(lambda mod, args, out: contexts.append(out[0].detach()))
-             for m in model.modules() if isinstance(m, AdditiveAttention)]
-    try:
+    attention = roles.recurrent_attention(model, t)
+    with hooks.recording([("attention", attention)] if attention is not None else []) as calls:
         hyp = decode_many(watched, [ids], tr.cfg.decode, tr.device, beam_size=1)[0][0]
-    finally:
-        for h in hooks:
-            h.remove()
+    contexts = [c.output[0].detach() for c in calls]  # (1, 1, M) each
     chosen_ids = list(hyp.tokens) + ([EOS] if hyp.finished else [])  # one per step
     src_labels = token_labels(tr.src_tok, ids)
     tgt = tr.tgt_tok
