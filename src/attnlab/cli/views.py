@@ -103,8 +103,9 @@ def cmd_explain(args) -> int:
 
 
 def cmd_params(args) -> int:
-    from attnlab.analysis.explain.params import draw_params, format_params, parameter_report
+    from attnlab.analysis.explain import params
     from attnlab.models import build_model
+    from attnlab.viz.figure import save_figure
 
     if args.run is not None and "=" in args.run and not Path(args.run).is_dir():
         # argparse gives the first `section.key=value` to the optional RUN positional
@@ -126,16 +127,10 @@ def cmd_params(args) -> int:
         model = build_model(cfg.model, *vocab)
         title = f"{args.model} (preset + overrides)"
         out = _out_dir(args, Path("figures"))
-    report = parameter_report(model)
-    print(
-        format_params(
-            report,
-            f"{title}: source vocabulary {vocab[0]:,}, target vocabulary {vocab[1]:,}",
-            verbose=args.verbose,
-        )
-    )
+    report = params.run(model, title, vocab=vocab, verbose=args.verbose)
+    print(report.format())
     stem = "params" if args.run is not None else f"params_{args.model}"
-    for path in draw_params(report, out, title, stem=stem, formats=_formats(args)):
+    for path in save_figure(report.figure(), out / stem, formats=_formats(args)):
         print(path)
     return 0
 

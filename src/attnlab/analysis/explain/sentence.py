@@ -36,8 +36,8 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.analysis import hooks
-from attnlab.analysis.explain import roles
-from attnlab.analysis.explain.params import parameter_report, tied_note
+from attnlab.analysis.explain import params, roles
+from attnlab.analysis.explain.params import tied_note
 from attnlab.data.batching import Batch, collate
 from attnlab.data.text import tokenize
 from attnlab.data.vocab import EOS, UNK
@@ -550,7 +550,7 @@ def _tables(
 ) -> None:
     """9. which things are parameters (with shapes) and which are not: computed values, buffers (§9)."""
     fwd = cap.fwd
-    report = parameter_report(model)
+    report = params.run(model)
     out("\n" + _("== 9. what is a parameter and what is computed (§9)"))
     out(_("  parameters: learned by backpropagation, saved in the checkpoint — {total:,} numbers").format(
         total=report.total))
