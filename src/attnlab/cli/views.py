@@ -155,13 +155,8 @@ def _vocab_sizes(args, cfg) -> tuple[int, int]:
 
 
 def cmd_positional(args) -> int:
-    from attnlab.analysis.explain.positional import (
-        delta_for,
-        format_delta,
-        format_model_section,
-        model_section,
-        positional_report,
-    )
+    from attnlab.analysis.explain import positional
+    from attnlab.viz.figure import save_figure
 
     columns = None
     if args.columns:
@@ -171,26 +166,14 @@ def cmd_positional(args) -> int:
             raise AttnlabError(
                 f"--columns {args.columns!r} must be integers separated by commas, e.g. 0,1,6,7"
             ) from None
-    tr, dim = None, 32 if args.dim is None else args.dim
-    if args.run is not None:  # the run's own d, its own position table, and §13–14 on its model
-        tr = load_translator(args)
-        dim = tr.cfg.model.num_hiddens
-        if args.dim is not None and args.dim != dim:
-            raise AttnlabError(f"--dim {args.dim} differs from the run's model.num_hiddens={dim}; drop --dim with RUN")
-    report = positional_report(
-        dim,
-        args.positions,
-        _out_dir(args, Path(args.run) / "figures" if args.run else Path("figures")),
-        max_shift=args.max_shift,
-        columns=columns,
-        formats=_formats(args),
-    )
-    for path in report.paths:
+    # with RUN: the run's own d, its own position table, and §13–14 on its model
+    tr = load_translator(args) if args.run is not None else None
+    report = positional.run(args.dim, args.positions, args.max_shift, columns, translator=tr, sentence=args.sentence)
+    out = _out_dir(args, Path(args.run) / "figures" if args.run else Path("figures"))
+    stem = out / f"positional_encoding_d{report.dim}_p{report.positions}"
+    for path in save_figure(report.figure(), stem, formats=_formats(args)):
         print(path)
-    print(report.line())
-    print("\n" + format_delta(*delta_for(tr.model if tr else None, dim)))
-    if tr is not None:
-        print("\n" + format_model_section(model_section(tr, args.sentence)))
+    print(report.format())
     return 0
 
 
