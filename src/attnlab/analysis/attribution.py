@@ -16,7 +16,7 @@ The notes ask what attention weights really tell us. Two answers a learner can m
   from a baseline of zero source embeddings (positions kept, words removed) to ``e``, so that the
   attributions of a row add up to ``f_t(e) − f_t(0)`` (completeness; ``delta`` is what is missing).
 
-:func:`gradient_attribution` puts the attribution beside the attention the notes read as an
+:func:`run` puts the gradient attribution beside the attention the notes read as an
 alignment (§25): the last layer's cross-attention with its heads averaged (Bahdanau's single map for
 the GRU model; for the decoder-only model, its output rows' self-attention on the source), and the
 rollout, and measures their agreement with Spearman's rank correlation of ``|attribution|``
@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.analysis import hooks
+from attnlab.analysis.report import TextReport
 from attnlab.data.batching import collate
 from attnlab.errors import AttnlabError
 from attnlab.models import traits
@@ -50,12 +51,14 @@ __all__ = [
     "METHODS",
     "Attribution",
     "AttributionError",
+    "LogProb",
     "RolloutMap",
     "RolloutReport",
-    "attention_rollout",
-    "gradient_attribution",
+    "attribution_figure",
     "rank",
     "rollout",
+    "rollout_figure",
+    "run",
     "spearman",
 ]
 
@@ -153,8 +156,9 @@ class RolloutMap:
 
 
 @dataclass
-class RolloutReport:
-    """:func:`attention_rollout` of one sentence: every self-attention stack of the model."""
+class RolloutReport(TextReport):
+    """:func:`run` with ``method="rollout"``: every self-attention stack of the model, for one sentence.
+    ``format()`` prints each stack's last layer and its rollout, ``figure()`` draws them side by side."""
 
     source: str
     translation: str
@@ -174,8 +178,28 @@ class RolloutReport:
             ],
         }
 
+    def _format(self) -> str:
+        return _rollout_text(self)
 
-def attention_rollout(tr: Translator, sentence: str, max_len: int | None = None) -> RolloutReport:
+    def figure(self):
+        return rollout_figure(self)
+
+
+def run(tr: Translator, sentence: str, method: str = "ig", steps: int = DEFAULT_STEPS,
+        max_len: int | None = None) -> Attribution | RolloutReport:
+    """Is attention an explanation? for ``sentence`` on ``tr``'s model (see the module docstring).
+
+    ``method``: ``"ig"`` (integrated gradients, ``steps`` points) or ``"ixg"`` (input × gradient) give an
+    :class:`Attribution` of the greedy translation's first ``max_len`` output tokens (None: all);
+    ``"rollout"`` gives a :class:`RolloutReport` (``steps`` unused). Raises :class:`AttributionError`
+    as :func:`_gradient_attribution` and :func:`_attention_rollout` say.
+    """
+    if method == "rollout":
+        return _attention_rollout(tr, sentence, max_len=max_len)
+    return _gradient_attribution(tr, sentence, method, steps=steps, max_len=max_len)
+
+
+def _attention_rollout(tr: Translator, sentence: str, max_len: int | None = None) -> RolloutReport:
     """Rollout of every self-attention stack the model has (``enc_self``: the Transformer encoder
     and the encoder-only model; ``self``: the decoder-only model over ``source <bos> target``), on
     the maps :meth:`Translator.attention` captures for ``sentence`` (greedy, teacher-forced).
@@ -204,8 +228,10 @@ def attention_rollout(tr: Translator, sentence: str, max_len: int | None = None)
 
 
 @dataclass
-class Attribution:
-    """Gradient attribution of one translation, beside the attention (see the module docstring).
+class Attribution(TextReport):
+    """Gradient attribution of one translation, beside the attention (see the module docstring):
+    :func:`run` with ``method="ig"`` or ``"ixg"``. ``format()`` prints the tables and correlations,
+    ``figure()`` draws the comparison maps beside the attribution.
 
     ``scores (T, S)``: the signed attribution of output token ``t`` (``rows``) to source token ``s``
     (``cols``, ``<eos>`` included). ``logprob (T,)``: ``f_t`` at the input; ``baseline_logprob (T,)``:
@@ -284,8 +310,14 @@ class Attribution:
             ],
         }
 
+    def _format(self) -> str:
+        return _attribution_text(self)
 
-def gradient_attribution(
+    def figure(self):
+        return attribution_figure(self)
+
+
+def _gradient_attribution(
     tr: Translator, sentence: str, method: str = "ig", steps: int = DEFAULT_STEPS, max_len: int | None = None
 ) -> Attribution:
     """Attribute each output token of ``sentence``'s greedy translation to the source tokens.
@@ -299,7 +331,8 @@ def gradient_attribution(
     from attnlab.translator import decode_many, teacher_forced, token_labels  # no cycle: loaded when used
 
     if method not in ("ig", "ixg"):
-        raise AttributionError(f"unknown gradient method {method!r}; use ig (integrated gradients) or ixg")
+        raise AttributionError(f"unknown gradient method {method!r}; use ig (integrated gradients) or ixg "
+                               "(input × gradient), or rollout")
     if steps < 1:
         raise AttributionError(f"steps={steps} must be >= 1 (integrated gradients' interpolation points)")
     t = traits(tr.cfg.model)
@@ -472,7 +505,7 @@ def _rho_text(v: float | None) -> str:
     return "—" if v is None else f"{v:+.2f}"
 
 
-def format_attribution(a: Attribution) -> str:
+def _attribution_text(a: Attribution) -> str:
     """The readable report of ``attnlab attribute``: the attribution table, each comparison map
     with its per-token ρ, and the per-sentence correlations."""
     from attnlab.maps import display_tokens
@@ -503,7 +536,7 @@ def format_attribution(a: Attribution) -> str:
     return "\n".join(lines)
 
 
-def format_rollout(r: RolloutReport) -> str:
+def _rollout_text(r: RolloutReport) -> str:
     """The readable report of ``attnlab attribute --method rollout``: per stack, the last layer's
     attention and the rollout, with each row's ρ between them."""
     from attnlab.maps import display_tokens

@@ -3,7 +3,8 @@
 Body ``{"text", "run", "method", "steps"}``: ``method`` ``"ig"`` (integrated gradients, the default)
 or ``"ixg"`` (input × gradient) attributes each output token of the greedy translation to the source
 tokens and returns it beside the attention (last layer, heads averaged) and the rollout, with
-Spearman's ρ per output token and per sentence (:meth:`attnlab.analysis.attribution.Attribution.to_json`);
+Spearman's ρ per output token and per sentence (:func:`attnlab.analysis.attribution.run`, then
+:meth:`~attnlab.analysis.attribution.Attribution.to_json`);
 ``"rollout"`` returns the attention rollout of each self-attention stack beside its last layer
 (:meth:`~attnlab.analysis.attribution.RolloutReport.to_json`).
 
@@ -28,12 +29,8 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, create_model, field_validator
 
-from attnlab.analysis.attribution import (
-    DEFAULT_STEPS,
-    AttributionError,
-    attention_rollout,
-    gradient_attribution,
-)
+from attnlab.analysis import attribution as A
+from attnlab.analysis.attribution import DEFAULT_STEPS, AttributionError
 from attnlab.errors import AttnlabError
 from attnlab.web.deadline import DeadlinePassed, check
 from attnlab.web.registry import LoadedRun
@@ -101,11 +98,7 @@ class AttributionJob:
 
 def attribution_job(job: AttributionJob, t0: float) -> tuple[bytes, bool]:
     """Runs in a model thread, inside the admission slot: the attribution, its JSON and its gzip."""
-    tr = job.run.translator
-    if job.method == "rollout":
-        report = attention_rollout(tr, job.text, max_len=job.max_len)
-    else:
-        report = gradient_attribution(tr, job.text, job.method, steps=job.steps, max_len=job.max_len)
+    report = A.run(job.run.translator, job.text, job.method, steps=job.steps, max_len=job.max_len)
     check()  # past the deadline nobody reads the answer: stop before encoding it
     payload: dict[str, Any] = {"run": job.run.name, "model_kind": job.run.info.get("model_kind"), **report.to_json()}
     rows = payload.get("rows")
