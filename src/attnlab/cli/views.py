@@ -88,14 +88,20 @@ def cmd_attention(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    from attnlab.analysis.explain.sentence import explain
+    from attnlab.analysis.explain import sentence
+    from attnlab.viz.figure import save_figure
 
     if args.top < 1:
         raise AttnlabError(f"--top {args.top} must be >= 1")
     tr = load_translator(args)
     default = Path(args.run) / "figures"  # written only for a GRU model's gates: not created for the others
     figures = _out_dir(args, default) if args.save_dir else default
-    print(explain(tr, args.sentence, reference=args.reference, top_k=args.top, figures_dir=figures))
+    report = sentence.run(tr, args.sentence, reference=args.reference, top_k=args.top)
+    print(report.format())
+    fig = report.figure()
+    if fig is not None:
+        for path in save_figure(fig, figures / "gates", formats=("png",)):
+            print(f"  heatmaps of every unit × step (z, r, h̃, h_t; encoder and decoder): {path}")
     return 0
 
 

@@ -1,6 +1,8 @@
 """One sentence followed through a trained model, in words and shapes (notes §4–9).
 
-:func:`explain` returns the text that ``attnlab explain RUN "i'm home ."`` prints:
+:func:`run` follows the sentence through the model and returns an :class:`ExplainReport`, whose
+``format()`` is the text that ``attnlab explain RUN "i'm home ."`` prints and whose ``figure()`` is the
+GRU's gates:
 
 1. tokens → ids (§4), with ``<eos>`` and the valid length;
 2. the embedding rows those ids select and the resulting shapes (§5);
@@ -26,10 +28,10 @@ of its kind name.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,6 +40,7 @@ from torch import Tensor, nn
 from attnlab.analysis import hooks
 from attnlab.analysis.explain import params, roles
 from attnlab.analysis.explain.params import tied_note
+from attnlab.analysis.report import TextReport
 from attnlab.data.batching import Batch, collate
 from attnlab.data.text import tokenize
 from attnlab.data.vocab import EOS, UNK
@@ -49,7 +52,7 @@ from attnlab.models import ModelTraits, StepOutput, build_model, traits
 from attnlab.models.gru import ScratchGRU
 from attnlab.translator import Translator, decode_many, teacher_forced, token_labels
 
-__all__ = ["GateTrack", "explain", "gate_tracks", "gates_figure", "scratch_gru_copy"]
+__all__ = ["ExplainReport", "GateTrack", "gate_tracks", "gates_figure", "run", "scratch_gru_copy"]
 
 Out = Any  # the list.append that collects the text's lines
 
@@ -186,11 +189,10 @@ def _record_modules(model: nn.Module, run) -> list[tuple[str, str, str, int]]:
     return [(n, r[0], r[1], r[2]) for n, r in order.items()]
 
 
-def explain(translator: Translator, sentence: str, reference: str | None = None, top_k: int = 5,
-            figures_dir: str | Path | None = None) -> str:
-    """The §4–9 walk-through of ``sentence`` as text (see the module docstring).
-
-    ``figures_dir``: where to write ``gates.png`` (GRU models: :func:`gates_figure`); None writes nothing.
+def run(translator: Translator, sentence: str, reference: str | None = None, top_k: int = 5) -> ExplainReport:
+    """Follow ``sentence`` through the translator's model: every pass the walk-through reads (greedy
+    decoding watched step by step, the teacher-forced passes over its output, the GRU's gates, the loss
+    against ``reference``) is run here; :meth:`ExplainReport.format` writes the §4–9 text from them.
 
     Raises:
         AttnlabError: when the sentence (or the reference) has no token after preprocessing.
@@ -200,31 +202,88 @@ def explain(translator: Translator, sentence: str, reference: str | None = None,
     ids, truncated = tr.encode_source(sentence)
     if not ids:
         raise AttnlabError(f"{sentence!r} has no token after preprocessing; give an English sentence")
+    if reference is not None and not tr.tgt_tok.encode(reference):
+        raise AttnlabError(f"--reference {reference!r} has no token after preprocessing; give a French sentence")
     model = scratch_gru_copy(tr) if t.recurrent else tr.model  # the GRU's gates need the scratch cell
     model.eval()
-    lines: list[str] = []
-    out = lines.append
-    seq = ids + [EOS]
-
-    _tokens_section(tr, sentence, ids, truncated, out)  # 1
-    _embedding_section(tr, t, model, seq, out)  # 2
-    # 5 (decoding) first, so the teacher-forced pass in 3 can follow the model's own output
+    # decoding first, so the teacher-forced passes can follow the model's own output
     steps, hyp = _greedy_steps(model, t, ids, tr, top_k)
     src_labels = token_labels(tr.src_tok, ids)
     tracks = gate_tracks(model, tr.cfg.model.bidirectional, src_labels, [st.input for st in steps]) if t.recurrent else None
-    batch, fwd = _network_section(model, ids, hyp, tr, out)  # 3
+    batch = collate([ids], [hyp], [0])
+    modules = _record_modules(model, lambda: teacher_forced(model, batch, tr.device))
     cap = roles.capture(model, batch, tr.device)  # the tensors sections 4, 6, 7 and 9 work by hand
-    tgt_labels = token_labels(tr.tgt_tok, batch.tgt_in[0].tolist(), eos=False)  # <bos> y1 …: decoder inputs
-    if tracks is not None:
-        _gates_section(tr, model, batch, tracks, out, Path(figures_dir) if figures_dir is not None else None)  # 4
-    roles.residual_section(model, cap, src_labels, tgt_labels, out)  # 4 (Transformers)
-    translation = _decoding_section(tr, steps, hyp, top_k, out)  # 5
-    roles.roles_section(model, t, cap, src_labels, tgt_labels, steps[0].weights if steps else None, out)  # 6
-    roles.logit_section(model, t, cap, tr.tgt_tok, out)  # 7
-    if reference is not None:
-        _loss_section(model, tr, ids, reference, translation, out)  # 8
-    _tables(tr, t, model, seq, cap, batch.tgt_in.shape[1], reference is not None, out)  # 9
-    return "\n".join(lines)
+    translation = tr.tgt_tok.decode(hyp)
+    return ExplainReport(
+        tr, model, t, sentence, ids, truncated, top_k, steps, translation, batch, modules, cap, tracks,
+        scratch_gap=_scratch_gap(tr, model, batch) if t.recurrent else None,
+        loss=_loss(model, tr, ids, reference, translation) if reference is not None else None,
+    )
+
+
+@dataclass
+class ExplainReport(TextReport):
+    """What :func:`run` computed for one sentence; :meth:`format` is the §4–9 walk-through (the sections of
+    the module docstring), :meth:`figure` the GRU's gates (None for the other models)."""
+
+    translator: Translator
+    model: nn.Module  # the translator's model, or its recording scratch-GRU copy
+    traits: ModelTraits
+    sentence: str
+    ids: list[int]  # source ids, without <eos>
+    truncated: bool
+    top_k: int
+    steps: list[_Step]
+    translation: str
+    batch: Batch  # the teacher-forced pass over the model's own output
+    modules: list[tuple[str, str, str, int]]  # (name, class, output shape, calls) in call order
+    cap: roles.Capture
+    tracks: dict[str, GateTrack] | None = None
+    scratch_gap: float | None = None  # max |Δ| of the scratch GRU's logits against the trained model's
+    loss: _Loss | None = None
+
+    def _format(self) -> str:
+        tr, t, model, cap = self.translator, self.traits, self.model, self.cap
+        lines: list[str] = []
+        out = lines.append
+        seq = self.ids + [EOS]
+        T = self.batch.tgt_in.shape[1]
+        src_labels = token_labels(tr.src_tok, self.ids)
+        tgt_labels = token_labels(tr.tgt_tok, self.batch.tgt_in[0].tolist(), eos=False)  # <bos> y1 …: decoder inputs
+        _tokens_section(tr, self.sentence, self.ids, self.truncated, out)  # 1
+        _embedding_section(tr, t, model, seq, out)  # 2
+        _network_section(self.modules, T, cap.fwd, out)  # 3
+        if self.tracks is not None:
+            _gates_section(tr, self.tracks, self.scratch_gap, out)  # 4 (GRU models)
+        roles.residual_section(model, cap, src_labels, tgt_labels, out)  # 4 (Transformers)
+        _decoding_section(self.steps, self.translation, len(tr.tgt_tok), self.top_k, out)  # 5
+        first_row = self.steps[0].weights if self.steps else None
+        roles.roles_section(model, t, cap, src_labels, tgt_labels, first_row, out)  # 6
+        roles.logit_section(model, t, cap, tr.tgt_tok, out)  # 7
+        if self.loss is not None:
+            _loss_section(self.loss, out)  # 8
+        _tables(tr, t, model, seq, cap, T, self.loss is not None, out)  # 9
+        return "\n".join(lines)
+
+    def figure(self):
+        """The GRU's gates, every unit at every step (:func:`gates_figure`); None for the other models."""
+        return gates_figure(self.tracks) if self.tracks is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The walk-through's data: tokens, the decoding steps, the network's modules, the loss; ``text``
+        is :meth:`format`'s text in the current language (the sections worked by hand exist as text only)."""
+        from attnlab.io import jsonable
+
+        tr = self.translator
+        steps = [{"input": st.input, "top": st.top, "chosen": st.chosen, "p_chosen": st.p_chosen,
+                  "attention": st.attention, "context_gap": st.context_gap} for st in self.steps]
+        modules = [{"name": n, "class": c, "output": o, "calls": k} for n, c, o, k in self.modules]
+        return jsonable({
+            "sentence": self.sentence, "model_kind": tr.cfg.model.kind,
+            "tokens": token_labels(tr.src_tok, self.ids), "ids": self.ids + [EOS], "translation": self.translation,
+            "steps": steps, "modules": modules, "scratch_gap": self.scratch_gap,
+            "loss": dataclasses.asdict(self.loss) if self.loss is not None else None, "text": self.format(),
+        })
 
 
 def _tokens_section(tr: Translator, sentence: str, ids: list[int], truncated: bool, out: Out) -> None:
@@ -312,18 +371,9 @@ def _add_context(step: _Step, context: Tensor, memory: Tensor) -> None:
     step.context, step.context_gap = c, float((c - by_formula).abs().max())
 
 
-def _network_section(model: nn.Module, ids: list[int], hyp: list[int], tr: Translator, out: Out) -> tuple[Batch, Any]:
-    """3. every module in call order with its output shape, on a teacher-forced pass over the
-    model's own translation; returns the batch and the pass's ``ModelOutput``."""
-    batch = collate([ids], [hyp], [0])
-    T = batch.tgt_in.shape[1]
-    holder: dict[str, Any] = {}
-
-    def run():
-        holder["out"] = teacher_forced(model, batch, tr.device)
-
-    modules = _record_modules(model, run)
-    fwd = holder["out"]
+def _network_section(modules: list[tuple[str, str, str, int]], T: int, fwd: Any, out: Out) -> None:
+    """3. every module in call order with its output shape (:func:`_record_modules`), on a teacher-forced
+    pass over the model's own translation (``T`` decoder inputs; ``fwd`` its ``ModelOutput``)."""
     out(
         "\n" + _("== 3. through the network (teacher-forced over its own output: decoder input <bos> y…, {T} steps)")
         .format(T=T)
@@ -338,7 +388,6 @@ def _network_section(model: nn.Module, ids: list[int], hyp: list[int], tr: Trans
         out(f"  {name:<{width}}  {cls:<28} → {shape}{extra}{_layer_from_1(name)}")
     for k, w in fwd.attention.items():
         out(f"  attention weights {k:<8} (batch, layers, heads, queries, keys) = {_fmt_shape(w)}")
-    return batch, fwd
 
 
 @dataclass
@@ -396,9 +445,9 @@ def _units(track: GateTrack, k: int = 3) -> list[int]:
     return spread.topk(min(k, spread.numel())).indices.tolist()
 
 
-def _gates_section(tr: Translator, model: nn.Module, batch: Batch, tracks: dict[str, GateTrack], out: Out,
-                   figures_dir: Path | None) -> None:
-    """4. the GRU's gates z, r, candidate h̃ and state h_t at every step, for a few units (§6–7)."""
+def _gates_section(tr: Translator, tracks: dict[str, GateTrack], scratch_gap: float | None, out: Out) -> None:
+    """4. the GRU's gates z, r, candidate h̃ and state h_t at every step, for a few units (§6–7);
+    ``scratch_gap``: max |Δ| of the scratch GRU's logits against the trained model's (:func:`_scratch_gap`)."""
     D = tr.cfg.model.num_hiddens
     out("\n" + _("== 4. GRU gates (§6–7; the from-scratch GRU with the trained weights, top layer, {D} units):")
         .format(D=D))
@@ -406,7 +455,7 @@ def _gates_section(tr: Translator, model: nn.Module, batch: Batch, tracks: dict[
         out(f"  {_(name):<11} {formula:<58} {_(meaning)}")
     for line in RESET_PLACEMENT:
         out("  " + line)
-    out(f"  scratch GRU reproduces the trained model's logits: max |Δ| = {_scratch_gap(tr, model, batch):.1e}")
+    out(f"  scratch GRU reproduces the trained model's logits: max |Δ| = {scratch_gap:.1e}")
     enc = tracks["encoder"]
     h_prev = torch.cat([torch.zeros_like(enc.h[:, :1]), enc.h[:, :-1]], dim=1)  # h_0 = 0 (D, S)
     mix = float((enc.z * h_prev + (1 - enc.z) * enc.h_tilde - enc.h).abs().max())
@@ -421,11 +470,6 @@ def _gates_section(tr: Translator, model: nn.Module, batch: Batch, tracks: dict[
                              for sym, f in (("z", "z"), ("r", "r"), ("h̃", "h_tilde"), ("h", "h")))
             out(f"    step {t + 1:>2} {tok:>12}: {cols}   mean z {float(track.z[:, t].mean()):.2f} "
                 f"r {float(track.r[:, t].mean()):.2f}")
-    if figures_dir is not None:
-        from attnlab.viz.figure import save_figure
-
-        for path in save_figure(gates_figure(tracks), Path(figures_dir) / "gates", formats=("png",)):
-            out(f"  heatmaps of every unit × step (z, r, h̃, h_t; encoder and decoder): {path}")
 
 
 def _units_vec(values: Tensor, units: list[int], t: int) -> str:
@@ -458,12 +502,12 @@ def gates_figure(tracks: dict[str, GateTrack]):
     return fig
 
 
-def _decoding_section(tr: Translator, steps: list[_Step], hyp: list[int], top_k: int, out: Out) -> str:
-    """5. greedy decoding, one step at a time (§3, §8, §22); returns the translation."""
+def _decoding_section(steps: list[_Step], translation: str, V: int, top_k: int, out: Out) -> None:
+    """5. greedy decoding, one step at a time (§3, §8, §22), over a target vocabulary of ``V`` entries."""
     out(
         "\n" + _("== 5. greedy decoding, one step at a time (§22): attention over the source, then logits = "
                  "W_o s + b_o (§8), shape (1, {V}), softmax → probabilities; top {k} shown").format(
-            V=len(tr.tgt_tok), k=top_k)
+            V=V, k=top_k)
     )
     with_context = [st for st in steps if st.context is not None]
     if with_context:
@@ -483,9 +527,7 @@ def _decoding_section(tr: Translator, steps: list[_Step], hyp: list[int], top_k:
         out("    top: " + "  ".join(f"{tok} {p:.3f}" for tok, p in st.top))
         out(_("    → chooses {token!r} (p = {p:.3f})").format(token=st.chosen, p=st.p_chosen))
     _movement_lines(steps, out)
-    translation = tr.tgt_tok.decode(hyp)
     out(_("  translation: {text!r}").format(text=translation))
-    return translation
 
 
 def _movement_lines(steps: list[_Step], out: Out) -> None:
@@ -512,36 +554,43 @@ def _scratch_gap(tr: Translator, scratch: nn.Module, batch: Batch) -> float:
     return float((a - b).abs().max())
 
 
-def _loss_section(model, tr: Translator, ids: list[int], reference: str, translation: str, out: Out) -> None:
-    """6. the teacher-forced cross-entropy against a reference, token by token, and its BLEU (§3, §21)."""
-    ref_ids = tr.tgt_tok.encode(reference)
-    if not ref_ids:
-        raise AttnlabError(
-            f"--reference {reference!r} has no token after preprocessing; give a French sentence"
-        )
-    b = collate([ids], [ref_ids], [0])
+@dataclass
+class _Loss:
+    """The teacher-forced cross-entropy against a reference (§3, §21): per decoder input, its label and
+    −log p(label); and the sentence BLEU of the translation against the reference."""
+
+    reference: str
+    translation: str
+    inputs: list[str]
+    labels: list[str]
+    nll: list[float]
+    bleu: float
+
+
+def _loss(model, tr: Translator, ids: list[int], reference: str, translation: str) -> _Loss:
+    b = collate([ids], [tr.tgt_tok.encode(reference)], [0])
     dev = tr.device
     with torch.inference_mode():
         logits = model(b.src.to(dev), b.src_valid_lens.to(dev), b.tgt_in.to(dev)).logits[0].float().cpu()
     log_probs = torch.log_softmax(logits, dim=-1)  # (T, V)
     labels = b.tgt_out[0]
     nll = -log_probs.gather(1, labels[:, None])[:, 0]  # (T,)
+    return _Loss(reference, translation, [tr.tgt_tok.id_to_token(int(i)) for i in b.tgt_in[0]],
+                 [tr.tgt_tok.id_to_token(int(i)) for i in labels], nll.tolist(),
+                 d2l_bleu(tokenize(translation), tokenize(reference), k=2))
+
+
+def _loss_section(loss: _Loss, out: Out) -> None:
+    """8. the teacher-forced cross-entropy against a reference, token by token, and its BLEU (§3, §21)."""
     out(
         "\n" + _("== 8. loss against the reference (§3, §21): teacher forcing feeds <bos> + reference, labels are "
                  "reference + <eos>; cross-entropy = mean of −log p(label)")
     )
-    for t in range(labels.numel()):
-        inp = tr.tgt_tok.id_to_token(int(b.tgt_in[0, t]))
-        lab = tr.tgt_tok.id_to_token(int(labels[t]))
-        out(
-            f"  input {inp:>14} → label {lab:>14}: p = {math.exp(-float(nll[t])):.3f}, −log p = {float(nll[t]):.3f}"
-        )
-    loss = float(nll.mean())
-    out(
-        f"  loss = {loss:.3f} per token over {labels.numel()} tokens (perplexity {math.exp(min(loss, 50)):.2f})"
-    )
-    bleu = d2l_bleu(tokenize(translation), tokenize(reference), k=2)
-    out(f"  sentence BLEU (D2L formula, k=2) of {translation!r} against {reference!r}: {bleu:.3f}")
+    for inp, lab, nll in zip(loss.inputs, loss.labels, loss.nll):
+        out(f"  input {inp:>14} → label {lab:>14}: p = {math.exp(-nll):.3f}, −log p = {nll:.3f}")
+    mean = sum(loss.nll) / len(loss.nll)
+    out(f"  loss = {mean:.3f} per token over {len(loss.nll)} tokens (perplexity {math.exp(min(mean, 50)):.2f})")
+    out(f"  sentence BLEU (D2L formula, k=2) of {loss.translation!r} against {loss.reference!r}: {loss.bleu:.3f}")
 
 
 def _tables(
