@@ -9,7 +9,7 @@ import pytest
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "notes_tour.ipynb"
 # A code cell whose last line returns a figure must show it inline (image/png), without pyplot.
-FIGURE_ENDINGS = (".plot(", ".curves()", "_figure(", "Image(")
+FIGURE_ENDINGS = (".plot(", ".curves()", "_figure(", ".figure()", "Image(")
 
 
 def _code_cells(nb) -> list:

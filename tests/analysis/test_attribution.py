@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from attnlab.analysis import attribution as A
+from attnlab.analysis.report import Report
 from attnlab.cli import main, make_parser
 from attnlab.data.batching import collate
 from attnlab.models import traits
@@ -119,7 +120,7 @@ def test_integrated_gradients_is_complete_within_one_percent(which, request):
     tr = request.getfixturevalue(which)
     # 512 points: the Transformer's ReLUs put kinks on the path, so Gauss–Legendre converges slowly, and a
     # barely trained model's f(x) − f(0) can be a few hundredths of a nat (its 1 % is then tiny).
-    a = A.gradient_attribution(tr, SENTENCE, "ig", steps=512)
+    a = A.run(tr, SENTENCE, "ig", steps=512)
     fx, f0 = _log_probs_without_source_words(tr, a)
     assert a.scores.shape == (len(a.rows), len(a.cols)) and a.cols[-1] == "<eos>"
     assert torch.allclose(a.logprob, fx, atol=1e-5) and torch.allclose(a.baseline_logprob, f0, atol=1e-5)
@@ -129,7 +130,7 @@ def test_integrated_gradients_is_complete_within_one_percent(which, request):
 
 def test_input_times_gradient_is_the_embedding_times_its_gradient(bahdanau):
     tr = bahdanau
-    a = A.gradient_attribution(tr, SENTENCE, "ixg")
+    a = A.run(tr, SENTENCE, "ixg")
     batch = _greedy_batch(tr, a)
     kept = {}
 
@@ -148,7 +149,7 @@ def test_input_times_gradient_is_the_embedding_times_its_gradient(bahdanau):
 
 
 def test_attention_is_put_beside_the_attribution_with_its_rank_correlation(transformer, bahdanau):
-    a = A.gradient_attribution(transformer, SENTENCE, "ixg")
+    a = A.run(transformer, SENTENCE, "ixg")
     T, S = len(a.rows), len(a.cols)
     titles = list(a.compare)
     assert titles[0].startswith("cross-attention, layer 1 of 1") and "rollout" in titles[1]
@@ -157,14 +158,14 @@ def test_attention_is_put_beside_the_attribution_with_its_rank_correlation(trans
     assert torch.allclose(a.compare[titles[1]].sum(-1), torch.ones(T), atol=1e-5)  # a rollout's rows sum to 1
     for t in range(T):
         assert a.rho[titles[0]][t] == A.spearman(a.scores[t].abs(), cross[t, :S])
-    b = A.gradient_attribution(bahdanau, SENTENCE, "ixg")
+    b = A.run(bahdanau, SENTENCE, "ixg")
     assert list(b.compare) == ["additive attention (Bahdanau)"]
-    text = A.format_attribution(b)
+    text = b.format()
     assert "per sentence, additive attention (Bahdanau): ρ = " in text and "top-1 agreement" in text
 
 
 def test_rollout_of_the_transformer_encoder(transformer):
-    r = A.attention_rollout(transformer, SENTENCE)
+    r = A.run(transformer, SENTENCE, "rollout")
     (m,) = r.maps
     raw = transformer.attention(SENTENCE).attention["enc_self"]
     assert m.kind == "enc_self" and m.labels[-1] == "<eos>"
@@ -175,16 +176,26 @@ def test_rollout_of_the_transformer_encoder(transformer):
 
 def test_what_cannot_be_attributed_says_so_in_one_line(transformer, bahdanau, monkeypatch):
     with pytest.raises(A.AttributionError, match="no stack of self-attention"):
-        A.attention_rollout(bahdanau, SENTENCE)
+        A.run(bahdanau, SENTENCE, "rollout")
     with pytest.raises(A.AttributionError, match="unknown gradient method"):
-        A.gradient_attribution(transformer, SENTENCE, "saliency")
+        A.run(transformer, SENTENCE, "saliency")
     with pytest.raises(A.AttributionError, match="steps=0"):
-        A.gradient_attribution(transformer, SENTENCE, "ig", steps=0)
+        A.run(transformer, SENTENCE, "ig", steps=0)
     with pytest.raises(A.AttributionError, match="no token"):
-        A.gradient_attribution(transformer, "   ", "ig")
+        A.run(transformer, "   ", "ig")
     monkeypatch.setitem(sys.modules, "captum.attr", None)  # Captum missing: import fails
     with pytest.raises(A.AttributionError, match=r"attnlab\[explain\]"):
-        A.gradient_attribution(transformer, SENTENCE, "ig")
+        A.run(transformer, SENTENCE, "ig")
+
+
+@pytest.mark.parametrize("method", ["ixg", "rollout"])
+def test_run_answers_through_the_report_protocol(transformer, method):
+    """run(...) -> a Report whatever the method: the tables as text, the maps drawn, the data as JSON."""
+    r = A.run(transformer, SENTENCE, method)
+    assert isinstance(r, Report)
+    assert r.format().startswith(f"{SENTENCE} → ") and "per sentence" in r.format()
+    assert len(r.figure().axes) >= 2
+    assert json.loads(json.dumps(r.to_json()))["method"] == method
 
 
 # -------------------------------------------------------------------------------------------- CLI

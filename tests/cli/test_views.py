@@ -12,7 +12,7 @@ import torch
 from attnlab import cli
 from attnlab import config as C
 from attnlab.analysis.diagnose import selfcheck
-from attnlab.analysis.explain.params import parameter_report
+from attnlab.analysis.explain import params
 from attnlab.maps import attention_json, map_labels
 from attnlab.models import build_model
 from attnlab.translator import Translator
@@ -223,7 +223,7 @@ def test_param_counts_equal_formulas(kind, extra):
     cfg = tiny_config(kind, *extra).model
     Vs, Vt = 37, 53
     model = build_model(cfg, Vs, Vt)
-    report = parameter_report(model)
+    report = params.run(model)
     assert report.total == _expected(cfg, Vs, Vt)
     assert report.total == sum(p.numel() for p in model.parameters())
     D = cfg.num_hiddens
@@ -247,7 +247,7 @@ def test_params_command_run_and_model(tiny_runs, tmp_path, capsys):
     assert cli.main(["params", str(run), "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     tr = Translator.from_run(run)
-    assert f"{parameter_report(tr.model).total:,}" in out and "tied" in out and "LayerNorm" in out
+    assert f"{params.run(tr.model).total:,}" in out and "tied" in out and "LayerNorm" in out
     _nonempty(_printed_paths(out, ".png") + _printed_paths(out, ".svg"))
 
     args = [

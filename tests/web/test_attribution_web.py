@@ -70,7 +70,7 @@ def test_an_attribution_does_not_change_a_translation_computed_beside_it(tiny_ru
 
     import torch
 
-    from attnlab.analysis.attribution import gradient_attribution
+    from attnlab.analysis import attribution
     from attnlab.translator import Translator
 
     tr = Translator.from_run(tiny_runs("transformer"))
@@ -89,7 +89,7 @@ def test_an_attribution_does_not_change_a_translation_computed_beside_it(tiny_ru
     def attribute():
         worker_id[0] = attributing()
         try:
-            gradient_attribution(tr, SENTENCE, "ig", steps=4)
+            attribution.run(tr, SENTENCE, "ig", steps=4)
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 

@@ -16,7 +16,7 @@ The notes ask what attention weights really tell us. Two answers a learner can m
   from a baseline of zero source embeddings (positions kept, words removed) to ``e``, so that the
   attributions of a row add up to ``f_t(e) − f_t(0)`` (completeness; ``delta`` is what is missing).
 
-:func:`gradient_attribution` puts the attribution beside the attention the notes read as an
+:func:`run` puts the gradient attribution beside the attention the notes read as an
 alignment (§25): the last layer's cross-attention with its heads averaged (Bahdanau's single map for
 the GRU model; for the decoder-only model, its output rows' self-attention on the source), and the
 rollout, and measures their agreement with Spearman's rank correlation of ``|attribution|``
@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from attnlab.analysis import hooks
+from attnlab.analysis.report import TextReport
 from attnlab.data.batching import collate
 from attnlab.errors import AttnlabError
 from attnlab.models import traits
@@ -49,19 +51,21 @@ __all__ = [
     "METHODS",
     "Attribution",
     "AttributionError",
+    "LogProb",
     "RolloutMap",
     "RolloutReport",
-    "attention_rollout",
-    "gradient_attribution",
+    "attribution_figure",
     "rank",
     "rollout",
+    "rollout_figure",
+    "run",
     "spearman",
 ]
 
 METHODS = {"ig": "integrated gradients", "ixg": "input × gradient", "rollout": "attention rollout"}
 ROLLOUT_KINDS = ("enc_self", "self")  # the single stacks of self-attention rollout is defined for
-# Integrated gradients' points. On runs/quality/transformer-15min (7 sentences), completeness gaps of at
-# most 1.8 % at 32 points, 1.05 % at 64, 0.56 % at 128; the per-sentence ρ moved by ≤ 0.03 from 16 on.
+# Integrated gradients' points: the completeness gap shrinks as they grow (every report prints it, and
+# says to raise --steps above 1 %); docs/experiments/attribution-steps.md measures the gap per count.
 DEFAULT_STEPS = 64
 # Integrated gradients' rows (points × output tokens) per forward and backward pass: small batches bound
 # the memory on long sentences, keep the activations in cache, and make each backward pass short, so a
@@ -152,8 +156,9 @@ class RolloutMap:
 
 
 @dataclass
-class RolloutReport:
-    """:func:`attention_rollout` of one sentence: every self-attention stack of the model."""
+class RolloutReport(TextReport):
+    """:func:`run` with ``method="rollout"``: every self-attention stack of the model, for one sentence.
+    ``format()`` prints each stack's last layer and its rollout, ``figure()`` draws them side by side."""
 
     source: str
     translation: str
@@ -173,8 +178,28 @@ class RolloutReport:
             ],
         }
 
+    def _format(self) -> str:
+        return _rollout_text(self)
 
-def attention_rollout(tr: Translator, sentence: str, max_len: int | None = None) -> RolloutReport:
+    def figure(self):
+        return rollout_figure(self)
+
+
+def run(tr: Translator, sentence: str, method: str = "ig", steps: int = DEFAULT_STEPS,
+        max_len: int | None = None) -> Attribution | RolloutReport:
+    """Is attention an explanation? for ``sentence`` on ``tr``'s model (see the module docstring).
+
+    ``method``: ``"ig"`` (integrated gradients, ``steps`` points) or ``"ixg"`` (input × gradient) give an
+    :class:`Attribution` of the greedy translation's first ``max_len`` output tokens (None: all);
+    ``"rollout"`` gives a :class:`RolloutReport` (``steps`` unused). Raises :class:`AttributionError`
+    as :func:`_gradient_attribution` and :func:`_attention_rollout` say.
+    """
+    if method == "rollout":
+        return _attention_rollout(tr, sentence, max_len=max_len)
+    return _gradient_attribution(tr, sentence, method, steps=steps, max_len=max_len)
+
+
+def _attention_rollout(tr: Translator, sentence: str, max_len: int | None = None) -> RolloutReport:
     """Rollout of every self-attention stack the model has (``enc_self``: the Transformer encoder
     and the encoder-only model; ``self``: the decoder-only model over ``source <bos> target``), on
     the maps :meth:`Translator.attention` captures for ``sentence`` (greedy, teacher-forced).
@@ -203,8 +228,10 @@ def attention_rollout(tr: Translator, sentence: str, max_len: int | None = None)
 
 
 @dataclass
-class Attribution:
-    """Gradient attribution of one translation, beside the attention (see the module docstring).
+class Attribution(TextReport):
+    """Gradient attribution of one translation, beside the attention (see the module docstring):
+    :func:`run` with ``method="ig"`` or ``"ixg"``. ``format()`` prints the tables and correlations,
+    ``figure()`` draws the comparison maps beside the attribution.
 
     ``scores (T, S)``: the signed attribution of output token ``t`` (``rows``) to source token ``s``
     (``cols``, ``<eos>`` included). ``logprob (T,)``: ``f_t`` at the input; ``baseline_logprob (T,)``:
@@ -283,8 +310,14 @@ class Attribution:
             ],
         }
 
+    def _format(self) -> str:
+        return _attribution_text(self)
 
-def gradient_attribution(
+    def figure(self):
+        return attribution_figure(self)
+
+
+def _gradient_attribution(
     tr: Translator, sentence: str, method: str = "ig", steps: int = DEFAULT_STEPS, max_len: int | None = None
 ) -> Attribution:
     """Attribute each output token of ``sentence``'s greedy translation to the source tokens.
@@ -298,7 +331,8 @@ def gradient_attribution(
     from attnlab.translator import decode_many, teacher_forced, token_labels  # no cycle: loaded when used
 
     if method not in ("ig", "ixg"):
-        raise AttributionError(f"unknown gradient method {method!r}; use ig (integrated gradients) or ixg")
+        raise AttributionError(f"unknown gradient method {method!r}; use ig (integrated gradients) or ixg "
+                               "(input × gradient), or rollout")
     if steps < 1:
         raise AttributionError(f"steps={steps} must be >= 1 (integrated gradients' interpolation points)")
     t = traits(tr.cfg.model)
@@ -327,7 +361,8 @@ def gradient_attribution(
 
 class LogProb:
     """``f(e) (B, T)``: the teacher-forced log-probability of each output token given source token
-    embeddings ``e (B, S, E)`` in place of the source embedding table's output (a forward hook),
+    embeddings ``e (B, S, E)`` in place of the source embedding table's output
+    (:func:`attnlab.analysis.hooks.replacing_output`, in the calling thread's passes only),
     every other input fixed; the model runs in eval mode (dropout off), its mode restored after."""
 
     def __init__(self, model: nn.Module, embedding: str, batch, T: int, device: torch.device) -> None:
@@ -356,11 +391,10 @@ class LogProb:
             # on the same model at once, and their tables must stay theirs.
             return emb if threading.get_ident() == owner else out
 
-        handle = self.table.register_forward_hook(replace)
         try:
-            yield
+            with hooks.replacing_output(self.table, replace):
+                yield
         finally:
-            handle.remove()
             self.model.train(was_training)
 
     def at_input(self) -> Tensor:
@@ -471,7 +505,7 @@ def _rho_text(v: float | None) -> str:
     return "—" if v is None else f"{v:+.2f}"
 
 
-def format_attribution(a: Attribution) -> str:
+def _attribution_text(a: Attribution) -> str:
     """The readable report of ``attnlab attribute``: the attribution table, each comparison map
     with its per-token ρ, and the per-sentence correlations."""
     from attnlab.maps import display_tokens
@@ -502,7 +536,7 @@ def format_attribution(a: Attribution) -> str:
     return "\n".join(lines)
 
 
-def format_rollout(r: RolloutReport) -> str:
+def _rollout_text(r: RolloutReport) -> str:
     """The readable report of ``attnlab attribute --method rollout``: per stack, the last layer's
     attention and the rollout, with each row's ρ between them."""
     from attnlab.maps import display_tokens

@@ -24,17 +24,12 @@ def cmd_attribute(args) -> int:
         raise AttnlabError(f"--steps {args.steps} must be >= 1 (integrated gradients' interpolation points)")
     tr = load_translator(args)
     out = writable_folder(Path(args.save_dir) if args.save_dir else Path(args.run) / "figures", "--save-dir")
-    if args.method == "rollout":
-        report = A.attention_rollout(tr, args.sentence)
-        text, fig = A.format_rollout(report), A.rollout_figure(report)
-    else:
-        report = A.gradient_attribution(tr, args.sentence, args.method, steps=args.steps)
-        text, fig = A.format_attribution(report), A.attribution_figure(report)
-    paths = save_figure(fig, out / f"{slug(args.sentence)}_{args.method}", ("png",))
+    report = A.run(tr, args.sentence, args.method, steps=args.steps)
+    paths = save_figure(report.figure(), out / f"{slug(args.sentence)}_{args.method}", ("png",))
     if args.json:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
-        print(text)
+        print(report.format())
     for path in paths:
         print(f"wrote {path}")
     return 0

@@ -88,14 +88,20 @@ def cmd_attention(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    from attnlab.analysis.explain.sentence import explain
+    from attnlab.analysis.explain import sentence
+    from attnlab.viz.figure import save_figure
 
     if args.top < 1:
         raise AttnlabError(f"--top {args.top} must be >= 1")
     tr = load_translator(args)
     default = Path(args.run) / "figures"  # written only for a GRU model's gates: not created for the others
     figures = _out_dir(args, default) if args.save_dir else default
-    print(explain(tr, args.sentence, reference=args.reference, top_k=args.top, figures_dir=figures))
+    report = sentence.run(tr, args.sentence, reference=args.reference, top_k=args.top)
+    print(report.format())
+    fig = report.figure()
+    if fig is not None:
+        for path in save_figure(fig, figures / "gates", formats=("png",)):
+            print(f"  heatmaps of every unit × step (z, r, h̃, h_t; encoder and decoder): {path}")
     return 0
 
 
@@ -103,8 +109,9 @@ def cmd_explain(args) -> int:
 
 
 def cmd_params(args) -> int:
-    from attnlab.analysis.explain.params import draw_params, format_params, parameter_report
+    from attnlab.analysis.explain import params
     from attnlab.models import build_model
+    from attnlab.viz.figure import save_figure
 
     if args.run is not None and "=" in args.run and not Path(args.run).is_dir():
         # argparse gives the first `section.key=value` to the optional RUN positional
@@ -126,16 +133,10 @@ def cmd_params(args) -> int:
         model = build_model(cfg.model, *vocab)
         title = f"{args.model} (preset + overrides)"
         out = _out_dir(args, Path("figures"))
-    report = parameter_report(model)
-    print(
-        format_params(
-            report,
-            f"{title}: source vocabulary {vocab[0]:,}, target vocabulary {vocab[1]:,}",
-            verbose=args.verbose,
-        )
-    )
+    report = params.run(model, title, vocab=vocab, verbose=args.verbose)
+    print(report.format())
     stem = "params" if args.run is not None else f"params_{args.model}"
-    for path in draw_params(report, out, title, stem=stem, formats=_formats(args)):
+    for path in save_figure(report.figure(), out / stem, formats=_formats(args)):
         print(path)
     return 0
 
@@ -160,13 +161,8 @@ def _vocab_sizes(args, cfg) -> tuple[int, int]:
 
 
 def cmd_positional(args) -> int:
-    from attnlab.analysis.explain.positional import (
-        delta_for,
-        format_delta,
-        format_model_section,
-        model_section,
-        positional_report,
-    )
+    from attnlab.analysis.explain import positional
+    from attnlab.viz.figure import save_figure
 
     columns = None
     if args.columns:
@@ -176,26 +172,14 @@ def cmd_positional(args) -> int:
             raise AttnlabError(
                 f"--columns {args.columns!r} must be integers separated by commas, e.g. 0,1,6,7"
             ) from None
-    tr, dim = None, 32 if args.dim is None else args.dim
-    if args.run is not None:  # the run's own d, its own position table, and §13–14 on its model
-        tr = load_translator(args)
-        dim = tr.cfg.model.num_hiddens
-        if args.dim is not None and args.dim != dim:
-            raise AttnlabError(f"--dim {args.dim} differs from the run's model.num_hiddens={dim}; drop --dim with RUN")
-    report = positional_report(
-        dim,
-        args.positions,
-        _out_dir(args, Path(args.run) / "figures" if args.run else Path("figures")),
-        max_shift=args.max_shift,
-        columns=columns,
-        formats=_formats(args),
-    )
-    for path in report.paths:
+    # with RUN: the run's own d, its own position table, and §13–14 on its model
+    tr = load_translator(args) if args.run is not None else None
+    report = positional.run(args.dim, args.positions, args.max_shift, columns, translator=tr, sentence=args.sentence)
+    out = _out_dir(args, Path(args.run) / "figures" if args.run else Path("figures"))
+    stem = out / f"positional_encoding_d{report.dim}_p{report.positions}"
+    for path in save_figure(report.figure(), stem, formats=_formats(args)):
         print(path)
-    print(report.line())
-    print("\n" + format_delta(*delta_for(tr.model if tr else None, dim)))
-    if tr is not None:
-        print("\n" + format_model_section(model_section(tr, args.sentence)))
+    print(report.format())
     return 0
 
 

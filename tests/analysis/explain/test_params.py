@@ -4,9 +4,12 @@ its size, and the figure's title and labels are not cut off."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from attnlab.analysis.explain.params import draw_params, format_params, non_parameters, parameter_report
+from attnlab.analysis.explain.params import non_parameters, run
+from attnlab.analysis.report import Report
 from attnlab.models import build_model
 from tests.conftest import tiny_config
 
@@ -21,14 +24,14 @@ def _model(kind: str, *extra: str):
 def test_a_tied_W_o_is_named_shared_and_counted_once(kind):
     model = _model(kind)
     D = model.config.num_hiddens
-    report = parameter_report(model)
-    text = format_params(report)
+    report = run(model)
+    text = report.format()
     (out_line,) = [ln for ln in text.splitlines() if ln.startswith("output layer")]
     assert f"{VT:>12,}" in out_line  # b_o alone is counted here ...
     assert f"output.bias only: output.weight ({VT}×{D}) is tied to the target embedding, shared, counted once" in out_line
     (emb_line,) = [ln for ln in text.splitlines() if ln.startswith("target embedding")]
     assert f"{VT * D:>12,}" in emb_line and "output.weight" in emb_line  # ... and W_o once, in its table's row
-    untied = format_params(parameter_report(_model(kind, "model.tie_embeddings=false")))
+    untied = run(_model(kind, "model.tie_embeddings=false")).format()
     assert "tied" not in untied
 
 
@@ -48,26 +51,18 @@ def test_non_parameters_name_the_positional_buffer_and_the_context_vectors():
     assert c.size == f"{2 * bi.config.num_hiddens} numbers per decoder step"  # values = [h→; h←]
     (fixed,) = non_parameters(_model("seq2seq"))
     assert fixed.name == "context vector c" and fixed.size.startswith(f"{tiny_config('seq2seq').model.num_hiddens} ")
-    assert "not parameters (§9)" in format_params(parameter_report(tr))
+    assert "not parameters (§9)" in run(tr).format()
 
 
-def test_params_figure_keeps_every_text_inside(tmp_path, monkeypatch):
+def test_params_figure_keeps_every_text_inside(tmp_path):
     """Title, group names and the value labels lie inside the saved figure (nothing cut off)."""
-    from attnlab.analysis.explain import params as P
+    from attnlab.viz.figure import save_figure
 
-    drawn = {}
-    real_save = P.save_figure
-
-    def keep(fig, stem, formats):
-        drawn["fig"] = fig
-        return real_save(fig, stem, formats)
-
-    monkeypatch.setattr(P, "save_figure", keep)
     long_title = "a-rather-long-run-name-from-a-sweep-lr-0.0015-warmup-200 (transformer, fra-eng, bpe 8k)"
-    report = parameter_report(_model("transformer"))
-    saved = draw_params(report, tmp_path, long_title, formats=("png",))
+    report = run(_model("transformer"), long_title)
+    fig = report.figure()
+    saved = save_figure(fig, tmp_path / "params", formats=("png",))
     assert saved[0].read_bytes()[:4] == b"\x89PNG"
-    fig = drawn["fig"]
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     box = fig.bbox
@@ -79,3 +74,17 @@ def test_params_figure_keeps_every_text_inside(tmp_path, monkeypatch):
             continue
         ext = t.get_window_extent(renderer)
         assert ext.x0 >= box.x0 - 1 and ext.x1 <= box.x1 + 1 and ext.y0 >= box.y0 - 1 and ext.y1 <= box.y1 + 1, t.get_text()
+
+
+def test_run_answers_through_the_report_protocol():
+    """run(model) -> a Report: its text (in the language asked, for that call only), its bar chart, its JSON."""
+    report = run(_model("bahdanau"), "bahdanau", vocab=(VS, VT), verbose=True)
+    assert isinstance(report, Report)
+    text = report.format()
+    assert text.startswith(f"bahdanau: source vocabulary {VS}, target vocabulary {VT}")
+    assert "encoder.embedding.weight" in text  # verbose: every tensor under its group
+    zh = report.format("zh")
+    assert "参数量" in zh and "参数量" not in text and report.format() == text
+    assert report.figure().axes
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["total"] == report.total and [g["name"] for g in data["groups"]] == [g.name for g in report.groups]

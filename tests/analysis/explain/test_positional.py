@@ -3,6 +3,7 @@ the sizes of what is added, the cost of concatenating, the worked δ = 2 example
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -11,6 +12,7 @@ import torch
 
 from attnlab import cli
 from attnlab.analysis.explain import positional as P
+from attnlab.analysis.report import Report
 from attnlab.attention.positional import sinusoidal_table
 from attnlab.data.specials import EOS
 from attnlab.data.vocab import Vocab
@@ -95,20 +97,39 @@ def test_delta_example_one_matrix_for_both_moves_and_not_for_any_table():
     assert ex.err_a < 1e-6 and ex.err_b < 1e-6
     torch.manual_seed(0)
     assert P.delta_example(16, table=torch.randn(20, 16)).err_a > 0.1  # a learned table has no such rotation
-    text = P.format_delta(P.delta_example(32))
+    text = P.run(32).format()  # the worked example on the formula at d = 32
     assert "p_3 to p_5 and p_10 to p_12" in text and "M_2" in text
 
 
 @pytest.mark.parametrize("kind", ["transformer", "bahdanau", "decoder-only"])
 def test_model_section_text(kind):
     model, vocab, cfg = tiny(kind)
-    text = P.format_model_section(P.model_section(Translator(model.float(), vocab, vocab, cfg), "twenty one"))
+    text = P.run(translator=Translator(model.float(), vocab, vocab, cfg), sentence="twenty one").format()
     if kind == "bahdanau":
         assert "no positional encoding" in text and "FLOPs" not in text
     else:
         assert "FLOPs" in text and "√(D/2)" in text
         assert (P.TEXT["order_head"] in text) == (kind == "transformer")
         assert (P.TEXT["order_causal"] in text) == (kind == "decoder-only")
+
+
+def test_run_carries_every_section_in_one_report():
+    """positional.run -> one Report: the rotation check, the δ example and the §13–14 section in its text,
+    the table drawn as its figure, all of it in its JSON; a --dim that is not the run's is refused."""
+    model, vocab, cfg = tiny("transformer")
+    tr = Translator(model.float(), vocab, vocab, cfg)
+    r = P.run(positions=20, translator=tr, sentence="twenty one")
+    assert isinstance(r, Report) and r.dim == cfg.model.num_hiddens
+    text = r.format()
+    assert text.startswith("rotation property: max error") and "§16 worked example" in text
+    assert "the run's own position table" in text and "§13–14 on" in text
+    assert len(r.figure().axes) >= 3
+    data = json.loads(json.dumps(r.to_json()))
+    assert data["dim"] == r.dim and data["model"]["kind"] == "transformer" and data["text"] == text
+    with pytest.raises(P.AttnlabError, match="differs from the run's model.num_hiddens"):
+        P.run(dim=r.dim + 2, translator=tr)
+    with pytest.raises(P.AttnlabError, match="--columns"):
+        P.run(8, columns=[0, 9])
 
 
 @pytest.fixture(scope="module")

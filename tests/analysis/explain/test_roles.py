@@ -4,15 +4,18 @@ the residual adds printed per layer add up — for pre-norm and for the notes' p
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
 import torch
 from torch import nn
 
+from attnlab.analysis.explain import params, sentence
 from attnlab.analysis.explain.roles import additive_scores, capture, head_scores
-from attnlab.analysis.explain.sentence import explain
+from attnlab.attention.masks import masked_softmax
 from attnlab.data.batching import collate
+from attnlab.data.vocab import Vocab
 from attnlab.models import build_model
 from attnlab.translator import Translator
 from tests.conftest import tiny_config
@@ -71,7 +74,7 @@ def _residual_rows(text: str) -> list[tuple[float, ...]]:
 @pytest.mark.parametrize("kind", ["transformer", "decoder-only", "bahdanau"])
 def test_explain_works_step_1_by_hand(tiny_runs, kind):
     tr = Translator.from_run(tiny_runs(kind), which="last")
-    text = explain(tr, "twenty one")
+    text = sentence.run(tr, "twenty one").format()
     assert "== 6. Query, Key, Value" in text and "== 7. one logit by hand" in text
     # the scores' softmax equals the model's weights and the row the decoding section printed
     gaps = re.search(r"max \|Δ\| = ([0-9.e+-]+) against the model's own weights, ([0-9.e+-]+) against", text)
@@ -103,7 +106,7 @@ def test_residual_adds_add_up_for_pre_and_post_norm(tmp_path, norm_first):
     run = tmp_path / "run"
     train(tiny_config("transformer", f"model.norm_first={str(norm_first).lower()}", "model.num_layers=2",
                       "train.max_steps=2"), run, progress=False)
-    text = explain(Translator.from_run(run, which="last"), "twenty one")
+    text = sentence.run(Translator.from_run(run, which="last"), "twenty one").format()
     placement = "pre-norm" if norm_first else "post-norm (the notes' placement)"
     assert f"this model is {placement} (model.norm_first={str(norm_first).lower()})" in text
     assert f"model.norm_first={str(not norm_first).lower()}" in text  # the other placement, one setting away
@@ -125,7 +128,7 @@ def test_an_untied_model_says_W_o_is_its_own_matrix(tmp_path):
 
     run = tmp_path / "untied"
     train(tiny_config("bahdanau", "model.tie_embeddings=false", "train.max_steps=2"), run, progress=False)
-    text = explain(Translator.from_run(run, which="last"), "twenty one")
+    text = sentence.run(Translator.from_run(run, which="last"), "twenty one").format()
     assert "W_o is its own matrix" in text and "weight tying" not in text
     dot, bias, hand, model = _floats(r"·out = ([+-][0-9.]+), b_o\[\d+\] = ([+-][0-9.]+) → logit = ([+-][0-9.]+); "
                                      r"the model's logit ([+-][0-9.]+)", text)
@@ -139,3 +142,35 @@ def test_module_paths_are_labelled_with_layers_counted_from_1():
     assert _layer_from_1("encoder_blocks.0.attention") == "   (layer 1)"
     assert _layer_from_1("decoder_blocks.1.cross_attention.in_proj") == "   (layer 2)"
     assert _layer_from_1("src_embedding") == ""
+
+
+class DotScore(nn.Module):
+    """A scaled dot-product score in Bahdanau's decoder instead of the additive one: no parameters, and
+    the call Bahdanau makes of its attention module (``project_keys``; queries, keys, values, mask)."""
+
+    def project_keys(self, keys):
+        return keys
+
+    def forward(self, queries, keys, values, mask=None, projected_keys=None):
+        k = keys if projected_keys is None else projected_keys  # (B, K, D)
+        weights = masked_softmax(queries @ k.transpose(1, 2) / math.sqrt(k.shape[-1]), mask)  # (B, Q, K)
+        return weights @ values, weights
+
+
+def test_explain_finds_bahdanau_s_attention_module_whatever_its_score():
+    """Explain reads the attention module where the model keeps it, not by its class: a Bahdanau model
+    whose attention scores by dot product gets its context vectors checked, its Query, Key and Value
+    named, and no additive formula it does not compute."""
+    torch.manual_seed(0)
+    cfg = tiny_config("bahdanau")
+    vocab = Vocab.build([["twenty", "one", "thirty"]], "en")
+    model = build_model(cfg.model, len(vocab), len(vocab)).eval()
+    model.attention = DotScore()
+    tr = Translator(model, vocab, vocab, cfg)
+    text = sentence.run(tr, "twenty one").format()
+    contexts = re.findall(r"context c_\d+ = \[.*\] \((\d+) dims\)", text)
+    assert contexts and all(int(d) == cfg.model.num_hiddens for d in contexts)
+    assert float(re.search(r"own output: max \|Δ\| = ([0-9.e+-]+)", text).group(1)) < 1e-5  # Σ α h_t
+    assert "k_t = h_t" in text and "no W_v" in text and "DotScore" in text and "w_vᵀ tanh" not in text
+    assert "context vectors c_t'" in text.split("== 9.")[1]
+    assert "context vector c_t'" in {r.name for r in params.run(model).not_parameters}

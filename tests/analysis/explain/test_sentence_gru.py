@@ -3,13 +3,15 @@ context vectors c_t' = Σ α h_t, and the "not formed" note — checked against 
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 import torch
 
 from attnlab import cli
-from attnlab.analysis.explain.sentence import explain, gate_tracks, gates_figure, scratch_gru_copy
+from attnlab.analysis.explain.sentence import gate_tracks, gates_figure, run, scratch_gru_copy
+from attnlab.analysis.report import Report
 from attnlab.data.batching import collate
 from attnlab.evaluation.alignment import attention_movement
 from attnlab.translator import Translator, decode_many, teacher_forced, token_labels
@@ -58,9 +60,11 @@ def test_gates_figure_draws_every_gate_of_both_grus(tiny_runs):
     assert [im.get_clim() for im in images[:4]] == [(0.0, 1.0), (0.0, 1.0), (-1.0, 1.0), (-1.0, 1.0)]
 
 
-def test_explain_shows_units_context_vectors_and_writes_gates_png(tiny_runs, tmp_path):
+def test_explain_shows_units_context_vectors_and_writes_gates_png(tiny_runs, tmp_path, capsys):
     tr = Translator.from_run(tiny_runs("bahdanau"), which="last")
-    text = explain(tr, "twenty one", figures_dir=tmp_path)
+    assert cli.main(["explain", str(tiny_runs("bahdanau")), "twenty one", "--checkpoint", "last",
+                     "--save-dir", str(tmp_path)]) == 0
+    text = capsys.readouterr().out  # the report's text, then the path of its figure
     png = tmp_path / "gates.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and str(png) in text
     assert "r_t ⊙ (W_hh h_t−1 + b_hh)" in text and "W_hh (r_t ⊙ h_t−1)" in text  # both placements named
@@ -78,7 +82,7 @@ def test_explain_shows_units_context_vectors_and_writes_gates_png(tiny_runs, tmp
 
 
 def test_seq2seq_explain_has_gates_but_no_context_vectors(tiny_runs):
-    text = explain(Translator.from_run(tiny_runs("seq2seq"), which="last"), "twenty one")
+    text = run(Translator.from_run(tiny_runs("seq2seq"), which="last"), "twenty one").format()
     assert "GRU gates" in text and "context c_" not in text and "attention movement" not in text
 
 
@@ -92,3 +96,18 @@ def test_an_untrained_bahdanau_says_attention_has_not_formed(tmp_path, capsys):
     assert cli.main(["explain", str(run), "twenty one"]) == 0
     out = capsys.readouterr().out
     assert out.count("has not formed") == 1 and (run / "figures" / "gates.png").is_file()
+
+
+@pytest.mark.parametrize("kind", ["bahdanau", "transformer"])
+def test_run_answers_through_the_report_protocol(tiny_runs, kind):
+    """explain's run -> a Report: the walk-through as text in the language asked (for that call only), the
+    GRU's gates as its figure (none for a Transformer), and its data as JSON."""
+    report = run(Translator.from_run(tiny_runs(kind), which="last"), "twenty one", reference="vingt et un")
+    assert isinstance(report, Report)
+    text = report.format()
+    assert "== 1. tokens → ids" in text and "== 8. loss against the reference" in text
+    assert report.format("zh") != text and report.format() == text
+    assert (report.figure() is not None) == (kind == "bahdanau")
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["translation"] == report.translation and len(data["steps"]) == len(report.steps)
+    assert data["loss"]["reference"] == "vingt et un" and data["text"] == text

@@ -16,25 +16,23 @@ from __future__ import annotations
 import re
 import textwrap
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from torch import nn
 
-from attnlab.attention.additive import AdditiveAttention
+from attnlab.analysis.report import TextReport
 from attnlab.attention.multi_head import MultiHeadAttention
 from attnlab.i18n import N_, _
 from attnlab.models import traits
-from attnlab.viz.figure import new_figure, save_figure
+from attnlab.viz.figure import new_figure
 
 __all__ = [
     "NotParameter",
     "ParamGroup",
     "ParamReport",
-    "draw_params",
-    "format_params",
     "group_of",
     "non_parameters",
-    "parameter_report",
+    "params_figure",
+    "run",
     "tied_note",
 ]
 
@@ -85,10 +83,18 @@ class NotParameter:
 
 
 @dataclass
-class ParamReport:
+class ParamReport(TextReport):
+    """The parameter groups of one model (:func:`run`): ``format()`` the table, ``figure()`` the bar chart.
+
+    ``title`` names the model on both; ``vocab`` (source, target sizes) is added to the table's heading;
+    ``verbose`` lists every tensor under its group."""
+
     groups: list[ParamGroup]
     total: int
     not_parameters: list[NotParameter] = field(default_factory=list)
+    title: str = ""
+    vocab: tuple[int, int] | None = None
+    verbose: bool = False
 
     def count(self, group: str) -> int:
         return sum(g.count for g in self.groups if g.name == group)
@@ -100,9 +106,17 @@ class ParamReport:
         """The shape of the parameter counted under ``name`` (None when no group counts it)."""
         return next((shape for g in self.groups for n, shape in g.tensors if n == name), None)
 
+    def _format(self) -> str:
+        return _table(self)
 
-def parameter_report(model: nn.Module) -> ParamReport:
+    def figure(self):
+        """The bar chart of :func:`params_figure`."""
+        return params_figure(self)
+
+
+def run(model: nn.Module, title: str = "", vocab: tuple[int, int] | None = None, verbose: bool = False) -> ParamReport:
     """Group ``model``'s trainable parameters; tied weights are counted once (under their first name).
+    ``title``, ``vocab`` and ``verbose`` only shape the text and the figure (:class:`ParamReport`).
 
     The total equals ``sum(p.numel() for p in model.parameters() if p.requires_grad)``
     (``parameters()`` yields a shared tensor once too). ``not_parameters`` lists what is not counted
@@ -125,17 +139,17 @@ def parameter_report(model: nn.Module) -> ParamReport:
         g.count += p.numel()
         g.tensors.append((name, tuple(p.shape)))
     total = sum(g.count for g in groups.values())
-    return ParamReport(list(groups.values()), total, non_parameters(model))
+    return ParamReport(list(groups.values()), total, non_parameters(model), title, vocab, verbose)
 
 
 def non_parameters(model: nn.Module) -> list[NotParameter]:
     """What ``model`` holds or computes besides its parameters (§9): its buffers (the sinusoidal
     positional table) and the context vectors its attention computes (an activation: the size of one).
 
-    The context vector's size is read from the modules: additive attention's values are the encoder
-    states (``W_k``'s input size M); multi-head attention's output is D per query, in every layer of the
-    kind (the model's traits); a model without attention that is recurrent reads one fixed context, the
-    encoder's last state (D numbers, §1).
+    The context vector's size is read from the model: Bahdanau's values are the encoder states (M numbers:
+    D, or 2D with a bidirectional encoder), whatever score its attention module computes; multi-head
+    attention's output is D per query, in every layer of the kind (the model's traits); a model without
+    attention that is recurrent reads one fixed context, the encoder's last state (D numbers, §1).
     """
     rows = []
     saved = set(model.state_dict())
@@ -146,11 +160,11 @@ def non_parameters(model: nn.Module) -> list[NotParameter]:
             "sin/cos of the position (§15), computed from the config; not learned"
             + ("" if name in saved else ", not saved in the checkpoint"),
         ))
-    additive = [m for m in model.modules() if isinstance(m, AdditiveAttention)]
     cfg = getattr(model, "config", None)
     t = traits(cfg) if cfg is not None else None
-    if additive:
-        rows.append(NotParameter("context vector c_t'", "activation", f"{additive[0].W_k.in_features} numbers per decoder step",
+    if t is not None and t.recurrent and t.attention:
+        M = cfg.num_hiddens * (2 if cfg.bidirectional else 1)  # the encoder states h_t: [h→; h←] when bidirectional
+        rows.append(NotParameter("context vector c_t'", "activation", f"{M} numbers per decoder step",
                                  "Σ_t α_t h_t, recomputed at every step from the attention weights (§1)"))
     elif t is not None and t.attention_modules:
         for kind, path in t.attention_modules.items():
@@ -186,12 +200,19 @@ def _shape(shape: tuple[int, ...]) -> str:
     return "×".join(map(str, shape)) if shape else "scalar"
 
 
-def format_params(report: ParamReport, title: str = "", verbose: bool = False) -> str:
+def _heading(report: ParamReport) -> str:
+    if report.vocab is None:
+        return report.title
+    return f"{report.title}: source vocabulary {report.vocab[0]:,}, target vocabulary {report.vocab[1]:,}"
+
+
+def _table(report: ParamReport) -> str:
     """The report as a text table: group, count, share (and every tensor with ``verbose``), then what
     is not a parameter (buffers, activations: not counted)."""
     # group names are shown in the current language (--lang), and stay the report's English keys
     module, params, share, total = _("module"), _("parameters"), _("share"), _("total")
     width = max([len(_(g.name)) for g in report.groups] + [len(total), len(module)])
+    title = _heading(report)
     lines = [title] if title else []
     lines.append(f"{module:<{width}}  {'§':<6} {params:>12}  {share:>6}")
     lines.append("-" * (width + 30))
@@ -202,7 +223,7 @@ def format_params(report: ParamReport, title: str = "", verbose: bool = False) -
         if g.shared_by:
             line += "  (also " + ", ".join(g.shared_by) + ": one shared tensor)"
         lines.append(line)
-        if verbose:
+        if report.verbose:
             for name, shape in g.tensors:
                 n = 1
                 for s in shape:
@@ -218,9 +239,8 @@ def format_params(report: ParamReport, title: str = "", verbose: bool = False) -
     return "\n".join(lines)
 
 
-def draw_params(
-    report: ParamReport, out_dir: str | Path, title: str, stem: str = "params", formats=("png", "svg")
-) -> list[Path]:
+
+def params_figure(report: ParamReport):
     """A horizontal bar chart of the parameter count per group, labelled with the count and share.
 
     Nothing is cut off: the title wraps and is centred on the figure, the x range leaves room for the longest label at the end of
@@ -253,9 +273,11 @@ def draw_params(
     ax.grid(axis="x", alpha=0.3)
     # a figure title, centred on the figure (an axes title is centred on the bars and runs off the right
     # edge when the group names push the axes right), wrapped to the figure's width
-    fig.suptitle(textwrap.fill(f"{title}: {report.total:,} trainable parameters (notes §9, §21)", 90), fontsize=10)
+    title = f"{report.title}: " if report.title else ""
+    fig.suptitle(textwrap.fill(f"{title}{report.total:,} trainable parameters (notes §9, §21)", 90), fontsize=10)
     if report.not_parameters:
         note = "not parameters (§9), not counted: " + "; ".join(
             f"{r.name} ({r.what}, {r.size})" for r in report.not_parameters)
         fig.supxlabel(textwrap.fill(note, 120), fontsize=7, color="0.35")
-    return save_figure(fig, Path(out_dir) / stem, formats=formats)
+    return fig
+

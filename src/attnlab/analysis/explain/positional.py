@@ -1,5 +1,8 @@
 """The sinusoidal positional encoding, drawn and checked (notes §13–16; D2L §10.6.3).
 
+:func:`run` returns a :class:`PositionalReport`: its ``figure()`` draws the table, its ``format()`` prints
+the checks (what ``attnlab positional [RUN]`` shows):
+
 - a heat map of the table ``P (positions × dim)``: fast-varying columns on the left, slow ones on
   the right — a binary-counter-like pattern in continuous form (§15);
 - curves of a few columns: a sin/cos pair per frequency ω_j = 1/10000^(2j/d);
@@ -22,40 +25,29 @@ On a trained run (``attnlab positional RUN``, :func:`model_section`), the same i
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass, replace
-from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from attnlab.analysis import hooks
+from attnlab.analysis.report import TextReport
 from attnlab.attention.positional import SinusoidalPositionalEncoding, rotation_error, sinusoidal_table
 from attnlab.data.specials import BOS, EOS
 from attnlab.errors import AttnlabError
 from attnlab.models import build_model, traits
-from attnlab.viz.figure import new_figure, save_figure
+from attnlab.viz.figure import new_figure
 
 __all__ = [
     "TEXT", "ConcatCost", "DeltaExample", "ModelSection", "NormCheck", "OrderCheck", "PositionalReport", "concat_cost",
-    "default_columns", "delta_example", "delta_for", "draw_positional", "format_delta", "format_model_section", "model_section",
-    "norm_check", "order_check", "positional_report",
+    "default_columns", "delta_example", "delta_for", "model_section", "norm_check", "order_check", "positional_figure",
+    "run",
 ]
-
-
-@dataclass
-class PositionalReport:
-    dim: int
-    positions: int
-    max_shift: int
-    max_error: float  # the largest deviation from the §16 rotation property
-    paths: list[Path]
-
-    def line(self) -> str:
-        return (
-            f"rotation property: max error {self.max_error:.1e} over {self.positions} positions, "
-            f"shifts 1..{self.max_shift} (dim {self.dim}, float64)"
-        )
 
 
 def default_columns(dim: int) -> list[int]:
@@ -65,27 +57,84 @@ def default_columns(dim: int) -> list[int]:
     return [6, 7, 8, 9] if dim >= 10 else list(range(min(dim, 4)))
 
 
-def _check_args(dim: int, positions: int, max_shift: int) -> None:
+def _check_args(dim: int, positions: int, max_shift: int, columns: list[int]) -> None:
     if dim < 2 or dim > 4096:
         raise AttnlabError(f"--dim {dim} must lie between 2 and 4096 (one sin/cos pair needs 2 columns)")
     if positions < 2 or positions > 100_000:
         raise AttnlabError(f"--positions {positions} must lie between 2 and 100000")
     if max_shift < 1:
         raise AttnlabError(f"--max-shift {max_shift} must be >= 1")
-
-
-def draw_positional(
-    dim: int, positions: int, out_dir: str | Path, columns: list[int] | None = None, formats=("png", "svg")
-) -> list[Path]:
-    """Draw ``positional_encoding.{png,svg}`` (heat map, curves, similarity) into ``out_dir``.
-
-    Raises AttnlabError for a dimension or number of positions out of range, or a column ≥ ``dim``.
-    """
-    _check_args(dim, positions, 1)
-    columns = default_columns(dim) if columns is None else list(columns)
     bad = [c for c in columns if not 0 <= c < dim]
     if bad:
         raise AttnlabError(f"--columns {bad} out of range; columns lie in 0..{dim - 1}")
+
+
+def run(dim: int | None = None, positions: int = 60, max_shift: int = 10, columns: list[int] | None = None,
+        translator=None, sentence: str = "i'm home .") -> PositionalReport:
+    """The §13–16 report: the rotation check of the sinusoidal table at ``dim`` over ``positions`` and
+    shifts ``1..max_shift``, the worked δ = 2 example, and with a :class:`~attnlab.translator.Translator`
+    the §13–14 section on its model for ``sentence``. ``dim``: the encoding's width (default: the
+    translator's ``num_hiddens``, else 32); ``columns``: the columns the figure draws as curves.
+
+    Raises AttnlabError for a dimension, number of positions, shift or column out of range, or a ``dim``
+    that differs from the translator's model.
+    """
+    model = translator.model if translator is not None else None
+    if translator is not None:
+        own = translator.cfg.model.num_hiddens
+        if dim is not None and dim != own:
+            raise AttnlabError(f"--dim {dim} differs from the run's model.num_hiddens={own}; drop --dim with RUN")
+        dim = own
+    dim = 32 if dim is None else dim
+    columns = default_columns(dim) if columns is None else list(columns)
+    _check_args(dim, positions, max_shift, columns)
+    delta, learned = delta_for(model, dim)
+    section = model_section(translator, sentence) if translator is not None else None
+    return PositionalReport(dim, positions, max_shift, rotation_error(dim, positions, max_shift), columns, delta,
+                            learned, section)
+
+
+@dataclass
+class PositionalReport(TextReport):
+    """What ``attnlab positional`` prints and draws: the §16 rotation check (``max_error``: the largest
+    deviation from the rotation property), the worked δ example (``learned``: the run learns its table, so
+    the example is the formula's), and the §13–14 section on a run's model (``model``, None without a run);
+    ``figure()`` is the table drawn (:func:`positional_figure`)."""
+
+    dim: int
+    positions: int
+    max_shift: int
+    max_error: float
+    columns: list[int]
+    delta: DeltaExample
+    learned: bool = False
+    model: ModelSection | None = None
+
+    def line(self) -> str:
+        return (
+            f"rotation property: max error {self.max_error:.1e} over {self.positions} positions, "
+            f"shifts 1..{self.max_shift} (dim {self.dim}, float64)"
+        )
+
+    def _format(self) -> str:
+        parts = [self.line(), _format_delta(self.delta, self.learned)]
+        if self.model is not None:
+            parts.append(_format_model_section(self.model))
+        return "\n\n".join(parts)
+
+    def figure(self):
+        return positional_figure(self.dim, self.positions, self.columns)
+
+    def to_json(self) -> dict[str, Any]:
+        from attnlab.io import jsonable
+
+        return jsonable({**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, "text": self.format()})
+
+
+def positional_figure(dim: int, positions: int, columns: list[int] | None = None):
+    """The table ``P (positions × dim)`` drawn: heat map, a few columns as curves (``columns``, default
+    :func:`default_columns`), and the similarity ``p_i · p_k`` of every pair of positions (§15–16)."""
+    columns = default_columns(dim) if columns is None else list(columns)
     P = sinusoidal_table(positions, dim)  # (positions, dim), float64
     fig = new_figure((15, 4.5))
     ax_heat, ax_curves, ax_sim = fig.subplots(1, 3)
@@ -112,22 +161,7 @@ def draw_positional(
         "sinusoidal positional encoding: p[i, 2j] = sin(i ω_j), p[i, 2j+1] = cos(i ω_j), ω_j = 10000^(−2j/d)",
         fontsize=10,
     )
-    return save_figure(fig, Path(out_dir) / f"positional_encoding_d{dim}_p{positions}", formats=formats)
-
-
-def positional_report(
-    dim: int,
-    positions: int,
-    out_dir: str | Path,
-    max_shift: int = 10,
-    columns: list[int] | None = None,
-    formats=("png", "svg"),
-) -> PositionalReport:
-    """Draw the figures and run the rotation check; ``report.line()`` is the line to print."""
-    _check_args(dim, positions, max_shift)
-    paths = draw_positional(dim, positions, out_dir, columns, formats)
-    error = rotation_error(dim, positions, max_shift)
-    return PositionalReport(dim, positions, max_shift, error, paths)
+    return fig
 
 
 # ------------------------------------------------------------------------------ §16: a worked δ = 2 example
@@ -232,7 +266,7 @@ def delta_example(dim: int, delta: int = 2, a: int = 3, b: int = 10, table: Tens
     return DeltaExample(dim, delta, a, b, table, shown, err_a, err_b, from_model)
 
 
-def format_delta(ex: DeltaExample, learned: bool = False) -> str:
+def _format_delta(ex: DeltaExample, learned: bool = False) -> str:
     """The worked example as text: a few pairs j with R(δω_j) and both moves, then the check over all pairs."""
     d, a, b, t = ex.delta, ex.a, ex.b, ex.table.double()
     where = TEXT["where_model"] if ex.from_model else TEXT["where_formula"]
@@ -278,17 +312,13 @@ class OrderCheck:
 def _encode_once(model: nn.Module, layer: nn.Module, src: Tensor, with_pe: bool) -> tuple[Tensor, Tensor, Tensor]:
     """``model.encode`` on ``src (1, S)``: (first self-attention layer's output (S, D), encoder output (S, D),
     layer 1's weights (H, S, S)); ``with_pe=False`` replaces the position vectors by zeros for this call."""
-    got: dict[str, Tensor] = {}
-    hooks = [layer.register_forward_hook(lambda m, i, o: got.__setitem__("out", o[0]))]
-    if not with_pe:  # a hook's return value replaces the module's output: x·√D + 0
-        hooks.append(model.positional.register_forward_hook(lambda m, i, o: torch.zeros_like(o)))
-    try:
+    with contextlib.ExitStack() as stack:
+        calls = stack.enter_context(hooks.recording([("layer", layer)]))
+        if not with_pe:  # the position vectors become zeros: x·√D + 0
+            stack.enter_context(hooks.replacing_output(model.positional, lambda m, args, out: torch.zeros_like(out)))
         with torch.inference_mode():
             enc = model.encode(src, torch.tensor([src.shape[1]]), need_weights=True)
-    finally:
-        for h in hooks:
-            h.remove()
-    return got["out"][0], enc.memory[0], enc.attention["enc_self"][0, 0]  # (S, D), (S, D), (H, S, S)
+    return calls[0].output[0][0], enc.memory[0], enc.attention["enc_self"][0, 0]  # (S, D), (S, D), (H, S, S)
 
 
 def order_check(model: nn.Module, src_ids: list[int], labels: list[str]) -> OrderCheck | None:
@@ -451,7 +481,7 @@ def _format_concat(c: ConcatCost) -> list[str]:
             TEXT["concat_says"].format(pr=p2 / p1, fr=f2 / f1, extra=c.proj_params, tables=c.tables)]
 
 
-def format_model_section(m: ModelSection) -> str:
+def _format_model_section(m: ModelSection) -> str:
     lines = [TEXT["model_head"].format(run=m.run, kind=m.kind, dim=m.dim, sentence=m.sentence)]
     if m.norms is None:
         return "\n".join([*lines, TEXT["no_pe"]])

@@ -1,5 +1,5 @@
 """Who is Query, Key and Value; one score and one logit worked by hand; the residual adds around every
-sublayer (notes §2, §8, §11–12, §17–20). Sections of ``attnlab explain`` (see :mod:`.explain`).
+sublayer (notes §2, §8, §11–12, §17–20). Sections of ``attnlab explain`` (see :mod:`.sentence`).
 
 Every number here is recomputed from the model's own weights and from the tensors that one
 teacher-forced pass hands its modules (forward hooks, :func:`capture`), then checked against what the
@@ -17,11 +17,9 @@ model itself returned:
 
 Pre-norm against the notes' post-norm (§20). The presets are pre-norm (``model.norm_first=true``):
 ``X + Dropout(Sublayer(LayerNorm(X)))`` and a final LayerNorm per stack; the notes write post-norm,
-``LayerNorm(X + Dropout(Sublayer(X)))``, which ``model.norm_first=false`` trains. Measured on fra-eng
-(tiny tier, 300 updates each over the same batches, seed 42): pre-norm valid loss 2.337, BLEU 3.52,
-chrF 22.7; post-norm 2.370, BLEU 5.57, chrF 26.3 — no clear cost either way at 2 layers and 300 updates
-(one seed each); post-norm's known risk, divergence in deep stacks or without warm-up (Xiong et al.
-2020), is out of this range. :data:`NORM_MEASURED` holds the sentence :func:`residual_section` prints.
+``LayerNorm(X + Dropout(Sublayer(X)))``, which ``model.norm_first=false`` trains. Post-norm's known risk
+is divergence in deep stacks or without warm-up (Xiong et al. 2020); what the two cost at the presets'
+depth is measured in docs/experiments/norm-placement.md.
 
 The printed sentences are the format strings of :data:`TEXT`, one place to translate them.
 
@@ -38,31 +36,19 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab.attention.additive import AdditiveAttention
+from attnlab.analysis import hooks
 from attnlab.attention.multi_head import MultiHeadAttention
 from attnlab.data.batching import Batch
 from attnlab.i18n import N_, Templates
-from attnlab.models import ModelTraits
+from attnlab.models import ModelTraits, traits
 from attnlab.models.transformer import DecoderBlock, EncoderBlock, PositionWiseFFN
 from attnlab.translator import teacher_forced
 
-__all__ = ["NORM_MEASURED", "ROWS", "TEXT", "Capture", "capture", "context_rows", "logit_section", "residual_section",
+__all__ = ["ROWS", "TEXT", "Call", "Capture", "additive_scores", "attention_module", "attention_path", "capture",
+           "context_rows", "head_scores", "is_additive", "logit_section", "recurrent_attention", "residual_section",
            "roles_section"]
 
 Out = Any  # the list.append that collects the text's lines
-
-#: What ``model.norm_first=false`` (the notes' post-norm) cost against the presets' pre-norm, measured
-#: (issue #18, item 7) with ``attnlab train --model transformer --dataset fra-eng --size tiny
-#: --max-steps 300 --max-minutes 0 --threads 1 model.norm_first=true|false``, nice 19 on a 2-core Xeon.
-NORM_MEASURED = (
-    "measured on fra-eng (tiny tier: D = 128, 2 + 2 layers, word vocabularies; 300 updates over the same 112,872 "
-    "target tokens, seed 42, 5 % warm-up then linear decay; loss on 1,000 validation pairs, greedy BLEU and chrF "
-    "on 200 validation sentences): pre-norm valid loss 2.337, BLEU 3.52, chrF 22.7; post-norm valid loss 2.370, "
-    "BLEU 5.57, chrF 26.3",
-    "no clear cost either way at this depth and length: pre-norm's loss is 0.033 lower, post-norm's BLEU and chrF "
-    "higher, one seed each; post-norm's known risk is divergence in deep stacks or without warm-up "
-    "(Xiong et al. 2020), which 2 layers and 300 updates do not reach",
-)
 
 # The printed text, one format string per line kind, looked up in the current language (``--lang``:
 # :class:`attnlab.i18n.Templates`; the values in N_() have a translation in the catalogue).
@@ -77,8 +63,8 @@ TEXT: dict[str, str] = Templates({
     "res.post": N_("  this model computes the notes' post-norm: Y = LayerNorm(X + Dropout(Sublayer(X))), "
                    "no final LayerNorm"),
     "res.switch": N_("  the other placement is one setting away: attnlab train … model.norm_first={other}"),
-    "res.measured": "  " + NORM_MEASURED[0],
-    "res.measured2": "  " + NORM_MEASURED[1],
+    "res.risk": "  post-norm's known risk is divergence in deep stacks or without a learning-rate warm-up (Xiong et "
+                "al. 2020); at a few layers with warm-up both placements train",
     "res.rows": "  the residual adds at one position per layer (Dropout is the identity at inference; ‖·‖ = L2 norm of "
                 "the {D} numbers):",
     "res.row": "    {block:<22} {pos:<16} {sub:<16} ‖X‖ {x:7.2f}  ‖Sublayer‖ {s:7.2f}  ‖X + Sublayer‖ {y:7.2f}{ln}",
@@ -127,6 +113,8 @@ TEXT: dict[str, str] = Templates({
     "add.o": N_("  output  the context vector c_t' = Σ_t α_t h_t {c} (section 5 prints it at every step)"),
     "add.w": N_("  parameters: W_q {Wq}, W_k {Wk}, w_v {wv}: the notes' Query and Key matrices and scoring vector (§9); "
                 "one head"),
+    "add.other": N_("  score: this model's attention module is {cls}, the score its config chose, not the additive one; "
+                    "step 1's scores are not worked by hand here"),
     "add.score": N_("  additive score (§2; D2L 10.3.3): e_t = w_vᵀ tanh(W_q q + W_k k_t), not q·k/√d (the "
                     "Transformer's, §12)"),
     "add.keys": "keys k_t = h_t",
@@ -175,15 +163,8 @@ def _vec(t: Tensor, n: int = 4) -> str:
 # ------------------------------------------------------------------------------------------ capture
 
 
-@dataclass
-class Call:
+class Call(hooks.Call):
     """One call of a module during the captured pass: what it read and what it returned."""
-
-    name: str
-    module: nn.Module
-    args: tuple
-    kwargs: dict
-    output: Any
 
     def arg(self, i: int, name: str) -> Any:
         """Argument ``name``, passed at position ``i`` or by keyword (None when absent)."""
@@ -204,25 +185,43 @@ class Capture:
         return [c for c in self.calls if c.name == name]
 
 
-_WATCHED = (MultiHeadAttention, AdditiveAttention, PositionWiseFFN, nn.LayerNorm, EncoderBlock, DecoderBlock)
+_WATCHED = (MultiHeadAttention, PositionWiseFFN, nn.LayerNorm, EncoderBlock, DecoderBlock)
+
+
+def attention_path(t: ModelTraits, kind: str, layer: int | None = None) -> str:
+    """Where ``kind``'s attention module sits in the model, in layer ``layer`` (counted from 0; None: the
+    last): the traits' path (``attention_modules``, ``*`` for the layer), else ``"attention"``, the model's
+    own attention module (Bahdanau: one module, built from the config's score, shared by every layer)."""
+    path = t.attention_modules.get(kind)
+    if path is None:
+        return "attention"
+    return path.replace("*", str(t.attention[kind] - 1 if layer is None else layer))
+
+
+def attention_module(model: nn.Module, t: ModelTraits, kind: str) -> nn.Module:
+    """The module that computes ``kind``'s attention in the model's last layer (:func:`attention_path`)."""
+    return model.get_submodule(attention_path(t, kind))
+
+
+def recurrent_attention(model: nn.Module, t: ModelTraits) -> nn.Module | None:
+    """A GRU model's attention module (Bahdanau's, whatever its score), None without one (seq2seq, Transformers)."""
+    return attention_module(model, t, "cross") if t.recurrent and "cross" in t.attention else None
+
+
+def is_additive(module: nn.Module) -> bool:
+    """Does ``module`` score with the additive score ``w_vᵀ tanh(W_q q + W_k k)`` (§2)? Read from the
+    parameters the formula needs, so any score module with ``W_q``, ``W_k`` and ``w_v`` is worked by hand."""
+    return all(isinstance(getattr(module, n, None), nn.Linear) for n in ("W_q", "W_k", "w_v"))
 
 
 def capture(model: nn.Module, batch: Batch, device: torch.device) -> Capture:
-    """One teacher-forced pass of ``batch`` (one sentence) with forward hooks on every attention,
-    FFN, LayerNorm and Transformer block; the hooks keep the tensors (no copies: inference mode)."""
-    calls: list[Call] = []
-    handles = []
-    for name, module in model.named_modules():
-        if isinstance(module, _WATCHED):
-            def hook(mod, args, kwargs, output, name=name):
-                calls.append(Call(name, mod, args, kwargs, output))
-
-            handles.append(module.register_forward_hook(hook, with_kwargs=True))
-    try:
+    """One teacher-forced pass of ``batch`` (one sentence), recording every attention, FFN, LayerNorm and
+    Transformer block (:func:`attnlab.analysis.hooks.recording`; the tensors are kept, inference mode)."""
+    extra = recurrent_attention(model, traits(model.config))
+    watched = [(n, m) for n, m in model.named_modules() if isinstance(m, _WATCHED) or m is extra]
+    with hooks.recording(watched) as recorded:
         fwd = teacher_forced(model, batch, device)
-    finally:
-        for h in handles:
-            h.remove()
+    calls = [Call(c.name, c.module, c.args, c.kwargs, c.output) for c in recorded]
     return Capture(calls, fwd, batch.src.shape[1], batch.tgt_in.shape[1])
 
 
@@ -268,8 +267,7 @@ def residual_section(model: nn.Module, cap: Capture, src: list[str], tgt: list[s
     else:
         _say(out, "res.post")
     _say(out, "res.switch", other=str(not nf).lower())
-    _say(out, "res.measured")
-    _say(out, "res.measured2")
+    _say(out, "res.risk")
     _say(out, "res.rows", D=model.config.num_hiddens)
     gap = 0.0
     with torch.inference_mode():
@@ -316,12 +314,6 @@ def _block_rows(name: str, block: nn.Module, nf: bool, cap: Capture, src: list[s
 # ------------------------------------------------------------------------------- 6. Query, Key, Value
 
 
-def _last_layer_module(model: nn.Module, t: ModelTraits, kind: str) -> nn.Module:
-    if t.attention_modules:
-        return model.get_submodule(t.attention_modules[kind].replace("*", str(t.attention[kind] - 1)))
-    return next(m for m in model.modules() if isinstance(m, AdditiveAttention))
-
-
 def roles_section(model: nn.Module, t: ModelTraits, cap: Capture, src: list[str], tgt: list[str],
                   printed_row: Tensor | None, out: Out) -> None:
     """6. the Query, Key and Value of each attention kind, ``in_proj``'s split, and the scores of
@@ -331,13 +323,13 @@ def roles_section(model: nn.Module, t: ModelTraits, cap: Capture, src: list[str]
         _say(out, "roles.none", c=f"(1, {model.config.num_hiddens})")
         return
     shown = "cross" if "cross" in t.attention else next(iter(t.attention))
-    module = _last_layer_module(model, t, shown)
+    module = attention_module(model, t, shown)
     with torch.inference_mode():
-        if isinstance(module, AdditiveAttention):
-            _additive_roles(module, cap, src, printed_row, out)
+        if t.recurrent:  # Bahdanau: one attention module, whatever its score
+            _recurrent_roles(module, cap.of(attention_path(t, shown)), cap, src, printed_row, out)
             return
         for kind in t.attention:
-            call = cap.of(t.attention_modules[kind].replace("*", str(t.attention[kind] - 1)))[0]
+            call = cap.of(attention_path(t, kind))[0]
             q, k = call.arg(0, "query"), call.arg(1, "key")
             key = "roles." + kind if "roles." + kind in TEXT else "roles.other"
             _say(out, key, kind=kind, q=_fmt(q.shape), k=_fmt((k if k is not None else q).shape))
@@ -387,7 +379,7 @@ def _row(out: Out, label: str, values: list[str], width: int, note: str = "") ->
 def _mha_scores(mha: MultiHeadAttention, kind: str, t: ModelTraits, cap: Capture, src: list[str],
                 tgt: list[str], printed_row: Tensor | None, out: Out) -> None:
     L = t.attention[kind]
-    call = cap.of(t.attention_modules[kind].replace("*", str(L - 1)))[0]
+    call = cap.of(attention_path(t, kind))[0]
     query = _cpu(call.arg(0, "query"))[0]  # (Q, D)
     key = call.arg(1, "key")
     keys = _cpu(key)[0] if key is not None else query  # (K, D): self-attention matches the query's own sequence
@@ -417,16 +409,18 @@ def _mha_scores(mha: MultiHeadAttention, kind: str, t: ModelTraits, cap: Capture
     _say(out, "score.check", gap_model=float((alphas - model_w).abs().max()), gap_row=gap_row)
 
 
-def additive_scores(att: AdditiveAttention, query: Tensor, keys: Tensor) -> Tensor:
+def additive_scores(att: nn.Module, query: Tensor, keys: Tensor) -> Tensor:
     """Bahdanau's scores ``e_t = w_vᵀ tanh(W_q q + W_k k_t)`` ``(K,)`` of one ``query (D,)`` against
     ``keys (K, M)``, from the module's three weights."""
     features = query @ _cpu(att.W_q.weight).T + keys @ _cpu(att.W_k.weight).T  # (K, A) by broadcasting
     return features.tanh() @ _cpu(att.w_v.weight)[0]  # (K,)
 
 
-def _additive_roles(att: AdditiveAttention, cap: Capture, src: list[str], printed_row: Tensor | None,
-                    out: Out) -> None:
-    call = cap.of(next(c.name for c in cap.calls if c.module is att))[0]  # step 1's call
+def _recurrent_roles(att: nn.Module, calls: list[Call], cap: Capture, src: list[str], printed_row: Tensor | None,
+                     out: Out) -> None:
+    """Bahdanau's Query, Key and Value (the same for every score: s(t'−1) against the encoder states h_t),
+    then step 1's scores worked by hand when the module scores additively (:func:`is_additive`)."""
+    call = calls[0]  # step 1's call
     query = _cpu(call.arg(0, "queries"))[0, 0]  # (D,) s(0)
     values = _cpu(call.arg(2, "values"))[0]  # (S, M): the keys are these same states
     context = call.output[0]
@@ -434,6 +428,9 @@ def _additive_roles(att: AdditiveAttention, cap: Capture, src: list[str], printe
     _say(out, "add.k", k=_fmt((1, *values.shape)))
     _say(out, "add.v")
     _say(out, "add.o", c=_fmt(context.shape))
+    if not is_additive(att):
+        _say(out, "add.other", cls=type(att).__name__)
+        return
     _say(out, "add.w", Wq=_fmt(att.W_q.weight.shape), Wk=_fmt(att.W_k.weight.shape), wv=_fmt(att.w_v.weight.shape))
     _say(out, "add.score")
     e = additive_scores(att, query, values)
@@ -489,14 +486,14 @@ def context_rows(model: nn.Module, t: ModelTraits, cap: Capture) -> list[tuple[s
     """The §9 table's context-vector rows ``(name, shape, note)`` for this sentence: Bahdanau's
     c_t' ``(1, T, M)``, the Transformer's cross-attention outputs ``(1, T, D)`` per layer, or the
     fixed-context seq2seq's c ``(1, D)``; a model with self-attention alone gets its attention outputs."""
-    additive = [c for c in cap.calls if isinstance(c.module, AdditiveAttention)]
-    if additive:
-        M = additive[0].output[0].shape[-1]
+    if t.recurrent and "cross" in t.attention:
+        calls = cap.of(attention_path(t, "cross"))  # one per decoder step
+        M = calls[0].output[0].shape[-1]
         name, note = ROWS["context_add"]
-        return [(name, f"(1, {len(additive)}, {M})", note)]
+        return [(name, f"(1, {len(calls)}, {M})", note)]
     if t.attention_modules:
         kind = "cross" if "cross" in t.attention_modules else next(iter(t.attention_modules))
-        call = cap.of(t.attention_modules[kind].replace("*", "0"))[0]
+        call = cap.of(attention_path(t, kind, layer=0))[0]
         name, note = ROWS["context_mha" if kind == "cross" else "context_self"]
         return [(name.format(kind=kind), f"{_fmt(call.output[0].shape)} × {t.attention[kind]} layers", note)]
     if t.recurrent and not t.attention:

@@ -1,6 +1,8 @@
 """One sentence followed through a trained model, in words and shapes (notes §4–9).
 
-:func:`explain` returns the text that ``attnlab explain RUN "i'm home ."`` prints:
+:func:`run` follows the sentence through the model and returns an :class:`ExplainReport`, whose
+``format()`` is the text that ``attnlab explain RUN "i'm home ."`` prints and whose ``figure()`` is the
+GRU's gates:
 
 1. tokens → ids (§4), with ``<eos>`` and the valid length;
 2. the embedding rows those ids select and the resulting shapes (§5);
@@ -9,11 +11,11 @@
 4. for GRU models, the update gate z and reset gate r at every step (§6–7), read from the
    from-scratch GRU (the same weights loaded into ``scratch_gru=True``; it is checked to give the
    same logits as the trained model); for Transformers, the norm placement (pre-norm against the
-   notes' post-norm, §20) and the residual adds X + Sublayer(·) of every layer (:mod:`.explain_roles`);
+   notes' post-norm, §20) and the residual adds X + Sublayer(·) of every layer (:mod:`.roles`);
 5. greedy decoding step by step (§3, §22): the attention over the source and the top-k logits with
    their probabilities (§8) — the translator's own greedy search, watched step by step;
 6. Query, Key and Value of each attention kind (§2, §12, §18), ``in_proj`` split into W_q, W_k, W_v
-   and heads (§11), and step 1's scores worked by hand (:mod:`.explain_roles`);
+   and heads (§11), and step 1's scores worked by hand (:mod:`.roles`);
 7. one logit worked by hand, ``W_o[id]·out + b_o[id]`` (§8), and weight tying;
 8. with a reference: the teacher-forced cross-entropy, token by token, and the sentence BLEU (§21);
 9. the §9 tables: which things are parameters (with shapes) and which are not: computed values
@@ -25,18 +27,20 @@ of its kind name.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from attnlab.analysis.explain import roles
-from attnlab.analysis.explain.params import parameter_report, tied_note
-from attnlab.attention.additive import AdditiveAttention
+from attnlab.analysis import hooks
+from attnlab.analysis.explain import params, roles
+from attnlab.analysis.explain.params import tied_note
+from attnlab.analysis.report import TextReport
 from attnlab.data.batching import Batch, collate
 from attnlab.data.text import tokenize
 from attnlab.data.vocab import EOS, UNK
@@ -48,7 +52,7 @@ from attnlab.models import ModelTraits, StepOutput, build_model, traits
 from attnlab.models.gru import ScratchGRU
 from attnlab.translator import Translator, decode_many, teacher_forced, token_labels
 
-__all__ = ["GateTrack", "explain", "gate_tracks", "gates_figure", "scratch_gru_copy"]
+__all__ = ["ExplainReport", "GateTrack", "gate_tracks", "gates_figure", "run", "scratch_gru_copy"]
 
 Out = Any  # the list.append that collects the text's lines
 
@@ -90,16 +94,20 @@ class RecordingGRU(ScratchGRU):
 
 
 def scratch_gru_copy(translator: Translator) -> nn.Module:
-    """The translator's GRU model rebuilt with the from-scratch GRU, recording its gates, and the same
-    weights (the scratch GRU names its parameters like ``nn.GRU``, so the state dict loads as is).
+    """A copy of the translator's GRU model whose two GRUs are from-scratch GRUs that record their gates,
+    with the same weights (the scratch GRU names its parameters like ``nn.GRU``, so they load as they are);
+    every other part, its attention module included, is the model's own, copied.
 
     ``model.encoder.rnn.gates`` and ``model.decoder.gates`` collect one ``GRUGates`` per call.
     """
-    cfg = replace(translator.cfg.model, scratch_gru=True)
-    model = build_model(cfg, len(translator.src_tok), len(translator.tgt_tok))
-    model.encoder.rnn = RecordingGRU(model.encoder.rnn)
-    model.decoder = RecordingGRU(model.decoder)
-    model.load_state_dict(translator.model.state_dict())
+    trained = translator.model
+    scratch = build_model(replace(translator.cfg.model, scratch_gru=True), len(translator.src_tok),
+                          len(translator.tgt_tok))  # built for its two ScratchGRUs only
+    model = copy.deepcopy(trained)
+    model.encoder.rnn = RecordingGRU(scratch.encoder.rnn)
+    model.decoder = RecordingGRU(scratch.decoder)
+    model.encoder.rnn.load_state_dict(trained.encoder.rnn.state_dict())
+    model.decoder.load_state_dict(trained.decoder.state_dict())
     return model.to(translator.device).eval()
 
 
@@ -151,46 +159,40 @@ def _layer_from_1(module_path: str) -> str:
     return f"   (layer {int(m.group(1)) + 1})" if m else ""
 
 
+_SHOWN = (
+    "MultiHeadAttention",
+    "PositionWiseFFN",
+    "EncoderBlock",
+    "DecoderBlock",
+    "GRUEncoder",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEncoding",
+)  # the notes' parts, beside the PyTorch layers of _record_modules and the model's own attention module
+
+
 def _record_modules(model: nn.Module, run) -> list[tuple[str, str, str, int]]:
-    """Run ``run()`` with forward hooks; returns ``(name, class, output shape, calls)`` in call order."""
+    """Run ``run()`` recording the model's parts (:func:`attnlab.analysis.hooks.recording`); returns
+    ``(name, class, output shape of the first call, calls)`` in call order."""
     keep = (nn.Embedding, nn.Linear, nn.LayerNorm, nn.GRU, ScratchGRU)
+    attention = roles.recurrent_attention(model, traits(model.config))  # Bahdanau's, whatever its score
+    watched = [
+        (name, m) for name, m in model.named_modules()
+        if name and name.count(".") <= 3 and not isinstance(m, nn.Dropout | nn.Identity | nn.ModuleList)
+        and (isinstance(m, keep) or type(m).__name__ in _SHOWN or m is attention)
+    ]
     order: dict[str, list[Any]] = {}
-    handles = []
-    for name, module in model.named_modules():
-        if not name or isinstance(module, nn.Dropout | nn.Identity | nn.ModuleList):
-            continue
-        cls = type(module).__name__
-        interesting = isinstance(module, keep) or cls in (
-            "MultiHeadAttention",
-            "AdditiveAttention",
-            "PositionWiseFFN",
-            "EncoderBlock",
-            "DecoderBlock",
-            "GRUEncoder",
-            "SinusoidalPositionalEncoding",
-            "LearnedPositionalEncoding",
-        )
-        if not interesting or name.count(".") > 3:
-            continue
-
-        def hook(mod, args, out, name=name, cls=cls):
-            rec = order.setdefault(name, [cls, _fmt_output(out), 0])
-            rec[2] += 1
-
-        handles.append(module.register_forward_hook(hook))
-    try:
+    with hooks.recording(watched) as calls:
         run()
-    finally:
-        for h in handles:
-            h.remove()
+    for c in calls:
+        rec = order.setdefault(c.name, [type(c.module).__name__, _fmt_output(c.output), 0])
+        rec[2] += 1
     return [(n, r[0], r[1], r[2]) for n, r in order.items()]
 
 
-def explain(translator: Translator, sentence: str, reference: str | None = None, top_k: int = 5,
-            figures_dir: str | Path | None = None) -> str:
-    """The §4–9 walk-through of ``sentence`` as text (see the module docstring).
-
-    ``figures_dir``: where to write ``gates.png`` (GRU models: :func:`gates_figure`); None writes nothing.
+def run(translator: Translator, sentence: str, reference: str | None = None, top_k: int = 5) -> ExplainReport:
+    """Follow ``sentence`` through the translator's model: every pass the walk-through reads (greedy
+    decoding watched step by step, the teacher-forced passes over its output, the GRU's gates, the loss
+    against ``reference``) is run here; :meth:`ExplainReport.format` writes the §4–9 text from them.
 
     Raises:
         AttnlabError: when the sentence (or the reference) has no token after preprocessing.
@@ -200,31 +202,88 @@ def explain(translator: Translator, sentence: str, reference: str | None = None,
     ids, truncated = tr.encode_source(sentence)
     if not ids:
         raise AttnlabError(f"{sentence!r} has no token after preprocessing; give an English sentence")
+    if reference is not None and not tr.tgt_tok.encode(reference):
+        raise AttnlabError(f"--reference {reference!r} has no token after preprocessing; give a French sentence")
     model = scratch_gru_copy(tr) if t.recurrent else tr.model  # the GRU's gates need the scratch cell
     model.eval()
-    lines: list[str] = []
-    out = lines.append
-    seq = ids + [EOS]
-
-    _tokens_section(tr, sentence, ids, truncated, out)  # 1
-    _embedding_section(tr, t, model, seq, out)  # 2
-    # 5 (decoding) first, so the teacher-forced pass in 3 can follow the model's own output
+    # decoding first, so the teacher-forced passes can follow the model's own output
     steps, hyp = _greedy_steps(model, t, ids, tr, top_k)
     src_labels = token_labels(tr.src_tok, ids)
     tracks = gate_tracks(model, tr.cfg.model.bidirectional, src_labels, [st.input for st in steps]) if t.recurrent else None
-    batch, fwd = _network_section(model, ids, hyp, tr, out)  # 3
+    batch = collate([ids], [hyp], [0])
+    modules = _record_modules(model, lambda: teacher_forced(model, batch, tr.device))
     cap = roles.capture(model, batch, tr.device)  # the tensors sections 4, 6, 7 and 9 work by hand
-    tgt_labels = token_labels(tr.tgt_tok, batch.tgt_in[0].tolist(), eos=False)  # <bos> y1 …: decoder inputs
-    if tracks is not None:
-        _gates_section(tr, model, batch, tracks, out, Path(figures_dir) if figures_dir is not None else None)  # 4
-    roles.residual_section(model, cap, src_labels, tgt_labels, out)  # 4 (Transformers)
-    translation = _decoding_section(tr, steps, hyp, top_k, out)  # 5
-    roles.roles_section(model, t, cap, src_labels, tgt_labels, steps[0].weights if steps else None, out)  # 6
-    roles.logit_section(model, t, cap, tr.tgt_tok, out)  # 7
-    if reference is not None:
-        _loss_section(model, tr, ids, reference, translation, out)  # 8
-    _tables(tr, t, model, seq, cap, batch.tgt_in.shape[1], reference is not None, out)  # 9
-    return "\n".join(lines)
+    translation = tr.tgt_tok.decode(hyp)
+    return ExplainReport(
+        tr, model, t, sentence, ids, truncated, top_k, steps, translation, batch, modules, cap, tracks,
+        scratch_gap=_scratch_gap(tr, model, batch) if t.recurrent else None,
+        loss=_loss(model, tr, ids, reference, translation) if reference is not None else None,
+    )
+
+
+@dataclass
+class ExplainReport(TextReport):
+    """What :func:`run` computed for one sentence; :meth:`format` is the §4–9 walk-through (the sections of
+    the module docstring), :meth:`figure` the GRU's gates (None for the other models)."""
+
+    translator: Translator
+    model: nn.Module  # the translator's model, or its recording scratch-GRU copy
+    traits: ModelTraits
+    sentence: str
+    ids: list[int]  # source ids, without <eos>
+    truncated: bool
+    top_k: int
+    steps: list[_Step]
+    translation: str
+    batch: Batch  # the teacher-forced pass over the model's own output
+    modules: list[tuple[str, str, str, int]]  # (name, class, output shape, calls) in call order
+    cap: roles.Capture
+    tracks: dict[str, GateTrack] | None = None
+    scratch_gap: float | None = None  # max |Δ| of the scratch GRU's logits against the trained model's
+    loss: _Loss | None = None
+
+    def _format(self) -> str:
+        tr, t, model, cap = self.translator, self.traits, self.model, self.cap
+        lines: list[str] = []
+        out = lines.append
+        seq = self.ids + [EOS]
+        T = self.batch.tgt_in.shape[1]
+        src_labels = token_labels(tr.src_tok, self.ids)
+        tgt_labels = token_labels(tr.tgt_tok, self.batch.tgt_in[0].tolist(), eos=False)  # <bos> y1 …: decoder inputs
+        _tokens_section(tr, self.sentence, self.ids, self.truncated, out)  # 1
+        _embedding_section(tr, t, model, seq, out)  # 2
+        _network_section(self.modules, T, cap.fwd, out)  # 3
+        if self.tracks is not None:
+            _gates_section(tr, self.tracks, self.scratch_gap, out)  # 4 (GRU models)
+        roles.residual_section(model, cap, src_labels, tgt_labels, out)  # 4 (Transformers)
+        _decoding_section(self.steps, self.translation, len(tr.tgt_tok), self.top_k, out)  # 5
+        first_row = self.steps[0].weights if self.steps else None
+        roles.roles_section(model, t, cap, src_labels, tgt_labels, first_row, out)  # 6
+        roles.logit_section(model, t, cap, tr.tgt_tok, out)  # 7
+        if self.loss is not None:
+            _loss_section(self.loss, out)  # 8
+        _tables(tr, t, model, seq, cap, T, self.loss is not None, out)  # 9
+        return "\n".join(lines)
+
+    def figure(self):
+        """The GRU's gates, every unit at every step (:func:`gates_figure`); None for the other models."""
+        return gates_figure(self.tracks) if self.tracks is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The walk-through's data: tokens, the decoding steps, the network's modules, the loss; ``text``
+        is :meth:`format`'s text in the current language (the sections worked by hand exist as text only)."""
+        from attnlab.io import jsonable
+
+        tr = self.translator
+        steps = [{"input": st.input, "top": st.top, "chosen": st.chosen, "p_chosen": st.p_chosen,
+                  "attention": st.attention, "context_gap": st.context_gap} for st in self.steps]
+        modules = [{"name": n, "class": c, "output": o, "calls": k} for n, c, o, k in self.modules]
+        return jsonable({
+            "sentence": self.sentence, "model_kind": tr.cfg.model.kind,
+            "tokens": token_labels(tr.src_tok, self.ids), "ids": self.ids + [EOS], "translation": self.translation,
+            "steps": steps, "modules": modules, "scratch_gap": self.scratch_gap,
+            "loss": dataclasses.asdict(self.loss) if self.loss is not None else None, "text": self.format(),
+        })
 
 
 def _tokens_section(tr: Translator, sentence: str, ids: list[int], truncated: bool, out: Out) -> None:
@@ -269,16 +328,12 @@ def _greedy_steps(
     """Greedy decoding as the translator does it (:func:`decode_many`, so the one greedy search),
     watched step by step; returns what each step read, looked at and predicted, and the output ids.
 
-    Additive attention's outputs (Bahdanau's context vectors) are caught by a forward hook, one per step."""
+    The outputs of a GRU model's attention module (Bahdanau's context vectors) are recorded, one per step."""
     watched = _Watched(model)
-    contexts: list[Tensor] = []
-    hooks = [m.register_forward_hook(lambda mod, args, out: contexts.append(out[0].detach()))
-             for m in model.modules() if isinstance(m, AdditiveAttention)]
-    try:
+    attention = roles.recurrent_attention(model, t)
+    with hooks.recording([("attention", attention)] if attention is not None else []) as calls:
         hyp = decode_many(watched, [ids], tr.cfg.decode, tr.device, beam_size=1)[0][0]
-    finally:
-        for h in hooks:
-            h.remove()
+    contexts = [c.output[0].detach() for c in calls]  # (1, 1, M) each
     chosen_ids = list(hyp.tokens) + ([EOS] if hyp.finished else [])  # one per step
     src_labels = token_labels(tr.src_tok, ids)
     tgt = tr.tgt_tok
@@ -316,18 +371,9 @@ def _add_context(step: _Step, context: Tensor, memory: Tensor) -> None:
     step.context, step.context_gap = c, float((c - by_formula).abs().max())
 
 
-def _network_section(model: nn.Module, ids: list[int], hyp: list[int], tr: Translator, out: Out) -> tuple[Batch, Any]:
-    """3. every module in call order with its output shape, on a teacher-forced pass over the
-    model's own translation; returns the batch and the pass's ``ModelOutput``."""
-    batch = collate([ids], [hyp], [0])
-    T = batch.tgt_in.shape[1]
-    holder: dict[str, Any] = {}
-
-    def run():
-        holder["out"] = teacher_forced(model, batch, tr.device)
-
-    modules = _record_modules(model, run)
-    fwd = holder["out"]
+def _network_section(modules: list[tuple[str, str, str, int]], T: int, fwd: Any, out: Out) -> None:
+    """3. every module in call order with its output shape (:func:`_record_modules`), on a teacher-forced
+    pass over the model's own translation (``T`` decoder inputs; ``fwd`` its ``ModelOutput``)."""
     out(
         "\n" + _("== 3. through the network (teacher-forced over its own output: decoder input <bos> y…, {T} steps)")
         .format(T=T)
@@ -342,7 +388,6 @@ def _network_section(model: nn.Module, ids: list[int], hyp: list[int], tr: Trans
         out(f"  {name:<{width}}  {cls:<28} → {shape}{extra}{_layer_from_1(name)}")
     for k, w in fwd.attention.items():
         out(f"  attention weights {k:<8} (batch, layers, heads, queries, keys) = {_fmt_shape(w)}")
-    return batch, fwd
 
 
 @dataclass
@@ -400,9 +445,9 @@ def _units(track: GateTrack, k: int = 3) -> list[int]:
     return spread.topk(min(k, spread.numel())).indices.tolist()
 
 
-def _gates_section(tr: Translator, model: nn.Module, batch: Batch, tracks: dict[str, GateTrack], out: Out,
-                   figures_dir: Path | None) -> None:
-    """4. the GRU's gates z, r, candidate h̃ and state h_t at every step, for a few units (§6–7)."""
+def _gates_section(tr: Translator, tracks: dict[str, GateTrack], scratch_gap: float | None, out: Out) -> None:
+    """4. the GRU's gates z, r, candidate h̃ and state h_t at every step, for a few units (§6–7);
+    ``scratch_gap``: max |Δ| of the scratch GRU's logits against the trained model's (:func:`_scratch_gap`)."""
     D = tr.cfg.model.num_hiddens
     out("\n" + _("== 4. GRU gates (§6–7; the from-scratch GRU with the trained weights, top layer, {D} units):")
         .format(D=D))
@@ -410,7 +455,7 @@ def _gates_section(tr: Translator, model: nn.Module, batch: Batch, tracks: dict[
         out(f"  {_(name):<11} {formula:<58} {_(meaning)}")
     for line in RESET_PLACEMENT:
         out("  " + line)
-    out(f"  scratch GRU reproduces the trained model's logits: max |Δ| = {_scratch_gap(tr, model, batch):.1e}")
+    out(f"  scratch GRU reproduces the trained model's logits: max |Δ| = {scratch_gap:.1e}")
     enc = tracks["encoder"]
     h_prev = torch.cat([torch.zeros_like(enc.h[:, :1]), enc.h[:, :-1]], dim=1)  # h_0 = 0 (D, S)
     mix = float((enc.z * h_prev + (1 - enc.z) * enc.h_tilde - enc.h).abs().max())
@@ -425,11 +470,6 @@ def _gates_section(tr: Translator, model: nn.Module, batch: Batch, tracks: dict[
                              for sym, f in (("z", "z"), ("r", "r"), ("h̃", "h_tilde"), ("h", "h")))
             out(f"    step {t + 1:>2} {tok:>12}: {cols}   mean z {float(track.z[:, t].mean()):.2f} "
                 f"r {float(track.r[:, t].mean()):.2f}")
-    if figures_dir is not None:
-        from attnlab.viz.figure import save_figure
-
-        for path in save_figure(gates_figure(tracks), Path(figures_dir) / "gates", formats=("png",)):
-            out(f"  heatmaps of every unit × step (z, r, h̃, h_t; encoder and decoder): {path}")
 
 
 def _units_vec(values: Tensor, units: list[int], t: int) -> str:
@@ -462,12 +502,12 @@ def gates_figure(tracks: dict[str, GateTrack]):
     return fig
 
 
-def _decoding_section(tr: Translator, steps: list[_Step], hyp: list[int], top_k: int, out: Out) -> str:
-    """5. greedy decoding, one step at a time (§3, §8, §22); returns the translation."""
+def _decoding_section(steps: list[_Step], translation: str, V: int, top_k: int, out: Out) -> None:
+    """5. greedy decoding, one step at a time (§3, §8, §22), over a target vocabulary of ``V`` entries."""
     out(
         "\n" + _("== 5. greedy decoding, one step at a time (§22): attention over the source, then logits = "
                  "W_o s + b_o (§8), shape (1, {V}), softmax → probabilities; top {k} shown").format(
-            V=len(tr.tgt_tok), k=top_k)
+            V=V, k=top_k)
     )
     with_context = [st for st in steps if st.context is not None]
     if with_context:
@@ -487,9 +527,7 @@ def _decoding_section(tr: Translator, steps: list[_Step], hyp: list[int], top_k:
         out("    top: " + "  ".join(f"{tok} {p:.3f}" for tok, p in st.top))
         out(_("    → chooses {token!r} (p = {p:.3f})").format(token=st.chosen, p=st.p_chosen))
     _movement_lines(steps, out)
-    translation = tr.tgt_tok.decode(hyp)
     out(_("  translation: {text!r}").format(text=translation))
-    return translation
 
 
 def _movement_lines(steps: list[_Step], out: Out) -> None:
@@ -516,36 +554,43 @@ def _scratch_gap(tr: Translator, scratch: nn.Module, batch: Batch) -> float:
     return float((a - b).abs().max())
 
 
-def _loss_section(model, tr: Translator, ids: list[int], reference: str, translation: str, out: Out) -> None:
-    """6. the teacher-forced cross-entropy against a reference, token by token, and its BLEU (§3, §21)."""
-    ref_ids = tr.tgt_tok.encode(reference)
-    if not ref_ids:
-        raise AttnlabError(
-            f"--reference {reference!r} has no token after preprocessing; give a French sentence"
-        )
-    b = collate([ids], [ref_ids], [0])
+@dataclass
+class _Loss:
+    """The teacher-forced cross-entropy against a reference (§3, §21): per decoder input, its label and
+    −log p(label); and the sentence BLEU of the translation against the reference."""
+
+    reference: str
+    translation: str
+    inputs: list[str]
+    labels: list[str]
+    nll: list[float]
+    bleu: float
+
+
+def _loss(model, tr: Translator, ids: list[int], reference: str, translation: str) -> _Loss:
+    b = collate([ids], [tr.tgt_tok.encode(reference)], [0])
     dev = tr.device
     with torch.inference_mode():
         logits = model(b.src.to(dev), b.src_valid_lens.to(dev), b.tgt_in.to(dev)).logits[0].float().cpu()
     log_probs = torch.log_softmax(logits, dim=-1)  # (T, V)
     labels = b.tgt_out[0]
     nll = -log_probs.gather(1, labels[:, None])[:, 0]  # (T,)
+    return _Loss(reference, translation, [tr.tgt_tok.id_to_token(int(i)) for i in b.tgt_in[0]],
+                 [tr.tgt_tok.id_to_token(int(i)) for i in labels], nll.tolist(),
+                 d2l_bleu(tokenize(translation), tokenize(reference), k=2))
+
+
+def _loss_section(loss: _Loss, out: Out) -> None:
+    """8. the teacher-forced cross-entropy against a reference, token by token, and its BLEU (§3, §21)."""
     out(
         "\n" + _("== 8. loss against the reference (§3, §21): teacher forcing feeds <bos> + reference, labels are "
                  "reference + <eos>; cross-entropy = mean of −log p(label)")
     )
-    for t in range(labels.numel()):
-        inp = tr.tgt_tok.id_to_token(int(b.tgt_in[0, t]))
-        lab = tr.tgt_tok.id_to_token(int(labels[t]))
-        out(
-            f"  input {inp:>14} → label {lab:>14}: p = {math.exp(-float(nll[t])):.3f}, −log p = {float(nll[t]):.3f}"
-        )
-    loss = float(nll.mean())
-    out(
-        f"  loss = {loss:.3f} per token over {labels.numel()} tokens (perplexity {math.exp(min(loss, 50)):.2f})"
-    )
-    bleu = d2l_bleu(tokenize(translation), tokenize(reference), k=2)
-    out(f"  sentence BLEU (D2L formula, k=2) of {translation!r} against {reference!r}: {bleu:.3f}")
+    for inp, lab, nll in zip(loss.inputs, loss.labels, loss.nll):
+        out(f"  input {inp:>14} → label {lab:>14}: p = {math.exp(-nll):.3f}, −log p = {nll:.3f}")
+    mean = sum(loss.nll) / len(loss.nll)
+    out(f"  loss = {mean:.3f} per token over {len(loss.nll)} tokens (perplexity {math.exp(min(mean, 50)):.2f})")
+    out(f"  sentence BLEU (D2L formula, k=2) of {loss.translation!r} against {loss.reference!r}: {loss.bleu:.3f}")
 
 
 def _tables(
@@ -554,7 +599,7 @@ def _tables(
 ) -> None:
     """9. which things are parameters (with shapes) and which are not: computed values, buffers (§9)."""
     fwd = cap.fwd
-    report = parameter_report(model)
+    report = params.run(model)
     out("\n" + _("== 9. what is a parameter and what is computed (§9)"))
     out(_("  parameters: learned by backpropagation, saved in the checkpoint — {total:,} numbers").format(
         total=report.total))

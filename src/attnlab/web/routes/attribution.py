@@ -3,7 +3,8 @@
 Body ``{"text", "run", "method", "steps"}``: ``method`` ``"ig"`` (integrated gradients, the default)
 or ``"ixg"`` (input × gradient) attributes each output token of the greedy translation to the source
 tokens and returns it beside the attention (last layer, heads averaged) and the rollout, with
-Spearman's ρ per output token and per sentence (:meth:`attnlab.analysis.attribution.Attribution.to_json`);
+Spearman's ρ per output token and per sentence (:func:`attnlab.analysis.attribution.run`, then
+:meth:`~attnlab.analysis.attribution.Attribution.to_json`);
 ``"rollout"`` returns the attention rollout of each self-attention stack beside its last layer
 (:meth:`~attnlab.analysis.attribution.RolloutReport.to_json`).
 
@@ -12,9 +13,8 @@ and each pass grows with the output, so one request is bounded three ways: ``ste
 :data:`MAX_STEPS`, steps × output tokens ≤ :data:`MAX_GRADIENT_ROWS`, and at most
 :data:`MAX_GRADIENT_TOKENS` output tokens — the translation is attributed up to its first
 :func:`max_output_tokens` tokens (16 at 64 steps, 32 at 32 or fewer; a ``warnings`` entry says so
-when it was cut). At those caps a sentence of the server's longest length (300 characters of
-English) fits the default deadline in one thread of a 2-core machine at the presets' model sizes;
-a source of hundreds of tokens on a larger model may still reach it (504).
+when it was cut). What one request costs at those caps is measured in bench/RESULTS.md; a source of
+hundreds of tokens on a larger model may still reach the deadline (504).
 The work runs under the same admission and deadline as a translation and stops at the deadline
 between output tokens and between batches of points (:mod:`attnlab.web.deadline`): a 504 frees
 its slot at once.
@@ -29,12 +29,8 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, create_model, field_validator
 
-from attnlab.analysis.attribution import (
-    DEFAULT_STEPS,
-    AttributionError,
-    attention_rollout,
-    gradient_attribution,
-)
+from attnlab.analysis import attribution as A
+from attnlab.analysis.attribution import DEFAULT_STEPS, AttributionError
 from attnlab.errors import AttnlabError
 from attnlab.web.deadline import DeadlinePassed, check
 from attnlab.web.registry import LoadedRun
@@ -102,11 +98,7 @@ class AttributionJob:
 
 def attribution_job(job: AttributionJob, t0: float) -> tuple[bytes, bool]:
     """Runs in a model thread, inside the admission slot: the attribution, its JSON and its gzip."""
-    tr = job.run.translator
-    if job.method == "rollout":
-        report = attention_rollout(tr, job.text, max_len=job.max_len)
-    else:
-        report = gradient_attribution(tr, job.text, job.method, steps=job.steps, max_len=job.max_len)
+    report = A.run(job.run.translator, job.text, job.method, steps=job.steps, max_len=job.max_len)
     check()  # past the deadline nobody reads the answer: stop before encoding it
     payload: dict[str, Any] = {"run": job.run.name, "model_kind": job.run.info.get("model_kind"), **report.to_json()}
     rows = payload.get("rows")
