@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
+from attnlab.web import serving
 from attnlab.web.guards import Limits
 from attnlab.web.serving import DeadlineH11Protocol, deadline_protocol, model_threads
 
 
 def test_model_threads_split_the_cores_between_workers(monkeypatch):
     before = torch.get_num_threads()
-    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(serving, "cpu_threads", lambda: 8)  # the CPUs this process may use
     try:
         assert model_threads(2) == 4 == torch.get_num_threads()
         assert model_threads(3) == 2
