@@ -21,6 +21,14 @@ step for the PyTorch path.
   and what decoding adds (Linux).
 
 The matmul peak (fp32, ``attnlab.device.measure_peak_gflops``) is printed to describe the machine.
+
+``--isa`` writes ``## CTranslate2 int8 on every x86 processor`` instead: each CTranslate2
+setting (float32; int8 rounded by CTranslate2, ``127 / max|w|``; int8 rounded by attnlab,
+``ct2.int8_weights``; int16) against attnlab greedy, greedy, one thread, in a child process per
+instruction set, as the environment variables of ``ISAS`` select it (CTranslate2 and its backends
+read them once, at load). ``AVX2, oneDNN`` is what an AMD EPYC without VNNI computes (the CI):
+
+    python bench/ctranslate2.py --run RUN --isa --sentences 1000
 """
 
 from __future__ import annotations
@@ -167,6 +175,121 @@ def measure(run: Path, exports: dict[str, Path], n: int, threads_list: list[int]
     return rows
 
 
+AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "CT2_FORCE_CPU_ISA": "AVX2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2"}
+ISAS = {  # name -> environment of the child process
+    "native (MKL)": {},
+    "native, oneDNN": {"CT2_USE_MKL": "0"},
+    "AVX2, oneDNN": {**AVX2, "CT2_USE_MKL": "0"},
+    "AVX2, MKL": {**AVX2, "CT2_USE_MKL": "1"},
+}
+SETTINGS = ("float32", "int8, CTranslate2's rounding", "int8, attnlab's rounding", "int16")
+
+
+def isa_models(run: Path, tmp: Path) -> dict[str, str]:
+    """setting -> CTranslate2 model folder; the attnlab export (float32 CTranslate2 inside) is ``tmp/export``."""
+    import ctranslate2
+
+    from attnlab.export import ct2
+    from attnlab.export.folder import _load
+
+    export_run(run, tmp / "export", fmt="ctranslate2")
+    ours = export_run(run, tmp / "attnlab-int8", fmt="ctranslate2", quantization="int8")
+    out = {"float32": str(tmp / "export" / "ctranslate2"), "int8, attnlab's rounding": str(ours / "ctranslate2")}
+    for setting, q in (("int8, CTranslate2's rounding", "int8"), ("int16", "int16")):
+        _, _, _, model, src_tok, tgt_tok = _load(run, "best")
+        with torch.no_grad():
+            spec = ct2._transformer_spec(ctranslate2.specs, model, src_tok, tgt_tok)
+        spec.validate()
+        spec.optimize(quantization=q)  # CTranslate2's own rounding
+        (tmp / f"ct2-{q}").mkdir()
+        spec.save(str(tmp / f"ct2-{q}"))
+        out[setting] = str(tmp / f"ct2-{q}")
+    return out
+
+
+def isa_child(run: str, tmp: str, n: int) -> None:
+    """One instruction set (this process's environment): a JSON row per setting on stdout."""
+    import ctranslate2
+
+    torch.set_num_threads(1)
+    models = json.loads((Path(tmp) / "models.json").read_text())
+    tr, src, refs = test_sources(Path(run), n)
+    ct = CT2Translator.from_export(Path(tmp) / "export", device="cpu", threads=1)
+    t0 = time.perf_counter()
+    greedy = _best(tr, 1, src)
+    base_s = time.perf_counter() - t0
+    base_bleu = corpus_scores([tr.tgt_tok.decode(h) for h in greedy], refs)["bleu"]
+    for setting in SETTINGS:
+        ct.ct2 = ctranslate2.Translator(models[setting], device="cpu", intra_threads=1)
+        _best(ct, 1, src[:50])  # warm-up
+        t0 = time.perf_counter()
+        hyps = _best(ct, 1, src)
+        seconds = time.perf_counter() - t0
+        bleu = corpus_scores([tr.tgt_tok.decode(h) for h in hyps], refs)["bleu"]
+        print(json.dumps({"setting": setting, "sentences": len(src), "same": sum(a == b for a, b in zip(hyps, greedy)),
+                          "bleu": bleu, "attnlab_bleu": base_bleu, "sent_per_s": len(src) / seconds,
+                          "ratio": base_s / seconds}), flush=True)
+
+
+def isa_rows(run: Path, n: int) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="attnlab-ct2-isa-") as tmp:
+        (Path(tmp) / "models.json").write_text(json.dumps(isa_models(run, Path(tmp))))
+        for isa, env in ISAS.items():
+            cmd = [sys.executable, __file__, "--isa-child", tmp, "--run", str(run), "--sentences", str(n)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600,
+                                  env={**os.environ, **env, "CT2_VERBOSE": "1"})
+            if proc.returncode:
+                raise RuntimeError(f"{isa} child failed: {proc.stderr[-2000:]}")
+            backends = {}  # CTranslate2's info log: " - SGEMM backend: DNNL (packed: false)", GEMM_S16, GEMM_S8
+            for x in proc.stderr.splitlines():
+                if " backend: " in x:
+                    kind, name = x.split(" - ", 1)[-1].split(" backend: ", 1)
+                    backends[kind] = name.split()[0]
+            for line in proc.stdout.splitlines():
+                if line.startswith("{"):
+                    row = {**json.loads(line), "isa": isa}
+                    kind = {"float32": "SGEMM", "int16": "GEMM_S16"}.get(row["setting"], "GEMM_S8")
+                    row["gemm"] = backends.get(kind, "?")
+                    if row["gemm"] == "none":  # CTranslate2 falls back to int8 (its own rounding)
+                        row["gemm"] = f"none → int8 on {backends.get('GEMM_S8', '?')}"
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
+    return rows
+
+
+def isa_table(rows: list[dict], run: Path, cmd: str) -> str:
+    lines = [
+        "## CTranslate2 int8 on every x86 processor",
+        "",
+        f"`{cmd}` — {datetime.date.today()}, {_cpu_name()} ({_int8_flags()}), {os.cpu_count()} cores "
+        f"(shared with other jobs), torch {torch.__version__}, ctranslate2 {__import__('ctranslate2').__version__}.",
+        "",
+        f"Model: `{run}`; {rows[0]['sentences']} distinct test sources, greedy, one thread; `same`: the output "
+        "equals attnlab's own float32 greedy in the same process; ΔBLEU against that greedy's BLEU "
+        f"({rows[0]['attnlab_bleu']:.2f}); speed relative to it (the machine is shared: ±10 %). The instruction "
+        "sets are chosen by environment variables in a child process each: " + "; ".join(
+            f"{isa}: `{' '.join(f'{k}={v}' for k, v in env.items()) or '(none)'}`" for isa, env in ISAS.items()) + ".",
+        "",
+        "| setting | ISA | GEMM | same as attnlab greedy | ΔBLEU | × attnlab greedy |",
+        "| --- | --- | --- | --: | --: | --: |",
+    ]
+    for r in sorted(rows, key=lambda r: (SETTINGS.index(r["setting"]), list(ISAS).index(r["isa"]))):
+        lines.append(f"| {r['setting']} | {r['isa']} | {r['gemm']} | {r['same']} ({100 * r['same'] / r['sentences']:.1f} %)"
+                     f" | {r['bleu'] - r['attnlab_bleu']:+.2f} | {r['ratio']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _int8_flags() -> str:
+    """The processor's flags that decide how int8 GEMMs run (Linux)."""
+    try:
+        flags = next(x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "flags unknown"
+    return " ".join(f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8") if f in flags)
+
+
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -205,9 +328,10 @@ def table(rows: list[dict], peak: float, cmd: str) -> str:
 
 
 def write_section(section: str, path: Path) -> None:
-    """Replace (or add) the ``## CTranslate2`` section of ``path``, leaving the other sections alone."""
+    """Replace (or add) ``section`` (its first line is the ``## `` title) in ``path``, leaving the others alone."""
+    title = section.splitlines()[0].strip()
     lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else ["# attnlab benchmark results"]
-    start = next((i for i, x in enumerate(lines) if x.strip() == "## CTranslate2"), None)
+    start = next((i for i, x in enumerate(lines) if x.strip() == title), None)
     if start is None:
         lines += [""] + section.rstrip("\n").splitlines()
     else:
@@ -225,12 +349,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     p.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
     p.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
+    p.add_argument("--isa", action="store_true", help="the int8 settings on each instruction set (## CTranslate2 int8 "
+                   "on every x86 processor)")
+    p.add_argument("--isa-child", help=argparse.SUPPRESS)
     p.add_argument("--memory-child", help=argparse.SUPPRESS)
     p.add_argument("--exports", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     threads = [int(t) for t in args.threads.split(",")]
     if args.memory_child:
         memory_child(args.run, args.exports, args.memory_child, args.sentences, threads[0])
+        return 0
+    if args.isa_child:
+        isa_child(args.run, args.isa_child, args.sentences)
+        return 0
+    if args.isa:
+        cmd = "python bench/ctranslate2.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        section = isa_table(isa_rows(Path(args.run), args.sentences), Path(args.run), cmd)
+        print(section)
+        if not args.no_write:
+            write_section(section, args.results)
+            print(f"wrote the ## CTranslate2 int8 on every x86 processor section of {args.results}")
         return 0
     torch.set_num_threads(max(threads))
     peak = D.measure_peak_gflops(2.0) * 1e9  # FLOP/s, fp32 on the CPU

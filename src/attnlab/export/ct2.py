@@ -22,6 +22,10 @@ CTranslate2 decoder has one vocabulary, so the target tokens keep their ids and 
 follow under a ``<src>`` prefix, and the source rows of the output layer get a bias of
 ``-65504`` (float16's lowest) so that they are never generated.
 GRU models have no such spec and are refused.
+
+int8 weights are rounded here, not by CTranslate2 (:func:`int8_weights`): one scale per row as
+CTranslate2 expects, but small enough that no x86 int8 GEMM saturates, so the int8 model gives the
+same outputs on every x86 processor.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -41,6 +46,7 @@ from attnlab.models.transformer import Transformer
 
 SOURCE_PREFIX = "<src>"  # decoder-only: source tokens in the one CTranslate2 vocabulary
 NEVER = -65504.0  # output bias of the decoder-only model's source rows
+INT8_PAIR_BOUND = 128  # |q[2i]| + |q[2i+1]| of an int8 weight row; 255 · 128 fits an int16
 
 
 def require_ctranslate2():
@@ -171,11 +177,47 @@ def _decoder_only_spec(specs, model: DecoderOnly, src_tok, tgt_tok):
     return spec
 
 
+def int8_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(q, scale)``: ``w`` (rows × inputs, float) as int8 rows with one float32 scale per row, ``w ≈ q / scale``.
+
+    CTranslate2 computes an int8 layer on x86 as a u8·s8 GEMM (MKL's or oneDNN's): the activations
+    are shifted to ``0…255``. On processors without VNNI the kernels multiply with ``vpmaddubsw``, which
+    adds two neighbouring products ``a[2i]·q[2i] + a[2i+1]·q[2i+1]`` into a *saturating* int16 (oneDNN,
+    "Nuances of int8 computations"). CTranslate2's own rounding (``scale = 127 / max|w|``) lets such a
+    pair reach 255 · 254, so those processors compute other numbers than VNNI ones and greedy outputs
+    part from the float model's far more often (bench/RESULTS.md, "CTranslate2 int8 on every x86
+    processor"). Here ``scale = 127 / max_i (|w[2i]| + |w[2i+1]|)``: after rounding every pair sums to
+    at most :data:`INT8_PAIR_BOUND` (128), so ``255 · 128 ≤ 32767`` never saturates and every kernel
+    computes the same exact integer products. That costs about half a bit on the rows with a large
+    pair; a row of zeros keeps scale 1.
+    """
+    w = np.asarray(w, dtype=np.float32)
+    a = np.abs(w)
+    if a.shape[1] % 2:
+        a = np.pad(a, ((0, 0), (0, 1)))
+    pair = a.reshape(a.shape[0], -1, 2).sum(axis=2).max(axis=1)
+    pair[pair == 0] = 127.0
+    scale = (np.float32(127.0) / np.maximum(pair, np.float32(127.0) / np.finfo(np.float32).max)).astype(np.float32)
+    return np.rint(w * scale[:, None]).astype(np.int8), scale
+
+
+def _quantize_int8(layer, layer_type) -> None:
+    """Replace, in place, every float weight of ``layer`` and its sub-layers that CTranslate2 stores as int8."""
+    for value in vars(layer).values():
+        for sub in value if isinstance(value, list) else [value]:
+            if isinstance(sub, layer_type):
+                _quantize_int8(sub, layer_type)
+    weight = getattr(layer, "weight", None)
+    if isinstance(weight, np.ndarray) and weight.ndim == 2 and hasattr(layer, "weight_scale"):
+        layer.weight, layer.weight_scale = int8_weights(weight)
+
+
 def convert(model: nn.Module, src_tok, tgt_tok, out_dir: Path, quantization: str = "float32") -> dict[str, Any]:
     """Write ``model`` as a CTranslate2 model into the new folder ``out_dir``; returns what a loader needs.
 
     ``quantization``: ``float32`` or ``int8`` (weights of every linear layer and embedding as int8
-    with one float scale per row; CTranslate2 computes in int8 on the CPU).
+    with one float scale per row, rounded by :func:`int8_weights`; CTranslate2 computes in int8 on
+    the CPU).
     Raises :class:`AttnlabError` for a GRU model, an unknown quantization or a missing ``ctranslate2``.
     """
     if quantization not in QUANTIZATIONS:
@@ -188,9 +230,14 @@ def convert(model: nn.Module, src_tok, tgt_tok, out_dir: Path, quantization: str
             spec = _transformer_spec(ct2.specs, model, src_tok, tgt_tok)
         else:
             spec = _decoder_only_spec(ct2.specs, model, src_tok, tgt_tok)
+        if quantization == "int8":
+            _quantize_int8(spec, ct2.specs.LayerSpec)
         spec.validate()
-        spec.optimize(quantization=quantization)
+        spec.optimize(quantization="float32" if quantization == "float32" else None)  # None: keep our int8
         out_dir.mkdir(parents=True)
         spec.save(str(out_dir))
-    return {"spec": spec.name, "quantization": quantization, "ctranslate2_version": ct2.__version__,
-            "one_sequence": isinstance(model, DecoderOnly)}
+    entry = {"spec": spec.name, "quantization": quantization, "ctranslate2_version": ct2.__version__,
+             "one_sequence": isinstance(model, DecoderOnly)}
+    if quantization == "int8":
+        entry["int8_pair_bound"] = INT8_PAIR_BOUND  # the engine trusts such int8 weights on every processor
+    return entry

@@ -9,7 +9,8 @@ server work unchanged on it.
 Decoding follows attnlab's rules (``decoding/hypothesis.py``): ``<pad> <bos> <unk>`` are never
 emitted, each sentence stops at its own limit ``a·S + b`` (CTranslate2 decodes a batch up to the
 longest row's limit; a longer output is cut where attnlab would have stopped, which is exact for
-greedy search). Greedy float32 output equals attnlab's (tests/export/). Two differences remain:
+greedy search). Greedy float32 output equals attnlab's (tests/export/); int8 output (weights rounded by
+``ct2.int8_weights``) nearly does, and is the same on every x86 processor. Two differences remain:
 beam search ranks with CTranslate2's length penalty ``score / length^α`` rather than GNMT's, and a
 score is CTranslate2's (log-probability after the banned tokens are removed).
 """
@@ -29,7 +30,7 @@ from attnlab.decoding import length_cap
 from attnlab.decoding.hypothesis import Hypothesis, max_lengths
 from attnlab.errors import AttnlabError, CheckpointError
 from attnlab.export import ENGINES
-from attnlab.export.ct2 import SOURCE_PREFIX, require_ctranslate2
+from attnlab.export.ct2 import INT8_PAIR_BOUND, SOURCE_PREFIX, require_ctranslate2
 from attnlab.translator import Translator
 
 _BANNED = [[SPECIALS[PAD]], [SPECIALS[BOS]]]  # <unk> is banned by disable_unk
@@ -67,6 +68,10 @@ class CT2Translator(Translator):
 
         ``compute_type``: ``default`` (as exported), or any CTranslate2 compute type (``int8``,
         ``float32``…); ``threads``: CTranslate2's intra-op threads (0: PyTorch's thread count).
+        On the CPU, a compute type that makes CTranslate2 round the weights to integers itself
+        (``int8…``, ``auto``, or ``int16``, which is int8 off Intel's MKL) on a float32 export is
+        refused: that rounding saturates on x86 processors without VNNI (``ct2.int8_weights``);
+        export with ``--quantization int8`` instead, whose weights CTranslate2 keeps as they are.
         Raises :class:`AttnlabError` when the folder has no such model or ctranslate2 is missing.
         """
         folder = Path(folder)
@@ -77,6 +82,8 @@ class CT2Translator(Translator):
         ct2 = require_ctranslate2()
         tr = cls.from_run(folder, device=device)  # verifies every file, the CTranslate2 ones included
         where = "cuda" if tr.device.type == "cuda" else "cpu"
+        if where == "cpu":
+            _check_compute_type(compute_type, entry)
         kind = ct2.Generator if entry.get("one_sequence") else ct2.Translator
         model_dir = runs.member_path(folder, entry["path"], folder / runs.EXPORT_CONFIG)  # inside, as verified
         tr.ct2 = kind(str(model_dir), device=where, compute_type=compute_type,
@@ -125,6 +132,18 @@ class CT2Translator(Translator):
         if len(ids) + finished > limit:  # decoded for a longer row's limit: stop where attnlab stops
             ids, finished = ids[:limit], False
         return Hypothesis(ids, float(score), float(score), finished)
+
+
+def _check_compute_type(compute_type: str, entry: dict[str, Any]) -> None:
+    """Refuse a CPU compute type for which CTranslate2 would round the weights itself (see ``from_export``)."""
+    if entry.get("quantization") != "int8":
+        if compute_type in ("auto", "int16") or compute_type.startswith("int8"):
+            raise AttnlabError(f"compute type {compute_type} makes CTranslate2 round this float32 model's weights "
+                               "itself, which saturates on x86 processors without VNNI; export the run with "
+                               "--quantization int8 for int8")
+    elif entry.get("int8_pair_bound") != INT8_PAIR_BOUND and compute_type != "float32":
+        print("note: this int8 export was rounded by CTranslate2, which saturates on x86 processors without VNNI; "
+              "export the run again with --quantization int8 for the same outputs on every processor", file=sys.stderr)
 
 
 def load_translator(run: str | Path, which: str = "best", device: str = "auto", engine: str = "attnlab") -> Translator:
