@@ -25,8 +25,8 @@ from torch import Tensor
 
 __all__ = ["FORMED_MOVEMENT", "UNIFORM_SHARE", "attention_movement", "attention_uniformity", "formation_note"]
 
-#: Mean TV distance between consecutive rows above which attention has "formed" (issue #18's check
-#: on the probe sentences). An untrained Bahdanau model measures ≈ 0.002.
+#: Mean TV distance between consecutive rows above which attention has "formed" (checked on the probe
+#: sentences). An untrained Bahdanau model measures ≈ 0.002.
 FORMED_MOVEMENT = 0.2
 
 #: Rows whose entropy is above this share of ``ln S`` are treated as near-uniform.
