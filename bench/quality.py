@@ -158,7 +158,8 @@ def main() -> int:
     p.add_argument("--minutes", type=float, default=15.0)
     p.add_argument("--data", default=os.environ.get("ATTNLAB_DATA_DIR"))
     p.add_argument("--out", default="runs/quality")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads for every trial (default 0: as attnlab chooses, the CPUs a quota allows)")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--set", action="append", default=[], dest="overrides", metavar="section.key=value")
     p.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
@@ -184,6 +185,8 @@ def main() -> int:
 
     from attnlab import device
 
+    if args.threads <= 0:
+        args.threads = device.cpu_threads()  # what train.threads=0 chooses: no more threads than the quota's CPUs
     torch.set_num_threads(args.threads)
     peak = device.measure_peak_gflops(seconds=1.0)
     minutes = args.minutes * (args.like_peak / peak if args.like_peak else 1.0)
@@ -225,7 +228,7 @@ def write_budget_table(rows: list[dict], baseline: dict | None, cmd: str) -> Non
     section = "## Budget × machine"
     head = (f"{section}\n\nTest split of fra-eng (3,507 sources, all references, sacreBLEU, greedy). `like N`: the "
             "budget shrunk by this machine's measured peak / N (bench/quality.py --like-peak); `native P`: this "
-            "machine, measured peak P GFLOP/s on 2 threads. The plain recipe is bench/recipe.py, trained on the "
+            "machine, measured peak P GFLOP/s on the threads it trains with. The plain recipe is bench/recipe.py, trained on the "
             "same budget in the same invocation.\n\n"
             "| model | budget | machine (GFLOP/s) | minutes here | size | updates | tok/s | BLEU greedy | chrF | "
             "notes' 4 right | plain recipe BLEU / chrF / updates | ours ÷ recipe | date, commit | command |\n"
