@@ -27,6 +27,7 @@ them with their outputs into ``examples/``. Without the corpus (``ATTNLAB_DATA_D
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -734,7 +735,14 @@ def run_both(workdir: Path, timeout: int = 600) -> dict[str, nbformat.NotebookNo
     record in each notebook's metadata the dataset its runs were trained on (``attnlab.dataset``)."""
     import tomllib
 
-    notebooks = {lang: execute(build(lang), workdir, timeout) for lang in LANGS}
+    data_dir = os.environ.get("ATTNLAB_DATA_DIR")
+    try:
+        if data_dir:  # the kernels run in workdir: a relative corpus folder (CI's ../shared/data) must not move
+            os.environ["ATTNLAB_DATA_DIR"] = str(Path(data_dir).expanduser().resolve())
+        notebooks = {lang: execute(build(lang), workdir, timeout) for lang in LANGS}
+    finally:
+        if data_dir:
+            os.environ["ATTNLAB_DATA_DIR"] = data_dir
     config = tomllib.loads((workdir / "runs" / "notes_tour" / "transformer" / "config.toml").read_text("utf-8"))
     for nb in notebooks.values():
         nb.metadata["attnlab"] = {"dataset": config["data"]["dataset"]}
