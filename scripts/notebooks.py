@@ -47,8 +47,29 @@ PATHS = {"en": EXAMPLES / "notes_tour.ipynb", "zh": EXAMPLES / "notes_tour.zh.ip
 FIXED_SIZE = "figure-fixed-size"
 
 
+def _is_cjk(ch: str) -> bool:
+    return "\u2e80" <= ch <= "\u9fff" or "\uff00" <= ch <= "\uffef"
+
+
+def unwrap_cjk(text: str) -> str:
+    """Join the lines of each paragraph: Markdown renders a line break as a space, which Chinese does not put
+    between two characters (a break beside a Latin word stays a space, as the notes write "GRU 编码器"). Headings
+    keep their own lines."""
+    paragraphs = []
+    for para in text.split("\n\n"):
+        lines = para.split("\n")
+        if lines[0].startswith("#"):
+            paragraphs.append(para)
+            continue
+        joined = lines[0]
+        for line in lines[1:]:
+            joined += ("" if _is_cjk(joined.rstrip("*_")[-1:]) and _is_cjk(line.lstrip("*_")[:1]) else " ") + line
+        paragraphs.append(joined)
+    return "\n\n".join(paragraphs)
+
+
 def md(en: str, zh: str) -> tuple:
-    return ("markdown", en.strip(), zh.strip(), ())
+    return ("markdown", en.strip(), unwrap_cjk(zh.strip()), ())
 
 
 def code(src: str, *tags: str) -> tuple:
@@ -59,7 +80,7 @@ def section(number: str | int, en: str, zh: str) -> tuple:
     """A section's markdown cell: its heading (both D2L numberings, :func:`attnlab.notes.cite`), then the text."""
     s = d2l(number)
     title = s.title[0].upper() + s.title[1:]
-    return md(f"## {cite(number)} {title}\n\n{en.strip()}", f"## {cite(number, 'zh')} {s.title_zh}\n\n{zh.strip()}")
+    return md(f"## {cite(number)} {title}\n\n{en.strip()}", f"## {cite(number, 'zh')}{s.title_zh}\n\n{zh.strip()}")
 
 
 SETUP = '''
@@ -597,11 +618,16 @@ The notes compare the two models: GRU against self-attention encoders, additive 
 dot-product attention, order from recurrence against positional encoding, weaker against stronger
 parallelism, long-range dependencies through the recurrence against direct attention. `compare` measures
 both runs side by side on the same validation sentences: parameters, training and translation speed, BLEU,
-BLEU by sentence length.
+BLEU by sentence length. On a few CPU cores and models this small the training speeds may come out even or
+reversed: the parallelism the notes credit the Transformer with pays off over long sentences and on wide
+hardware, where a GRU must still take its steps one after another (`attnlab scaling` measures tokens/s
+against sentence length).
 """, """
 笔记对比了两个模型：编码器用 GRU 还是多头自注意力，加性注意力还是多头点积注意力，位置信息来自循环结构还是
 位置编码，并行能力较弱还是较强，长距离依赖靠循环传递还是任意位置直接关注。`compare` 在同一批验证句子上
-并排测量两个 run：参数量、训练和翻译速度、BLEU、按句长分组的 BLEU。
+并排测量两个 run：参数量、训练和翻译速度、BLEU、按句长分组的 BLEU。在几个 CPU 核心上训练这么小的模型，
+训练速度可能相差不大，甚至反过来：笔记所说 Transformer 并行能力较强的好处，要在长句子和并行度高的硬件上才显现，
+那时 GRU 仍然只能一步接一步地计算（`attnlab scaling` 测量不同句长下每秒处理的 token 数）。
 """),
     code('''
 from attnlab.analysis.diagnose import compare
