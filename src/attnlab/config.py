@@ -151,8 +151,9 @@ class DataConfig:
                    f"en, de, es, ja or zh")
         given = (self.src_lang, self.tgt_lang)
         if self.dataset == "file":
-            _check(all(given), "data.dataset=file needs the corpus's languages: add data.src_lang=.. data.tgt_lang=.. "
-                               "(ISO 639-1 codes, e.g. data.src_lang=en data.tgt_lang=de)")
+            _check(all(given), "a corpus of your own (data.dataset=file, --data FILE) needs its languages: add "
+                               "data.src_lang=.. data.tgt_lang=.. (ISO 639-1 codes, e.g. data.src_lang=en "
+                               "data.tgt_lang=de); for Tatoeba's fra-eng give --dataset fra-eng")
         elif self.dataset == "numbers":
             _check(self.src_lang in ("", "en"),
                    f"data.src_lang={self.src_lang} does not fit data.dataset=numbers, whose sources are English; "

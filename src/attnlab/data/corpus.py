@@ -48,9 +48,10 @@ from attnlab.data.subword import BPETokenizer
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK, Tokenizer, Vocab
 from attnlab.errors import CorpusError
+from attnlab.io import atomic_write_text
 
 __all__ = ["MAX_MEMBER_BYTES", "Prepared", "Split", "check_same_corpus", "for_run", "locate_parallel", "prepare",
-           "read_pairs", "read_parallel", "split_by_source"]
+           "read_pairs", "read_parallel", "split_by_source", "write_tsv"]
 
 MAX_MEMBER_BYTES = 128 * 2**20  # its fra.txt is 11.7 MB
 _SPLIT_SALT = b"attnlab-split-v1\x00"  # bump to re-draw every split (changes all test sets!)
@@ -498,6 +499,22 @@ def _read_raw(cfg: DataConfig) -> tuple[list[tuple[str, str]], str, dict[str, st
     # The text's digest, not the file's: D2L's zip and the fra.txt unpacked from it are the same corpus.
     identity = {"name": cfg.dataset, "file": path.name, "sha256": hashlib.sha256(data).hexdigest()}
     return _parse_pairs(data, name), str(path), identity
+
+
+def write_tsv(cfg: DataConfig, path: str | os.PathLike[str]) -> int:
+    """Write ``cfg.dataset``'s pairs (the first ``cfg.max_pairs`` when set) as a ``source<TAB>target`` TSV that
+    ``--data`` reads back, as read or generated (not preprocessed: each side keeps its own script's spacing);
+    returns the number of pairs. E.g. the numbers task into Japanese, to train on it as a corpus of your own."""
+    raw, _, _ = _read_raw(cfg)
+    if cfg.max_pairs:
+        raw = raw[: cfg.max_pairs]
+    if cfg.direction == "fr-en":
+        raw = [(fr, en) for en, fr in raw]
+    try:
+        atomic_write_text(path, "".join(f"{a}\t{b}\n" for a, b in raw))
+    except OSError as e:
+        raise CorpusError(f"could not write {path}: {e.strerror or e}; choose another file") from None
+    return len(raw)
 
 
 def for_run(cfg: DataConfig, data: str | os.PathLike[str] | None = None) -> DataConfig:
