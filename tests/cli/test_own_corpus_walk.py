@@ -94,8 +94,10 @@ def test_a_small_japanese_english_corpus_in_two_files(tmp_path, capsys, monkeypa
     assert [f["file"] for f in stats["corpus"]["files"]] == ["train.ja", "train.en"]
     toks = json.loads((run / "tokenizers.json").read_text(encoding="utf-8"))
     assert "私" in toks["src"]["idx_to_token"] and "I" in toks["tgt"]["idx_to_token"]  # characters; English cased
-    out = _ok(capsys, "translate", run, "私は学生です。").strip()
-    assert out and "<" not in out
+    out = _ok(capsys, "translate", run, "私は学生です。", "犬が好きです。")
+    assert out.strip() and "<" not in out
+    _ok(capsys, "export", run, tmp_path / "exported")  # the export keeps the text rules: the same outputs
+    assert _ok(capsys, "translate", tmp_path / "exported", "私は学生です。", "犬が好きです。") == out
     (tmp_path / "t.ja").write_text("私は学生です。\n猫が好きです。\n", encoding="utf-8")
     (tmp_path / "t.en").write_text("I am a student.\nI like cats.\n", encoding="utf-8")
     (tmp_path / "t2.en").write_text("I'm a student.\nI love cats.\n", encoding="utf-8")
