@@ -27,7 +27,8 @@ from attnlab.errors import AttnlabError
 from attnlab.notes import SENTENCES
 
 MODEL_KINDS = ("seq2seq", "bahdanau", "transformer", "decoder-only", "encoder-only")
-DATASETS = ("fra-eng", "numbers", "file")  # file: a corpus of your own (`--data FILE`, data/corpus.py)
+DATASETS = ("fra-eng", "numbers")  # the corpora attnlab knows by name (demo, sweep and scaling choose one)
+OWN_CORPUS = "file"  # data.dataset of a corpus of your own (`train --data FILE`, data/corpus.py)
 DIRECTIONS = ("en-fr", "fr-en")  # data.direction of fra-eng: source language, then target language
 # data.src_lang / data.tgt_lang: ISO 639-1 codes (two letters), the codes Moses' rules and num2words use.
 LANGUAGES = tuple(
@@ -125,11 +126,12 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         _finite("data", self)
-        _choice("data.dataset", self.dataset, DATASETS)
+        _choice("data.dataset", self.dataset, (*DATASETS, OWN_CORPUS))
         _choice("data.tokenizer", self.tokenizer, TOKENIZERS)
         _choice("data.direction", self.direction, DIRECTIONS)
         _check(self.direction == "en-fr" or self.dataset == "fra-eng",
-               f"data.direction={self.direction} is for data.dataset=fra-eng (numbers are read in English); drop it")
+               f"data.direction={self.direction} is for data.dataset=fra-eng (numbers are read in English; a corpus "
+               "of your own reads its first column or file as the source, or its files by data.src_lang); drop it")
         _choice("data.preprocess", self.preprocess, PREPROCESS)
         self._check_langs()
         _check(2 <= self.num_steps <= 1024, f"data.num_steps={self.num_steps} must be between 2 and 1024")
@@ -150,7 +152,7 @@ class DataConfig:
                    f"data.{key}={code!r} is not an ISO 639-1 language code; give two lowercase letters, e.g. "
                    f"en, de, es, ja or zh")
         given = (self.src_lang, self.tgt_lang)
-        if self.dataset == "file":
+        if self.dataset == OWN_CORPUS:
             _check(all(given), "a corpus of your own (data.dataset=file, --data FILE) needs its languages: add "
                                "data.src_lang=.. data.tgt_lang=.. (ISO 639-1 codes, e.g. data.src_lang=en "
                                "data.tgt_lang=de); for Tatoeba's fra-eng give --dataset fra-eng")
@@ -172,7 +174,7 @@ class DataConfig:
     def langs(self) -> tuple[str, str]:
         """The source and the target language (ISO 639-1): fra-eng's :attr:`direction`, the numbers task's English
         and :attr:`tgt_lang` (French by default), or a file's :attr:`src_lang` and :attr:`tgt_lang`."""
-        if self.dataset == "file":
+        if self.dataset == OWN_CORPUS:
             return self.src_lang, self.tgt_lang
         if self.dataset == "numbers":
             return "en", self.tgt_lang or "fr"

@@ -216,7 +216,7 @@ def _own_corpus(data: str, overrides: list[str]) -> list[str]:
     path = Path(data).expanduser()
     if path.is_dir() or path.suffix.lower() == ".zip" or (path.name == "fra.txt" and not langs):
         return []
-    out = ["data.dataset=file"]
+    out = [f"data.dataset={config_mod.OWN_CORPUS}"]
     parts = [Path(part.strip()).suffix.lstrip(".") for part in data.split(",")] if "," in data else []
     if not langs and len(parts) == 2 and all(code in config_mod.LANGUAGES for code in parts):
         out += [f"data.src_lang={parts[0]}", f"data.tgt_lang={parts[1]}"]

@@ -82,8 +82,9 @@ def register(sub) -> None:
                        description="Corpus statistics, and one sentence followed through preprocessing, "
                                    "the vocabulary and padding (the notes' §4). With --run, the run's own "
                                    "tokenizer and num_steps: the ids are the rows of its embedding table.")
-    d.add_argument("--dataset", choices=config_mod.DATASETS, default=None,
-                   help="which corpus (default: fra-eng; with --run, the run's)")
+    d.add_argument("--dataset", choices=(*config_mod.DATASETS, config_mod.OWN_CORPUS), default=None,
+                   help="which corpus: fra-eng, numbers, or file (your own, from --data; implied by a --data that "
+                        "is not fra-eng) (default: fra-eng; with --run, the run's)")
     d.add_argument("--sentence", help="an English sentence to follow through preprocessing and the vocabulary "
                                       "(default: none, the statistics alone)")
     d.add_argument("--run", metavar="RUN",

@@ -73,7 +73,7 @@ def _add_train_config_args(p: argparse.ArgumentParser, model_required: bool) -> 
                         "the same" + (
                        "" if model_required else " (default: none: required for a new run; --resume keeps "
                                                  "the run's own)"))
-    p.add_argument("--dataset", choices=config_mod.DATASETS, default=None,
+    p.add_argument("--dataset", choices=(*config_mod.DATASETS, config_mod.OWN_CORPUS), default=None,
                    help="fra-eng (Tatoeba), the offline numbers task (English to data.tgt_lang: "
                         f"{', '.join(config_mod.NUMBERS_LANGS)}), or file: a corpus of your own read from --data "
                         "(implied by a --data that is not fra-eng) (default: the preset's, fra-eng)")

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.config import DataConfig
+from attnlab.config import OWN_CORPUS, DataConfig
 from attnlab.data.download import CANDIDATES, CHUNK, cache_dir, find_in, locate_fra_eng, mib
 from attnlab.data.languages import text_rules
 from attnlab.data.numbers import NUMBERS_MAX, NUMBERS_SEED, numbers_pairs
@@ -489,7 +489,7 @@ def _read_raw(cfg: DataConfig) -> tuple[list[tuple[str, str]], str, dict[str, st
         lang = cfg.langs[1]
         raw = numbers_pairs(cfg.numbers_size, NUMBERS_SEED, lang=lang)
         return raw, f"numbers (num2words, en-{lang}, n={cfg.numbers_size}, seed={NUMBERS_SEED})", None
-    if cfg.dataset == "file":
+    if cfg.dataset == OWN_CORPUS:
         if not cfg.data_path:
             raise CorpusError("data.dataset=file reads a corpus of your own: pass --data FILE (a TSV, two aligned "
                               "files A,B or a prefix)")
