@@ -27,8 +27,24 @@ from attnlab.errors import AttnlabError
 from attnlab.notes import SENTENCES
 
 MODEL_KINDS = ("seq2seq", "bahdanau", "transformer", "decoder-only", "encoder-only")
-DATASETS = ("fra-eng", "numbers")
-DIRECTIONS = ("en-fr", "fr-en")  # data.direction: source language, then target language
+DATASETS = ("fra-eng", "numbers")  # the corpora attnlab knows by name (demo, sweep and scaling choose one)
+OWN_CORPUS = "file"  # data.dataset of a corpus of your own (`train --data FILE`, data/corpus.py)
+DIRECTIONS = ("en-fr", "fr-en")  # data.direction of fra-eng: source language, then target language
+# data.src_lang / data.tgt_lang: ISO 639-1 codes (two letters), the codes Moses' rules and num2words use.
+LANGUAGES = tuple(
+    "aa ab ae af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu cv cy da de dv dz ee "
+    "el en eo es et eu fa ff fi fj fo fr fy ga gd gl gn gu gv ha he hi ho hr ht hu hy hz ia id ie ig ii ik io is it "
+    "iu ja jv ka kg ki kj kk kl km kn ko kr ks ku kv kw ky la lb lg li ln lo lt lu lv mg mh mi mk ml mn mr ms mt my "
+    "na nb nd ne ng nl nn no nr nv ny oc oj om or os pa pi pl ps pt qu rm rn ro ru rw sa sc sd se sg si sk sl sm sn "
+    "so sq sr ss st su sv sw ta te tg th ti tk tl tn to tr ts tt tw ty ug uk ur uz ve vi vo wa wo xh yi yo za zh zu"
+    .split())
+# Scripts written without spaces between words: with no segmenter, their text is cut into characters.
+UNSEGMENTED = frozenset({"ja", "zh", "th", "lo", "km", "my", "bo", "dz"})
+NUMBERS_LANGS = ("fr", "de", "es", "ja")  # data.tgt_lang of the numbers task (num2words); the source is English
+# data.preprocess: how text becomes tokens (data/languages.py). auto: D2L's rules for fra-eng (the notes rely on
+# them) and the numbers task's English, Moses' rules (sacremoses) for other space-separated languages, characters
+# for UNSEGMENTED ones.
+PREPROCESS = ("auto", "d2l", "moses", "chars")
 TOKENIZERS = ("word", "bpe")
 SCHEDULES = ("auto", "linear", "wsd", "inverse_sqrt", "constant", "cosine")
 SIZES = ("auto", "base", "tiny", "small", "medium")  # tiers: training/sizing.py
@@ -88,27 +104,36 @@ MAX_LEN_B = 10_000  # decode.max_len_b (the position table caps outputs further)
 class DataConfig:
     dataset: str = "fra-eng"
     direction: str = "en-fr"  # "fr-en" swaps the sides of fra-eng: French sources, English targets
-    # a zip, a fra.txt or a folder; else $ATTNLAB_DATA_DIR, then the cache. Never written into a run folder
+    # fra-eng: a zip, a fra.txt or a folder; else $ATTNLAB_DATA_DIR, then the cache. file: a TSV, two aligned
+    # files "A,B" or a prefix P (P.<src_lang>, P.<tgt_lang>). Never written into a run folder
     # (runs.run_config): a run records its corpus by name and checksum and finds it again at use time.
     data_path: str | None = None
+    # ISO 639-1 codes of the source and the target; "" = the dataset's own (fra-eng: data.direction; numbers:
+    # English to French). Required for data.dataset=file: a TSV's first column (or the first file) is the source.
+    src_lang: str = ""
+    tgt_lang: str = ""
+    preprocess: str = "auto"  # PREPROCESS: D2L's rules, Moses' (sacremoses) or characters, per language
     num_steps: int = 32  # max tokens per side including <eos> (the notes' num_steps); longer pairs are truncated and counted
     min_freq: int = 2  # word tokenizer: tokens seen fewer times become <unk>
     tokenizer: str = "word"  # "word" (D2L) or "bpe" (HF tokenizers, one subword model per language)
     bpe_vocab_size: int = 8000
     max_pairs: int = 0  # 0 = all; else keep the first N pairs (quick experiments)
-    valid_frac: float = 0.02  # share of distinct English sources in the validation split
-    test_frac: float = 0.03  # share of distinct English sources in the test split
+    valid_frac: float = 0.02  # share of distinct sources in the validation split
+    test_frac: float = 0.03  # share of distinct sources in the test split
     numbers_size: int = 20000  # pairs generated for the offline `numbers` task
     batch_tokens: int = 4096  # token budget per batch: batch_size * max(padded src, padded tgt)
     max_batch_size: int = 512
 
     def __post_init__(self) -> None:
         _finite("data", self)
-        _choice("data.dataset", self.dataset, DATASETS)
+        _choice("data.dataset", self.dataset, (*DATASETS, OWN_CORPUS))
         _choice("data.tokenizer", self.tokenizer, TOKENIZERS)
         _choice("data.direction", self.direction, DIRECTIONS)
         _check(self.direction == "en-fr" or self.dataset == "fra-eng",
-               f"data.direction={self.direction} is for data.dataset=fra-eng (numbers are read in English); drop it")
+               f"data.direction={self.direction} is for data.dataset=fra-eng (numbers are read in English; a corpus "
+               "of your own reads its first column or file as the source, or its files by data.src_lang); drop it")
+        _choice("data.preprocess", self.preprocess, PREPROCESS)
+        self._check_langs()
         _check(2 <= self.num_steps <= 1024, f"data.num_steps={self.num_steps} must be between 2 and 1024")
         _check(self.min_freq >= 1, f"data.min_freq={self.min_freq} must be >= 1")
         _check(self.bpe_vocab_size >= 100, f"data.bpe_vocab_size={self.bpe_vocab_size} must be >= 100")
@@ -120,11 +145,61 @@ class DataConfig:
                f"data.batch_tokens={self.batch_tokens} must be at least data.num_steps={self.num_steps}")
         _check(self.max_batch_size >= 1, "data.max_batch_size must be >= 1")
 
+    def _check_langs(self) -> None:
+        for key in ("src_lang", "tgt_lang"):
+            code = getattr(self, key)
+            _check(code == "" or code in LANGUAGES,
+                   f"data.{key}={code!r} is not an ISO 639-1 language code; give two lowercase letters, e.g. "
+                   f"en, de, es, ja or zh")
+        given = (self.src_lang, self.tgt_lang)
+        if self.dataset == OWN_CORPUS:
+            _check(all(given), "a corpus of your own (data.dataset=file, --data FILE) needs its languages: add "
+                               "data.src_lang=.. data.tgt_lang=.. (ISO 639-1 codes, e.g. data.src_lang=en "
+                               "data.tgt_lang=de); for Tatoeba's fra-eng give --dataset fra-eng")
+        elif self.dataset == "numbers":
+            _check(self.src_lang in ("", "en"),
+                   f"data.src_lang={self.src_lang} does not fit data.dataset=numbers, whose sources are English; "
+                   "drop it")
+            _check(self.tgt_lang in ("", *NUMBERS_LANGS),
+                   f"data.tgt_lang={self.tgt_lang} is not a language of the numbers task; choose one of: "
+                   f"{', '.join(NUMBERS_LANGS)}")
+        else:
+            src, tgt = self.direction.split("-")
+            _check(self.src_lang in ("", src) and self.tgt_lang in ("", tgt),
+                   f"data.src_lang={self.src_lang or src} data.tgt_lang={self.tgt_lang or tgt} do not fit "
+                   f"data.dataset=fra-eng with data.direction={self.direction}; for fra-eng use data.direction="
+                   "en-fr or fr-en, for a corpus of your own data.dataset=file (--data FILE)")
+
     @property
     def langs(self) -> tuple[str, str]:
-        """The source and the target language, ``("en", "fr")`` unless :attr:`direction` says otherwise."""
+        """The source and the target language (ISO 639-1): fra-eng's :attr:`direction`, the numbers task's English
+        and :attr:`tgt_lang` (French by default), or a file's :attr:`src_lang` and :attr:`tgt_lang`."""
+        if self.dataset == OWN_CORPUS:
+            return self.src_lang, self.tgt_lang
+        if self.dataset == "numbers":
+            return "en", self.tgt_lang or "fr"
         src, tgt = self.direction.split("-")
         return src, tgt
+
+    @property
+    def text_rules(self) -> tuple[str, str]:
+        """How the source's and the target's text become tokens (a :data:`PREPROCESS` name each, never auto).
+
+        ``auto``: D2L's rules for fra-eng (the notes' §4 relies on them) and for the numbers task's English and
+        French; otherwise Moses' rules for a space-separated language, characters for an :data:`UNSEGMENTED` one.
+        """
+        if self.preprocess != "auto":
+            return self.preprocess, self.preprocess
+
+        def by_script(lang: str) -> str:
+            return "chars" if lang in UNSEGMENTED else "moses"
+
+        src, tgt = self.langs
+        if self.dataset == "fra-eng":
+            return "d2l", "d2l"
+        if self.dataset == "numbers":
+            return "d2l", "d2l" if tgt == "fr" else by_script(tgt)
+        return by_script(src), by_script(tgt)
 
 
 @dataclass(frozen=True)

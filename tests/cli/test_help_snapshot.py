@@ -13,7 +13,10 @@ from attnlab.cli import make_parser
 SNAPSHOT = Path(__file__).with_name("help_snapshot.json")
 
 #: Options added since the snapshot, on purpose: command → options.
-ADDED: dict[str, set[str]] = {}
+ADDED: dict[str, set[str]] = {
+    "evaluate": {"--src", "--ref"},  # your own test files, scored with sacreBLEU and chrF
+    "data": {"--write-tsv"},  # a corpus (e.g. the numbers task in Japanese) as a TSV that --data reads
+}
 #: Options removed since the snapshot, on purpose (none: a removed option breaks someone's script).
 REMOVED: dict[str, set[str]] = {}
 

@@ -82,8 +82,10 @@ def test_load_tokenizer_rejects_garbage():
         load_tokenizer({"kind": "word", "lang": "en", "idx_to_token": ["a", "b"]})
     with pytest.raises(ValueError, match="cannot be parsed"):
         load_tokenizer({"kind": "bpe", "lang": "en", "tokenizer": "{not json"})
-    with pytest.raises(ValueError, match="lang"):
-        Vocab(SPECIALS, lang="de")
+    with pytest.raises(ValueError, match="lang='xx' is not an ISO 639-1 language code"):
+        Vocab(SPECIALS, lang="xx")  # any ISO 639-1 code is a language now (de, ja, ...), an unknown one is not
+    with pytest.raises(ValueError, match="text rule 'spaces' is unknown"):
+        load_tokenizer({"kind": "word", "lang": "de", "idx_to_token": list(SPECIALS), "text": "spaces"})
 
 
 # ----------------------------------------------------------------------------------------------

@@ -145,15 +145,20 @@ def add_run_data_arg(p: argparse.ArgumentParser) -> None:
     and checksum, not where it was (data/corpus.py ``for_run``), so the location is given now."""
     p.add_argument("--data", metavar="PATH",
                    help="fra-eng zip, fra.txt or folder holding the run's corpus (default: $ATTNLAB_DATA_DIR, "
-                        "then the cache)")
+                        "then the cache); for a run on a corpus of your own, its TSV, files A,B or prefix")
+
+
+DATA_HELP = ("the corpus: Tatoeba's fra-eng.zip, fra.txt or a folder holding one (default: $ATTNLAB_DATA_DIR, then "
+             "the cache); or a parallel corpus of your own, with data.src_lang=.. data.tgt_lang=.. (ISO 639-1 "
+             "codes): a TSV (source<TAB>target[<TAB>attribution]), two aligned files A,B (one sentence a line; "
+             "train.en,train.de needs no languages), or a prefix P of P.<src_lang> and P.<tgt_lang>")
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
     """``--config``, ``--data`` and the trailing ``section.key=value`` overrides."""
     p.add_argument("--config", metavar="FILE",
                    help="TOML config file with sections data/model/train/decode (default: none, the preset alone)")
-    p.add_argument("--data", metavar="PATH",
-                   help="fra-eng zip, fra.txt or folder (default: $ATTNLAB_DATA_DIR, then the cache)")
+    p.add_argument("--data", metavar="PATH", help=DATA_HELP)
     p.add_argument("overrides", nargs="*", default=[], metavar="section.key=value",
                    help="typed overrides, applied last, e.g. train.lr=3e-4 model.num_layers=3")
 
@@ -182,4 +187,37 @@ def build_config(args, kind: str | None = None, dataset: str | None = None, base
                       ("size", "train.size")):
         if getattr(args, flag, None) is not None:
             extra.append(f"{key}={getattr(args, flag)}")
-    return config_mod.apply_overrides(cfg, extra + list(getattr(args, "overrides", []) or []))
+    overrides = list(getattr(args, "overrides", []) or [])
+    if getattr(args, "data", None) and dataset is None and base is None and not _names_dataset(args, overrides):
+        extra += _own_corpus(args.data, overrides)
+    return config_mod.apply_overrides(cfg, extra + overrides)
+
+
+def _names_dataset(args, overrides: list[str]) -> bool:
+    """Whether the user chose ``data.dataset`` (an override or the --config file)."""
+    if any(item.split("=", 1)[0].strip() == "data.dataset" for item in overrides):
+        return True
+    if getattr(args, "config", None):
+        import tomllib
+
+        with open(args.config, "rb") as f:  # load_toml has read and checked it already
+            return "dataset" in (tomllib.load(f).get("data") or {})
+    return False
+
+
+def _own_corpus(data: str, overrides: list[str]) -> list[str]:
+    """The overrides ``--data`` implies when the dataset is not named: none for Tatoeba's fra-eng (a zip, a folder,
+    or a ``fra.txt`` given no languages); else ``data.dataset=file``, and the languages of two files
+    ``A.xx,B.yy`` from their suffixes when they are not given."""
+    from pathlib import Path
+
+    given = {item.split("=", 1)[0].strip() for item in overrides}
+    langs = {"data.src_lang", "data.tgt_lang"} & given
+    path = Path(data).expanduser()
+    if path.is_dir() or path.suffix.lower() == ".zip" or (path.name == "fra.txt" and not langs):
+        return []
+    out = [f"data.dataset={config_mod.OWN_CORPUS}"]
+    parts = [Path(part.strip()).suffix.lstrip(".") for part in data.split(",")] if "," in data else []
+    if not langs and len(parts) == 2 and all(code in config_mod.LANGUAGES for code in parts):
+        out += [f"data.src_lang={parts[0]}", f"data.tgt_lang={parts[1]}"]
+    return out

@@ -45,6 +45,15 @@ def cmd_data(args) -> int:
     from attnlab.data.vocab import load_tokenizer
     from attnlab.data.walkthrough import format_walkthrough, walk_through
 
+    if args.write_tsv is not None:
+        if args.run is not None:
+            raise AttnlabError("--write-tsv writes a corpus, --run reads a run's: drop one of them")
+        cfg = build_config(args, dataset=args.dataset)
+        n = corpus.write_tsv(cfg.data, args.write_tsv)
+        src, tgt = cfg.data.langs
+        print(f"wrote {n:,} {src}-{tgt} pairs of {cfg.data.dataset} to {args.write_tsv}; train on them with "
+              f"--data {args.write_tsv} data.src_lang={src} data.tgt_lang={tgt}")
+        return 0
     if args.run is not None:
         if args.dataset or args.config or args.overrides:
             raise AttnlabError("--dataset, --config and section.key=value overrides do not apply with --run: "
@@ -55,7 +64,7 @@ def cmd_data(args) -> int:
         num_steps = data_cfg.num_steps
         print(_run_stats(args, files, tokenizers))
     else:
-        cfg = build_config(args, dataset=args.dataset or "fra-eng")
+        cfg = build_config(args, dataset=args.dataset)
         prepared = corpus.prepare(cfg.data)
         data_cfg = cfg.data
         tokenizers, num_steps = (prepared.src_tok, prepared.tgt_tok), cfg.data.num_steps
@@ -73,12 +82,17 @@ def register(sub) -> None:
                        description="Corpus statistics, and one sentence followed through preprocessing, "
                                    "the vocabulary and padding (the notes' §4). With --run, the run's own "
                                    "tokenizer and num_steps: the ids are the rows of its embedding table.")
-    d.add_argument("--dataset", choices=config_mod.DATASETS, default=None,
-                   help="which corpus (default: fra-eng; with --run, the run's)")
+    d.add_argument("--dataset", choices=(*config_mod.DATASETS, config_mod.OWN_CORPUS), default=None,
+                   help="which corpus: fra-eng, numbers, or file (your own, from --data; implied by a --data that "
+                        "is not fra-eng) (default: fra-eng; with --run, the run's)")
     d.add_argument("--sentence", help="an English sentence to follow through preprocessing and the vocabulary "
                                       "(default: none, the statistics alone)")
     d.add_argument("--run", metavar="RUN",
                    help="a trained run folder: use its tokenizer, num_steps and recorded statistics "
                         "(default: none, a tokenizer built afresh from the corpus)")
+    d.add_argument("--write-tsv", metavar="FILE", dest="write_tsv",
+                   help="write the corpus's pairs as a source<TAB>target TSV and stop, e.g. the numbers task into "
+                        "Japanese: --dataset numbers data.tgt_lang=ja data.numbers_size=2000 --write-tsv ja.tsv "
+                        "(default: none)")
     add_config_args(d)
     d.set_defaults(func=cmd_data)

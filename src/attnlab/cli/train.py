@@ -73,8 +73,10 @@ def _add_train_config_args(p: argparse.ArgumentParser, model_required: bool) -> 
                         "the same" + (
                        "" if model_required else " (default: none: required for a new run; --resume keeps "
                                                  "the run's own)"))
-    p.add_argument("--dataset", choices=config_mod.DATASETS, default=None,
-                   help="fra-eng (Tatoeba) or the offline numbers task (default: the preset's, fra-eng)")
+    p.add_argument("--dataset", choices=(*config_mod.DATASETS, config_mod.OWN_CORPUS), default=None,
+                   help="fra-eng (Tatoeba), the offline numbers task (English to data.tgt_lang: "
+                        f"{', '.join(config_mod.NUMBERS_LANGS)}), or file: a corpus of your own read from --data "
+                        "(implied by a --data that is not fra-eng) (default: the preset's, fra-eng)")
     p.add_argument("--max-minutes", type=float, dest="max_minutes", metavar="M",
                    help="time budget in minutes; the schedule and (train.size=auto) the model are planned on it "
                         "(default: the config's train.max_minutes; 0 = no time limit)")
@@ -134,7 +136,13 @@ def register(sub) -> None:
     t = sub.add_parser("train", help="train a model into a run folder",
                        description="Train a model into a run folder. The config is the model's preset, then "
                                    "--config, then the flags below, then section.key=value overrides "
-                                   "(`attnlab config` prints it). Ctrl-C saves; --resume continues exactly.")
+                                   "(`attnlab config` prints it). Ctrl-C saves; --resume continues exactly. "
+                                   "Your own corpus, any pair of languages: --data my.tsv data.src_lang=en "
+                                   "data.tgt_lang=de (or --data train.en,train.de, or --data train with "
+                                   "data.src_lang and data.tgt_lang); its text is cut by Moses' rules "
+                                   "(sacremoses), or into characters for Chinese and Japanese "
+                                   "(data.preprocess=auto|d2l|moses|chars). The run records the corpus by name, "
+                                   "sha256 and languages, never by path.")
     t.add_argument("--out", required=True, metavar="RUN",
                    help="the run folder to create (or, with --resume, to continue)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")

@@ -195,6 +195,9 @@ def cmd_evaluate(args) -> int:
     from attnlab.evaluation.evaluate import evaluate_split, format_report, notes_examples, write_report
 
     _check_counts(args, "beam")
+    if args.src is not None or args.ref:
+        return _evaluate_files(args)
+    args.split = args.split or "test"
     tr = load_translator(args)
     tr.check_translates()  # a fill model is refused before the corpus is read
     prepared = tr.prepare_corpus(args.data)  # --data, else $ATTNLAB_DATA_DIR, else the cache
@@ -208,6 +211,46 @@ def cmd_evaluate(args) -> int:
     print(format_report(result, examples))
     print(f"wrote {path}")
     return 0
+
+
+def _evaluate_files(args) -> int:
+    """`evaluate RUN --src F --ref R [--ref R2 ...]`: your own test files, scored as a split is."""
+    from attnlab.evaluation.evaluate import (
+        evaluate_files,
+        file_report_name,
+        format_report,
+        read_lines,
+        write_report,
+    )
+
+    if args.src is None or not args.ref:
+        raise AttnlabError("--src and --ref go together: give the source file and one or more reference files, "
+                           "one sentence a line")
+    if args.split is not None or args.data is not None or args.max_sentences:
+        raise AttnlabError("--src/--ref score your own files; --split, --data and --max-sentences choose a split of "
+                           "the run's corpus: drop one or the other")
+    sources = read_lines(args.src, "--src")
+    refs = [read_lines(r, "--ref") for r in args.ref]
+    for path, stream in zip(args.ref, refs):
+        if len(stream) != len(sources):
+            raise AttnlabError(f"--ref {path} has {len(stream)} lines but --src {args.src} has {len(sources)}; give "
+                               "one reference line for each source line")
+    tr = load_translator(args)
+    tr.check_translates()
+    beam = args.beam or tr.cfg.decode.beam_size
+    result = evaluate_files(tr, sources, refs, beam_size=beam, progress=show_progress(args))
+    result["files"] = {"src": _file_fact(args.src), "ref": [_file_fact(r) for r in args.ref]}  # names, not paths
+    path = write_report(Path(args.run), file_report_name(args.src), result, [])
+    print(format_report(result, []))
+    print(f"wrote {path}")
+    return 0
+
+
+def _file_fact(path: str) -> dict[str, str]:
+    """A test file as a report records it: its name and sha256 (a path would name this machine's folders)."""
+    import hashlib
+
+    return {"file": Path(path).name, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
 
 
 def register(sub) -> None:
@@ -231,9 +274,17 @@ def register(sub) -> None:
                            help="ctranslate2: decode with CTranslate2 (RUN: a folder from `attnlab export "
                                 "--format ctranslate2`) (default: attnlab)")
         else:
-            q.add_argument("--split", default="test", help="which split of the run's corpus: train, valid or test")
+            q.add_argument("--split", default=None,
+                           help="which split of the run's corpus: train, valid or test (default: test)")
             q.add_argument("--max-sentences", type=int, default=0, dest="max_sentences",
                            help="score at most this many sentences of the split (0 = all)")
             add_run_data_arg(q)
+            q.add_argument("--src", metavar="FILE",
+                           help="score your own test file instead of a split: its sentences, one a line, are "
+                                "translated and scored against --ref (writes RUN/eval-file-<name>.json and the "
+                                "hypotheses) (default: none, a split)")
+            q.add_argument("--ref", metavar="FILE", action="append", default=[],
+                           help="a reference file for --src, line for line; repeat it for several references "
+                                "per sentence (default: none)")
         add_verbosity_args(q)
         q.set_defaults(func=func)

@@ -1,5 +1,13 @@
-"""The corpora a run learns from: reading Tatoeba fra-eng (found by :mod:`attnlab.data.download`) or
-generating the offline ``numbers`` task (:mod:`attnlab.data.numbers`), splitting, tokenizing, encoding.
+"""The corpora a run learns from: reading Tatoeba fra-eng (found by :mod:`attnlab.data.download`), a parallel
+corpus of your own in any pair of languages (``data.dataset=file``, :func:`locate_parallel`), or generating the
+offline ``numbers`` task (:mod:`attnlab.data.numbers`); splitting, tokenizing, encoding.
+
+A corpus of your own (``--data``, with ``data.src_lang`` and ``data.tgt_lang``) is a TSV whose first column is
+the source and second the target (a third, an attribution as in Tatoeba's files, is ignored), or two aligned
+text files, one sentence a line: ``A,B`` (source, then target; or by their language suffixes, ``train.de,
+train.en`` for ``de`` → ``en``), or a prefix ``P`` of ``P.<src_lang>`` and ``P.<tgt_lang>`` (JoeyNMT's way).
+Its text is cut by its languages' rules (:mod:`attnlab.data.languages`: Moses' for space-separated scripts,
+characters for Chinese and Japanese); fra-eng keeps D2L's.
 
 ``prepare(cfg)`` is the one entry point the trainer and the CLI use: it reads (or generates) the
 pairs, splits them by English source, builds the tokenizers from the training split only, encodes,
@@ -32,16 +40,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.config import DataConfig
+from attnlab.config import OWN_CORPUS, DataConfig
 from attnlab.data.download import CANDIDATES, CHUNK, cache_dir, find_in, locate_fra_eng, mib
+from attnlab.data.languages import text_rules
 from attnlab.data.numbers import NUMBERS_MAX, NUMBERS_SEED, numbers_pairs
 from attnlab.data.subword import BPETokenizer
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK, Tokenizer, Vocab
 from attnlab.errors import CorpusError
+from attnlab.io import atomic_write_text
 
-__all__ = ["MAX_MEMBER_BYTES", "Prepared", "Split", "check_same_corpus", "for_run", "prepare", "read_pairs",
-           "split_by_source"]
+__all__ = ["MAX_MEMBER_BYTES", "Prepared", "Split", "check_same_corpus", "for_run", "locate_parallel", "prepare",
+           "read_pairs", "read_parallel", "split_by_source", "write_tsv"]
 
 MAX_MEMBER_BYTES = 128 * 2**20  # its fra.txt is 11.7 MB
 _SPLIT_SALT = b"attnlab-split-v1\x00"  # bump to re-draw every split (changes all test sets!)
@@ -83,12 +93,12 @@ def _read_member(zf: zipfile.ZipFile, member: str, path: Path) -> bytes:
     return bytes(out)
 
 
-def _read_text_file(f, path: Path, head: bytes) -> bytes:
+def _read_text_file(f, path: Path, head: bytes, fix: str = "") -> bytes:
     """The rest of an open plain-text corpus after its first bytes ``head``, refused past
     :data:`MAX_MEMBER_BYTES` as a zip member is: by its size on disk first, and by the bytes actually
-    read (a pipe, a device or a file that grows has no size to trust)."""
+    read (a pipe, a device or a file that grows has no size to trust). ``fix``: what the refusal says."""
     cap = MAX_MEMBER_BYTES
-    fix = f"more than the {mib(cap)} a fra-eng corpus may have (D2L's fra.txt is 11.7 MB); use D2L's fra-eng.zip"
+    fix = fix or f"more than the {mib(cap)} a fra-eng corpus may have (D2L's fra.txt is 11.7 MB); use D2L's fra-eng.zip"
     size = os.fstat(f.fileno()).st_size
     if size > cap:
         raise CorpusError(f"{path} holds {size} bytes, {fix}")
@@ -144,18 +154,26 @@ def read_pairs(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
     return _parse_pairs(data, name)
 
 
-def _parse_pairs(data: bytes, name: str) -> list[tuple[str, str]]:
-    """:func:`read_pairs` on the bytes of a ``fra.txt`` (``name``: how errors call it)."""
+def _decode(data: bytes, name: str, what: str = "fra-eng") -> str:
+    """``data`` as UTF-8 text without a BOM, or one line naming the line and column of the first bad byte."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
         raise CorpusError(
-            f"{name} line {line}: byte 0x{data[e.start]:02x} at column {col} is not UTF-8; fra-eng must be UTF-8 text"
+            f"{name} line {line}: byte 0x{data[e.start]:02x} at column {col} is not UTF-8; {what} must be UTF-8 text"
         ) from None
-    if text.startswith("\ufeff"):
-        text = text[1:]
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def _parse_pairs(data: bytes, name: str, sides: tuple[str, str] = ("English", "French")) -> list[tuple[str, str]]:
+    """:func:`read_pairs` on the bytes of a ``fra.txt`` or another TSV (``name``: how errors call it; ``sides``:
+    how they call its two columns)."""
+    fra_eng = sides == ("English", "French")
+    text = _decode(data, name, "fra-eng" if fra_eng else "a corpus")
+    columns = "english, french[, attribution]" if fra_eng else "source, target[, attribution]"
+    lines = "english<TAB>french" if fra_eng else "source<TAB>target"
     pairs: list[tuple[str, str]] = []
     append = pairs.append
     for lineno, line in enumerate(text.split("\n"), start=1):
@@ -167,16 +185,113 @@ def _parse_pairs(data: bytes, name: str) -> list[tuple[str, str]]:
         if not 2 <= len(cols) <= 3:
             preview = line if len(line) <= 60 else line[:57] + "..."
             raise CorpusError(
-                f"{name} line {lineno}: expected 2 or 3 tab-separated columns (english, french[, attribution]), "
-                f"got {len(cols)}: {preview!r}"
+                f"{name} line {lineno}: expected 2 or 3 tab-separated columns ({columns}), "
+                f"got {len(cols)}: {preview!r}; fix or remove that line"
             )
         en, fr = cols[0].strip(), cols[1].strip()
         if not en or not fr:
-            raise CorpusError(f"{name} line {lineno}: the {'English' if not en else 'French'} side is empty")
+            raise CorpusError(f"{name} line {lineno}: the {sides[0] if not en else sides[1]} side is empty; "
+                              "fix or remove that line")
         append((en, fr))
     if not pairs:
-        raise CorpusError(f"{name} holds no sentence pairs (empty file); expected english<TAB>french lines")
+        raise CorpusError(f"{name} holds no sentence pairs (empty file); expected {lines} lines")
     return pairs
+
+
+# ----------------------------------------------------------------------------------------------
+# A parallel corpus of your own
+
+
+def locate_parallel(spec: str, src_lang: str, tgt_lang: str) -> tuple[Path, ...]:
+    """The file(s) ``--data`` names for ``data.dataset=file``: ``(tsv,)`` or ``(source file, target file)``.
+
+    ``spec`` is a TSV file; or ``A,B``: two aligned files, the source first, unless their suffixes are the
+    two languages the other way round (``train.de,train.en`` with ``src_lang=en`` gives ``train.en`` first);
+    or a prefix ``P`` with ``P.<src_lang>`` and ``P.<tgt_lang>`` beside it. Raises :class:`CorpusError`
+    naming what is missing and the three forms.
+    """
+    forms = (f"pass --data a TSV file, two aligned files A,B, or a prefix P of P.{src_lang} and P.{tgt_lang}")
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return (path,)
+    if path.is_dir():
+        raise CorpusError(f"{spec} is a folder, not a corpus; {forms}")
+    if "," in spec:
+        a, b = (Path(part.strip()).expanduser() for part in spec.split(",", 1))
+        for f in (a, b):
+            if not f.is_file():
+                raise CorpusError(f"{f} does not exist or is not a file; {forms}")
+        if a.suffix == f".{tgt_lang}" and b.suffix == f".{src_lang}":
+            a, b = b, a  # named by their languages: the source is the one in data.src_lang
+        return a, b
+    pair = (Path(f"{path}.{src_lang}"), Path(f"{path}.{tgt_lang}"))
+    if all(f.is_file() for f in pair):
+        return pair
+    raise CorpusError(f"{spec} does not exist (nor {pair[0].name} and {pair[1].name} beside it); {forms}")
+
+
+def _read_corpus_file(path: Path) -> bytes:
+    """The bytes of one file of a corpus of your own, under :data:`MAX_MEMBER_BYTES`."""
+    fix = f"more than the {mib(MAX_MEMBER_BYTES)} a corpus file may have; split it or keep fewer lines"
+    try:
+        with open(path, "rb") as f:
+            return _read_text_file(f, path, b"", fix)
+    except OSError as e:
+        raise CorpusError(f"{path} cannot be read: {e.strerror or e}") from None
+
+
+def _lines(path: Path, data: bytes) -> list[str]:
+    """The lines of a one-sentence-a-line file's ``data`` (UTF-8, BOM and ``\\r\\n`` accepted)."""
+    text = _decode(data, str(path), "a corpus")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def read_parallel(spec: str, src_lang: str, tgt_lang: str) -> tuple[list[tuple[str, str]], str, dict[str, Any]]:
+    """A corpus of your own (:func:`locate_parallel`): its raw ``(source, target)`` pairs, how to call it, and
+    its identity ``{name, file, sha256, langs, files}`` (``sha256``: of the TSV's bytes, or of the two files'
+    sha256 in source-target order; ``files``: each file's name and sha256).
+
+    A TSV is read as fra-eng's ``fra.txt`` is (2 or 3 columns, no empty side). Two files must have as many
+    lines; a line pair where both are blank is skipped, one where a single side is blank is an error.
+    Raises :class:`CorpusError` naming the file, the line and the fix.
+    """
+    paths = locate_parallel(spec, src_lang, tgt_lang)
+    src_side, tgt_side = f"source ({src_lang})", f"target ({tgt_lang})"
+    if len(paths) == 1:
+        (path,) = paths
+        data = _read_corpus_file(path)
+        digest = hashlib.sha256(data).hexdigest()
+        files = [{"file": path.name, "sha256": digest}]
+        pairs = _parse_pairs(data, str(path), (src_side, tgt_side))
+    else:
+        files, sides = [], []
+        for path in paths:
+            data = _read_corpus_file(path)
+            files.append({"file": path.name, "sha256": hashlib.sha256(data).hexdigest()})
+            sides.append(_lines(path, data))
+        src, tgt = sides
+        if len(src) != len(tgt):
+            raise CorpusError(f"{paths[0]} has {len(src)} lines but {paths[1]} has {len(tgt)}; aligned files hold "
+                              "one sentence a line, the same number each: check both come from the same corpus")
+        pairs = []
+        for lineno, (s, t) in enumerate(zip(src, tgt), start=1):
+            s, t = s.strip(), t.strip()
+            if not s and not t:
+                continue
+            if not s or not t:
+                empty = paths[0] if not s else paths[1]
+                raise CorpusError(f"{empty} line {lineno}: the {src_side if not s else tgt_side} side is empty while "
+                                  "the other is not; fix or remove that line in both files")
+            pairs.append((s, t))
+        if not pairs:
+            raise CorpusError(f"{paths[0]} and {paths[1]} hold no sentence pairs (empty files)")
+        digest = hashlib.sha256("".join(f["sha256"] for f in files).encode()).hexdigest()
+    name = ",".join(f["file"] for f in files)
+    identity = {"name": name, "file": name, "sha256": digest, "langs": [src_lang, tgt_lang], "files": files}
+    return pairs, ",".join(str(p) for p in paths), identity
 
 
 # ----------------------------------------------------------------------------------------------
@@ -269,18 +384,18 @@ def _histogram(lengths: list[int]) -> list[int]:
 
 def _build_tokenizers(cfg: DataConfig, train: list[tuple[str, str]]) -> tuple[Tokenizer, Tokenizer]:
     """Source and target tokenizers learnt from the **training** pairs only (``cfg.tokenizer`` decides the
-    kind, ``cfg.direction`` each one's language)."""
+    kind, ``cfg.langs`` each one's language and ``cfg.text_rules`` how its text is cut)."""
     src_texts = [s for s, _ in train]
     tgt_texts = [t for _, t in train]
-    src_lang, tgt_lang = cfg.langs
+    (src_lang, tgt_lang), (src_text, tgt_text) = cfg.langs, cfg.text_rules
     if cfg.tokenizer == BPETokenizer.kind:
         return (
-            BPETokenizer.train(src_texts, cfg.bpe_vocab_size, lang=src_lang, preprocessed=True),
-            BPETokenizer.train(tgt_texts, cfg.bpe_vocab_size, lang=tgt_lang, preprocessed=True),
+            BPETokenizer.train(src_texts, cfg.bpe_vocab_size, lang=src_lang, preprocessed=True, text=src_text),
+            BPETokenizer.train(tgt_texts, cfg.bpe_vocab_size, lang=tgt_lang, preprocessed=True, text=tgt_text),
         )
     return (
-        Vocab.build((t.split() for t in src_texts), lang=src_lang, min_freq=cfg.min_freq),
-        Vocab.build((t.split() for t in tgt_texts), lang=tgt_lang, min_freq=cfg.min_freq),
+        Vocab.build((t.split() for t in src_texts), lang=src_lang, min_freq=cfg.min_freq, text=src_text),
+        Vocab.build((t.split() for t in tgt_texts), lang=tgt_lang, min_freq=cfg.min_freq, text=tgt_text),
     )
 
 
@@ -288,8 +403,10 @@ def prepare(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = No
     """Read or generate ``cfg.dataset``, split it, build or reuse tokenizers, encode and truncate.
 
     * ``fra-eng``: :func:`locate_fra_eng` + :func:`read_pairs`; ``numbers``: :func:`numbers_pairs`
-      with ``cfg.numbers_size`` pairs and the fixed seed :data:`NUMBERS_SEED`.
+      with ``cfg.numbers_size`` pairs into ``cfg.langs[1]`` and the fixed seed :data:`NUMBERS_SEED`;
+      ``file``: :func:`read_parallel` of ``cfg.data_path``.
     * ``cfg.max_pairs > 0`` keeps the first ``max_pairs`` pairs of the file.
+    * Each side is preprocessed by its language's rules (``cfg.text_rules``, :mod:`attnlab.data.languages`).
     * ``cfg.direction == "fr-en"`` swaps every pair's sides: French sources, English targets.
     * Pairs whose source or target preprocesses to nothing are dropped and counted.
     * Tokenizers are built from the **training split only** unless ``tokenizers=(src_tok, tgt_tok)``
@@ -301,18 +418,24 @@ def prepare(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = No
     ``pairs_read``, ``pairs_used`` (after ``max_pairs``), ``dropped_empty``, ``distinct_sources``,
     ``splits[name]`` = ``{pairs, sources, truncated, truncated_src, truncated_tgt, unk_src, unk_tgt}``,
     ``vocab`` = ``{src, tgt}`` sizes and ``length_histogram`` = ``{src, tgt}`` lists where entry
-    ``k`` counts sentences of ``k`` tokens (all pairs, before truncation); for fra-eng also ``corpus`` =
-    ``{name, file, sha256}`` (the file's name, the sha256 of its ``fra.txt`` text): how a run folder
-    records its corpus, by name and checksum rather than by path (:func:`for_run`).
+    ``k`` counts sentences of ``k`` tokens (all pairs, before truncation), ``langs`` and ``text_rules`` =
+    ``{src, tgt}`` (ISO 639-1 codes; d2l, moses or chars); for fra-eng and a file also ``corpus`` =
+    ``{name, file, sha256}`` (the file's name, the sha256 of its ``fra.txt`` text; a file's also ``langs``
+    and ``files``): how a run folder records its corpus, by name and checksum rather than by path
+    (:func:`for_run`).
     Raises :class:`CorpusError` when the corpus cannot be found or parsed.
     """
     raw, source, identity = _read_raw(cfg)
     pairs_read = len(raw)
     if cfg.max_pairs:
         raw = raw[: cfg.max_pairs]
-    preprocessed = ((preprocess(en), preprocess(fr)) for en, fr in raw)
+    # The file's columns are the source and the target, except fra-eng's: English, French whatever the direction.
+    swapped = cfg.direction == "fr-en"
+    rules = [text_rules(name, lang) for name, lang in zip(cfg.text_rules, cfg.langs)]
+    first, second = (rules[1], rules[0]) if swapped else rules
+    preprocessed = ((first.preprocess(a), second.preprocess(b)) for a, b in raw)
     pairs = [(en, fr) for en, fr in preprocessed if en and fr]  # a side with nothing left drops the pair
-    if cfg.direction == "fr-en":
+    if swapped:
         pairs = [(fr, en) for en, fr in pairs]  # French sources: split, references and tokenizers follow them
     by_split = split_by_source(pairs, cfg.valid_frac, cfg.test_frac, preprocessed=True)
     if tokenizers is None:
@@ -346,6 +469,8 @@ def prepare(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = No
         "splits": split_stats,
         "vocab": {"src": len(src_tok), "tgt": len(tgt_tok)},
         "length_histogram": {"src": _histogram(src_lengths), "tgt": _histogram(tgt_lengths)},
+        "langs": {"src": src_tok.lang, "tgt": tgt_tok.lang},
+        "text_rules": {"src": getattr(src_tok, "text", "d2l"), "tgt": getattr(tgt_tok, "text", "d2l")},
     }
     if identity is not None:
         stats["corpus"] = identity
@@ -361,13 +486,35 @@ def _read_raw(cfg: DataConfig) -> tuple[list[tuple[str, str]], str, dict[str, st
                 f"data.numbers_size={cfg.numbers_size} exceeds the {NUMBERS_MAX + 1} distinct numbers 0..{NUMBERS_MAX}; "
                 "lower it"
             )
-        raw = numbers_pairs(cfg.numbers_size, NUMBERS_SEED)
-        return raw, f"numbers (num2words, n={cfg.numbers_size}, seed={NUMBERS_SEED})", None
+        lang = cfg.langs[1]
+        raw = numbers_pairs(cfg.numbers_size, NUMBERS_SEED, lang=lang)
+        return raw, f"numbers (num2words, en-{lang}, n={cfg.numbers_size}, seed={NUMBERS_SEED})", None
+    if cfg.dataset == OWN_CORPUS:
+        if not cfg.data_path:
+            raise CorpusError("data.dataset=file reads a corpus of your own: pass --data FILE (a TSV, two aligned "
+                              "files A,B or a prefix)")
+        return read_parallel(cfg.data_path, *cfg.langs)
     path = locate_fra_eng(cfg.data_path)
     data, name = _read_bytes(path)
     # The text's digest, not the file's: D2L's zip and the fra.txt unpacked from it are the same corpus.
     identity = {"name": cfg.dataset, "file": path.name, "sha256": hashlib.sha256(data).hexdigest()}
     return _parse_pairs(data, name), str(path), identity
+
+
+def write_tsv(cfg: DataConfig, path: str | os.PathLike[str]) -> int:
+    """Write ``cfg.dataset``'s pairs (the first ``cfg.max_pairs`` when set) as a ``source<TAB>target`` TSV that
+    ``--data`` reads back, as read or generated (not preprocessed: each side keeps its own script's spacing);
+    returns the number of pairs. E.g. the numbers task into Japanese, to train on it as a corpus of your own."""
+    raw, _, _ = _read_raw(cfg)
+    if cfg.max_pairs:
+        raw = raw[: cfg.max_pairs]
+    if cfg.direction == "fr-en":
+        raw = [(fr, en) for en, fr in raw]
+    try:
+        atomic_write_text(path, "".join(f"{a}\t{b}\n" for a, b in raw))
+    except OSError as e:
+        raise CorpusError(f"could not write {path}: {e.strerror or e}; choose another file") from None
+    return len(raw)
 
 
 def for_run(cfg: DataConfig, data: str | os.PathLike[str] | None = None) -> DataConfig:
@@ -377,7 +524,9 @@ def for_run(cfg: DataConfig, data: str | os.PathLike[str] | None = None) -> Data
     A run folder records its corpus by name and checksum, never by path (a path is relative to a working
     folder, or names a machine, and the run may move). So the corpus is looked for at use time: ``data``
     (``--data``), else ``$ATTNLAB_DATA_DIR``, else the cache (:func:`locate_fra_eng`). A run written by an
-    older attnlab may hold a ``data.data_path``; it is tried last, only while it still exists.
+    older attnlab may hold a ``data.data_path``; it is tried last, only while it still exists. A corpus of
+    your own (``data.dataset=file``) has no default place: ``data`` names it, and the run's recorded sha256
+    tells whether it is the same (:func:`check_same_corpus`).
     """
     if data is not None and str(data) != "":
         return dataclasses.replace(cfg, data_path=str(data))
@@ -465,17 +614,20 @@ def _encode_split(
 def format_stats(prepared: Prepared) -> str:
     """Human-readable corpus statistics for `attnlab data` (pairs read/kept/truncated, vocabularies, lengths)."""
     st = prepared.stats
+    langs = st.get("langs") or {"src": "en", "tgt": "fr"}  # recorded by runs trained before other languages
+    rules = st.get("text_rules") or {"src": "d2l", "tgt": "d2l"}
     lines = [
         f"dataset {st['dataset']}" + (f" from {st['source']}" if st.get("source") else ""),
+        f"languages {langs['src']} → {langs['tgt']} (text rules: {rules['src']}, {rules['tgt']})",
         f"pairs read {st['pairs_read']:,}, used {st['pairs_used']:,} (empty dropped {st.get('dropped_empty', 0):,}), "
-        f"distinct English sources {st['distinct_sources']:,}",
+        f"distinct sources {st['distinct_sources']:,}",
         f"tokenizer {st['tokenizer']}; vocabulary: source {st['vocab']['src']:,}, target {st['vocab']['tgt']:,} "
         f"(incl. <unk> <pad> <bos> <eos>)",
         f"{'split':<6} {'pairs':>8} {'sources':>8} {'truncated':>10} (num_steps={st['num_steps']}, <eos> included)",
     ]
     for name, s in st["splits"].items():
         lines.append(f"{name:<6} {s['pairs']:>8,} {s['sources']:>8,} {s['truncated']:>10,}")
-    for side, label in (("src", "English"), ("tgt", "French")):
+    for side, label in (("src", f"source ({langs['src']})"), ("tgt", f"target ({langs['tgt']})")):
         hist = st["length_histogram"][side]
         total = sum(hist) or 1
         # Compact histogram in buckets of 4 tokens, bars scaled to the largest bucket.

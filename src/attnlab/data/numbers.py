@@ -1,5 +1,6 @@
-"""The offline ``numbers`` task: English number words → French number words (num2words), so the whole
-pipeline runs with no download at all; its pairs are the same for every run, so test scores compare."""
+"""The offline ``numbers`` task: English number words → number words in French, German, Spanish or Japanese
+(num2words, ``data.tgt_lang``), so the whole pipeline runs with no download at all, in a space-separated
+language or a CJK one; its pairs are the same for every run, so test scores compare."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import random
 
 from num2words import num2words
 
-from attnlab.config import DataConfig
+from attnlab.config import NUMBERS_LANGS, DataConfig
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import Tokenizer
 
@@ -79,23 +80,30 @@ def source_text(cfg: DataConfig, sentence: str, src_tok: Tokenizer | None = None
 
 
 @functools.cache
-def _number_words(k: int) -> tuple[str, str]:
-    """``k`` in words: English in the task's spelling (:func:`numbers_canonical`), French as num2words writes it."""
-    return numbers_canonical(num2words(k, lang="en")), preprocess(num2words(k, lang="fr"))
+def _number_words(k: int, lang: str = "fr") -> tuple[str, str]:
+    """``k`` in words: English in the task's spelling (:func:`numbers_canonical`), ``lang`` as num2words writes it
+    (French D2L-preprocessed, as the task always had it; the others as written, for their own text rules)."""
+    words = num2words(k, lang=lang)
+    return numbers_canonical(num2words(k, lang="en")), preprocess(words) if lang == "fr" else words
 
 
-def numbers_pairs(n: int, seed: int = NUMBERS_SEED) -> list[tuple[str, str]]:
-    """``n`` distinct numbers in ``0..99,999`` as (English words, French words), D2L-preprocessed.
+def numbers_pairs(n: int, seed: int = NUMBERS_SEED, lang: str = "fr") -> list[tuple[str, str]]:
+    """``n`` distinct numbers in ``0..99,999`` as (English words, ``lang`` words); ``lang`` one of
+    :data:`attnlab.config.NUMBERS_LANGS`.
 
     E.g. ``21345`` → ``("twenty one thousand three hundred and forty five",
-    "vingt et un mille trois cent quarante-cinq")`` (English as :func:`numbers_canonical` spells it). Numbers are drawn deterministically from
+    "vingt et un mille trois cent quarante-cinq")``, with ``lang="ja"`` ``"二万千三百四十五"`` (English as
+    :func:`numbers_canonical` spells it; French D2L-preprocessed; the other languages as num2words writes
+    them, to be cut by their own text rules). The same numbers are drawn for every language. Numbers are drawn deterministically from
     ``random.Random(seed)`` with an equal share per digit count (1 to 5 digits; a share a bucket
     cannot fill moves to the longer ones), so short numbers are not drowned out by the 90,000
     five-digit ones. The result is shuffled, so the first ``k`` pairs are a fair sample too.
-    Raises ``ValueError`` unless ``1 <= n <= 100,000``.
+    Raises ``ValueError`` unless ``1 <= n <= 100,000`` and ``lang`` is a language of the task.
     """
     if not 1 <= n <= NUMBERS_MAX + 1:
         raise ValueError(f"numbers task size n={n} must lie between 1 and {NUMBERS_MAX + 1}")
+    if lang not in NUMBERS_LANGS:
+        raise ValueError(f"lang={lang!r} is not a language of the numbers task; use one of: {', '.join(NUMBERS_LANGS)}")
     rng = random.Random(seed)
     buckets = [
         range(0, 10),
@@ -112,4 +120,4 @@ def numbers_pairs(n: int, seed: int = NUMBERS_SEED) -> list[tuple[str, str]]:
         chosen.extend(rng.sample(bucket, take))
         left -= take
     rng.shuffle(chosen)
-    return [_number_words(k) for k in chosen]
+    return [_number_words(k, lang) for k in chosen]

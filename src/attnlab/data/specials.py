@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from attnlab.config import LANGUAGES
+
 __all__ = ["UNK", "PAD", "BOS", "EOS", "MASK", "MASK_TOKEN", "SPECIALS", "LANGS", "check_lang", "content_ids"]
 
 UNK, PAD, BOS, EOS = 0, 1, 2, 3
@@ -23,14 +25,15 @@ SPECIALS = ("<unk>", "<pad>", "<bos>", "<eos>")  # SPECIALS[UNK] == "<unk>", ...
 # encoder-only vocabulary differ from the other families' on the same data; this changes none.
 MASK = BOS
 MASK_TOKEN = "[MASK]"  # how a user writes it (`attnlab fill RUN "i'm [MASK] ."`) and how labels show it
-LANGS = ("en", "fr")
+LANGS = LANGUAGES  # ISO 639-1 codes: a tokenizer's language names its text rules (data/languages.py)
 _DROPPED = frozenset({PAD, BOS})  # decode() drops these; EOS ends decoding; UNK is dropped unless kept
 
 
 def check_lang(lang: str) -> None:
-    """Raise ``ValueError`` naming the supported languages unless ``lang`` is one of :data:`LANGS`."""
+    """Raise ``ValueError`` unless ``lang`` is one of :data:`LANGS` (an ISO 639-1 code)."""
     if lang not in LANGS:
-        raise ValueError(f"lang={lang!r} is not supported; use one of: {', '.join(LANGS)}")
+        raise ValueError(f"lang={lang!r} is not an ISO 639-1 language code; use two lowercase letters, e.g. en, fr, "
+                         "de, ja")
 
 
 def content_ids(ids: Iterable[int], keep_unk: bool) -> list[int]:

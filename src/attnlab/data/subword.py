@@ -19,8 +19,8 @@ from typing import Any
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from attnlab.data.languages import TextRules, text_rules
 from attnlab.data.specials import SPECIALS, check_lang, content_ids
-from attnlab.data.text import detokenize, preprocess
 
 __all__ = ["BPETokenizer"]
 
@@ -31,13 +31,16 @@ class BPETokenizer:
     """Byte-pair-encoding subwords for one language; implements :class:`attnlab.data.vocab.Tokenizer`.
 
     Build one with :meth:`train`; ``to_json()`` embeds the whole HF tokenizer JSON string so a run
-    folder is self-contained.
+    folder is self-contained. ``text``: the rules applied before the subwords are learnt and after they
+    are joined (:data:`attnlab.data.languages.RULES`; D2L's by default, as in every one saved before).
     """
 
     kind = "bpe"
 
-    def __init__(self, tokenizer: HFTokenizer, lang: str) -> None:
+    def __init__(self, tokenizer: HFTokenizer, lang: str, text: str = "d2l") -> None:
         check_lang(lang)
+        self.rules: TextRules = text_rules(text, lang)
+        self.text = text
         for i, special in enumerate(SPECIALS):
             if tokenizer.token_to_id(special) != i:
                 raise ValueError(
@@ -48,10 +51,11 @@ class BPETokenizer:
 
     @classmethod
     def train(
-        cls, texts: Iterable[str], vocab_size: int, lang: str, preprocessed: bool = False
+        cls, texts: Iterable[str], vocab_size: int, lang: str, preprocessed: bool = False, text: str = "d2l"
     ) -> BPETokenizer:
         """Learn BPE merges from ``texts`` (training split only), up to ``vocab_size`` entries in total."""
         check_lang(lang)
+        rules = text_rules(text, lang)
         if vocab_size < len(SPECIALS) + 1:
             raise ValueError(f"vocab_size={vocab_size} is too small for the {len(SPECIALS)} special tokens")
         tok = HFTokenizer(models.BPE(unk_token=SPECIALS[0]))
@@ -61,24 +65,32 @@ class BPETokenizer:
             vocab_size=vocab_size, special_tokens=list(SPECIALS), show_progress=False
         )
         if not preprocessed:
-            texts = (preprocess(t) for t in texts)
+            texts = (rules.preprocess(t) for t in texts)
         tok.train_from_iterator(texts, trainer=trainer)
-        return cls(tok, lang)
+        return cls(tok, lang, text)
 
     def __len__(self) -> int:
         return self._tok.get_vocab_size()
 
+    def preprocess(self, text: str) -> str:
+        """``text`` as space-separated words, by this tokenizer's text rules (before the subwords)."""
+        return self.rules.preprocess(text)
+
+    def detokenize(self, tokens: Sequence[str]) -> str:
+        """Readable text of words (this tokenizer's text rules and language)."""
+        return self.rules.detokenize(tokens)
+
     def tokens(self, text: str) -> list[str]:
         """Subword pieces of ``preprocess(text)`` (``▁`` starts a word; unseen characters are ``<unk>``)."""
-        return self._tok.encode(preprocess(text), add_special_tokens=False).tokens
+        return self._tok.encode(self.preprocess(text), add_special_tokens=False).tokens
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``preprocess(text)``'s pieces; no ``<eos>`` is added."""
-        return self._tok.encode(preprocess(text), add_special_tokens=False).ids
+        return self._tok.encode(self.preprocess(text), add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str], preprocessed: bool = False) -> list[list[int]]:
         """``[encode(t) for t in texts]``, encoded in parallel by the Rust library."""
-        texts = list(texts) if preprocessed else [preprocess(t) for t in texts]
+        texts = list(texts) if preprocessed else [self.preprocess(t) for t in texts]
         return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
 
     def id_to_token(self, i: int) -> str:
@@ -95,15 +107,13 @@ class BPETokenizer:
         for i in content:
             self.id_to_token(i)  # range check with a clear message
         text = self._tok.decode(content, skip_special_tokens=False)
-        return detokenize(text.split(), self.lang)
+        return self.detokenize(text.split())
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "lang": self.lang,
-            "vocab_size": len(self),
-            "tokenizer": self._tok.to_str(),
-        }
+        out = {"kind": self.kind, "lang": self.lang, "vocab_size": len(self), "tokenizer": self._tok.to_str()}
+        if self.text != "d2l":  # D2L's rules are implied, as in every tokenizer saved before there were others
+            out["text"] = self.text
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> BPETokenizer:
@@ -112,7 +122,8 @@ class BPETokenizer:
             tok = HFTokenizer.from_str(spec)
         except Exception as e:  # the Rust library raises a bare Exception for malformed JSON
             raise ValueError(f"saved BPE tokenizer cannot be parsed: {e}") from None
-        return cls(tok, d["lang"])
+        return cls(tok, d["lang"], d.get("text", "d2l"))
 
     def __repr__(self) -> str:
-        return f"BPETokenizer(lang={self.lang!r}, size={len(self)})"
+        rules = "" if self.text == "d2l" else f", text={self.text!r}"
+        return f"BPETokenizer(lang={self.lang!r}, size={len(self)}{rules})"

@@ -25,7 +25,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Sequence
 
-__all__ = ["PUNCTUATION", "preprocess", "tokenize", "detokenize"]
+__all__ = ["PUNCTUATION", "detokenize", "drop_invisible", "preprocess", "tokenize"]
 
 PUNCTUATION = frozenset(",.!?")  # D2L separates exactly these from the preceding word
 
@@ -39,7 +39,8 @@ _NO_SPACE_BEFORE = {"en": frozenset(",.!?"), "fr": frozenset(",.")}
 _REPLACEMENT = "\ufffd"  # what unreadable bytes become (a file read with errors="replace"): no character either
 
 
-def _drop_invisible(s: str) -> str:
+def drop_invisible(s: str) -> str:
+    """``s`` without control, format and lone-surrogate characters and U+FFFD (see the module docstring)."""
     # Fast path: printable text has no Cc/Cf/Cs characters (isprintable is False for them).
     if s.isprintable() and _REPLACEMENT not in s:
         return s
@@ -59,7 +60,7 @@ def preprocess(s: str) -> str:
     >>> preprocess("Ça alors\\u202f!")
     'ça alors !'
     """
-    s = _drop_invisible(s)
+    s = drop_invisible(s)
     # NFC before lower() so decomposed capitals lowercase like precomposed ones, and after it
     # because lowercasing may produce decomposable sequences (e.g. U+0130 -> "i" + U+0307).
     if s.isascii():  # most of the corpus: NFC is the identity on ASCII

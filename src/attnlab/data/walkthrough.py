@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnlab.data.specials import EOS, PAD, SPECIALS, UNK
-from attnlab.data.text import preprocess
 from attnlab.i18n import N_, Templates
 
 __all__ = ["TEXT", "Walkthrough", "format_walkthrough", "walk_through", "word_pieces"]
@@ -90,7 +89,7 @@ def walk_through(tok, sentence: str, num_steps: int) -> Walkthrough:
     ids = list(tok.encode(sentence))
     seq = ids[: num_steps - 1] + [EOS]
     padded = seq + [PAD] * (num_steps - len(seq))
-    return Walkthrough(sentence=sentence, preprocessed=preprocess(sentence), kind=tok.kind,
+    return Walkthrough(sentence=sentence, preprocessed=tok.preprocess(sentence), kind=tok.kind,
                        tokens=[tok.id_to_token(i) for i in padded], ids=padded, valid_len=len(seq),
                        num_steps=num_steps, size=len(tok), total=len(ids))
 

@@ -8,7 +8,9 @@ Two different things are called BLEU here:
 - :func:`corpus_scores` is what a paper would report: sacreBLEU's corpus BLEU and chrF on detokenised
   text, with the signature that makes the figure reproducible (STYLE.md habit 14), computed against
   **all** the references of each source sentence (Tatoeba often gives one English sentence several
-  French translations) and, beside it, against the first reference only.
+  French translations) and, beside it, against the first reference only. BLEU's tokenizer follows the
+  target language (:func:`bleu_tokenize`: ``13a``, sacreBLEU's default; ``zh`` for Chinese; ``char`` for
+  the other languages written without spaces, where no segmenter is assumed); the signature names it.
 """
 
 from __future__ import annotations
@@ -20,9 +22,19 @@ from typing import Any
 
 from sacrebleu.metrics import BLEU, CHRF
 
-__all__ = ["DEFAULT_BUCKETS", "bleu_by_length", "corpus_scores", "d2l_bleu", "reference_streams"]
+from attnlab.config import UNSEGMENTED
+
+__all__ = ["DEFAULT_BUCKETS", "bleu_by_length", "bleu_tokenize", "corpus_scores", "d2l_bleu", "reference_streams"]
 
 DEFAULT_BUCKETS: tuple[tuple[int, int], ...] = ((1, 4), (5, 8), (9, 12), (13, 16), (17, 10**9))
+
+
+def bleu_tokenize(lang: str | None) -> str:
+    """sacreBLEU's tokenizer for a target in ``lang``: ``zh`` for Chinese (sacreBLEU's own), ``char`` for the
+    other scripts written without spaces (``ja-mecab`` would need MeCab), ``13a`` (the default) otherwise."""
+    if lang == "zh":
+        return "zh"
+    return "char" if lang in UNSEGMENTED else "13a"
 
 
 def d2l_bleu(pred_tokens: Sequence[str], label_tokens: Sequence[str], k: int = 2) -> float:
@@ -89,12 +101,13 @@ def _check(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
             raise ValueError(f"sentence {i} has no reference; every sentence needs at least one")
 
 
-def corpus_scores(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> dict[str, Any]:
+def corpus_scores(hyps: Sequence[str], refs: Sequence[Sequence[str]], tokenize: str = "13a") -> dict[str, Any]:
     """sacreBLEU corpus BLEU and chrF of detokenised hypotheses, against all references and against the first.
 
     Args:
         hyps: one detokenised hypothesis per sentence.
         refs: ``refs[i]`` lists every detokenised reference of sentence ``i`` (at least one).
+        tokenize: sacreBLEU's BLEU tokenizer (:func:`bleu_tokenize` of the target language).
 
     Returns:
         A JSON-ready dict: ``bleu``, ``chrf`` (0–100, all references) and their ``bleu_signature``,
@@ -110,10 +123,10 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> dict[st
     hyps = list(hyps)
     streams = reference_streams(refs)
     single = [[r[0] for r in refs]]
-    bleu, chrf = BLEU(), CHRF()
+    bleu, chrf = BLEU(tokenize=tokenize), CHRF()
     b = bleu.corpus_score(hyps, streams)
     c = chrf.corpus_score(hyps, streams)
-    bleu1, chrf1 = BLEU(), CHRF()
+    bleu1, chrf1 = BLEU(tokenize=tokenize), CHRF()
     b1 = bleu1.corpus_score(hyps, single)
     c1 = chrf1.corpus_score(hyps, single)
     return {
@@ -140,6 +153,7 @@ def bleu_by_length(
     refs: Sequence[Sequence[str]],
     src_lens: Sequence[int],
     buckets: Sequence[tuple[int, int]] = DEFAULT_BUCKETS,
+    tokenize: str = "13a",
 ) -> list[dict[str, Any]]:
     """Multi-reference BLEU and chrF per source-length bucket (the notes' §10 and §26 questions: do long
     sentences suffer, and does attention help them?).
@@ -148,6 +162,7 @@ def bleu_by_length(
         hyps, refs: as for :func:`corpus_scores`.
         src_lens: the source length of each sentence, in tokens (the caller's unit, e.g. without ``<eos>``).
         buckets: inclusive ``(lo, hi)`` length ranges; a last ``hi`` of ``10**9`` or more reads "lo+".
+        tokenize: sacreBLEU's BLEU tokenizer, as for :func:`corpus_scores`.
 
     Returns:
         One row per non-empty bucket, in bucket order: ``bucket`` (label such as ``"5-8"`` or ``"17+"``),
@@ -175,7 +190,7 @@ def bleu_by_length(
                 "lo": lo,
                 "hi": hi,
                 "sentences": len(idx),
-                "bleu": float(BLEU().corpus_score(sub_hyps, streams).score),
+                "bleu": float(BLEU(tokenize=tokenize).corpus_score(sub_hyps, streams).score),
                 "chrf": float(CHRF().corpus_score(sub_hyps, streams).score),
             }
         )

@@ -1,23 +1,28 @@
-"""`attnlab evaluate`: sacreBLEU/chrF on a split with all references, by length, and the notes' examples.
+"""`attnlab evaluate`: sacreBLEU/chrF on a split with all references, by length, and the notes' examples;
+or on test files of your own (``--src F --ref R [--ref R2 ...]``, :func:`evaluate_files`).
 
 Tatoeba gives many English sentences several French translations; the split keeps every one of
 them as a reference of its source, so a correct translation that differs from the first reference
 is not punished. Single-reference figures are printed beside, for comparison with papers and peers.
+BLEU's tokenizer follows the target language (:func:`attnlab.evaluation.bleu.bleu_tokenize`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from attnlab.config import AUTO_DECODE_ROWS
-from attnlab.data.text import detokenize, preprocess, tokenize
-from attnlab.evaluation.bleu import bleu_by_length, corpus_scores, d2l_bleu
+from attnlab.data.text import preprocess, tokenize
+from attnlab.errors import AttnlabError
+from attnlab.evaluation.bleu import bleu_by_length, bleu_tokenize, corpus_scores, d2l_bleu
 from attnlab.io import atomic_write_json, atomic_write_text
 from attnlab.notes import ACCEPTED, REFERENCES, SENTENCES
 from attnlab.runs import MANIFEST, WEIGHTS
@@ -66,7 +71,10 @@ def is_right(source: str, translation: str, reference: str = "") -> bool:
 
 
 def notes_examples(translator: Translator, beam_size: int = 1) -> list[dict[str, Any]]:
-    """Translate the notes' sentences and score each with D2L's BLEU (k = 2)."""
+    """Translate the notes' sentences and score each with D2L's BLEU (k = 2); none for a run of another pair
+    of languages than English and French (the notes' sentences are English and French)."""
+    if set(translator.cfg.data.langs) != {"en", "fr"}:
+        return []
     pairs = notes_pairs(translator.cfg.data.direction)
     outs = translator.translate_full([src for src, _ in pairs], beam_size=beam_size)
     rows = []
@@ -99,13 +107,83 @@ def evaluate_split(translator: Translator, split, beam_size: int = 1, batch_size
                            batch_size=batch_size)
     seconds = time.perf_counter() - t0
     texts = [translator.tgt_tok.decode(h[0].tokens) for h in hyps]
-    refs = [[detokenize(r.split(), translator.tgt_tok.lang) for r in split.references[i]] for i in rows]
-    scores = corpus_scores(texts, refs)
-    by_len = bleu_by_length(texts, refs, [len(split.src_text[i].split()) for i in rows])
+    refs = [[translator.tgt_tok.detokenize(r.split()) for r in split.references[i]] for i in rows]
+    tok = bleu_tokenize(translator.tgt_tok.lang)
+    scores = corpus_scores(texts, refs, tokenize=tok)
+    by_len = bleu_by_length(texts, refs, [len(split.src_text[i].split()) for i in rows], tokenize=tok)
     return {"sentences": n, "beam_size": beam_size, "seconds": seconds, "sentences_per_s": n / max(seconds, 1e-9),
             **scores, "by_length": by_len, "hypotheses": texts,
             "checkpoint": checkpoint_identity(getattr(translator, "checkpoint", None)),
-            "sources": [detokenize(split.src_text[i].split(), "en") for i in rows]}
+            "sources": [translator.src_tok.detokenize(split.src_text[i].split()) for i in rows]}
+
+
+def read_lines(path: str | Path, what: str) -> list[str]:
+    """The lines of a test file (UTF-8; a BOM and ``\\r\\n`` endings accepted), one sentence each, or one
+    :class:`AttnlabError` line naming the file (``what``: the option that gave it)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise AttnlabError(f"{what} {path} cannot be read ({e.strerror or e}); give a text file, one sentence a "
+                           "line") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise AttnlabError(f"{what} {path} line {line}: byte 0x{data[e.start]:02x} is not UTF-8; convert the file "
+                           "to UTF-8 (iconv -t UTF-8)") from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def evaluate_files(translator: Translator, sources: Sequence[str], references: Sequence[Sequence[str]],
+                   beam_size: int = 1, batch_size: int | None = None, progress: bool = False) -> dict[str, Any]:
+    """Translate ``sources`` (one sentence each) and score them with sacreBLEU and chrF against every stream
+    of ``references`` (``references[j][i]``: the ``j``-th reference of sentence ``i``, as ``--ref`` files
+    give them); the same figures, signatures and buckets as :func:`evaluate_split`.
+
+    References are put through the run's target text rules and back (``tgt_tok.preprocess``, then
+    ``detokenize``), as the split's references are, so a file holding the test split's own sentences scores
+    as ``--split test`` does: a D2L run (fra-eng) is scored lowercase, the spelling it was trained on; a
+    Moses or character run keeps case and script, and its references change at most in spacing
+    (``reference_rules`` in the result says which). Sources are read as the run reads any input
+    (:meth:`Translator.encode_source`); an empty source line gets an empty translation. Raises
+    :class:`AttnlabError` when a stream's length differs from the sources' or there are none.
+    """
+    n = len(sources)
+    if not n:
+        raise AttnlabError("the --src file holds no sentences; give one sentence a line")
+    if not references:
+        raise AttnlabError("no --ref file; give one or more, each one reference a line for each --src line")
+    tgt = translator.tgt_tok
+    refs = [[tgt.detokenize(tgt.preprocess(stream[i]).split()) for stream in references] for i in range(n)]
+    encoded = [translator.encode_source(s)[0] for s in sources]
+    todo = [i for i, ids in enumerate(encoded) if ids]
+    src = [encoded[i] for i in todo]
+    t0 = time.perf_counter()
+    if progress:
+        hyps = decode_with_bar(translator, src, beam_size, batch_size)
+    else:
+        hyps = decode_many(translator.model, src, translator.cfg.decode, translator.device, beam_size=beam_size,
+                           batch_size=batch_size)
+    seconds = time.perf_counter() - t0
+    texts = [""] * n
+    for i, h in zip(todo, hyps):
+        texts[i] = tgt.decode(h[0].tokens)
+    tok = bleu_tokenize(tgt.lang)
+    scores = corpus_scores(texts, refs, tokenize=tok)
+    lengths = [len(translator.src_tok.preprocess(s).split()) for s in sources]
+    by_len = bleu_by_length(texts, refs, lengths, tokenize=tok)
+    return {"sentences": n, "beam_size": beam_size, "seconds": seconds, "sentences_per_s": n / max(seconds, 1e-9),
+            **scores, "by_length": by_len, "hypotheses": texts, "reference_rules": tgt.text,
+            "checkpoint": checkpoint_identity(getattr(translator, "checkpoint", None)), "sources": list(sources)}
+
+
+def file_report_name(src: str | Path) -> str:
+    """The name a ``--src`` file's report takes in the run folder: ``file-<its name without the extension>`` (``eval-file-….json``),
+    never a split's (``eval-test.json`` is the test split's, which the web page and ``compare`` read)."""
+    return "file-" + (re.sub(r"[^\w.-]+", "_", Path(src).stem).strip("._") or "src")
 
 
 def decode_with_bar(translator: Translator, src: list[list[int]], beam_size: int | None,
@@ -146,6 +224,7 @@ def write_report(run_dir: Path, split_name: str, result: dict[str, Any], example
 
 
 def format_report(result: dict[str, Any], examples: list[dict[str, Any]]) -> str:
+    """The scores, signatures, BLEU by length and (when there are any) the notes' examples, as printed."""
     lines = [
         f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  (all references, {result['sentences']} sentences, "
         f"beam {result['beam_size']}, {result['sentences_per_s']:.1f} sentences/s)",
@@ -156,7 +235,11 @@ def format_report(result: dict[str, Any], examples: list[dict[str, Any]]) -> str
     ]
     for row in result["by_length"]:
         lines.append(f"  {row['bucket']:>8}  n={row['sentences']:<6d} BLEU {row['bleu']:.2f}")
-    lines.append("the notes' examples (D2L BLEU, k=2):")
+    if result.get("reference_rules"):
+        lines.append(f"references read through the run's target text rules ({result['reference_rules']}) and back, "
+                     "as the split's are")
+    if examples:
+        lines.append("the notes' examples (D2L BLEU, k=2):")
     for ex in examples:
         lines.append(f"  {ex['source']:<14} => {ex['translation']:<24} bleu {ex['d2l_bleu']:.3f}  (ref: {ex['reference']})")
     return "\n".join(lines)

@@ -53,7 +53,8 @@ def _write_tree(tmp: Path, run: Path, which: str, fmt: str, quantization: str) -
     for side, tok in (("src", src_tok), ("tgt", tgt_tok)):
         atomic_write_text(tmp / names[side], to_hf(tok).to_str(pretty=True))
         entries[side] = {"file": names[side], "kind": tok.kind, "lang": tok.lang, "size": len(tok),
-                         "min_freq": int(files.tokenizers[side].get("min_freq", 1))}
+                         "min_freq": int(files.tokenizers[side].get("min_freq", 1)),
+                         **({"text": tok.text} if tok.text != "d2l" else {})}  # the text rules, when not D2L's
     cfg_dict = config_mod.to_dict(runs.run_config(cfg))  # no corpus path: the export may move
     metadata = {"step": str(step), "attnlab_config": json.dumps(cfg_dict), "attnlab_fingerprint": json.dumps(fp)}
     (tmp / runs.WEIGHTS).write_bytes(safetensors_bytes(runs.model_state_for_saving(model), metadata=metadata))

@@ -1,7 +1,8 @@
 """Exported folders (`attnlab export`, :mod:`attnlab.export`): one model that needs no run folder.
 
     OUT/config.json            {"attnlab_export": 1, "config": the resolved config, "tokenizers": side ->
-                               {"file", "kind", "lang", "min_freq"}, "fingerprint", "source", "engines"}
+                               {"file", "kind", "lang", "min_freq"[, "text": its text rules when not D2L's]},
+                               "fingerprint", "source", "engines"}
     OUT/model.safetensors      the weights; metadata "attnlab_config" and "attnlab_fingerprint" (JSON)
     OUT/tokenizer.<lang>.json  Hugging Face `tokenizers` JSON, one per language
     OUT/ctranslate2/           optional: the same model for the CTranslate2 engine
@@ -65,6 +66,8 @@ def _export_tokenizers(path: Path, entries: Any, listed: dict[str, str]) -> dict
         data = _read_capped(fpath, MAX_JSON_BYTES, f"{fpath} is missing", bad)
         try:
             toks[side] = from_hf(data.decode("utf-8"), kind, lang, min_freq)
+            if e.get("text", "d2l") != "d2l":  # a corpus of your own: its text rules (data/languages.py)
+                toks[side]["text"] = e["text"]
             load_tokenizer(toks[side])
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as err:  # UnicodeDecodeError too
             reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__

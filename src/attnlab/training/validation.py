@@ -22,9 +22,8 @@ from attnlab import config as config_mod
 from attnlab import runs
 from attnlab.config import Config
 from attnlab.data.batching import TokenBatchSampler, collate
-from attnlab.data.text import detokenize
 from attnlab.device import autocast
-from attnlab.evaluation.bleu import corpus_scores
+from attnlab.evaluation.bleu import bleu_tokenize, corpus_scores
 from attnlab.evaluation.evaluate import notes_pairs
 from attnlab.models import traits
 from attnlab.training.losses import sequence_loss
@@ -86,8 +85,8 @@ def validation_bleu(model: nn.Module, prepared, cfg: Config, device: torch.devic
         return {}
     hyps = decode_many(model, [split.src[i] for i in rows], cfg.decode, device, beam_size=1)
     texts = [prepared.tgt_tok.decode(h[0].tokens) for h in hyps]
-    refs = [[detokenize(r.split(), prepared.tgt_tok.lang) for r in split.references[i]] for i in rows]  # as `attnlab evaluate`
-    scores = corpus_scores(texts, refs)
+    refs = [[prepared.tgt_tok.detokenize(r.split()) for r in split.references[i]] for i in rows]  # as `attnlab evaluate`
+    scores = corpus_scores(texts, refs, tokenize=bleu_tokenize(prepared.tgt_tok.lang))
     return {"valid_bleu": scores["bleu"], "valid_chrf": scores["chrf"]}
 
 

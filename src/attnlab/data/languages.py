@@ -1,0 +1,111 @@
+"""How a language's text is cut into tokens and joined back: the rules a tokenizer applies around its vocabulary.
+
+Three rules, named by ``data.preprocess`` (``config.PREPROCESS``; ``auto`` picks one per language,
+``DataConfig.text_rules``):
+
+- ``d2l``: the notes' own (§4, :mod:`attnlab.data.text`): lowercase, a space before ``, . ! ?``, French or
+  English detokenisation. fra-eng and the numbers task's English keep it, so the notes' examples read as
+  they do in D2L.
+- ``moses``: Moses' tokenizer and detokenizer (sacremoses, with the language's code: its non-breaking
+  prefixes, apostrophes, quotes), for space-separated scripts; case is kept. The text is first cleaned as
+  D2L's is (invisible characters dropped, NFC, one space per run of whitespace).
+- ``chars``: for scripts written without spaces (Chinese, Japanese, Thai, ...) and no segmenter: each
+  character of those scripts is a token; a run of other letters or digits (``iPhone``, ``12``) is one, and
+  each other mark is one. Joining puts a space only between two such runs, so ``我有 iPhone 12 手机。``
+  reads back as ``我有iPhone 12手机。``. A word vocabulary over it is a character vocabulary; BPE over it
+  learns no merge across characters of those scripts.
+
+Every rule's ``preprocess`` returns tokens separated by single spaces (what the vocabularies split on),
+never raises on any ``str``, and its ``detokenize(preprocess(s).split())`` preprocesses back to
+``preprocess(s)`` for ordinary text. Moses' rule is not idempotent (a tokenized apostrophe, ``J' ai``,
+splits again), so text is preprocessed once: raw text in, tokens out (``preprocessed=True`` afterwards).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from attnlab.data import text as d2l
+
+__all__ = ["RULES", "TextRules", "clean", "text_rules"]
+
+RULES = ("d2l", "moses", "chars")
+
+# The blocks of the scripts written without spaces, and their punctuation: CJK (Han, kana, CJK symbols and
+# full-width forms), Thai, Lao, Khmer, Myanmar, Tibetan.
+_UNSPACED = (
+    "\u0e00-\u0eff"  # Thai, Lao
+    "\u0f00-\u0fff"  # Tibetan
+    "\u1000-\u109f"  # Myanmar
+    "\u1780-\u17ff"  # Khmer
+    "\u2e80-\u2fdf"  # CJK radicals, Kangxi
+    "\u3000-\u303f"  # CJK symbols and punctuation (、。「」)
+    "\u3040-\u30ff"  # hiragana, katakana
+    "\u3100-\u31ff"  # bopomofo, katakana extensions
+    "\u3400-\u4dbf"  # CJK extension A
+    "\u4e00-\u9fff"  # CJK unified ideographs
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\ufe30-\ufe4f"  # CJK compatibility forms
+    "\uff00-\uffef"  # half- and full-width forms (！？，、ｶﾀｶﾅ)
+    "\U00020000-\U0003ffff"  # CJK extensions B and beyond
+)
+_CHAR_TOKEN = re.compile(rf"[{_UNSPACED}]|[^\W{_UNSPACED}]+|[^\w\s{_UNSPACED}]")
+_RUN = re.compile(rf"[^\W{_UNSPACED}]")  # a letter or digit of a space-separated script
+
+
+def clean(s: str) -> str:
+    """D2L's cleaning without its lowercasing and punctuation rule: invisible characters dropped (control,
+    format, lone surrogates, U+FFFD), NFC, every run of whitespace one space, the ends stripped."""
+    return " ".join(unicodedata.normalize("NFC", d2l.drop_invisible(s)).split())
+
+
+@dataclass(frozen=True)
+class TextRules:
+    """One rule (``name`` in :data:`RULES`) for one language (``lang``, ISO 639-1)."""
+
+    name: str
+    lang: str
+
+    def preprocess(self, s: str) -> str:
+        """``s`` as space-separated tokens (total on any ``str``)."""
+        if self.name == "d2l":
+            return d2l.preprocess(s)
+        s = clean(s)
+        if not s:
+            return s
+        if self.name == "chars":
+            return " ".join(_CHAR_TOKEN.findall(s))
+        return " ".join(t for t in _moses(self.lang)[0].tokenize(s, escape=False) if not t.isspace())
+
+    def detokenize(self, tokens: Sequence[str]) -> str:
+        """Readable text of ``tokens`` (as :meth:`preprocess` cut them) in this language."""
+        if self.name == "d2l":
+            return d2l.detokenize(tokens, self.lang if self.lang in ("en", "fr") else "en")
+        if self.name == "chars":
+            out = ""
+            for tok in tokens:
+                if out and _RUN.match(out[-1]) and _RUN.match(tok[0]):
+                    out += " "
+                out += tok
+            return out
+        return _moses(self.lang)[1].detokenize(list(tokens))
+
+
+@functools.cache
+def _moses(lang: str):
+    """sacremoses' tokenizer and detokenizer for ``lang`` (built once: each loads its language's prefixes)."""
+    from sacremoses import MosesDetokenizer, MosesTokenizer  # only runs of a Moses language pay the import
+
+    return MosesTokenizer(lang=lang), MosesDetokenizer(lang=lang)
+
+
+@functools.cache
+def text_rules(name: str, lang: str) -> TextRules:
+    """The rule ``name`` for ``lang``; ``ValueError`` for a name outside :data:`RULES`."""
+    if name not in RULES:
+        raise ValueError(f"text rule {name!r} is unknown; use one of: {', '.join(RULES)}")
+    return TextRules(name, lang)

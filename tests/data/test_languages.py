@@ -1,0 +1,100 @@
+"""Each language's text rules (data/languages.py): Moses' for space-separated scripts, characters for Chinese and
+Japanese, and D2L's, unchanged, for fra-eng (the notes rely on it)."""
+
+from __future__ import annotations
+
+import pytest
+from sacremoses import MosesDetokenizer, MosesTokenizer
+
+from attnlab.config import DataConfig
+from attnlab.data import text as d2l
+from attnlab.data.languages import text_rules
+from attnlab.data.subword import BPETokenizer
+from attnlab.data.vocab import Vocab, load_tokenizer
+from attnlab.notes import REFERENCES, SENTENCES
+
+GERMAN = [
+    "Ich bin zu Hause.",
+    "Das ist z.B. \"gut\", oder?",
+    "Er sagte: „Hallo!“ und ging – schnell.",
+    "Wir treffen uns um 3.5 Uhr (ungefähr).",
+    "Die Straße heißt Müller-Weg; sie ist 1.000 m lang!",
+]
+
+
+@pytest.mark.parametrize("sentence", GERMAN)
+def test_moses_german_is_sacremoses_and_round_trips(sentence):
+    rules = text_rules("moses", "de")
+    tokens = rules.preprocess(sentence).split()
+    assert tokens == MosesTokenizer(lang="de").tokenize(sentence, escape=False)  # the library's cut, as it is
+    text = rules.detokenize(tokens)
+    assert text == MosesDetokenizer(lang="de").detokenize(tokens)
+    assert rules.preprocess(text).split() == tokens  # detokenized text cuts back to the same tokens
+    assert any(c.isupper() for c in text)  # Moses keeps case (D2L lowercases)
+
+
+def test_moses_cleans_as_d2l_does_without_lowercasing():
+    rules = text_rules("moses", "de")
+    assert rules.preprocess("  Gute\u200b  Nacht\u00a0!\x07 ") == "Gute Nacht !"  # invisible dropped, spaces folded
+    assert rules.preprocess("Cafe\u0301") == "Café"  # NFC: a combining accent and the precomposed letter are one
+
+
+@pytest.mark.parametrize("lang, sentence, tokens, back", [
+    ("ja", "私は学生です。", "私 は 学 生 で す 。", "私は学生です。"),
+    ("ja", "二万千三百四十五", "二 万 千 三 百 四 十 五", "二万千三百四十五"),
+    ("ja", "トムは「ＡＢＣ」と言った！", "ト ム は 「 Ａ Ｂ Ｃ 」 と 言 っ た ！", "トムは「ＡＢＣ」と言った！"),
+    ("zh", "我有 iPhone 12 手机。", "我 有 iPhone 12 手 机 。", "我有iPhone 12手机。"),
+    ("zh", "他说：“你好！”", "他 说 ： “ 你 好 ！ ”", "他说：“你好！”"),
+])
+def test_characters_for_chinese_and_japanese(lang, sentence, tokens, back):
+    rules = text_rules("chars", lang)
+    assert rules.preprocess(sentence) == tokens  # each CJK character a token; a Latin word or number one
+    assert rules.detokenize(tokens.split()) == back  # no space between CJK characters; one between two Latin runs
+    assert rules.preprocess(back) == tokens
+
+
+def test_auto_rules_follow_the_languages_and_keep_d2l_for_fra_eng():
+    assert DataConfig().text_rules == ("d2l", "d2l")
+    assert DataConfig(direction="fr-en").text_rules == ("d2l", "d2l")
+    assert DataConfig(dataset="numbers").text_rules == ("d2l", "d2l")  # the task as it always was
+    assert DataConfig(dataset="numbers", tgt_lang="ja").text_rules == ("d2l", "chars")
+    assert DataConfig(dataset="numbers", tgt_lang="de").text_rules == ("d2l", "moses")
+    assert DataConfig(dataset="file", src_lang="en", tgt_lang="de").text_rules == ("moses", "moses")
+    assert DataConfig(dataset="file", src_lang="zh", tgt_lang="en").text_rules == ("chars", "moses")
+    assert DataConfig(dataset="file", src_lang="en", tgt_lang="fr", preprocess="d2l").text_rules == ("d2l", "d2l")
+
+
+def test_d2l_rules_are_the_notes_preprocessing_unchanged():
+    rules = {lang: text_rules("d2l", lang) for lang in ("en", "fr")}
+    for en in SENTENCES:
+        fr = REFERENCES[en]
+        assert rules["en"].preprocess(en) == d2l.preprocess(en)
+        assert rules["fr"].preprocess(fr) == d2l.preprocess(fr)
+        assert rules["fr"].detokenize(d2l.tokenize(fr)) == d2l.detokenize(d2l.tokenize(fr), "fr")
+    assert rules["en"].preprocess("I'm home.") == "i'm home ."  # the notes' §4 example
+    vocab = Vocab.build([d2l.tokenize("I'm home.")], lang="en")
+    assert vocab.encode("I'm home.") == [vocab[t] for t in ("i'm", "home", ".")]
+    assert "text" not in vocab.to_json()  # a fra-eng vocabulary is saved exactly as before
+    assert load_tokenizer(vocab.to_json()).text == "d2l"  # and every one saved before reads as D2L's
+
+
+@pytest.mark.parametrize("rule, lang", [("d2l", "en"), ("moses", "de"), ("moses", "en"), ("chars", "ja"),
+                                        ("chars", "zh")])
+def test_every_rule_is_total_on_odd_text(rule, lang):
+    rules = text_rules(rule, lang)
+    for s in ["", "   ", "\x00\x07", "\ud800 lone", "\ufffd", "a\tb\nc", "😀 emoji", "‮rtl‬", "<unk> <eos>"]:
+        out = rules.preprocess(s)
+        assert isinstance(out, str) and "  " not in out and out == out.strip()
+        assert isinstance(rules.detokenize(out.split()), str)
+
+
+def test_tokenizers_keep_their_rules_through_json():
+    ja = ["私は学生です。", "二万千三百四十五", "彼は先生です。"] * 3
+    rules = text_rules("chars", "ja")
+    vocab = Vocab.build([rules.preprocess(s).split() for s in ja], lang="ja", text="chars")
+    again = load_tokenizer(vocab.to_json())
+    assert again.text == "chars" and again.decode(again.encode("私は先生です。")) == "私は先生です。"
+    bpe = BPETokenizer.train([text_rules("moses", "de").preprocess(s) for s in GERMAN * 3], 120, lang="de",
+                             preprocessed=True, text="moses")
+    again = load_tokenizer(bpe.to_json())
+    assert again.text == "moses" and again.decode(again.encode(GERMAN[0])) == GERMAN[0]  # case and "." as written
