@@ -74,17 +74,18 @@ TIERS: tuple[Tier, ...] = (
 
 
 #: The notes' sizes (§5: ``embed_size=32``; §6: ``num_hiddens=32``; §8: ``W_o: (V_tgt, 32)``, a matrix of its
-#: own, so ``tie_embeddings`` is off), which are D2L's own for these models (D2L 10.4 zh / 11.4 en: 32, 32, 2
-#: layers; 10.7 zh / 11.7 en: 32 wide, FFN 64, 4 heads, 2 layers). The data and batches are the tiny tier's,
-#: so the model makes many updates in a short budget; the lr is D2L's 0.005; no dropout in a run that sees
-#: its data about once. A named tier only: never chosen for a budget.
+#: own, so ``tie_embeddings`` is off). The GRU is one layer, the one recurrence h_t = GRU(x_t, h_t−1) of §6
+#: (D2L stacks two; at this width one layer made more updates and translated better in the demo's budget,
+#: docs/experiments/notes-size.md); the Transformer is D2L's (10.7 zh / 11.7 en: 32 wide, FFN 64, 4 heads,
+#: 2 layers). The data and batches are the tiny tier's, so the model makes many updates in a short budget; the
+#: lr is D2L's 0.005; no dropout, as in the tiers for short budgets. A named tier only: never chosen for a budget.
 NOTES_TIER = Tier("notes", 0, {
     "transformer": {"data": {"tokenizer": "word", "min_freq": 3, "max_pairs": _SHORT, "batch_tokens": 400},
                     "model": {"num_hiddens": 32, "num_layers": 2, "num_heads": 4, "ffn_num_hiddens": 64,
                               "dropout": 0.0, "tie_embeddings": False},
                     "train": {"lr": 5e-3}},
     "gru": {"data": {"tokenizer": "word", "min_freq": 3, "max_pairs": _SHORT, "batch_tokens": 400},
-            "model": {"num_hiddens": 32, "embed_size": 32, "num_layers": 2, "dropout": 0.0, "tie_embeddings": False},
+            "model": {"num_hiddens": 32, "embed_size": 32, "num_layers": 1, "dropout": 0.0, "tie_embeddings": False},
             "train": {"lr": 5e-3}},
 })
 
