@@ -256,6 +256,7 @@ class ExplainReport(TextReport):
         if self.tracks is not None:
             _gates_section(tr, self.tracks, self.scratch_gap, out)  # 4 (GRU models)
         roles.residual_section(model, cap, src_labels, tgt_labels, out)  # 4 (Transformers)
+        roles.ffn_section(cap, src_labels, tgt_labels, out)  # 4, §19 (Transformers)
         _decoding_section(self.steps, self.translation, len(tr.tgt_tok), self.top_k, out)  # 5
         first_row = self.steps[0].weights if self.steps else None
         roles.roles_section(model, t, cap, src_labels, tgt_labels, first_row, out)  # 6
