@@ -47,7 +47,7 @@ NUMBERS_LANGS = ("fr", "de", "es", "ja")  # data.tgt_lang of the numbers task (n
 PREPROCESS = ("auto", "d2l", "moses", "chars")
 TOKENIZERS = ("word", "bpe")
 SCHEDULES = ("auto", "linear", "wsd", "inverse_sqrt", "constant", "cosine")
-SIZES = ("auto", "base", "tiny", "small", "medium")  # tiers: training/sizing.py
+SIZES = ("auto", "base", "tiny", "small", "medium", "notes")  # tiers: training/sizing.py (notes: the notes' 32-wide sizes)
 KERNELS = ("auto", "fast", "plain")  # train.kernels: attnlab/fast/
 ATTENTION_QUERIES = ("previous", "current")  # model.attention_query: Bahdanau's query s(t'-1) or s(t')
 

@@ -37,8 +37,11 @@ MARKER = ".attnlab-demo"
 #: The notes' two attention models, trained one after the other: Bahdanau's (§1–3), the Transformer (§17–25).
 DEMO_MODELS = ("bahdanau", "transformer")
 
-#: Only the final validation, on a small sample: every second of a short budget goes to updates.
-DEMO_OVERRIDES = ("train.eval_frac=0", "train.eval_every=0", "train.save_every=0", "train.log_every=10",
+#: Two validations, halfway and at the end, on a small sample: the fewest that let `attnlab doctor` compare
+#: the validation loss with itself and see overfitting (§10: "training loss low, test results poor"), while
+#: nearly every second of a short budget still goes to updates. The budget plan reserves their time
+#: (training/budget.py), so a slow machine's run validates twice as well.
+DEMO_OVERRIDES = ("train.eval_frac=0.5", "train.eval_every=0", "train.save_every=0", "train.log_every=10",
                   "train.eval_max_sentences=100", "train.eval_max_pairs=500")
 
 #: Compute (GFLOP/s x minutes per model) below which the demo warns that a model will not translate yet:

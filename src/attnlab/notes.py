@@ -82,13 +82,42 @@ def d2l(number: str | int) -> Section:
     return _BY_NUMBER[str(number).split(".")[0]]
 
 
+def _numbers(spec: str) -> list[str]:
+    """The sections a citation names: ``"4–9"`` → 4 … 9, ``"11, 28"`` → 11, 28, ``"28.4"`` → 28."""
+    out: list[str] = []
+    for part in spec.replace("§", "").split(","):
+        first, _, last = part.strip().replace("-", "–").partition("–")
+        a, b = int(first.split(".")[0]), int((last or first).split(".")[0])
+        out += [str(n) for n in range(a, b + 1) if str(n) not in out]
+    return out
+
+
+def _d2l_numbers(sections: list[Section], edition: str) -> str:
+    """The D2L sections of ``sections`` in one edition, each once, a section dropped when a chapter section
+    that holds it is listed too (9.7.1 under 9.7), in D2L's order."""
+    items: list[str] = []
+    for s in sections:
+        items += [x.strip() for x in getattr(s, edition).split(",") if x.strip() not in items]
+    kept = [x for x in items if not any(x != y and x.startswith(y + ".") for y in items)]
+
+    def key(x: str) -> list[int]:
+        return [int(n) for n in x.split("–")[0].split(".")]
+
+    return ", ".join(sorted(kept, key=key))
+
+
 def cite(number: str | int, lang: str = "en") -> str:
     """``§7 (D2L 9.1.1 zh / 10.2.1 en)``: the notes' section with both D2L numberings, for help texts
-    and captions read by someone who does not have the notes."""
-    s = d2l(number)
+    and captions read by someone who does not have the notes. ``number`` may name several sections
+    (``"4–9"``, ``"11, 28"``, ``"27.5, 28.5"``): their D2L sections are listed once each.
+
+    Raises KeyError for a section the notes do not have."""
+    sections = [d2l(n) for n in _numbers(str(number))]
+    label = "§" + str(number).replace("-", "–").replace(", ", ", §")
+    zh, en = _d2l_numbers(sections, "d2l_zh"), _d2l_numbers(sections, "d2l_en")
     if lang == "zh":
-        return f"§{number}（《动手学深度学习》中文版 {s.d2l_zh}，英文版 {s.d2l_en}）"
-    return f"§{number} (D2L {s.d2l_zh} zh / {s.d2l_en} en)"
+        return f"{label}（《动手学深度学习》中文版 {zh}，英文版 {en}）"
+    return f"{label} (D2L {zh} zh / {en} en)"
 
 
 #: The notes' worked example (§1, §3, §25): the source, its French translation, and the table of §1

@@ -128,3 +128,37 @@ def test_run_answers_through_the_report_protocol(tiny_runs):
     assert report.figure().get_suptitle() == report.figure("enc_self").get_suptitle()  # the first kind
     data = json.loads(json.dumps(report.to_json()))
     assert data["sentences"] == 4 and len(data["heads"]) == 6
+
+
+def test_the_answer_names_what_heads_do_and_which_are_noise():
+    """§28.5's plain answer: a head matters when silencing it moves BLEU or the loss beyond the noise; it is
+    noise only when its attention is also near-uniform (focus below NOISE_FOCUS); otherwise it has a pattern."""
+    ln4 = math.log(4)
+
+    def head(h, entropy, bleu_lo, bleu_hi, loss_lo=-1.0, loss_hi=1.0, **extra):
+        return Hd.HeadStats("enc_self", 0, h, {"entropy": entropy, "uniform_entropy": ln4, "bleu_drop": 0.0,
+                                               "bleu_drop_lo": bleu_lo, "bleu_drop_hi": bleu_hi,
+                                               "loss_increase_lo": loss_lo, "loss_increase_hi": loss_hi, **extra})
+
+    heads = [head(0, 0.2, 0.5, 2.0, prev=0.8),  # previous-token, BLEU falls when silenced
+             head(1, 0.98 * ln4, -1.0, 1.0),  # uniform, nothing when silenced: noise
+             head(2, 0.5, -1.0, 1.0),  # picks keys, nothing when silenced
+             head(3, 0.98 * ln4, -1.0, 1.0, loss_lo=0.01, loss_hi=0.2)]  # uniform, yet the loss rises: matters
+    assert heads[1].focus == pytest.approx(0.02) and heads[1].matters is False and heads[3].matters is True
+    report = Hd.HeadsReport("run", 50, 20.0, 2.0, heads, {"enc_self": (1, 4)}, resamples=200)
+    text = Hd.answer(report)
+    lines = text.splitlines()
+    does = next(x for x in lines if x.startswith("- does something"))
+    assert "head 1 (previous-token)" in does and "head 4" in does
+    assert "head 3" in next(x for x in lines if x.startswith("- has a pattern"))
+    assert next(x for x in lines if x.startswith("- indistinguishable from noise")).endswith("head 2 (focus 0.02)")
+    assert lines[-1] == ("In short, of 4 heads: doing a measurable job 2; attending in a pattern the model can spare 1; "
+                         "noise 1.")
+    assert report.format().endswith(text)
+
+
+def test_the_answer_without_importance_says_what_it_cannot_tell(tiny_runs):
+    report = Hd.run(tiny_runs("transformer"), sentences=4, importance=False)
+    text = report.format()
+    assert "## The answer to §28.5" in text and "was not measured (--no-importance)" in text
+    assert all(0.0 <= h.focus <= 1.0 for h in report.heads if math.isfinite(h.focus))

@@ -67,3 +67,24 @@ def test_the_demo_sizes_a_slow_machines_models_for_the_notes(kind, peak, pairs, 
     assert ("d=128 instead" in why) == (kind == "bahdanau" and width == 128)
     if kind == "bahdanau":
         assert cfg.model.embed_size == width
+
+
+@pytest.mark.parametrize("tick", [0.05, 1.0])  # seconds per clock reading: a fast machine, a very slow one
+def test_a_demo_run_validates_twice_so_doctor_can_check_overfitting(tmp_path, monkeypatch, tick):
+    """§10: overfitting shows as a validation loss that rises while the training loss falls, which needs two
+    validations; the demo's 1.5-minute runs make them however few updates the machine allows."""
+    import attnlab.training.loop as loop
+    from attnlab import runs
+    from attnlab.analysis.diagnose import doctor
+    from attnlab.demo import DEMO_OVERRIDES
+    from tests.conftest import tiny_config
+    from tests.training.test_budget import _FakeClock
+
+    monkeypatch.setattr(loop, "clock", _FakeClock(tick))
+    cfg = tiny_config("bahdanau", *DEMO_OVERRIDES, "train.max_minutes=1.5", "train.eval_max_sentences=8")
+    res = loop.train(cfg, tmp_path / "run", progress=False)
+    valid = [r for r in runs.read_metrics(tmp_path / "run") if r.get("event") == "valid"]
+    assert res.stopped_by == "max_minutes" and len(valid) == 2
+    assert valid[0]["step"] < valid[1]["step"] == res.step
+    finding = next(f for f in doctor.run(tmp_path / "run").findings if f.symptom == "overfitting")
+    assert finding.checked

@@ -88,7 +88,7 @@ def test_a_key_set_to_its_preset_value_survives_the_tier(tmp_path, monkeypatch, 
 
 
 @pytest.mark.parametrize("kind", ["seq2seq", "bahdanau", "transformer", "decoder-only"])
-@pytest.mark.parametrize("tier", [t.name for t in sizing.TIERS])
+@pytest.mark.parametrize("tier", [t.name for t in sizing.NAMED_TIERS])
 def test_every_tier_builds_every_model(kind, tier):
     from attnlab.models import build_model
 
@@ -96,3 +96,24 @@ def test_every_tier_builds_every_model(kind, tier):
     assert cfg.train.size == tier
     model = build_model(cfg.model, 50, 60)
     assert sum(p.numel() for p in model.parameters()) > 0
+
+
+@pytest.mark.parametrize("kind", ["bahdanau", "transformer"])
+def test_the_notes_size_is_the_notes_shapes(kind):
+    """--size notes: 32-wide embeddings and states and an output layer W_o (V_tgt, 32) of its own (notes §5–8)."""
+    from attnlab.models import build_model
+
+    cfg, _ = sizing.resolve(_cfg(kind, "train.size=notes", "train.max_minutes=1.5"), peak=64)
+    assert cfg.train.size == "notes" and cfg.model.num_hiddens == 32 and not cfg.model.tie_embeddings
+    model = build_model(cfg.model, 50, 60)
+    shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    assert (60, 32) in shapes.values() and (60,) in shapes.values()  # W_o and b_o
+    assert (50, 32) in shapes.values()  # the source embedding
+    assert sum(s == (60, 32) for s in shapes.values()) == 2  # the target embedding and W_o, not tied
+
+
+def test_no_budget_picks_the_notes_size():
+    for peak in (1, 64, 1000, 100_000):
+        for minutes in (0.1, 1.5, 60):
+            cfg, _ = sizing.resolve(_cfg("bahdanau", f"train.max_minutes={minutes}"), peak=peak)
+            assert cfg.train.size != "notes"

@@ -103,7 +103,7 @@ def test_the_endpoint_speaks_chinese_for_zh_and_english_for_en(client):
         and d["messages"]["query"] == "查询"
         and d["messages"]["key"] == "键"
     )
-    cross = next(m for m in d["messages"] if m.startswith("Cross-attention (notes §3"))
+    cross = next(m for m in d["messages"] if m.startswith("Cross-attention (notes §"))
     assert "{pad}" in d["messages"][cross] and "<pad>" in d["messages"][cross]  # the page fills {pad}
     en = client.get("/api/messages", params={"lang": "en"}).json()
     assert en["lang"] == "en" and all(k == v for k, v in en["messages"].items())
@@ -133,3 +133,24 @@ def test_an_unknown_language_is_a_422_in_one_line(client, lang):
     assert item["loc"] == ["query", "lang"] and "\n" not in item["msg"]
     if lang == "klingon":
         assert item["msg"] == "lang 'klingon' is not an available language; choose one of: en, zh"
+
+
+def test_the_page_says_what_section_numbers_mean(client):
+    """GET /api/sections: every section of the notes with D2L's numbers in both editions, for the page's table."""
+    from attnlab import notes
+
+    r = client.get("/api/sections")
+    assert r.status_code == 200, r.text
+    rows = r.json()["sections"]
+    assert [x["number"] for x in rows] == [s.number for s in notes.SECTIONS]
+    assert rows[0]["d2l_zh"] == "9.7, 10.4" and rows[0]["d2l_en"] == "10.7, 11.4" and rows[0]["title_zh"]
+    html = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
+    assert 'id="sections-table"' in html and 'href="#sections-card"' in html
+
+
+def test_the_page_cites_additive_attention_where_the_notes_teach_it():
+    """Bahdanau's additive attention is the notes' §1–2 (§3 is teacher forcing)."""
+    msgs = page_messages()
+    for m in msgs:
+        if "additive" in m or "Bahdanau" in m or m.startswith("Cross-attention"):
+            assert "§3" not in m, m

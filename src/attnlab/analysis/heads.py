@@ -22,6 +22,15 @@ with teacher forcing on the reference translations:
 
 Averages are over real (non-padding) queries only; padding keys carry exactly 0 weight.
 
+**The plain answer to §28.5** (:func:`answer`, the report's last lines): which heads do what, and which
+are indistinguishable from noise. "Noise" is defined against two baselines, both of which a head must
+match: its attention against **uniform attention** over the same keys (``focus = 1 − entropy / ln K``,
+K the keys its mask lets each query see: 0 = uniform, 1 = one key; a head below :data:`NOISE_FOCUS`
+picks no key), and its silencing against **the sampling noise** of the sentences (the bootstrap
+intervals above). A head that picks keys but whose silencing is within the noise is not called noise:
+it has a pattern the model can do without (other heads may cover it); a head whose silencing moves BLEU or
+the loss beyond the noise does something, named by its role when one statistic dominates.
+
 Dimension key: B batch, L layers, H heads, Q queries, K keys, S source len, T target len.
 """
 
@@ -44,6 +53,7 @@ from attnlab.data.text import detokenize
 from attnlab.data.vocab import EOS, PAD
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import reference_streams
+from attnlab.i18n import _
 from attnlab.models import traits
 from attnlab.translator import Translator, decode_many, teacher_forced
 from attnlab.viz.figure import new_figure
@@ -69,6 +79,9 @@ KIND_NAMES = {
 }
 #: A statistic above this share names the head's role in the table (e.g. "previous-token head").
 ROLE_SHARE = 0.5
+#: A head whose attention is this close to uniform (focus = 1 − entropy / ln K below it: its entropy within 10 %
+#: of uniform attention's over the same keys) picks no key: with no effect when silenced, it is noise (§28.5).
+NOISE_FOCUS = 0.1
 #: Bootstrap resamples of the sentences for the importance intervals, and their coverage.
 BOOTSTRAP_RESAMPLES = 1000
 CONFIDENCE = 0.95
@@ -94,6 +107,23 @@ class HeadStats:
         if not (math.isfinite(lo) and math.isfinite(hi)):
             return ""
         return "hurts" if lo > 0 else "helps" if hi < 0 else "noise"
+
+    @property
+    def focus(self) -> float:
+        """``1 − entropy / ln K``: 0 for uniform attention over the keys each query may see, 1 for one key
+        (NaN when every query sees one key: nothing to choose)."""
+        uniform = self.values.get("uniform_entropy", math.nan)
+        if not (math.isfinite(uniform) and uniform > 0):
+            return math.nan
+        return 1.0 - self.values.get("entropy", math.nan) / uniform
+
+    @property
+    def matters(self) -> bool | None:
+        """Silencing it moved BLEU or the teacher-forced loss beyond the noise; None when not measured."""
+        if not self.effect:
+            return None
+        return self.effect != "noise" or self.values.get("loss_increase_lo", math.nan) > 0 \
+            or self.values.get("loss_increase_hi", math.nan) < 0
 
     @property
     def role(self) -> str:
@@ -163,6 +193,7 @@ class HeadsReport(TextReport):
                     "head": h.head,
                     "role": h.role,
                     "effect": h.effect,
+                    "focus": clean(h.focus),
                     **{k: clean(v) for k, v in h.values.items()},
                 }
                 for h in self.heads
@@ -239,6 +270,8 @@ def _head_sums(w: Tensor, p: dict[str, Tensor]) -> dict[str, Tensor]:
         "next": (w * (kpos == anchor + 1)).sum(-1),
         "eos": (w * p["keos"][:, None, None, None, :]).sum(-1),
         "entropy": -(w * torch.log(w.clamp_min(1e-12))).sum(-1),
+        # uniform attention's entropy, ln K, K = the keys the mask lets the query see (weight above 0)
+        "uniform_entropy": (w > 0).sum(-1).clamp_min(1).float().log(),
     }  # each (B, L, H, Q)
     if "diag" in p:
         top = w.argmax(-1).float()  # (B, L, H, Q)
@@ -449,7 +482,7 @@ def run(
             for layer in range(L):
                 for h in range(H):
                     n = float(acc["count"][layer, h]) or 1.0
-                    vals = {k: float(acc[k][layer, h]) / n for k in STATS if k in acc}
+                    vals = {k: float(acc[k][layer, h]) / n for k in (*STATS, "uniform_entropy") if k in acc}
                     vals.setdefault("diag_agreement", float("nan"))
                     if importance:
                         vals.update(_importance(mods[layer], h, model, tr, (src, tgt, refs), base, boot))
@@ -509,6 +542,57 @@ def _table(report: HeadsReport) -> str:
         effect = EFFECTS.get(h.effect, "-")
         row = [KIND_NAMES.get(h.kind, h.kind), str(h.layer + 1), str(h.head + 1), *cells, effect, h.role]
         lines.append("| " + " | ".join(row + ([_aer_cell(h)] if aligned else [])) + " |")
+    return "\n".join([*lines, "", answer(report)])
+
+
+def _head_name(h: HeadStats) -> str:
+    return _("{kind} layer {layer} head {head}").format(kind=KIND_NAMES.get(h.kind, h.kind), layer=h.layer + 1,
+                                                          head=h.head + 1)
+
+
+def answer(report: HeadsReport) -> str:
+    """The plain answer to the notes' §28.5 ("do different heads really learn different things?"): each head
+    in one of three groups (see the module docstring for what "noise" means here) and one line of totals."""
+    does, pattern, noise, unknown = [], [], [], []
+    for h in report.heads:
+        focus = h.focus
+        picks = not (math.isfinite(focus) and focus < NOISE_FOCUS)
+        what = h.role if h.role != "-" else (_("focus {focus:.2f}").format(focus=focus) if math.isfinite(focus) else "")
+        if h.matters:
+            does.append((h, what or _("no pattern among those measured")))
+        elif h.matters is None:
+            (pattern if picks else unknown).append((h, what))
+        elif picks:
+            pattern.append((h, what))
+        else:
+            noise.append((h, _("focus {focus:.2f}").format(focus=focus)))
+
+    def listed(items: list[tuple[HeadStats, str]]) -> str:
+        return "; ".join(f"{_head_name(h)} ({what})" if what else _head_name(h) for h, what in items) or _("none")
+
+    lines = [
+        _("## The answer to §28.5: do different heads learn different things?"),
+        _("Noise, here: attention within {share:.0%} of uniform attention's entropy over the same keys (focus = "
+          "1 − entropy / ln K below {focus:g}: it picks no key) and, when silenced, no change in BLEU or loss beyond "
+          "the sampling noise of the {n} sentences.").format(share=NOISE_FOCUS, focus=NOISE_FOCUS, n=report.sentences),
+    ]
+    if report.resamples:
+        lines += [
+            _("- does something measurable (silencing it moves BLEU or the loss beyond the noise): {heads}").format(
+                heads=listed(does)),
+            _("- has a pattern, but the model does without it (silenced alone: within the noise; other heads may "
+              "cover it): {heads}").format(heads=listed(pattern)),
+            _("- indistinguishable from noise: {heads}").format(heads=listed(noise)),
+            _("In short, of {total} heads: doing a measurable job {does}; attending in a pattern the model can "
+              "spare {pattern}; noise {noise}.").format(does=len(does), total=len(report.heads), pattern=len(pattern),
+                                                 noise=len(noise)),
+        ]
+    else:
+        lines += [
+            _("- attends in a pattern: {heads}").format(heads=listed(pattern)),
+            _("- attends nearly uniformly, like noise: {heads}").format(heads=listed(unknown)),
+            _("Whether any head matters was not measured (--no-importance): run without it to silence each head."),
+        ]
     return "\n".join(lines)
 
 

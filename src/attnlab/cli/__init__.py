@@ -38,7 +38,10 @@ from attnlab.interrupts import exit_code, sigterm_interrupts
 DESCRIPTION = """\
 Train, evaluate, serve and explain attention-based translation models (GRU seq2seq, GRU + Bahdanau
 attention, Transformer, decoder-only) on Tatoeba English→French, or on the offline `numbers` task.
-Every command below has its own --help; options show their defaults there."""
+Every command below has its own --help; options show their defaults there.
+"§N" is section N of the learner's notes on attention; each is cited with the section of Dive into Deep
+Learning (D2L) that teaches it, in the Chinese 2nd edition (zh, attention = chapter 10) and the English
+edition (en, chapter 11): docs/notes-sections.md and the web page list them all."""
 
 EPILOG = """\
 examples:

@@ -17,6 +17,7 @@ from attnlab.cli.common import (
 )
 from attnlab.config import DATASETS, MODEL_KINDS
 from attnlab.errors import AttnlabError
+from attnlab.notes import cite
 
 
 def default_out(run: str | Path, name: str) -> Path:
@@ -128,9 +129,9 @@ def register(sub) -> None:
 def _add_doctor(sub) -> None:
     d = sub.add_parser(
         "doctor",
-        help="diagnose a run's curves: lr too high/low, overfitting, num_steps (notes §10)",
+        help="diagnose a run's curves: lr too high/low, overfitting, num_steps: notes " + cite(10),
         description="Read a run's curves and per-length scores and say what they suggest: lr too high or "
-        "too low, overfitting, num_steps too small (notes §10). Always exits 0 when the run can be read.",
+        "too low, overfitting, num_steps too small (notes " + cite(10) + "). Always exits 0 when the run can be read.",
     )
     d.add_argument("run", metavar="RUN", help="run folder")
     d.add_argument("--json", action="store_true", help="print the findings as JSON instead of text")
@@ -199,9 +200,10 @@ def _add_sweep(sub) -> None:
 def _add_heads(sub) -> None:
     h = sub.add_parser(
         "heads",
-        help="do heads specialise? per-head statistics and importance (notes §11, §28)",
+        help="do heads specialise? per-head statistics, importance, and which heads are noise: notes " + cite("11, 28"),
         description="Per-head statistics (distance, previous/next token, <eos>, entropy, alignment) and "
-        "importance by masking each head, as a table, JSON and figures (notes §11, §28).",
+        "importance by masking each head, as a table, JSON and figures, ending with a plain answer: which heads do what "
+        "and which are indistinguishable from noise (notes " + cite("11, 28.5") + ").",
     )
     h.add_argument("run", metavar="RUN", help="run folder (transformer or decoder-only)")
     h.add_argument("--sentences", type=int, default=100, help="validation sentences to measure on")
@@ -230,9 +232,11 @@ def _add_heads(sub) -> None:
 def _add_compare(sub) -> None:
     c = sub.add_parser(
         "compare",
-        help="runs side by side: parameters, speed, BLEU by length, examples (§26)",
+        help="runs side by side: the notes' comparison table measured, parameters, speed, BLEU by length, examples: "
+        "notes " + cite(26),
         description="Two or more runs side by side: parameters, decoding speed, BLEU by source length and "
-        "examples (§26), as Markdown and figures.",
+        "examples, and the notes' comparison of Bahdanau and the Transformer with each row measured on the runs "
+        "(notes " + cite(26) + "), as Markdown and figures.",
     )
     c.add_argument("runs", nargs="+", metavar="RUN", help="two or more run folders")
     c.add_argument(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from attnlab import config as config_mod
 from attnlab.cli.common import add_config_args, build_config
 from attnlab.errors import AttnlabError
+from attnlab.notes import cite
 
 
 def _run_files(run: str):
@@ -78,9 +79,9 @@ def cmd_data(args) -> int:
 
 def register(sub) -> None:
     """Add ``data`` to the ``attnlab`` parser's subparsers ``sub``."""
-    d = sub.add_parser("data", help="corpus statistics and the notes' §4 tokens → ids walk-through",
+    d = sub.add_parser("data", help="corpus statistics and the tokens → ids walk-through of notes " + cite(4),
                        description="Corpus statistics, and one sentence followed through preprocessing, "
-                                   "the vocabulary and padding (the notes' §4). With --run, the run's own "
+                                   "the vocabulary and padding (notes " + cite(4) + "). With --run, the run's own "
                                    "tokenizer and num_steps: the ids are the rows of its embedding table.")
     d.add_argument("--dataset", choices=(*config_mod.DATASETS, config_mod.OWN_CORPUS), default=None,
                    help="which corpus: fra-eng, numbers, or file (your own, from --data; implied by a --data that "

@@ -11,6 +11,7 @@ from pathlib import Path
 from attnlab.cli.common import add_verbosity_args, progress_log, show_progress
 from attnlab.config import DATASETS
 from attnlab.errors import AttnlabError
+from attnlab.notes import cite
 
 
 def parse_widths(text: str) -> tuple[int, ...]:
@@ -68,7 +69,7 @@ def register(sub) -> None:
     """Add ``scaling`` to the ``attnlab`` subcommands."""
     s = sub.add_parser(
         "scaling",
-        help="why Transformers scale (§28.1): GRU vs Transformer at equal training FLOPs, tokens/s, KV cache",
+        help="why Transformers scale: GRU vs Transformer at equal training FLOPs, tokens/s, KV cache: notes " + cite("28.1"),
         description="Train a ladder of model sizes of the GRU + Bahdanau model and of the Transformer, every "
         "rung for the same number of counted training FLOPs (torch's FlopCounterMode on its own batches, "
         "turned into train.max_steps), then measure training tokens/s against sentence length and greedy "

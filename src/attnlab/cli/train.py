@@ -84,7 +84,8 @@ def _add_train_config_args(p: argparse.ArgumentParser, model_required: bool) -> 
                    help="stop after N updates (default: the config's train.max_steps; 0 = no step limit)")
     p.add_argument("--size", choices=config_mod.SIZES,
                    help="model/vocabulary/batch size: auto fits a minute budget to this machine's measured "
-                        "speed; base = the preset as it is; or a tier by name (default: the config's, auto)")
+                        "speed; base = the preset as it is; or a tier by name; notes = the notes' own sizes, 32-wide "
+                        "embeddings and states and an untied W_o (notes §5–8) (default: the config's, auto)")
     p.add_argument("--seed", type=int, help="random seed (default: the config's train.seed, 42)")
     p.add_argument("--threads", type=int,
                    help="torch threads (default: the config's train.threads; 0 = PyTorch's default, all cores)")

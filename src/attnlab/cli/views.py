@@ -18,6 +18,7 @@ from attnlab.cli.common import (
 )
 from attnlab.config import MODEL_KINDS
 from attnlab.errors import AttnlabError
+from attnlab.notes import cite
 
 
 def _out_dir(args, default: Path) -> Path:
@@ -202,14 +203,14 @@ def cmd_selfcheck(args) -> int:
 def register(sub) -> None:
     """Add the subcommands to the ``attnlab`` parser's subparsers ``sub``."""
     a = sub.add_parser(
-        "attention", help="attention maps of a sentence: layers × heads, token-labelled (§23–25)"
+        "attention", help="attention maps of a sentence: layers × heads, token-labelled: notes " + cite("23–25")
     )
     _add_run_args(a)
     a.add_argument("sentence", help='English sentence, e.g. "i\'m home ."')
     _add_save_dir(a, "the figures", "RUN/figures")
     a.add_argument("--beam", type=int, help="beam size of the translation whose maps are drawn (default: 1, greedy)")
     a.add_argument(
-        "--pad", type=int, default=3, help="extra <pad> positions on the source, as in a batch (§23)"
+        "--pad", type=int, default=3, help="extra <pad> positions on the source, as in a batch: notes " + cite(23)
     )
     a.add_argument(
         "--timeline",
@@ -223,7 +224,7 @@ def register(sub) -> None:
     e = sub.add_parser(
         "explain",
         help="one sentence through the model: ids, embeddings, gates, attention, "
-        "logits, loss; parameters vs computed values (§4–9)",
+        "logits, loss; parameters vs computed values: notes " + cite("4–9"),
     )
     _add_run_args(e)
     e.add_argument("sentence", help='English sentence, e.g. "i\'m home ."')
@@ -235,14 +236,14 @@ def register(sub) -> None:
     _add_params(sub)
 
     q = sub.add_parser(
-        "positional", help="the sinusoidal positional encoding and its rotation property (§13–16); with RUN, "
-        "order-blindness and adding vs concatenating on its model"
+        "positional", help="the sinusoidal positional encoding and its rotation property; with RUN, order-blindness and "
+        "adding vs concatenating on its model: notes " + cite("13–16")
     )
     q.add_argument("run", nargs="?", metavar="RUN",
-                   help="a trained run: draw its d, and show §13–14 on its model (default: none, the formula alone)")
+                   help="a trained run: draw its d, and show notes §13–14 on its model (default: none, the formula alone)")
     q.add_argument("--checkpoint", default="best", help="best, last or step-N (with RUN)")
     add_device_arg(q)
-    q.add_argument("--sentence", default="i'm home .", help="the sentence reordered for §13 (with RUN)")
+    q.add_argument("--sentence", default="i'm home .", help="the sentence reordered for notes §13 (with RUN)")
     q.add_argument("--dim", type=int, help="encoding dimension d (default: the run's num_hiddens with RUN, else 32)")
     q.add_argument("--positions", type=int, default=60, help="positions 0 … N-1 to encode and draw")
     q.add_argument("--max-shift", type=int, default=10, dest="max_shift", help="largest offset δ checked")
@@ -269,7 +270,7 @@ def register(sub) -> None:
 
 
 def _add_params(sub) -> None:
-    p = sub.add_parser("params", help="trainable parameters by module, count and share (§9, §21, §28.4)")
+    p = sub.add_parser("params", help="trainable parameters by module, count and share: notes " + cite("9, 21, 28.4"))
     p.add_argument("run", nargs="?", metavar="RUN", help="run folder (or use --model)")
     p.add_argument(
         "--model",

@@ -9,7 +9,9 @@ updates to learn anything; an hour on a fast machine affords the base preset.
 The tiers below were chosen by measurement with ``bench/quality.py`` (budgets × machine speeds): the
 figures behind each cut and setting are in docs/experiments/sizing-tiers.md.
 Keys the user set (on the command line, in ``--config``) always win over the tier's; ``--size base``
-(``train.size=base``) keeps the preset as it is.
+(``train.size=base``) keeps the preset as it is. ``--size notes`` is not chosen by any budget: it is the
+notes' own sizes (§5–8: 32-wide embeddings and states, an output layer W_o of its own), for a model whose
+shapes are the ones the notes write down.
 """
 
 from __future__ import annotations
@@ -71,6 +73,26 @@ TIERS: tuple[Tier, ...] = (
 )
 
 
+#: The notes' sizes (§5: ``embed_size=32``; §6: ``num_hiddens=32``; §8: ``W_o: (V_tgt, 32)``, a matrix of its
+#: own, so ``tie_embeddings`` is off). The GRU is one layer, the one recurrence h_t = GRU(x_t, h_t−1) of §6
+#: (D2L stacks two; at this width one layer made more updates and translated better in the demo's budget,
+#: docs/experiments/notes-size.md); the Transformer is D2L's (10.7 zh / 11.7 en: 32 wide, FFN 64, 4 heads,
+#: 2 layers). The data and batches are the tiny tier's, so the model makes many updates in a short budget; the
+#: lr is D2L's 0.005; no dropout, as in the tiers for short budgets. A named tier only: never chosen for a budget.
+NOTES_TIER = Tier("notes", 0, {
+    "transformer": {"data": {"tokenizer": "word", "min_freq": 3, "max_pairs": _SHORT, "batch_tokens": 400},
+                    "model": {"num_hiddens": 32, "num_layers": 2, "num_heads": 4, "ffn_num_hiddens": 64,
+                              "dropout": 0.0, "tie_embeddings": False},
+                    "train": {"lr": 5e-3}},
+    "gru": {"data": {"tokenizer": "word", "min_freq": 3, "max_pairs": _SHORT, "batch_tokens": 400},
+            "model": {"num_hiddens": 32, "embed_size": 32, "num_layers": 1, "dropout": 0.0, "tie_embeddings": False},
+            "train": {"lr": 5e-3}},
+})
+
+#: Every tier ``train.size`` may name (config.SIZES lists these names after "auto" and "base").
+NAMED_TIERS: tuple[Tier, ...] = (*TIERS, NOTES_TIER)
+
+
 def family(model: ModelConfig) -> str:
     """Which tier settings a model takes: the recurrent ones ("gru") or the Transformers'."""
     return "gru" if traits(model).recurrent else "transformer"
@@ -108,7 +130,7 @@ def resolve(cfg: Config, explicit: frozenset[str] | None = None, peak: float | N
     if tc.size != "auto":
         if tc.size == "base":
             return cfg, ""
-        tier = next(t for t in TIERS if t.name == tc.size)
+        tier = next(t for t in NAMED_TIERS if t.name == tc.size)
         return apply_tier(cfg, tier, explicit if explicit is not None else explicit_keys(cfg)), ""
     if tc.max_minutes <= 0 or cfg.data.dataset != "fra-eng":
         return apply_tier(cfg, None, frozenset()), ""

@@ -27,6 +27,8 @@ Endpoints (OpenAPI schema at ``/openapi.json``, a readable offline reference at 
   does on the first N gold sentences and kept per run (``routes/alignment.py``);
 - ``GET /api/messages?lang=LANG`` → the page's teaching text in ``LANG`` (default: the server's
   ``--lang`` / ``$ATTNLAB_LANG``) from the CLI's one catalogue (``page_text.py``);
+- ``GET /api/sections`` → what "§N" means: the notes' sections, each with D2L's numbers in the Chinese
+  second edition and the English edition (``notes.SECTIONS``);
 - ``GET /health`` → liveness, never behind the model;
 - ``GET /`` → the explorer page (``static/``, served from the package: no CDN, nothing remote).
 

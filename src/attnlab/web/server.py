@@ -29,7 +29,7 @@ def run_facts(tr: Any, run_dir: Path | None) -> dict[str, Any]:
     """Static facts about a loaded run (model kind, sizes, parameters, the checkpoint and its weights).
 
     ``kinds``: the attention kinds the model returns (none for seq2seq, notes §1; ``cross`` for
-    Bahdanau, §3; all three for the Transformer, §23–25; ``self`` for the decoder-only model, §28);
+    Bahdanau, §1–2; all three for the Transformer, §23–25; ``self`` for the decoder-only model, §28);
     ``attention_layers``: layers of those maps (Bahdanau's recurrent layers share one attention).
     """
     cfg = tr.cfg

@@ -144,3 +144,39 @@ def test_run_answers_through_the_report_protocol(tiny_runs):
     assert c.figure().get_suptitle().startswith("compare: transformer (transformer) vs bahdanau (bahdanau)")
     data = json.loads(json.dumps(c.to_json()))
     assert data["length_unit"] == "words" and [r["name"] for r in data["runs"]] == ["transformer", "bahdanau"]
+
+
+def _summary(name, recurrent, train_wps, long_bleu, pps):
+    arch = {"recurrent": recurrent, "heads": 1 if recurrent else 4, "attention": ["cross"] if recurrent else
+            ["enc_self", "dec_self", "cross"], "positional": None if recurrent else "sinusoidal", "width": 32,
+            "layers": 1 if recurrent else 2, "ffn": None if recurrent else 64, "batch": 400}
+    return Cm.RunSummary(name, name, "bahdanau" if recurrent else "transformer", 1000, train_wps, 10.0, 20.0, 40.0,
+                         [{"bucket": "1-4", "bleu": 30.0, "sentences": 50},
+                          {"bucket": "5-8", "bleu": long_bleu, "sentences": 10}],
+                         architecture=arch,
+                         throughput=[{"length": n, "positions_per_s": p} for n, p in zip((8, 16, 32), pps)])
+
+
+def test_the_notes_table_is_answered_by_the_runs_and_says_when_they_contradict_it():
+    """§26: the notes' rows read off each model, D2L's O(n) / O(1), and the measured rows; a GRU that trains more
+    words/s than the Transformer is called a contradiction, with the reason the measurements give."""
+    gru = _summary("gru", True, 31_000, 13.0, (9_000, 11_000, 12_000))
+    tf = _summary("tf", False, 25_000, 29.0, (32_000, 41_000, 50_000))
+    text = Cm.notes_table(Cm.Comparison([gru, tf], "the same 60 validation sentences"))
+    assert "| attention type | additive, one head | scaled dot product, 4 heads |" in text
+    assert "| sequential operations (D2L) | O(n): one step per position | O(1): every position in one product |" in text
+    assert "| parallelism, measured: training words/s | 31,000 | 25,000 |" in text
+    assert "- Parallelism: contradicted by these runs' training speed" in text
+    assert "3.6–4.2× faster" in text and "batches of 400 and 400 positions" in text
+    assert "the Transformer gains as n grows" in text and "- Long-range: agrees." in text
+    slow = _summary("tf", False, 40_000, 5.0, (5_000, 5_000, 4_000))
+    text = Cm.notes_table(Cm.Comparison([gru, slow], ""))
+    assert "- Parallelism: agrees." in text and "no gain with n" in text and "- Long-range: contradicted" in text
+
+
+def test_compare_prints_the_notes_table_measured_on_the_runs(tiny_runs):
+    c = Cm.run([tiny_runs("transformer"), tiny_runs("bahdanau")], bleu_sentences=4)
+    text = c.format()
+    assert "## The notes' §26 table, on these runs" in text
+    assert [len(r.throughput) for r in c.runs] == [3, 3] and all(x["positions_per_s"] > 0 for x in c.runs[0].throughput)
+    assert c.runs[0].architecture["heads"] == 2 and c.runs[1].architecture["recurrent"]

@@ -174,3 +174,28 @@ def test_explain_finds_bahdanau_s_attention_module_whatever_its_score():
     assert "k_t = h_t" in text and "no W_v" in text and "DotScore" in text and "w_vᵀ tanh" not in text
     assert "context vectors c_t'" in text.split("== 9.")[1]
     assert "context vector c_t'" in {r.name for r in params.run(model).not_parameters}
+
+
+@pytest.mark.parametrize("kind", ["transformer", "decoder-only"])
+def test_the_ffn_is_one_function_at_every_position_and_mixes_no_tokens(tiny_runs, kind):
+    """§19 on a trained model: the FFN run position by position equals it run on all positions; reordered
+    positions come out reordered; replacing one position's input moves no other position's output, while the
+    self-attention of the same layer moves them (it mixes tokens, §12)."""
+    from attnlab.analysis.explain.roles import ffn_check
+
+    tr = Translator.from_run(tiny_runs(kind), which="last")
+    ids = tr.encode_source("twenty one")[0]
+    cap = capture(tr.model, collate([ids + [3]], [[4, 5]], [0]), tr.device)
+    check = ffn_check(cap)
+    assert check.name.endswith("0.ffn") and check.order == list(range(len(check.order)))[::-1]
+    assert check.each < 1e-5 and check.perm < 1e-5
+    assert check.ffn_mix == 0.0 and check.att_mix > 1e-3
+    text = sentence.run(tr, "twenty one").format()
+    assert "the FFN mixes none (§19)" in text and "the same function applied at each position" in text
+
+
+def test_models_without_an_ffn_have_no_ffn_section():
+    from attnlab.analysis.explain.roles import ffn_check
+
+    model, cap = _captured("bahdanau")
+    assert ffn_check(cap) is None

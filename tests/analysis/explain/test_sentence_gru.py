@@ -111,3 +111,33 @@ def test_run_answers_through_the_report_protocol(tiny_runs, kind):
     data = json.loads(json.dumps(report.to_json()))
     assert data["translation"] == report.translation and len(data["steps"]) == len(report.steps)
     assert data["loss"]["reference"] == "vingt et un" and data["text"] == text
+
+
+@pytest.mark.parametrize("kind", ["bahdanau", "transformer"])
+def test_explain_on_the_notes_size_shows_the_notes_shapes_and_its_own_ids(tmp_path, kind):
+    """--size notes (§5–8) trained: (V, 32) embeddings, 32-dim states, W_o (V_tgt, 32) and b_o (V_tgt,) read off
+    the model; the §4 sentence about ids uses this run's ids; the §10 line lists the hyperparameters it has."""
+    from attnlab.training.loop import train
+
+    run_dir = tmp_path / "notes"
+    from attnlab import config as C
+
+    cfg = C.apply_overrides(C.preset(kind), [  # the preset's sizes, so that the tier's are the ones set
+        "data.dataset=numbers", "data.numbers_size=400", "data.num_steps=16", "train.size=notes", "train.max_steps=2",
+        "train.eval_every=0", "train.eval_frac=0", "train.save_every=0", "train.threads=1", "decode.max_len_b=6"])
+    train(cfg, run_dir, progress=False)
+    tr = Translator.from_run(run_dir, which="last")
+    assert tr.cfg.train.size == "notes" and tr.cfg.model.num_hiddens == 32
+    text = run(tr, "twenty one").format()
+    V_src, V_tgt = len(tr.src_tok), len(tr.tgt_tok)
+    assert f"a trainable lookup table of shape ({V_src}, 32)" in text
+    assert f"W_o ({V_tgt}, 32), b_o ({V_tgt},)" in text and "W_o is its own matrix" in text
+    ids = tr.encode_source("twenty one")[0]
+    small, big = sorted(ids[:2])
+    assert re.search(rf"not quantities: {big} \(\S+\) is not 'more' than {small} \(\S+\)", text)
+    assert "86" not in text.split("== 2.")[0]  # the notes' ids, never beside this run's
+    line = next(x for x in text.splitlines() if "hyperparameters (set by you" in x)
+    assert ("num_heads=4" in line) == (kind == "transformer") and "num_hiddens=32" in line
+    assert ("embed_size=32" in line) == (kind == "bahdanau") and "tie_embeddings=False" in line
+    if kind == "bahdanau":
+        assert re.search(r"encoder hidden states h_t +\(1, \d+, 32\)", text)

@@ -7,6 +7,9 @@ model itself returned:
 
 - :func:`residual_section` (section 4 of a Transformer): the norm placement, and the norms of X,
   Sublayer(·) and X + Sublayer(·) at one position of every layer;
+- :func:`ffn_section` (4, after it): the position-wise FFN (§19) run on the positions one at a time and all
+  at once, on reordered positions, and with one position's input replaced, beside the same layer's
+  self-attention: the same function at every position, mixing no tokens;
 - :func:`roles_section` (6): for each attention kind, which tensor is the Query, the Keys and the
   Values (§2 Bahdanau: s(t'−1) against the encoder states h_t; §12 self-attention Q = K = V = X; §18
   the decoder's masked self-attention and its encoder–decoder attention); how ``in_proj`` splits into
@@ -44,9 +47,9 @@ from attnlab.models import ModelTraits, traits
 from attnlab.models.transformer import DecoderBlock, EncoderBlock, PositionWiseFFN
 from attnlab.translator import teacher_forced
 
-__all__ = ["ROWS", "TEXT", "Call", "Capture", "additive_scores", "attention_module", "attention_path", "capture",
-           "context_rows", "head_scores", "is_additive", "logit_section", "recurrent_attention", "residual_section",
-           "roles_section"]
+__all__ = ["ROWS", "TEXT", "Call", "Capture", "FFNCheck", "additive_scores", "attention_module", "attention_path",
+           "capture", "context_rows", "ffn_check", "ffn_section", "head_scores", "is_additive", "logit_section",
+           "recurrent_attention", "residual_section", "roles_section"]
 
 Out = Any  # the list.append that collects the text's lines
 
@@ -72,6 +75,16 @@ TEXT: dict[str, str] = Templates({
     "res.final": "    {block:<22} {pos:<16} {sub:<16} ‖X‖ {x:7.2f}  ‖LayerNorm(X)‖ {y:7.2f}  (the stack's final LayerNorm)",
     "res.check": "  X + Sublayer recomputed from the tensors each sublayer read and returned equals the model's next "
                  "tensor: max |Δ| = {gap:.1e}",
+    # 4. (Transformers) the position-wise FFN, §19
+    "ffn.head": N_("  the position-wise feed-forward network (§19), {name}: FFN(x) = W_2 ReLU(W_1 x + b_1) + b_2 with "
+                   "W_1 {W1}, W_2 {W2}, one set of weights for every position"),
+    "ffn.each": N_("    run on the {n} positions one at a time, then all at once: max |Δ| = {gap:.1e}, the same function "
+                   "applied at each position"),
+    "ffn.perm": N_("    positions reordered ({order}) before the FFN: its outputs come out in that order, max |Δ| = "
+                   "{gap:.1e}; nothing in it knows where a position is"),
+    "ffn.mix": N_("    position 1 ({tok!r}) replaced by position {k}'s vector: the FFN's outputs at the other positions "
+                  "change by {ffn:.1e}, the self-attention's of the same layer by {att:.2e}: attention mixes tokens "
+                  "(§12), the FFN mixes none (§19)"),
     # 6. Query, Key, Value
     "roles.head": N_("\n== 6. Query, Key, Value (§2, §11–12, §18): which tensor asks, which is matched, which is mixed"),
     "roles.none": N_("  none: this model has no attention; its decoder reads one fixed context vector c, the encoder's "
@@ -309,6 +322,73 @@ def _block_rows(name: str, block: nn.Module, nf: bool, cap: Capture, src: list[s
              pos=f"pos {p + 1} {tok!r}" if k == 0 else "", sub=sub.name.rsplit(".", 1)[-1],
              x=float(x[p].norm()), s=float(s[p].norm()), y=float(y[p].norm()), ln=ln)
     return gap
+
+
+@dataclass
+class FFNCheck:
+    """§19 on one trained FFN: ``each`` = max |one position at a time − all at once|, ``perm`` = max |FFN(X[π]) −
+    FFN(X)[π]|, ``ffn_mix``/``att_mix`` = how much the outputs at the other positions move when position 1's input
+    is replaced (the FFN's: 0; the same layer's self-attention's: not 0)."""
+
+    name: str
+    order: list[int]  # π, 0-based
+    each: float
+    perm: float
+    ffn_mix: float
+    att_mix: float | None
+    replaced_by: int  # the position whose vector replaced position 0's (0-based)
+
+
+def ffn_check(cap: Capture) -> FFNCheck | None:
+    """:class:`FFNCheck` of the first FFN the captured pass called (layer 1), on the very tensor it read; None
+    for a model without one. The attention compared is the first self-attention of the same block."""
+    ffn = next((c for c in cap.calls if isinstance(c.module, PositionWiseFFN)), None)
+    if ffn is None:
+        return None
+    f, x = ffn.module, ffn.args[0][:1]  # (1, L, D)
+    L = x.shape[1]
+    block = ffn.name.rsplit(".", 1)[0]
+    att = next((c for c in cap.calls if isinstance(c.module, MultiHeadAttention) and c.name.startswith(block + ".")),
+               None)
+    order = list(range(L))[::-1] if L > 1 else [0]
+    k = L - 1
+    with torch.inference_mode():
+        whole = f(x)  # (1, L, D)
+        each = torch.cat([f(x[:, i : i + 1]) for i in range(L)], dim=1)  # (1, L, D), one position per call
+        permuted = f(x[:, order])  # (1, L, D)
+        x2 = x.clone()
+        x2[:, 0] = x[:, k]
+        ffn_mix = float((f(x2) - whole)[:, 1:].abs().max()) if L > 1 else 0.0
+        att_mix = None
+        if att is not None and L > 1:
+            q = att.arg(0, "query")[:1]  # self-attention: key and value are the query (None or the same tensor)
+            q2 = q.clone()
+            q2[:, 0] = q[:, k]
+            kw = {n: v for n, v in att.kwargs.items() if n in ("mask", "is_causal")}
+            if len(att.args) > 3:
+                kw["mask"] = att.args[3]
+            same_kv = att.arg(1, "key") is None or att.arg(1, "key") is att.args[0]
+            if same_kv:
+                a1 = att.module(q, None, None, **kw)[0]
+                a2 = att.module(q2, None, None, **kw)[0]
+                att_mix = float((a2 - a1)[:, 1:].abs().max())
+    return FFNCheck(ffn.name, order, float((each - whole).abs().max()), float((permuted - whole[:, order]).abs().max()),
+                    ffn_mix, att_mix, k)
+
+
+def ffn_section(cap: Capture, src: list[str], tgt: list[str], out: Out) -> None:
+    """§19 shown on the model (:func:`ffn_check`): the FFN is one function at every position and mixes no tokens."""
+    check = ffn_check(cap)
+    if check is None:
+        return
+    f = next(c.module for c in cap.calls if c.name == check.name)
+    tokens = src if len(check.order) == cap.S else (src + tgt if len(check.order) == cap.S + cap.T else tgt)
+    _say(out, "ffn.head", name=check.name, W1=_fmt(f.dense1.weight.shape), W2=_fmt(f.dense2.weight.shape))
+    _say(out, "ffn.each", n=len(check.order), gap=check.each)
+    _say(out, "ffn.perm", order=" ".join(str(i + 1) for i in check.order), gap=check.perm)
+    if check.att_mix is not None:
+        _say(out, "ffn.mix", tok=tokens[0] if tokens else "", k=check.replaced_by + 1, ffn=check.ffn_mix,
+             att=check.att_mix)
 
 
 # ------------------------------------------------------------------------------- 6. Query, Key, Value

@@ -256,6 +256,7 @@ class ExplainReport(TextReport):
         if self.tracks is not None:
             _gates_section(tr, self.tracks, self.scratch_gap, out)  # 4 (GRU models)
         roles.residual_section(model, cap, src_labels, tgt_labels, out)  # 4 (Transformers)
+        roles.ffn_section(cap, src_labels, tgt_labels, out)  # 4, §19 (Transformers)
         _decoding_section(self.steps, self.translation, len(tr.tgt_tok), self.top_k, out)  # 5
         first_row = self.steps[0].weights if self.steps else None
         roles.roles_section(model, t, cap, src_labels, tgt_labels, first_row, out)  # 6
@@ -298,7 +299,17 @@ def _tokens_section(tr: Translator, sentence: str, ids: list[int], truncated: bo
     unk = [w for w, i in zip(tr.src_tok.tokens(sentence), ids) if i == UNK]
     if unk:
         out(_("  unknown words became <unk> (id {unk}): {words}").format(unk=UNK, words=", ".join(unk)))
-    out("  ids are row numbers in the vocabulary, not quantities: 86 is not 'more' than 37.")
+    out(_ids_are_not_quantities(tr, ids))
+
+
+def _ids_are_not_quantities(tr: Translator, ids: list[int]) -> str:
+    """The notes' point of §4 (an id is a row number, not a size: "home"'s id is larger than "i'm"'s) on this
+    run's own ids: the sentence's first two different tokens, or its one token beside ``<eos>``."""
+    pairs = list(dict.fromkeys(zip(ids, token_labels(tr.src_tok, ids, eos=False))))[:2]
+    pairs += [(EOS, tr.src_tok.id_to_token(EOS))] * (2 - len(pairs))
+    (small, small_word), (big, big_word) = sorted(pairs)
+    return _("  ids are row numbers in the vocabulary, not quantities: {big} ({big_word}) is not 'more' than "
+             "{small} ({small_word}).").format(big=big, big_word=big_word, small=small, small_word=small_word)
 
 
 def _embedding_section(tr: Translator, t: ModelTraits, model: nn.Module, seq: list[int], out: Out) -> None:
@@ -636,12 +647,23 @@ def _tables(
         out(_("  buffers: tensors the model holds that are not parameters (no gradient, not learned)"))
         for r in buffers:
             out(f"    {r.name}  {r.size}: {r.note}")
-    m = tr.cfg.model
-    out(
-        _("  hyperparameters (set by you, neither learned nor computed, §10): ") + f"num_hiddens={m.num_hiddens}, "
-        f"num_layers={m.num_layers}, num_heads={m.num_heads}, dropout={m.dropout}, lr={tr.cfg.train.lr}, "
-        f"num_steps={tr.cfg.data.num_steps}"
-    )
+    out(_("  hyperparameters (set by you, neither learned nor computed, §10): ") + hyperparameters(tr.cfg, t))
+
+
+def hyperparameters(cfg, t: ModelTraits) -> str:
+    """The §10 hyperparameters this model has: ``embed_size`` for the GRU models (their own embedding size),
+    ``num_heads`` and ``ffn_num_hiddens`` only where there is multi-head attention and an FFN (Bahdanau's
+    additive attention has no heads to set), then what training sets."""
+    m = cfg.model
+    items = [("embed_size", m.embed_size)] if t.recurrent else []
+    items += [("num_hiddens", m.num_hiddens), ("num_layers", m.num_layers)]
+    if t.attention_modules:
+        items += [("num_heads", m.num_heads), ("ffn_num_hiddens", m.ffn_num_hiddens)]
+    if t.recurrent and m.bidirectional:
+        items.append(("bidirectional", True))
+    items += [("tie_embeddings", m.tie_embeddings), ("dropout", m.dropout), ("lr", cfg.train.lr),
+              ("num_steps", cfg.data.num_steps)]
+    return ", ".join(f"{k}={v}" for k, v in items)
 
 
 def _state_rows(tr: Translator, t: ModelTraits, S: int, T: int) -> list[tuple[str, str, str]]:

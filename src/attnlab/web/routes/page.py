@@ -1,5 +1,6 @@
-"""``GET /``, ``GET /docs``, ``/static/`` and ``GET /api/messages``: the explorer page, the API
-reference and the page's own text in the learner's language, all from the package.
+"""``GET /``, ``GET /docs``, ``/static/``, ``GET /api/messages`` and ``GET /api/sections``: the explorer page,
+the API reference, the page's own text in the learner's language and what its "§N" means (the notes'
+sections with D2L's numbers in both editions, :data:`attnlab.notes.SECTIONS`), all from the package.
 
 Everything the page needs is in ``web/static/`` (no CDN, nothing remote); ``StaticFiles`` serves
 only files inside that folder. The page's teaching text comes from the CLI's one catalogue
@@ -16,6 +17,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from attnlab.i18n import LanguageError
+from attnlab.notes import SECTIONS
 from attnlab.web.page_text import page_catalogue
 from attnlab.web.responses import error
 from attnlab.web.schemas import ErrorBody
@@ -51,6 +53,13 @@ def router(lang: str = "en") -> APIRouter:
             return page_catalogue(lang_ or lang)
         except LanguageError as e:
             return error(422, ["query", "lang"], str(e), "value_error")
+
+    @api.get("/api/sections", summary="what the page's “§N” means: the notes' sections and where D2L teaches each")
+    async def sections():
+        # One row per section of the notes: its topic in English and Chinese, and D2L's section numbers in the
+        # Chinese second edition (attention = chapter 10) and the English edition (chapter 11).
+        return {"sections": [{"number": s.number, "title": s.title, "title_zh": s.title_zh, "d2l_zh": s.d2l_zh,
+                              "d2l_en": s.d2l_en} for s in SECTIONS]}
 
     return api
 

@@ -55,7 +55,7 @@ const svgEl = (tag, attrs) => {
 const PAD_SHOWN = 2;
 const BPE_NOTE = N_("Tokens are BPE pieces, one per row or column: “·son” continues the word before it (mai ·son = maison).");
 const KIND_NOTES = {  // {pad}: PAD_SHOWN
-  cross: N_("Cross-attention (notes §3, §25): each row is one generated French token; it shows how much the decoder looked at each English source token when producing it. A good model draws a near-diagonal alignment. The last {pad} columns are <pad> (a batch's padding): they get exactly 0 weight."),
+  cross: N_("Cross-attention (notes §1–2, §25): each row is one generated French token; it shows how much the decoder looked at each English source token when producing it. A good model draws a near-diagonal alignment. The last {pad} columns are <pad> (a batch's padding): they get exactly 0 weight."),
   enc_self: N_("Encoder self-attention (notes §12, §23): every source token looks at every source token, in both directions, all at once (no decoding steps). The last {pad} columns are <pad>, as in a batch beside a longer sentence: masked_softmax gives them exactly 0 weight."),
   dec_self: N_("Decoder masked self-attention (notes §18, §24): a token may only look at itself and earlier tokens, so the map is lower-triangular."),
   self: N_("Decoder-only self-attention (notes §28): one causal map over “source <eos> <bos> target”; the target rows reading the source columns play the role of cross-attention."),
@@ -809,9 +809,24 @@ function showRunFacts() {
   $("#run-facts").title = r.test_other ? r.test_other.reason : "";
 }
 
+// What "§N" means (GET /api/sections): the notes' sections with D2L's numbers in both editions, each topic in
+// the page's language. A failure leaves the table empty; the rest of the page does not depend on it.
+async function loadSections() {
+  let data;
+  try { data = await api("/api/sections"); } catch (e) { return; }
+  const zh = (document.documentElement.lang || "").startsWith("zh");
+  const body = $("#sections-table tbody");
+  body.replaceChildren(...data.sections.map((s) => {
+    const tr = el("tr");
+    for (const v of ["§" + s.number, zh ? s.title_zh : s.title, s.d2l_zh, s.d2l_en]) tr.append(el("td", null, v));
+    return tr;
+  }));
+}
+
 async function start() {
   await loadMessages();
   translatePage();
+  loadSections();
   let info;
   try {
     info = await api("/api/runs");
