@@ -48,3 +48,16 @@ def test_every_verdict_on_one_run_agrees(notes_run, tmp_path, capsys):
     with TestClient(create_app([f"notes={notes_run}"]), base_url="http://127.0.0.1") as c:
         d = c.post("/api/translate", json={"text": "i'm home .", "run": "notes"}).json()
     assert AlignmentCheck.from_json(d["alignment"]) == expected and d["alignment"]["summary"] == said
+
+
+def test_each_timeline_frame_of_the_example_carries_the_verdict_recorded_with_it(notes_run):
+    from attnlab.maps import timeline_frames
+    from attnlab.runs.probes import read_probes
+
+    probes = {s["sentence"]: s["steps"] for s in read_probes(notes_run)["sentences"]}
+    _, frames = timeline_frames(notes_run, "i'm home .")
+    marks = [("✓" in f.caption, "✗" in f.caption) for f in frames]
+    recorded = [(r.get("alignment") or {}).get("formed") for r in probes["i'm home ."]]
+    assert marks == [(v is True, v is False) for v in recorded] and recorded[-1] is not None
+    assert all("alignment" not in r for r in probes["he's calm ."])  # no table for the other probes
+    assert all("✓" not in f.caption and "✗" not in f.caption for f in timeline_frames(notes_run, "he's calm .")[1])
