@@ -88,9 +88,13 @@ class DependsReport(TextReport):
         w1 = max(width(heads[1]), *(width(c[1]) for c in cells)) if cells else width(heads[1])
         lines.append("    " + ljust(heads[0], w0) + "  " + ljust(heads[1], w1) + "  " + heads[2])
         lines += ["    " + ljust(c[0], w0) + "  " + ljust(c[1], w1) + "  " + c[2] for c in cells]
-        if a is not None and a.completeness_gap is not None:
+        gap = a.completeness_gap if a is not None else None
+        if gap is not None and gap <= 0.01:
             lines.append("    " + _("completeness: the attributions of each row add up to f(x) − f(0) within "
-                                    "{gap:.1%}").format(gap=a.completeness_gap))
+                                    "{gap:.1%}").format(gap=gap))
+        elif gap is not None:  # few points: a coarse row (an untrained model's f(x) ≈ f(0) makes any gap large)
+            lines.append("    " + _("completeness: a row's attributions miss f(x) − f(0) by more than 1 %; "
+                                    "`attnlab attribute --steps 64` gives finer rows"))
         if self.missing:
             lines.append("    " + self.missing)
         if self.check is not None and self.check.formed is not None:
