@@ -239,9 +239,11 @@ def check_result(result: Any, direction: str = "en-fr") -> AlignmentCheck | None
     return check_alignment(result.source, result.src_tokens, result.tgt_tokens, w, reverse=direction != "en-fr")
 
 
-def check_probe(record: Mapping[str, Any], direction: str = "en-fr") -> AlignmentCheck | None:
+def check_probe(record: Mapping[str, Any], direction: str = "en-fr", sentence: str | None = None
+                ) -> AlignmentCheck | None:
     """The verdict on one ``probes.jsonl`` record (``sentence``, ``src_tokens``, ``tgt_tokens`` and
-    ``attention``: ``kind → (layers, T_out, keys)``, heads averaged), as :func:`check_result` gives it:
+    ``attention``: ``kind → (layers, T_out, keys)``, heads averaged; ``sentence`` given apart for a record
+    :func:`~attnlab.runs.probes.read_probes` returned, which groups them by it), as :func:`check_result` gives it:
     the verdict training stored with the record when there is one, else computed from the recorded map.
     None when the record holds no map from target to source."""
     stored = record.get("alignment")
@@ -262,4 +264,5 @@ def check_probe(record: Mapping[str, Any], direction: str = "en-fr") -> Alignmen
     if w.dim() != 3:
         return None
     w = _target_to_source(kind, w, len(src), len(out))
-    return check_alignment(str(record.get("sentence", "")), src, out, w, reverse=direction != "en-fr")
+    sentence = sentence if sentence is not None else str(record.get("sentence", ""))
+    return check_alignment(sentence, src, out, w, reverse=direction != "en-fr")

@@ -251,7 +251,8 @@ ON_THE_STOP = [[0.1, 0.1, 0.7, 0.1], *ALIGNED[1:]]  # je looks at "."
 
 
 def _probes(rows_by_step, sentence="i'm home ."):
-    rec = lambda step, rows: {"step": step, "sentence": sentence, "src_tokens": SRC, "tgt_tokens": OUT,  # noqa: E731
+    # as read_probes gives them: grouped by sentence, the records themselves without it
+    rec = lambda step, rows: {"step": step, "src_tokens": SRC, "tgt_tokens": OUT,  # noqa: E731
                               "translation": "je suis chez moi .", "attention": {"cross": [rows]}}
     return {"sentences": [{"sentence": sentence, "steps": [rec(s, r) for s, r in rows_by_step.items()]}]}
 
@@ -302,7 +303,7 @@ def test_a_french_to_english_run_is_judged_on_the_french_example():
     src, out = ["je", "suis", "chez", "moi", ".", "<eos>"], ["i'm", "home", ".", "<eos>"]
     rows = [[0.1, 0.6, 0.1, 0.1, 0.05, 0.05], [0.05, 0.05, 0.1, 0.6, 0.1, 0.1],
             [0.05, 0.05, 0.05, 0.05, 0.75, 0.05], [0.05, 0.05, 0.05, 0.05, 0.05, 0.75]]
-    rec = {"step": 500, "sentence": "je suis chez moi .", "src_tokens": src, "tgt_tokens": out,
+    rec = {"step": 500, "src_tokens": src, "tgt_tokens": out,
            "translation": "i'm home .", "attention": {"cross": [rows]}}
     probes = {"sentences": [{"sentence": "je suis chez moi .", "steps": [rec]}]}
     f = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=probes, direction="fr-en").finding(

@@ -583,7 +583,7 @@ def check_attention(probes: dict[str, Any] | None, direction: str = "en-fr", bes
     f = _new_finding("attention_not_formed")
     probe = _example_probe(probes, direction)
     rec = _at_step(probe["steps"], best_step) if probe is not None else None
-    check: AlignmentCheck | None = check_probe(rec, direction) if rec is not None else None
+    check: AlignmentCheck | None = check_probe(rec, direction, probe["sentence"]) if rec is not None else None
     if check is None or check.formed is None:
         f.checked = False
         return f
@@ -593,14 +593,14 @@ def check_attention(probes: dict[str, Any] | None, direction: str = "en-fr", bes
     f.evidence.append(line)
     if not check.formed:
         f.detected = True
-        first = check_probe(probe["steps"][0], direction)
+        first = check_probe(probe["steps"][0], direction, probe["sentence"])
         if first is not None and first.formed is not None and probe["steps"][0]["step"] != rec["step"]:
             f.evidence.append(_("at step {step}: {verdict}").format(step=probe["steps"][0]["step"],
                                                                     verdict=first.summary()))
         f.suggestion = _(
-            "train longer (alignment forms after the word frequencies are learnt); the decoder may also carry "
-            "the source in its recurrent state instead of reading it (§1): see `attnlab attention RUN --timeline` "
-            "and `attnlab explain RUN \"i'm home .\"`"
+            "train longer (alignment forms after the word frequencies are learnt); see how it formed, "
+            "`attnlab attention RUN --timeline`, and what each output depends on beside what it looks at, "
+            "`attnlab explain RUN \"i'm home .\"`"
         )
     return f
 
