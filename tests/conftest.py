@@ -45,6 +45,43 @@ def tiny_runs(tmp_path_factory):
     return get
 
 
+#: A corpus small enough to learn in seconds that holds the notes' example (`i'm home .` → `je suis chez moi .`):
+#: six subjects × eleven predicates in fra.txt's format, so the alignment verdict has a table to judge by.
+_SUBJECTS = {"i'm": ("je suis", "moi"), "he's": ("il est", "lui"), "she's": ("elle est", "elle"),
+             "we're": ("nous sommes", "nous"), "you're": ("tu es", "toi"), "they're": ("ils sont", "eux")}
+_PREDICATES = {"calm": "calme", "here": "ici", "tired": "fatigué", "late": "en retard", "ready": "prêt",
+               "sick": "malade", "busy": "occupé", "happy": "heureux", "lost": "perdu", "wrong": "dans l'erreur"}
+
+
+def write_notes_corpus(path: Path) -> Path:
+    """Write the small corpus above as ``path`` (a ``fra.txt``): 66 pairs, the notes' example among them."""
+    lines = []
+    for en, (fr, pronoun) in _SUBJECTS.items():
+        for pred, french in [*_PREDICATES.items(), ("home", None)]:
+            text = f"{fr} chez {pronoun}" if french is None else f"{fr} {french}"
+            lines.append(f"{en.capitalize()} {pred}.\t{text[0].upper()}{text[1:]}.\tCC-BY")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def notes_run(tmp_path_factory):
+    """A GRU + Bahdanau run trained for seconds on :func:`write_notes_corpus`, validated twice (probes of the
+    notes' example recorded at steps 0, 75 and 150): it translates `i'm home .` as `je suis chez moi .`."""
+    from attnlab.training.loop import train
+
+    root = tmp_path_factory.mktemp("notes")
+    data = write_notes_corpus(root / "fra.txt")
+    cfg = C.apply_overrides(C.preset("bahdanau"), [
+        "data.dataset=fra-eng", f"data.data_path={data}", "data.tokenizer=word", "data.min_freq=1",
+        "data.batch_tokens=400", "data.num_steps=10", "data.valid_frac=0.05", "data.test_frac=0.05",
+        "model.num_hiddens=32", "model.embed_size=32", "model.num_layers=1", "model.dropout=0.0",
+        "train.lr=1e-2", "train.warmup_steps=5", "train.max_steps=150", "train.eval_every=0", "train.eval_frac=0.5",
+        "train.save_every=0", "train.log_every=10", "train.threads=1", "decode.max_len_b=8"])
+    train(cfg, root / "run", progress=False)
+    return root / "run"
+
+
 @pytest.fixture(scope="session")
 def fra_eng_zip() -> Path:
     path = (SHARED_DATA / "fra-eng.zip").resolve()  # absolute: tests change folder, CI names it relatively

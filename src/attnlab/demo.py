@@ -23,8 +23,9 @@ from attnlab import device
 from attnlab.data import corpus, download
 from attnlab.device import set_threads
 from attnlab.errors import AttnlabError
-from attnlab.evaluation.alignment import formation_note
+from attnlab.evaluation.alignment import verdict_map
 from attnlab.evaluation.evaluate import is_right, notes_examples
+from attnlab.i18n import _
 from attnlab.interrupts import Interrupted
 from attnlab.models import traits
 from attnlab.notes import EXAMPLE, NUMBERS_EXAMPLES
@@ -82,8 +83,9 @@ def _config(kind: str, dataset: str, path: str | None, minutes: float, threads: 
     if traits(cfg.model).recurrent and cfg.model.num_hiddens > SLOW_DEMO_GRU_WIDTH:
         w = SLOW_DEMO_GRU_WIDTH
         cfg = config_mod.apply_overrides(cfg, [f"model.num_hiddens={w}", f"model.embed_size={w}"])
-        why += (f"; the demo makes it d={w} instead, whose attention forms (moves from word to word) within "
-                f"a budget under {SHORT_DEMO_COMPUTE:g} GFLOP/s·min")
+        why += _("; the demo makes it d={width} instead, which learns the notes' sentences within a budget under "
+                 "{compute:g} GFLOP/s·min (whether its attention aligns is the verdict printed with its map)").format(
+            width=w, compute=SHORT_DEMO_COMPUTE)
     elif not traits(cfg.model).recurrent and cfg.data.max_pairs > SHORTEST_PAIRS:
         cfg = config_mod.apply_overrides(cfg, [f"data.max_pairs={SHORTEST_PAIRS}"])
         why += (f"; the demo trains it on the {SHORTEST_PAIRS:,} shortest pairs instead, the sentences a budget "
@@ -139,7 +141,7 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
         v = res.last_valid
         print(f"{kind}: {res.step} updates, {res.tokens_per_s:,.0f} target tokens/s, valid BLEU "
               f"{v.get('valid_bleu', float('nan')):.1f}")
-        translators[kind] = Translator.from_run(run, which="last")
+        translators[kind] = Translator.from_run(run, which="best")  # what explain, doctor and the web page read
 
     for kind, tr in translators.items():
         _show(kind, tr, dataset, out, peak, minutes)
@@ -166,35 +168,42 @@ def _show(kind: str, tr, dataset: str, out: Path, peak: float, minutes: float) -
             print(f"  not usable yet: give it more time (the machine measures {peak:.0f} GFLOP/s; "
                   f"`attnlab demo --max-minutes {max(2 * minutes, USABLE_COMPUTE / peak):.1f}`)")
         sentence = EXAMPLE[0]
-    result = tr.attention(sentence)
+    result, depends = attention_report(tr, sentence)
     print(cross_attention_table(result))
-    if "cross" in result.attention and (note := formation_note(_sharpest_layer(result.attention["cross"])[1])):
-        print(f"  {note}")  # §1: a map that sits on one key at every step is a fixed context again
+    print(depends.format())  # the alignment verdict beside integrated gradients (§1, §25)
     for p in result.save(out / kind / "attention", tr.name, formats=("png",)):
         print(f"  wrote {p}")
 
 
-def _sharpest_layer(maps):
-    """``maps (layers, heads, T, S)`` → (the layer whose heads-averaged rows are most peaked, its ``(T, S)`` map)."""
-    avg = maps.float().mean(dim=1)  # (layers, T, S): heads averaged
-    layer = int(avg.amax(dim=-1).mean(dim=-1).argmax())
-    return layer, avg[layer]
+def attention_report(tr, sentence: str):
+    """What the demo shows of ``sentence`` on ``tr``: its :class:`~attnlab.maps.AttentionResult` and the
+    :class:`~attnlab.analysis.explain.depends.DependsReport` beside it — the one alignment verdict
+    (``explain``, ``doctor``, ``attention`` and the web page give the same) and the integrated-gradients row,
+    with few points so that it costs little."""
+    from attnlab.analysis.explain.depends import IG_STEPS
+    from attnlab.analysis.explain.depends import run as depends_on
+
+    result = tr.attention(sentence)
+    return result, depends_on(tr, sentence, ig_steps=IG_STEPS, result=result)
 
 
 def cross_attention_table(result) -> str:
-    """The cross-attention of the sharpest layer (heads averaged) as a text table: rows are the
-    generated tokens, columns the source tokens, and each row names the source token it looks at most."""
+    """The map every alignment verdict reads (:func:`~attnlab.evaluation.alignment.verdict_map`: the last
+    layer's cross-attention, heads averaged) as a text table: rows are the generated tokens, columns the
+    source tokens, and each row names the source token it looks at most."""
     maps = result.attention.get("cross")
     if maps is None:  # the decoder-only model: its one map is causal self-attention (§28)
-        return "  (no cross-attention in this model)"
-    layer, w = _sharpest_layer(maps)
+        return "  " + _("(no cross-attention in this model)")
+    w = verdict_map(maps)  # (T, S)
     src = result.src_tokens[: w.shape[1]]
     queries = result.tgt_tokens[: w.shape[0]]
     width = max(6, *(len(s) + 1 for s in src))
-    title = "Bahdanau attention α(s_t'-1, h_t)" if maps.shape[1] == 1 and maps.shape[0] == 1 else \
-        f"cross-attention, layer {layer + 1} of {maps.shape[0]}, {maps.shape[1]} heads averaged"
-    lines = [f"  {title} for {result.source!r} (rows: output tokens, columns: source tokens)",
-             "  " + " " * 12 + "".join(f"{s:>{width}}" for s in src) + "   looks at"]
+    title = _("Bahdanau attention α(s_t'-1, h_t)") if maps.shape[1] == 1 and maps.shape[0] == 1 else \
+        _("cross-attention, layer {layer} of {layers}, {heads} heads averaged").format(
+            layer=maps.shape[0], layers=maps.shape[0], heads=maps.shape[1])
+    lines = ["  " + _("{title} for {sentence!r} (rows: output tokens, columns: source tokens)").format(
+                 title=title, sentence=result.source),
+             "  " + " " * 12 + "".join(f"{s:>{width}}" for s in src) + "   " + _("looks at")]
     for q, row in zip(queries, w):
         lines.append("  " + f"{q:<12}" + "".join(f"{x:>{width}.2f}" for x in row.tolist())
                      + f"   {src[int(row.argmax())]}")

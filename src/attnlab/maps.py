@@ -540,6 +540,15 @@ def _probe_cross(rec: dict[str, Any]) -> torch.Tensor | None:
     return w.mean(dim=0)[:, : len(rec["src_tokens"])]  # (T_out, S)
 
 
+def _verdict_mark(rec: dict[str, Any]) -> str:
+    """The alignment verdict training recorded with a probe of the notes' example (``alignment``, written
+    by :func:`attnlab.evaluation.alignment.check_result`), as a short mark; empty for other probes."""
+    formed = (rec.get("alignment") or {}).get("formed")
+    if formed is None:
+        return ""
+    return "\n" + ("✓ " + _("aligned as the notes' table") if formed else "✗ " + _("not aligned as the notes' table"))
+
+
 def _pick(n: int, k: int) -> list[int]:
     """``k`` indices spread evenly over ``range(n)``, first and last included."""
     if n <= k:
@@ -550,7 +559,8 @@ def _pick(n: int, k: int) -> list[int]:
 def timeline_frames(run_dir: str | Path, sentence: str, max_frames: int | None = None) -> tuple[str, list]:
     """The probe ``sentence`` as training spelled it and its cross-attention at each recorded step, as
     :class:`~attnlab.viz.attention.Frame` s (layers and heads averaged; rows: generated tokens, columns:
-    source tokens), at most ``max_frames`` spread evenly, first and last included.
+    source tokens), at most ``max_frames`` spread evenly, first and last included. A frame of the notes'
+    example carries the alignment verdict recorded with it (formed or not, as every other command says).
 
     Raises :class:`AttnlabError`: no probes file, the sentence was not a probe (the message lists the
     probes), or the model records no cross-attention (seq2seq).
@@ -559,7 +569,7 @@ def timeline_frames(run_dir: str | Path, sentence: str, max_frames: int | None =
 
     name, steps = _probe_steps(Path(run_dir), sentence)
     frames = [Frame(r["step"], display_tokens(r["src_tokens"]), display_tokens(r["tgt_tokens"]),
-                    f"→ {r.get('translation', '')}", w)
+                    f"→ {r.get('translation', '')}" + _verdict_mark(r), w)
               for r in steps if (w := _probe_cross(r)) is not None]
     if not frames:
         raise no_attention("seq2seq")

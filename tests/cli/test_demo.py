@@ -28,7 +28,7 @@ def test_cross_attention_table_names_what_each_output_token_looks_at(tiny_runs):
     tr = Translator.from_run(tiny_runs("transformer"), which="last")
     result = tr.attention("twenty-one")
     table = cross_attention_table(result).splitlines()
-    assert "heads averaged" in table[0] and "looks at" in table[1]
+    assert "layer 1 of 1, 2 heads averaged" in table[0] and "looks at" in table[1]  # the map every verdict reads
     rows = table[2:]
     assert len(rows) == len(result.tgt_tokens)
     for row in rows:  # each row: the output token, one weight per source token, then the argmax's token

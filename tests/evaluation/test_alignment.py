@@ -1,115 +1,111 @@
-"""Has attention formed? attention_movement / attention_uniformity / formation_note against hand-made maps."""
+"""Has attention formed? The one alignment verdict (evaluation/alignment.py) against hand-built maps."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
 
 from attnlab.evaluation.alignment import (
-    FORMED_MOVEMENT,
-    attention_movement,
-    attention_uniformity,
-    formation_note,
+    AlignmentCheck,
+    check_alignment,
+    check_probe,
+    example_sentence,
+    expected_words,
+    verdict_map,
 )
 
-
-def _tv_by_hand(w: torch.Tensor) -> float:
-    """Mean over t' of ½ Σ_s |w[t', s] − w[t'−1, s]|, written as loops."""
-    pairs = []
-    for t in range(1, w.shape[0]):
-        pairs.append(0.5 * sum(abs(float(w[t, s]) - float(w[t - 1, s])) for s in range(w.shape[1])))
-    return sum(pairs) / len(pairs)
+SRC = ["i'm", "home", ".", "<eos>"]
+OUT = ["je", "suis", "chez", "moi", ".", "<eos>"]
 
 
-def test_same_row_at_every_step_does_not_move_and_is_not_formed():
-    row = torch.tensor([0.7, 0.2, 0.05, 0.05])
-    w = row.expand(5, 4)  # sharp, but the same at every step: a fixed context again (§1)
-    assert attention_movement(w) == 0.0
-    assert attention_uniformity(w) < 0.9
-    note = formation_note(w)
-    assert note is not None and "has not formed" in note and "total variation" in note
+def _map(looks_at: list[int], S: int = 4, peak: float = 0.7) -> torch.Tensor:
+    """A (T, S) map whose row t puts ``peak`` on column ``looks_at[t]`` and spreads the rest evenly."""
+    w = torch.full((len(looks_at), S), (1 - peak) / (S - 1))
+    w[torch.arange(len(looks_at)), torch.tensor(looks_at)] = peak
+    return w
 
 
-def test_a_movement_just_under_the_bar_never_reads_as_the_bar():
-    # two steps whose rows differ by a total variation of 0.196: "0.20 (below 0.2)" would contradict itself
-    w = torch.tensor([[0.9, 0.1], [0.704, 0.296]])
-    assert attention_movement(w) == pytest.approx(0.196, abs=1e-6)
-    note = formation_note(w)
-    assert note is not None and "of 0.19 (below 0.2)" in note
+def test_a_map_that_aligns_as_the_notes_table_has_formed():
+    check = check_alignment("i'm home .", SRC, OUT, _map([0, 0, 1, 1, 2, 3]))
+    assert check.formed is True and (check.agree, check.judged) == (4, 4)
+    assert [r.looks_at for r in check.rows] == ["i'm", "i'm", "home", "home", ".", "<eos>"]
+    assert not check.rows[4].judged and not check.rows[5].judged  # the notes place neither "." nor <eos>
+    assert "has formed: 4 of 4" in check.summary()
 
 
-def test_a_diagonal_alignment_moves_fully_and_has_formed():
-    w = torch.eye(4)
-    assert attention_movement(w) == pytest.approx(1.0)
-    assert attention_uniformity(w) == pytest.approx(0.0, abs=1e-6)
-    assert formation_note(w) is None
+def test_je_on_the_full_stop_has_not_formed_and_says_which_word():
+    check = check_alignment("i'm home .", SRC, OUT, _map([2, 0, 1, 1, 2, 3]))
+    assert check.formed is False and (check.agree, check.judged) == (3, 4)
+    assert check.wrong == "je → ." and "has not formed: 3 of 4" in check.summary() and "je → ." in check.summary()
 
 
-def test_uniform_rows_are_reported_as_near_uniform():
-    w = torch.full((3, 5), 0.2)
-    assert attention_uniformity(w) == pytest.approx(1.0)
-    note = formation_note(w)
-    assert note is not None and "near-uniform" in note
+def test_a_map_that_sits_on_eos_has_not_formed_however_sharp():
+    check = check_alignment("i'm home .", SRC, OUT, _map([3] * 6, peak=0.97))
+    assert check.formed is False and check.agree == 0
 
 
-def test_movement_equals_the_formula_by_hand_on_random_softmax_rows():
-    torch.manual_seed(0)
-    w = torch.softmax(torch.randn(7, 6) * 2, dim=-1)
-    assert attention_movement(w) == pytest.approx(_tv_by_hand(w), rel=1e-6)
+def test_bpe_pieces_are_joined_into_words_before_the_argmax():
+    src = ["▁i'm", "▁ho", "me", "▁.", "<eos>"]  # "home" in two pieces: its weight is their sum
+    out = ["▁je", "▁su", "is", "▁chez", "▁mo", "i", "▁.", "<eos>"]
+    w = torch.tensor([
+        [0.60, 0.10, 0.10, 0.10, 0.10],  # je → i'm
+        [0.30, 0.20, 0.00, 0.25, 0.25],  # su ┐ suis: mean of the two rows → i'm 0.40
+        [0.50, 0.20, 0.00, 0.15, 0.15],  # is ┘
+        [0.36, 0.32, 0.32, 0.00, 0.00],  # chez: i'm 0.36 alone, but home = 0.32 + 0.32 = 0.64
+        [0.10, 0.45, 0.45, 0.00, 0.00],  # mo ┐ moi → home
+        [0.10, 0.45, 0.45, 0.00, 0.00],  # i  ┘
+        [0.00, 0.00, 0.00, 1.00, 0.00],
+        [0.00, 0.00, 0.00, 0.00, 1.00],
+    ])
+    check = check_alignment("i'm home .", src, out, w)
+    assert [r.output for r in check.rows] == ["je", "suis", "chez", "moi", ".", "<eos>"]
+    assert [r.looks_at for r in check.rows][:4] == ["i'm", "i'm", "home", "home"]
+    assert check.rows[2].weight == pytest.approx(0.64) and check.formed is True  # weights kept to 4 decimals
+    # the displayed labels (maps.display_tokens: "·" marks a continuing piece) are joined the same way
+    shown = check_alignment("i'm home .", ["i'm", "ho", "·me", ".", "<eos>"],
+                            ["je", "su", "·is", "chez", "mo", "·i", ".", "<eos>"], w)
+    assert shown.rows == check.rows
 
 
-def test_masked_padding_columns_change_nothing():
-    torch.manual_seed(1)
-    w = torch.softmax(torch.randn(4, 3) * 3, dim=-1)
-    padded = torch.cat([w, torch.zeros(4, 2)], dim=-1)  # two <pad> keys: exactly 0 from the masked softmax
-    assert attention_movement(padded) == pytest.approx(attention_movement(w))
-    assert attention_uniformity(padded) == pytest.approx(attention_uniformity(w))
+def test_a_french_to_english_run_reads_the_table_the_other_way():
+    assert expected_words("je suis chez moi .", reverse=True) == {"i'm": ("je", "suis"), "home": ("chez", "moi")}
+    assert expected_words("je suis à la maison.", reverse=True)["home"] == ("à", "la", "maison")
+    assert expected_words("je suis perdu .", reverse=True) == {}  # not the notes' example: no table
+    src, out = ["je", "suis", "chez", "moi", ".", "<eos>"], ["i'm", "home", ".", "<eos>"]
+    w = _map([1, 3, 4, 5], S=6)  # i'm → suis, home → moi
+    check = check_alignment("je suis chez moi .", src, out, w, reverse=True)
+    assert check.formed is True and check.judged == 2
+    assert check_alignment("je suis chez moi .", src, out, _map([1, 5, 4, 5], S=6), reverse=True).formed is False
+    assert example_sentence("fr-en") == "je suis chez moi ." and example_sentence("en-fr") == "i'm home ."
 
 
-def test_leading_dims_are_averaged_map_by_map():
-    still = torch.tensor([[0.5, 0.5], [0.5, 0.5]])
-    moving = torch.eye(2)
-    both = torch.stack([still, moving])[None]  # (layers=1, heads=2, T, S)
-    assert attention_movement(both) == pytest.approx(0.5)
+def test_no_judged_row_is_no_verdict():
+    check = check_alignment("i lost .", ["i", "lost", ".", "<eos>"], ["j'ai", "perdu", ".", "<eos>"], torch.eye(4))
+    assert check.formed is None and check.judged == 0 and "no verdict" in check.summary()
+    wrong = check_alignment("i'm home .", SRC, ["il", "est", "<eos>"], _map([0, 1, 3]))  # none of the table's words
+    assert wrong.formed is None
 
 
-def test_one_step_cannot_move_and_bad_shapes_are_refused():
-    assert math.isnan(attention_movement(torch.tensor([[0.3, 0.7]])))
-    assert formation_note(torch.tensor([[0.3, 0.7]])) is None
-    with pytest.raises(ValueError, match="queries, keys"):
-        attention_movement(torch.tensor([0.3, 0.7]))
+def test_the_verdict_reads_the_last_layer_heads_averaged_and_pads_never_win():
+    aligned, on_eos = _map([0, 0, 1, 1, 2, 3]), _map([3] * 6)
+    w = torch.stack([torch.stack([on_eos, on_eos]), torch.stack([aligned, aligned])])  # (L=2, H=2, T, S)
+    assert torch.equal(verdict_map(w), aligned)  # the first layer's map is not read
+    assert check_alignment("i'm home .", SRC, OUT, w).formed is True
+    assert torch.equal(verdict_map(w.mean(dim=1)), aligned)  # (L, T, S): heads already averaged, as probes store
+    padded = torch.cat([aligned, torch.zeros(6, 2)], dim=-1)  # two masked <pad> keys: exactly 0
+    assert check_alignment("i'm home .", [*SRC, "<pad>", "<pad>"], OUT, padded).rows == \
+        check_alignment("i'm home .", SRC, OUT, aligned).rows
+    with pytest.raises(ValueError):
+        verdict_map(torch.zeros(4))
 
 
-def test_threshold_is_the_issue_check():
-    # Rows that move by exactly a TV of 0.25 > 0.2 have formed; 0.15 < 0.2 have not.
-    for shift, formed in ((0.25, True), (0.15, False)):
-        a = torch.tensor([0.9, 0.1])  # sharp enough not to count as near-uniform
-        b = torch.tensor([0.9 - shift, 0.1 + shift])
-        w = torch.stack([a, b, a, b])
-        assert attention_movement(w) == pytest.approx(shift)
-        assert (formation_note(w) is None) is formed, shift
-    assert FORMED_MOVEMENT == 0.2
-
-
-@pytest.mark.slow
-def test_bahdanau_attention_forms_on_a_short_fra_eng_run(tmp_path, fra_eng_zip):
-    """Issue #18's check on the demo's budget: the tiny tier's 1,800 updates (what 1.5 minutes buy on an
-    idle 2-core Xeon). At step 0 every probe's rows are the same; at the end they move by a mean TV > 0.2."""
-    from attnlab import config as C
-    from attnlab.runs.probes import read_probes
-    from attnlab.training import sizing
-    from attnlab.training.loop import train
-
-    cfg = C.apply_overrides(C.preset("bahdanau"), [f"data.data_path={fra_eng_zip}", "train.size=tiny",
-                                                   "train.max_steps=1800", "train.threads=1"])
-    cfg, _ = sizing.resolve(cfg)
-    train(cfg, tmp_path / "run", progress=False)
-    sentences = read_probes(tmp_path / "run")["sentences"]
-    assert len(sentences) == 4
-    first = [torch.tensor(s["steps"][0]["attention"]["cross"][0]) for s in sentences]  # (T, S) at step 0
-    last = [torch.tensor(s["steps"][-1]["attention"]["cross"][0]) for s in sentences]
-    assert all(formation_note(w) is not None for w in first)  # untrained: not formed, and said so
-    moves = [attention_movement(w) for w in last]
-    assert sum(moves) / len(moves) > FORMED_MOVEMENT, moves
+def test_a_probe_record_gets_the_same_verdict_and_round_trips_through_json():
+    w = _map([0, 0, 1, 1, 2, 3])
+    direct = check_alignment("i'm home .", SRC, OUT, w)
+    rec = {"step": 5, "sentence": "i'm home .", "src_tokens": SRC, "tgt_tokens": OUT,
+           "attention": {"cross": [w.tolist()]}}  # (layers, T_out, keys), heads averaged
+    assert check_probe(rec) == direct
+    assert AlignmentCheck.from_json(direct.to_json()) == direct
+    stored = {**rec, "alignment": check_alignment("i'm home .", SRC, OUT, _map([3] * 6)).to_json()}
+    assert check_probe(stored).formed is False  # the verdict training recorded on the unrounded map wins
+    assert check_probe({**rec, "attention": {}}) is None

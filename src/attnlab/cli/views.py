@@ -49,7 +49,7 @@ def _formats(args) -> tuple[str, ...]:
 
 def cmd_attention(args) -> int:
     from attnlab import maps
-    from attnlab.evaluation.alignment import formation_note
+    from attnlab.evaluation.alignment import check_result
     from attnlab.models import traits
 
     if args.beam is not None and args.beam < 1:
@@ -71,9 +71,10 @@ def cmd_attention(args) -> int:
                            "language")
     result = tr.attention(args.sentence, beam_size=beam, extra_pad=args.pad)
     print(f"{args.sentence} → {result.translation}")
-    # one line when cross-attention has not formed (§1)
-    if "cross" in result.attention and (note := formation_note(result.attention["cross"].mean(dim=1)[-1])):
-        print(note)
+    # the one alignment verdict (§1, §25): on the notes' example, what explain, doctor, the demo and the web say
+    check = check_result(result, tr.cfg.data.direction)
+    if check is not None and check.formed is not None:
+        print(check.summary())
     for path in result.save(out, tr.name, _formats(args)):
         print(path)
     if args.json:

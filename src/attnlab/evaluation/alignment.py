@@ -1,92 +1,268 @@
-"""Has cross-attention formed? Whether the decoder looks somewhere else at each step (notes §1–3).
+"""Has cross-attention formed? One measure behind every verdict: does it align as the notes say (§1, §25)?
 
-Bahdanau's point (§1) is that the context vector ``c_t' = Σ_t α(s_t'−1, h_t) h_t`` changes with the
-decoding step t'. A model that puts the same weights on the source at every step has, in effect, a
-fixed context again, however sharp those weights are. Two numbers say which of the two a map shows:
+The notes' table of §1 says which source word each French word of ``i'm home .`` should look at:
+je, suis → i'm; chez, moi → home. A cross-attention map has *formed* when the argmax of each of those
+rows is that word. That is the one test ``attnlab explain``, ``attnlab doctor``, ``attnlab attention``,
+the demo, the web page and the training timeline apply, with the same bar, to the same map:
+:func:`verdict_map` (the last layer's heads averaged — what the decoder reads last before ``W_o``; a
+Bahdanau model has that one map). How much a map changes from row to row says nothing about this: a map
+can move a lot and still look at ``<eos>`` from every row that matters.
 
-- **movement**: the mean total-variation distance between consecutive rows,
-  ``½ Σ_t |α_t',t − α_t'−1,t|`` averaged over t' (0 = the same row at every step, 1 = each step
-  looks at keys the previous step gave no weight);
-- **uniformity**: the mean row entropy over ``ln S`` (1 = every row uniform over the S source keys).
+On other sentences there is no table to hold a map against, so there is no verdict: ``attnlab align``
+scores every head against gold word alignments instead, with the Alignment Error Rate
+(:mod:`attnlab.analysis.align`, Och & Ney 2003), which links each target word to its argmax source word
+the same way.
 
-:func:`formation_note` turns them into the one line ``attnlab attention`` and ``attnlab explain``
-print when attention has not formed. Masked (padding) keys — columns that are exactly 0 in every
-row — are left out, so ``--pad`` does not change either number.
+Word-level: BPE pieces are joined into words first (a source word's weight is the sum of its pieces'
+weights; a target word's row is the mean of its pieces' rows), so a word and a BPE run are judged alike.
+A French → English run is held against the same table read the other way (i'm → je or suis; home → chez
+or moi …), on the French sentences Tatoeba accepts for the example.
 
-Dimension key: T queries (decoder steps), S keys (source positions).
+Dimension key: L layers, H heads, T target (query) positions, S source (key) positions, W words.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["FORMED_MOVEMENT", "UNIFORM_SHARE", "attention_movement", "attention_uniformity", "formation_note"]
+from attnlab.data.text import preprocess
+from attnlab.i18n import _
+from attnlab.maps import CONTINUES, WORD_START
+from attnlab.notes import ACCEPTED, EXAMPLE, NOTES_ALIGNMENT
 
-#: Mean TV distance between consecutive rows above which attention has "formed" (checked on the probe
-#: sentences). An untrained Bahdanau model measures ≈ 0.002.
-FORMED_MOVEMENT = 0.2
+__all__ = ["AlignmentCheck", "RowCheck", "check_alignment", "check_probe", "check_result", "example_sentence",
+           "expected_words", "verdict_map"]
 
-#: Rows whose entropy is above this share of ``ln S`` are treated as near-uniform.
-UNIFORM_SHARE = 0.9
+#: Labels that are never part of a word: the specials (``<eos>`` is a key like any other; it is simply
+#: never the table's word).
+_SPECIALS = ("<unk>", "<pad>", "<bos>", "<eos>", "[MASK]")
 
-
-def _rows(weights: Tensor) -> Tensor:
-    """``weights (…, T, S)`` as float ``(N, T, S')``: leading dims flattened, all-zero (masked) columns dropped."""
-    if weights.dim() < 2:
-        raise ValueError(f"attention weights need (…, queries, keys), got shape {tuple(weights.shape)}")
-    w = weights.detach().float().cpu().reshape(-1, *weights.shape[-2:])  # (N, T, S)
-    keep = w.sum(dim=(0, 1)) > 0  # a masked key gets exactly 0 from the masked softmax in every row
-    return w[..., keep] if bool(keep.any()) else w
+#: The table's words, written as the notes write them: ``je, suis → i'm; chez, moi → home``.
+_TABLE_TEXT = "je, suis → i'm; chez, moi → home"
 
 
-def attention_movement(weights: Tensor) -> float:
-    """Mean total-variation distance between consecutive rows of ``weights (…, T, S)``.
+@dataclass(frozen=True)
+class RowCheck:
+    """One output word: the source word its row weights most, that weight (to 4 decimals), and the words it should look at
+    (empty: the notes do not place this word, it is not judged)."""
 
-    ``TV(α_t', α_t'−1) = ½ Σ_s |α_t',s − α_t'−1,s|``, averaged over the ``T − 1`` pairs of each map and
-    over the leading dims (layers, heads). Rows should each sum to 1 (softmax outputs). Returns NaN
-    when there are fewer than two rows (one decoding step cannot move). Raises ValueError on a
-    tensor with fewer than 2 dims.
+    output: str
+    looks_at: str
+    weight: float
+    expected: tuple[str, ...] = ()
+
+    @property
+    def judged(self) -> bool:
+        return bool(self.expected)
+
+    @property
+    def ok(self) -> bool:
+        return self.looks_at in self.expected
+
+
+@dataclass(frozen=True)
+class AlignmentCheck:
+    """The verdict on one map: each output word's row, and whether every judged row looks where the notes'
+    table says. ``formed`` is None when no row can be judged (not the notes' example, or a translation
+    with none of the table's words)."""
+
+    sentence: str
+    rows: tuple[RowCheck, ...]
+
+    @property
+    def judged(self) -> int:
+        return sum(r.judged for r in self.rows)
+
+    @property
+    def agree(self) -> int:
+        return sum(r.judged and r.ok for r in self.rows)
+
+    @property
+    def formed(self) -> bool | None:
+        return None if self.judged == 0 else self.agree == self.judged
+
+    @property
+    def wrong(self) -> str:
+        """The judged rows that look elsewhere, as ``output → looks at`` (empty when none)."""
+        return ", ".join(f"{r.output} → {r.looks_at}" for r in self.rows if r.judged and not r.ok)
+
+    def summary(self) -> str:
+        """One line in the current language: formed or not, and on how many of the notes' words."""
+        if self.formed is None:
+            return _("no verdict: the notes' table of §1 places no word of this translation")
+        if self.formed:
+            return _("attention has formed: {agree} of {judged} words look where the notes' table of §1 says "
+                     "({table})").format(agree=self.agree, judged=self.judged, table=_TABLE_TEXT)
+        return _("attention has not formed: {agree} of {judged} words look where the notes' table of §1 says "
+                 "({table}); {wrong}").format(agree=self.agree, judged=self.judged, table=_TABLE_TEXT,
+                                              wrong=self.wrong)
+
+    def to_json(self) -> dict[str, Any]:
+        """The verdict as data; ``summary`` in the current language (the web page rebuilds it in its own)."""
+        return {"sentence": self.sentence, "formed": self.formed, "agree": self.agree, "judged": self.judged,
+                "wrong": self.wrong, "table": _TABLE_TEXT, "summary": self.summary(),
+                "rows": [{"output": r.output, "looks_at": r.looks_at, "weight": round(r.weight, 4),
+                          "expected": list(r.expected)} for r in self.rows]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AlignmentCheck:
+        """The verdict :meth:`to_json` wrote (a probe record's); raises ValueError on anything else."""
+        try:
+            rows = tuple(RowCheck(str(r["output"]), str(r["looks_at"]), float(r["weight"]),
+                                  tuple(str(e) for e in r["expected"])) for r in data["rows"])
+            return cls(str(data["sentence"]), rows)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"not an alignment verdict: {e}") from None
+
+
+def verdict_map(weights: Tensor) -> Tensor:
+    """The one map every verdict reads, ``(T, S)``: the last layer's heads averaged.
+
+    ``weights``: ``(L, H, T, S)`` as :class:`~attnlab.maps.AttentionResult` holds a kind, ``(L, T, S)``
+    with the heads already averaged (as ``probes.jsonl`` records them), or ``(T, S)`` as it is."""
+    w = weights.detach().float().cpu()
+    if w.dim() == 4:
+        return w[-1].mean(dim=0)  # (T, S)
+    if w.dim() == 3:
+        return w[-1]  # (T, S)
+    if w.dim() == 2:
+        return w
+    raise ValueError(f"an attention map needs (layers, heads, queries, keys), (layers, queries, keys) or "
+                     f"(queries, keys); got shape {tuple(w.shape)}")
+
+
+def example_sentence(direction: str = "en-fr") -> str:
+    """The sentence the verdict is read on in a run of ``direction``: the notes' ``i'm home .``, or its
+    French, ``je suis chez moi .``, for a French → English run."""
+    return EXAMPLE[0] if direction == "en-fr" else EXAMPLE[1]
+
+
+def expected_words(sentence: str, reverse: bool = False) -> dict[str, tuple[str, ...]]:
+    """What each target word of ``sentence``'s translation should look at, from the notes' table (empty:
+    the table is not for this sentence).
+
+    ``reverse``: ``sentence`` is the French side of a French → English run, one of the French sentences
+    Tatoeba accepts for an example of the table; the table is read the other way, over that sentence's words.
     """
-    w = _rows(weights)
-    if w.shape[1] < 2:
-        return math.nan
-    return float(0.5 * (w[:, 1:] - w[:, :-1]).abs().sum(-1).mean())
+    key = preprocess(sentence)
+    if not reverse:
+        return {tgt: (src,) for tgt, src in NOTES_ALIGNMENT.get(key, {}).items()}
+    for source, table in NOTES_ALIGNMENT.items():
+        if key in {preprocess(a) for a in ACCEPTED.get(source, ())}:
+            words = set(key.split())
+            back: dict[str, list[str]] = {}
+            for fr, en in table.items():
+                if fr in words:
+                    back.setdefault(en, []).append(fr)
+            return {en: tuple(fr) for en, fr in back.items()}
+    return {}
 
 
-def attention_uniformity(weights: Tensor) -> float:
-    """Mean row entropy of ``weights (…, T, S)`` divided by ``ln S`` (1 = uniform rows, 0 = one-hot);
-    NaN with a single key (every row is then both)."""
-    w = _rows(weights)
-    S = w.shape[-1]
-    if S < 2:
-        return math.nan
-    entropy = -(w * torch.log(w.clamp_min(1e-12))).sum(-1)  # (N, T)
-    return float(entropy.mean() / math.log(S))
+def _words(tokens: Sequence[str]) -> tuple[list[str], list[int]]:
+    """The words of a row of token labels and, for each token, the index of its word.
+
+    BPE pieces are joined: a raw piece continues a word unless it starts with ``▁`` (SentencePiece's mark),
+    and a displayed one (:func:`attnlab.maps.display_tokens`) continues it when it starts with ``·``.
+    Specials are words of their own."""
+    words: list[str] = []
+    owner: list[int] = []
+    raw_bpe = any(t.startswith(WORD_START) for t in tokens)
+    for t in tokens:
+        if t in _SPECIALS or not words or words[-1] in _SPECIALS:
+            cont = False
+        elif raw_bpe:
+            cont = not t.startswith(WORD_START)
+        else:
+            cont = t.startswith(CONTINUES) and len(t) > len(CONTINUES)
+        if cont:
+            words[-1] += t.removeprefix(CONTINUES) if not raw_bpe else t
+        else:
+            words.append(t.removeprefix(WORD_START) if raw_bpe else t)
+        owner.append(len(words) - 1)
+    return words, owner
 
 
-def shown(movement: float) -> float:
-    """``movement`` cut (not rounded) to two decimals for display, so that a value under the
-    :data:`FORMED_MOVEMENT` bar never reads as the bar itself (0.196 → 0.19, not "0.20, below 0.2")."""
-    return math.floor(movement * 100) / 100
+def check_alignment(sentence: str, src_tokens: Sequence[str], out_tokens: Sequence[str], weights: Tensor,
+                    reverse: bool = False) -> AlignmentCheck:
+    """Hold a map against the notes' table for ``sentence``.
 
-
-def formation_note(weights: Tensor, label: str = "cross-attention") -> str | None:
-    """One line saying that ``weights (…, T, S)`` has not formed, or None when it has.
-
-    Not formed: near-uniform rows (:data:`UNIFORM_SHARE`), or rows that barely move from step to step
-    (movement below :data:`FORMED_MOVEMENT`). With one decoding step there is nothing to judge: None.
+    ``weights``: any shape :func:`verdict_map` takes; its rows are the output tokens ``out_tokens`` (the
+    token each query produced), its columns the source tokens ``src_tokens``. A masked ``<pad>`` column
+    has weight 0 and never wins a row. Returns an :class:`AlignmentCheck` with one row per output word;
+    raises ValueError when the map has no row or no column to judge.
     """
-    move, unif = attention_movement(weights), attention_uniformity(weights)
-    if math.isnan(move):
+    w = verdict_map(weights)
+    T, S = min(w.shape[0], len(out_tokens)), min(w.shape[1], len(src_tokens))
+    if T == 0 or S == 0:
+        raise ValueError(f"a map of shape {tuple(w.shape)} for {len(out_tokens)} outputs and {len(src_tokens)} "
+                         "sources has nothing to judge")
+    w = w[:T, :S]
+    src_words, src_owner = _words(list(src_tokens[:S]))
+    out_words, out_owner = _words(list(out_tokens[:T]))
+    to_word = torch.zeros(S, len(src_words))
+    to_word[torch.arange(S), torch.tensor(src_owner)] = 1.0
+    by_src_word = w @ to_word  # (T, W_src): a source word's weight is its pieces' sum
+    expected = expected_words(sentence, reverse)
+    rows = []
+    for j, word in enumerate(out_words):
+        row = by_src_word[[i for i, o in enumerate(out_owner) if o == j]].mean(dim=0)  # (W_src,) its pieces' mean
+        best = int(row.argmax())
+        rows.append(RowCheck(word, src_words[best], round(float(row[best]), 4), expected.get(word, ())))
+    return AlignmentCheck(preprocess(sentence), tuple(rows))
+
+
+def _target_to_source(kind: str, w: Tensor, n_src: int, n_out: int) -> Tensor:
+    """The rows of map ``kind`` for the output tokens, over the source columns: cross-attention as it is;
+    the decoder-only model's ``self`` map (over ``source <bos> target``) cut to its target queries and its
+    source keys."""
+    if kind == "cross":
+        return w[..., :n_out, :n_src]
+    start = w.shape[-2] - n_out  # the last n_out queries produced the outputs
+    return w[..., start:, :n_src]
+
+
+def check_result(result: Any, direction: str = "en-fr") -> AlignmentCheck | None:
+    """The verdict on an :class:`~attnlab.maps.AttentionResult` (what ``Translator.attention`` returns)
+    of a run of ``direction``: its cross-attention (a decoder-only model: its target rows' self-attention
+    on the source) through :func:`check_alignment`. None when the model has no such map (seq2seq's fixed
+    context, the encoder-only model) or the result has no output."""
+    kind = "cross" if "cross" in result.attention else "self" if "self" in result.attention else None
+    n_src, n_out = len(result.src_tokens), len(result.tgt_tokens)
+    if kind is None or n_out == 0 or n_src == 0:
         return None
-    if not math.isnan(unif) and unif > UNIFORM_SHARE:
-        return (f"note: {label} has not formed: its rows are near-uniform (entropy {unif:.0%} of the uniform "
-                f"row's), so each context vector is close to the plain mean of the encoder states (§1)")
-    if move < FORMED_MOVEMENT:
-        return (f"note: {label} has not formed: consecutive steps' weights differ by a mean total variation "
-                f"of {shown(move):.2f} (below {FORMED_MOVEMENT}), so the context vector barely changes from step to "
-                f"step — a fixed context again (§1); train longer or see `attnlab doctor`")
-    return None
+    w = _target_to_source(kind, result.attention[kind], n_src, n_out)
+    return check_alignment(result.source, result.src_tokens, result.tgt_tokens, w, reverse=direction != "en-fr")
+
+
+def check_probe(record: Mapping[str, Any], direction: str = "en-fr", sentence: str | None = None
+                ) -> AlignmentCheck | None:
+    """The verdict on one ``probes.jsonl`` record (``sentence``, ``src_tokens``, ``tgt_tokens`` and
+    ``attention``: ``kind → (layers, T_out, keys)``, heads averaged; ``sentence`` given apart for a record
+    :func:`~attnlab.runs.probes.read_probes` returned, which groups them by it), as :func:`check_result` gives it:
+    the verdict training stored with the record when there is one, else computed from the recorded map.
+    None when the record holds no map from target to source."""
+    stored = record.get("alignment")
+    if isinstance(stored, Mapping):
+        try:
+            return AlignmentCheck.from_json(stored)
+        except ValueError:
+            pass
+    att = record.get("attention") or {}
+    kind = "cross" if att.get("cross") else "self" if att.get("self") else None
+    src, out = list(record.get("src_tokens") or []), list(record.get("tgt_tokens") or [])
+    if kind is None or not src or not out:
+        return None
+    try:
+        w = torch.tensor(att[kind], dtype=torch.float32)  # (L, T_out, keys)
+    except (TypeError, ValueError):  # ragged: not a map record_probes writes
+        return None
+    if w.dim() != 3:
+        return None
+    w = _target_to_source(kind, w, len(src), len(out))
+    sentence = sentence if sentence is not None else str(record.get("sentence", ""))
+    return check_alignment(sentence, src, out, w, reverse=direction != "en-fr")

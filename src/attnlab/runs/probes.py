@@ -2,7 +2,8 @@
 
 Training writes one record per probe sentence at step 0 and at every validation
 (:func:`attnlab.training.validation.record_probes`): ``step``, ``sentence``, ``translation``,
-``src_tokens``, ``tgt_tokens`` and ``attention`` (``kind → (layers, T_out, keys)``, heads averaged).
+``src_tokens``, ``tgt_tokens``, ``attention`` (``kind → (layers, T_out, keys)``, heads averaged) and, for
+the notes' example, ``alignment``: the verdict of :func:`attnlab.evaluation.alignment.check_result` on it.
 :func:`read_probes` is the one reader, used by the timeline figure (``attnlab attention
 --timeline``) and by the web page (``GET /api/probes``).
 """
@@ -23,7 +24,8 @@ def read_probes(run_dir: str | Path | None, max_bytes: int | None = None) -> dic
     """The probe timeline: ``{"sentences": [{"sentence", "steps": [record…]}…], "truncated"}``, steps ascending.
 
     Each record: ``step``, ``translation``, ``src_tokens``, ``tgt_tokens`` and ``attention``
-    (``kind -> (layers, T_out, keys)``, heads averaged, as ``record_probes`` writes it). A file over
+    (``kind -> (layers, T_out, keys)``, heads averaged, as ``record_probes`` writes it), and ``alignment``
+    (the alignment verdict) where training recorded one. A file over
     ``max_bytes`` is read from its end: the *newest* records are kept, the line cut by the window is
     dropped and ``truncated`` is true. A torn last line (a crash mid-write) or a malformed line is
     skipped; a resumed run that re-recorded a step keeps the latest record of it. No file (or no
@@ -51,6 +53,7 @@ def read_probes(run_dir: str | Path | None, max_bytes: int | None = None) -> dic
             "src_tokens": src,
             "tgt_tokens": rec.get("tgt_tokens", []),
             "attention": {k: _unpad_probe(k, v, len(src)) for k, v in rec["attention"].items()},
+            **({"alignment": rec["alignment"]} if isinstance(rec.get("alignment"), dict) else {}),
         }
     return {
         "sentences": [

@@ -23,6 +23,7 @@ from attnlab import runs
 from attnlab.config import Config
 from attnlab.data.batching import TokenBatchSampler, collate
 from attnlab.device import autocast
+from attnlab.evaluation.alignment import check_result
 from attnlab.evaluation.bleu import bleu_tokenize, corpus_scores
 from attnlab.evaluation.evaluate import notes_pairs
 from attnlab.models import traits
@@ -115,8 +116,12 @@ def record_probes(model: nn.Module, prepared, cfg: Config, device: torch.device,
             for kind, w in r.attention.items()
             if kind != "enc_self"  # the encoder's queries produce no output token
         }
-        records.append({
+        rec = {
             "step": step, "sentence": s, "src_tokens": r.src_tokens, "tgt_tokens": r.tgt_tokens,
             "translation": r.translation, "attention": att,
-        })
+        }
+        verdict = check_result(r, cfg.data.direction)  # the one alignment verdict, on the unrounded map
+        if verdict is not None and verdict.formed is not None:  # only the notes' example has a table
+            rec["alignment"] = verdict.to_json()
+        records.append(rec)
     runs.append_jsonl(run_dir / "probes.jsonl", records)  # a full disk warns; the run still saves

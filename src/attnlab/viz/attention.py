@@ -119,7 +119,7 @@ def strip_figure(frames: Sequence[Frame], heading: str):
 def _frame(ax, f: Frame):
     w = f.weights[: len(f.rows)] if f.rows else f.weights[:1]
     image = _draw(ax, w, f.rows or ["<eos>?"], f.keys, _("step {step}").format(step=f.step))
-    ax.set_xlabel(f.caption[:40], fontsize=8)
+    ax.set_xlabel("\n".join(line[:40] for line in f.caption.splitlines()), fontsize=8)  # each line cut alone
     return image
 
 

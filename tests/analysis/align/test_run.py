@@ -45,3 +45,16 @@ def test_run_returns_a_report_whose_three_methods_work(tiny_runs, numbers_gold):
         want = [[None if math.isnan(v) else pytest.approx(v, abs=1e-5) for v in row]
                 for row in report.grid(shift).tolist()]
         assert data["grid"][str(shift)] == want
+
+
+@pytest.mark.parametrize("kind", ["transformer", "bahdanau"])
+def test_against_gold_the_verdicts_map_is_scored_by_aer(tiny_runs, numbers_gold, kind):
+    """With a gold set the verdict's measure is AER, of the one map every verdict reads (the last layer's heads
+    averaged; Bahdanau's one map): the score `align` already computed for it, printed and in the JSON."""
+    tr = Translator.from_run(tiny_runs(kind))
+    report = R.run(tr, numbers_gold, ibm=False)
+    L, H = report.shape
+    v = report.verdict_score()
+    assert (v.layer, v.head, v.shift) == (L - 1, None if H > 1 else 0, 0)
+    assert v in report.scores and report.to_json()["verdict_map"] == v.to_json()
+    assert f"the map every alignment verdict reads ({v.name}, shift 0)" in report.format()

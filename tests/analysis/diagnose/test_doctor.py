@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import math
 
-import pytest
-
 from attnlab.analysis.diagnose import doctor as D
 from attnlab.cli import main
 
@@ -245,53 +243,72 @@ def test_small_buckets_are_ignored():
 # ------------------------------------------------------------------------------------------ attention
 
 
-def test_attention_shape_measures():
-    uniform = [[0.25] * 4 for _ in range(3)]
-    ent, tv = D.attention_shape(uniform)
-    assert ent == pytest.approx(1.0) and tv == pytest.approx(0.0)
-    diagonal = [[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]]  # masked/zero keys do not count as allowed
-    assert D.attention_shape(diagonal) == (None, pytest.approx(1.0))
-    causal = [[1.0, 0.0], [0.5, 0.5]]  # row 1 may attend 1 key, row 2 two keys, uniformly
-    assert D.attention_shape(causal)[0] == pytest.approx(1.0)
+SRC = ["i'm", "home", ".", "<eos>"]
+OUT = ["je", "suis", "chez", "moi", ".", "<eos>"]
+ALIGNED = [[0.7, 0.1, 0.1, 0.1], [0.7, 0.1, 0.1, 0.1], [0.1, 0.7, 0.1, 0.1], [0.1, 0.7, 0.1, 0.1],
+           [0.1, 0.1, 0.7, 0.1], [0.1, 0.1, 0.1, 0.7]]  # je, suis → i'm; chez, moi → home (the notes' table)
+ON_THE_STOP = [[0.1, 0.1, 0.7, 0.1], *ALIGNED[1:]]  # je looks at "."
 
 
-def _probes(rows_last, rows_first=None):
-    rows_first = rows_first or [[1 / 3] * 3 for _ in rows_last]
-    rec = lambda step, rows: {"step": step, "src_tokens": ["a", "b", "<eos>"], "attention": {"cross": [rows]}}  # noqa: E731
-    return {"sentences": [{"sentence": "a b", "steps": [rec(0, rows_first), rec(500, rows_last)]}]}
+def _probes(rows_by_step, sentence="i'm home ."):
+    # as read_probes gives them: grouped by sentence, the records themselves without it
+    rec = lambda step, rows: {"step": step, "src_tokens": SRC, "tgt_tokens": OUT,  # noqa: E731
+                              "translation": "je suis chez moi .", "attention": {"cross": [rows]}}
+    return {"sentences": [{"sentence": sentence, "steps": [rec(s, r) for s, r in rows_by_step.items()]}]}
 
 
-def test_the_same_row_at_every_step_is_attention_not_formed():
-    same = [[0.2, 0.44, 0.36]] * 4  # peaked enough, but it never moves (the Bahdanau symptom)
-    f = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=_probes(same)).finding(
-        "attention_not_formed"
-    )
-    assert f.detected and "step 0" in f.evidence[1]
-
-
-def test_near_uniform_rows_are_attention_not_formed_and_moving_rows_are_formed():
-    flat = [[0.32, 0.34, 0.34], [0.35, 0.33, 0.32], [0.33, 0.32, 0.35]]
-    r = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=_probes(flat))
-    assert r.finding("attention_not_formed").detected and not r.healthy
-    moving = [[0.9, 0.05, 0.05], [0.1, 0.8, 0.1], [0.05, 0.05, 0.9]]
-    r = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=_probes(moving))
-    assert not r.finding("attention_not_formed").detected and r.healthy
-
-
-def test_the_doctor_and_the_attention_note_use_one_bar():
-    """Rows that move by 0.15 a step (the 320-update Bahdanau demo measured 0.14): `attnlab attention`'s
-    note says attention has not formed, and so must the doctor (it once used 0.1 where the note used 0.2)."""
+def test_je_on_the_full_stop_is_attention_not_formed_with_the_verdict_every_command_prints():
     import torch
 
-    from attnlab.evaluation.alignment import attention_movement, formation_note
+    from attnlab.evaluation.alignment import check_alignment
 
-    rows = [[0.7, 0.2, 0.1], [0.55, 0.35, 0.1], [0.4, 0.5, 0.1]]
-    assert attention_movement(torch.tensor(rows)) == pytest.approx(0.15)
-    assert formation_note(torch.tensor(rows)) is not None
-    f = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=_probes(rows)).finding(
-        "attention_not_formed"
-    )
-    assert f.detected and f.numbers["layers"][0]["tv"] == pytest.approx(0.15)
+    probes = _probes({0: [[0.25] * 4] * 6, 500: ON_THE_STOP})
+    f = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=probes).finding("attention_not_formed")
+    said = check_alignment("i'm home .", SRC, OUT, torch.tensor(ON_THE_STOP)).summary()
+    assert f.detected and said in f.evidence[0] and "je → ." in f.evidence[0] and "step 0" in f.evidence[1]
+    assert f.numbers["alignment"]["formed"] is False
+
+
+def test_a_map_that_aligns_as_the_notes_table_is_formed():
+    r = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=_probes({0: ON_THE_STOP, 500: ALIGNED}))
+    f = r.finding("attention_not_formed")
+    assert f.checked and not f.detected and r.healthy and "has formed: 4 of 4" in f.evidence[0]
+
+
+def test_movement_is_no_longer_the_bar():
+    """Rows that move from step to step by a total variation of 0.6 (the old bar was 0.2) but put every judged
+    word on <eos> or "." have not formed; rows that sit still on the table's words would not move, and have."""
+    moving = [[0.05, 0.05, 0.1, 0.8], [0.05, 0.05, 0.8, 0.1], [0.05, 0.05, 0.1, 0.8], [0.05, 0.05, 0.8, 0.1],
+              [0.05, 0.05, 0.1, 0.8], [0.05, 0.05, 0.8, 0.1]]
+    f = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=_probes({500: moving})).finding(
+        "attention_not_formed")
+    assert f.detected
+    assert not hasattr(D, "STATIC_TV") and not hasattr(D, "attention_shape")  # the movement average is gone
+
+
+def test_the_probe_at_the_best_checkpoint_is_judged_not_the_last():
+    probes = _probes({0: ON_THE_STOP, 250: ALIGNED, 500: ON_THE_STOP})
+    best = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=probes, best_step=250)
+    assert not best.finding("attention_not_formed").detected
+    last = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=probes)
+    assert last.finding("attention_not_formed").detected  # no best step known: the last record
+
+
+def test_other_probes_are_not_judged():
+    r = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=_probes({500: ON_THE_STOP}, "i lost ."))
+    assert not r.finding("attention_not_formed").checked
+
+
+def test_a_french_to_english_run_is_judged_on_the_french_example():
+    src, out = ["je", "suis", "chez", "moi", ".", "<eos>"], ["i'm", "home", ".", "<eos>"]
+    rows = [[0.1, 0.6, 0.1, 0.1, 0.05, 0.05], [0.05, 0.05, 0.1, 0.6, 0.1, 0.1],
+            [0.05, 0.05, 0.05, 0.05, 0.75, 0.05], [0.05, 0.05, 0.05, 0.05, 0.05, 0.75]]
+    rec = {"step": 500, "src_tokens": src, "tgt_tokens": out,
+           "translation": "i'm home .", "attention": {"cross": [rows]}}
+    probes = {"sentences": [{"sentence": "je suis chez moi .", "steps": [rec]}]}
+    f = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=probes, direction="fr-en").finding(
+        "attention_not_formed")
+    assert f.checked and not f.detected
 
 
 def test_no_probes_is_a_note_not_a_verdict():

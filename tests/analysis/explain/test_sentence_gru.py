@@ -13,9 +13,7 @@ from attnlab import cli
 from attnlab.analysis.explain.sentence import gate_tracks, gates_figure, run, scratch_gru_copy
 from attnlab.analysis.report import Report
 from attnlab.data.batching import collate
-from attnlab.evaluation.alignment import attention_movement
 from attnlab.translator import Translator, decode_many, teacher_forced, token_labels
-from tests.conftest import tiny_config
 
 
 def _tracks(tr: Translator, sentence: str):
@@ -75,10 +73,14 @@ def test_explain_shows_units_context_vectors_and_writes_gates_png(tiny_runs, tmp
     assert len(contexts) == len(steps) >= 1 and all(int(d) == tr.cfg.model.num_hiddens for _, d, _ in contexts)
     gap = float(re.search(r"own output: max \|Δ\| = ([0-9.e+-]+)", text).group(1))
     assert gap < 1e-5  # Σ α h_t from the shown weights is what the attention module returned
-    move = float(re.search(r"between consecutive steps = ([0-9.]+)", text).group(1))
+    assert "movement" not in text  # how much the rows change is no verdict (evaluation/alignment.py)
+    # beside the map: each output's argmax and its integrated-gradients row; no table for this sentence
+    looks = re.findall(r"^    (\S+) +(\S+) ([0-9.]+) +(\S+) (\d+)%$", text, flags=re.M)
     result = tr.attention("twenty one")
-    actual = attention_movement(result.attention["cross"][0, 0])
-    assert move <= actual + 1e-9 < move + 0.01  # printed cut to two decimals, never rounded up to the bar
+    assert [o for o, *_ in looks] == result.tgt_tokens
+    w = result.attention["cross"][0, 0]  # (T, S): Bahdanau's one map
+    assert [s for _, s, *_ in looks] == [result.src_tokens[int(i)] for i in w.argmax(-1)]
+    assert "no verdict on this sentence" in text and "(AER)" in text and "why attention can sit still (§1)" in text
 
 
 def test_seq2seq_explain_has_gates_but_no_context_vectors(tiny_runs):
@@ -86,16 +88,16 @@ def test_seq2seq_explain_has_gates_but_no_context_vectors(tiny_runs):
     assert "GRU gates" in text and "context c_" not in text and "attention movement" not in text
 
 
-def test_an_untrained_bahdanau_says_attention_has_not_formed(tmp_path, capsys):
-    from attnlab.training.loop import train
+def test_explain_holds_the_notes_example_against_the_table_and_says_why_attention_can_sit_still(notes_run):
+    from attnlab.evaluation.alignment import check_result
 
-    run = tmp_path / "untrained"
-    train(tiny_config("bahdanau", "train.max_steps=1"), run, progress=False)
-    assert cli.main(["attention", str(run), "twenty one", "--formats", "png", "--out", str(tmp_path / "f")]) == 0
-    assert "cross-attention has not formed" in capsys.readouterr().out
-    assert cli.main(["explain", str(run), "twenty one"]) == 0
-    out = capsys.readouterr().out
-    assert out.count("has not formed") == 1 and (run / "figures" / "gates.png").is_file()
+    tr = Translator.from_run(notes_run)
+    report = run(tr, "i'm home .")
+    text = report.format()
+    check = check_result(tr.attention("i'm home ."))
+    assert check.judged == 4 and text.count(check.summary()) == 1
+    assert "depends on (integrated gradients, 16 steps)" in text and "recurrent state" in text
+    assert report.to_json()["depends"]["alignment"]["formed"] is check.formed
 
 
 @pytest.mark.parametrize("kind", ["bahdanau", "transformer"])

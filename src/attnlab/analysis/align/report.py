@@ -27,6 +27,7 @@ from attnlab.analysis.align.extract import Extraction
 from attnlab.analysis.align.gold import LANG_NAMES, GoldSet
 from attnlab.analysis.align.saliency import SALIENCY_LABEL
 from attnlab.analysis.report import TextReport
+from attnlab.i18n import _
 
 __all__ = ["DOMAIN_NOTE", "PUBLISHED", "PUBLISHED_SOURCE", "UNK_WARN", "AlignReport", "HeadScore"]
 
@@ -115,6 +116,15 @@ class AlignReport(TextReport):
         pool = [s for s in self.scores if s.shift == shift and s.head is None and not s.members]
         return min(pool, key=lambda s: s.layer is not None, default=None)  # the all-layer average first
 
+    def verdict_score(self, shift: int = 0) -> HeadScore | None:
+        """The AER of the map every alignment verdict reads (:func:`attnlab.evaluation.alignment.verdict_map`:
+        the last layer's heads averaged; the one head of a one-head layer): against a gold set, the verdict's
+        measure is this AER, as on ``i'm home .`` it is the notes' table."""
+        L, H = self.shape
+        want = (L - 1, None if H > 1 else 0)
+        return next((s for s in self.scores if s.shift == shift and not s.members and (s.layer, s.head) == want),
+                    None)
+
     def grid(self, shift: int) -> Tensor:
         """AER ``(L, H + 1)``: each head, then the layer's head average (NaN when H = 1)."""
         L, H = self.shape
@@ -154,6 +164,7 @@ class AlignReport(TextReport):
             "scores": [s.to_json() for s in self.scores],
             "best": {str(k): self.best(k).to_json() for k in (0, 1)},
             "best_head": self.best().to_json(),
+            "verdict_map": (v.to_json() if (v := self.verdict_score()) is not None else None),
             "grid": {str(shift): _rounded(self.grid(shift)) for shift in (0, 1)},
             **self._extras_json(),
             "published": {"source": PUBLISHED_SOURCE, **{n: v / 100 for n, v in PUBLISHED}},
@@ -301,6 +312,10 @@ def _chosen(r: AlignReport) -> list[str]:
         lines.append(f"picked beforehand on the trial split: {r.picked.name}, shift {r.picked.shift}: {_prf(r.picked.counts)}")
     if r.saliency is not None:
         lines.append(f"{SALIENCY_LABEL}, shift 0: {_prf(r.saliency)}; no head chosen, {r.saliency_seconds:.1f} s")
+    v = r.verdict_score()
+    if v is not None:  # the one map explain, doctor, the demo and the web page judge, chosen by nothing
+        lines.append(_("the map every alignment verdict reads ({name}, shift 0): {scores}").format(
+            name=v.name, scores=_prf(v.counts)))
     return lines
 
 

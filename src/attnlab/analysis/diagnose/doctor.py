@@ -11,7 +11,7 @@ loss falls, but slowly and steadily            learning rate too low           r
 still improving when the run stopped           undertrained                    train longer / the budget schedule
 valid loss rises while the train loss falls    overfitting                     dropout, weight decay, data
 many pairs cut / long sentences cut and poor   ``num_steps`` too small         raise ``data.num_steps``
-near-uniform rows, or one row at every step    attention not formed            train longer / check the model
+``i'm home .`` not aligned as the notes' table  attention not formed            train longer / check the model
 =============================================  ==============================  ===================================
 
 **Shapes relative to where the run started.** Each rule compares the curve with the run's own first
@@ -27,7 +27,9 @@ nothing about its settings). Otherwise the verdict says which evidence is missin
 
 Inputs: ``metrics.jsonl`` (training loss per log event, validation loss/BLEU per validation),
 ``meta.json`` (data statistics: pairs cut to ``num_steps``), ``eval-test.json`` (BLEU by source length,
-in words) and ``probes.jsonl`` (the probe sentences' attention at step 0 and every validation). The
+in words) and ``probes.jsonl`` (the probe sentences' attention at step 0 and every validation: "attention
+formed" is the one alignment verdict of :mod:`attnlab.evaluation.alignment` on the notes' example, read at
+the step of the checkpoint every other command loads by default, ``best``). The
 thresholds are the constants below: heuristics, documented, each a share of a reference with a meaning.
 Losses are the plain per-token cross-entropy (nats) the loop logs (label smoothing excluded).
 """
@@ -43,7 +45,7 @@ from typing import Any
 from attnlab.analysis.report import TextReport
 from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import AttnlabError
-from attnlab.evaluation.alignment import FORMED_MOVEMENT, UNIFORM_SHARE, shown
+from attnlab.evaluation.alignment import AlignmentCheck, check_probe, example_sentence
 from attnlab.i18n import N_, _
 from attnlab.runs import read_metrics
 
@@ -100,14 +102,9 @@ MIN_BUCKET_SENTENCES = 20
 NUM_STEPS_COVERAGE = 0.99
 
 # --- attention not formed -------------------------------------------------------------------------
-# The same two bars as the note `attnlab attention` and `explain` print (evaluation/alignment.py), so
-# that the doctor and those commands never disagree about one run.
-#: A row whose entropy is above this share of ln(keys it may attend to) is near-uniform.
-UNIFORM_ENTROPY_SHARE = UNIFORM_SHARE
-#: Consecutive decoder steps whose rows differ by less than this total-variation distance look at the
-#: same thing: the attention does not move with the output (how an undertrained Bahdanau model fails;
-#: docs/experiments/bahdanau-movement.md).
-STATIC_TV = FORMED_MOVEMENT
+# No bar of its own: the verdict of evaluation/alignment.py (each judged row of `i'm home .` looks at the
+# notes' table's word) on the probe recorded at the best checkpoint's step, so that the doctor, `explain`,
+# `attention`, the demo and the web page never disagree about one run.
 
 SYMPTOMS = (
     "lr_too_high",
@@ -124,7 +121,7 @@ TITLES = {
     "undertrained": N_("still improving at the end (undertrained)"),
     "overfitting": N_("validation loss rising while the training loss falls (overfitting)"),
     "num_steps_too_small": N_("many sentences cut (num_steps too small)"),
-    "attention_not_formed": N_("attention not formed (near-uniform rows, or the same row at every step)"),
+    "attention_not_formed": N_("attention not formed (the notes' example does not align as the table of §1 says)"),
 }
 SHORT = {
     "lr_too_high": N_("lr too high"),
@@ -561,97 +558,49 @@ def check_num_steps(data_stats: dict[str, Any], eval_report: dict[str, Any] | No
     return f
 
 
-def attention_shape(rows: list[list[float]]) -> tuple[float | None, float | None]:
-    """``(entropy share, TV)`` of one attention map (``rows[t]`` = weights of decoder step t):
-    the mean over rows of ``H(row) / ln(keys with weight > 0)`` (1 = uniform; masked keys are exactly
-    0 and do not count), and the mean total-variation distance ``½ Σ |a − b|`` between consecutive
-    rows (0 = the same row at every step). ``None`` where there are too few rows or keys."""
-    shares = []
-    for row in rows:
-        allowed = [w for w in row if w > 0]
-        if len(allowed) >= 2:
-            shares.append(-sum(w * math.log(w) for w in allowed) / math.log(len(allowed)))
-    tvs = [0.5 * sum(abs(x - y) for x, y in zip(a, b)) for a, b in zip(rows, rows[1:])]
-    return (_mean(shares) if shares else None), (_mean(tvs) if tvs else None)
+def _example_probe(probes: dict[str, Any] | None, direction: str) -> dict[str, Any] | None:
+    """The probe sentence the verdict reads (the notes' example in the run's direction), or None."""
+    from attnlab.data.text import preprocess
 
-
-def _probe_layers(rec: dict[str, Any]) -> tuple[str, list[list[list[float]]]] | None:
-    """The attention the rule reads in one probe record: cross-attention, or for a decoder-only model
-    its self-attention onto the source positions (renormalised), layer by layer."""
-    att = rec.get("attention") or {}
-    if att.get("cross"):
-        return N_("cross"), att["cross"]
-    if att.get("self"):
-        n = len(rec.get("src_tokens") or [])
-        layers = []
-        for layer in att["self"]:
-            rows = [[w / s for w in row[:n]] for row in layer if (s := sum(row[:n])) > 0]
-            layers.append(rows)
-        return N_("self (onto the source)"), layers
+    want = preprocess(example_sentence(direction))
+    for s in (probes or {}).get("sentences", []):
+        if s.get("steps") and preprocess(str(s.get("sentence", ""))) == want:
+            return s
     return None
 
 
-def _attention_at(sentences: list[dict[str, Any]], pick: int) -> tuple[str, int, list[tuple]] | None:
-    """Per layer ``(entropy share, TV)`` averaged over the probe sentences' record ``pick`` (0 = the
-    first, -1 = the last), with the attention kind and the step."""
-    kind, step, per_layer = "", 0, {}
-    for s in sentences:
-        got = _probe_layers(s["steps"][pick])
-        if got is None:
-            continue
-        kind, layers = got
-        step = s["steps"][pick]["step"]
-        for i, rows in enumerate(layers):
-            ent, tv = attention_shape(rows)
-            acc = per_layer.setdefault(i, ([], []))
-            if ent is not None:
-                acc[0].append(ent)
-            if tv is not None:
-                acc[1].append(tv)
-    if not per_layer:
-        return None
-    return kind, step, [(_mean(e) if e else None, _mean(t) if t else None) for e, t in per_layer.values()]
+def _at_step(steps: list[dict[str, Any]], step: int | None) -> dict[str, Any]:
+    """The record of ``step`` (the best checkpoint's), else the last one recorded."""
+    return next((r for r in steps if step is not None and r.get("step") == step), steps[-1])
 
 
-def _layer_text(i: int, ent: float | None, tv: float | None) -> str:
-    e = _("entropy {entropy:.2f} × ln K").format(entropy=ent) if ent is not None else _("entropy -")
-    t = _("consecutive rows differ by {tv:.2f} (TV)").format(tv=shown(tv)) if tv is not None else _("one row only")
-    return _("layer {layer}: {entropy}, {movement}").format(layer=i + 1, entropy=e, movement=t)
-
-
-def check_attention(probes: dict[str, Any] | None) -> Finding:
-    """Attention formed on the probe sentences (last record): some layer's rows are not near-uniform
-    (entropy share below ``UNIFORM_ENTROPY_SHARE``) and move from step to step (TV ≥ ``STATIC_TV``)."""
+def check_attention(probes: dict[str, Any] | None, direction: str = "en-fr", best_step: int | None = None
+                    ) -> Finding:
+    """Attention formed: the alignment verdict (:func:`attnlab.evaluation.alignment.check_probe`) on the
+    probe of the notes' example at ``best_step`` (the checkpoint ``explain``, ``attention`` and the web page
+    load by default; else the last record). Not checked when the run recorded no such probe or its
+    translation holds none of the table's words."""
     f = _new_finding("attention_not_formed")
-    sentences = [s for s in (probes or {}).get("sentences", []) if s.get("steps")]
-    last = _attention_at(sentences, -1) if sentences else None
-    if last is None:
+    probe = _example_probe(probes, direction)
+    rec = _at_step(probe["steps"], best_step) if probe is not None else None
+    check: AlignmentCheck | None = check_probe(rec, direction, probe["sentence"]) if rec is not None else None
+    if check is None or check.formed is None:
         f.checked = False
         return f
-    kind, step, layers = last
-    first = _attention_at(sentences, 0)
-
-    def formed(ent: float | None, tv: float | None) -> bool:
-        return ent is not None and ent < UNIFORM_ENTROPY_SHARE and (tv is None or tv >= STATIC_TV)
-
-    f.numbers.update(kind=kind, step=step, layers=[{"entropy_share": e, "tv": t} for e, t in layers])
-    if not any(formed(e, t) for e, t in layers):
+    f.numbers.update(step=rec["step"], sentence=probe["sentence"], alignment=check.to_json())
+    line = _("at step {step}, “{sentence}” → “{translation}”: {verdict}").format(
+        step=rec["step"], sentence=probe["sentence"], translation=rec.get("translation", ""), verdict=check.summary())
+    f.evidence.append(line)
+    if not check.formed:
         f.detected = True
-        f.evidence.append(
-            _("on {count} probe sentences at step {step}, {kind} attention: {layers} (near-uniform above "
-              "{uniform}, the same row below {static})").format(
-                count=len(sentences), step=step, kind=_(kind),
-                layers="; ".join(_layer_text(i, e, t) for i, (e, t) in enumerate(layers)),
-                uniform=UNIFORM_ENTROPY_SHARE, static=STATIC_TV)
-        )
-        if first is not None and first[1] != step:
-            f.evidence.append(
-                _("at step {step}: {layers}").format(
-                    step=first[1], layers="; ".join(_layer_text(i, e, t) for i, (e, t) in enumerate(first[2])))
-            )
+        first = check_probe(probe["steps"][0], direction, probe["sentence"])
+        if first is not None and first.formed is not None and probe["steps"][0]["step"] != rec["step"]:
+            f.evidence.append(_("at step {step}: {verdict}").format(step=probe["steps"][0]["step"],
+                                                                    verdict=first.summary()))
         f.suggestion = _(
-            "train longer (alignment forms after the word frequencies are learnt); if the rows stay the same "
-            "at every step, the decoder is not using its attention: see `attnlab attention RUN --timeline`"
+            "train longer (alignment forms after the word frequencies are learnt); see how it formed, "
+            "`attnlab attention RUN --timeline`, and what each output depends on beside what it looks at, "
+            "`attnlab explain RUN \"i'm home .\"`"
         )
     return f
 
@@ -693,6 +642,8 @@ def diagnose_curves(
     run: str = "",
     probes: dict[str, Any] | None = None,
     budget: dict[str, Any] | None = None,
+    direction: str = "en-fr",
+    best_step: int | None = None,
 ) -> DoctorReport:
     """Run every check on curves given as ``metrics.jsonl`` records.
 
@@ -705,10 +656,12 @@ def diagnose_curves(
         lr: the run's ``train.lr`` (the suggestions scale it).
         probes: :func:`attnlab.runs.probes.read_probes` of the run, if any.
         budget: ``max_minutes``/``max_steps`` of the run (the "train longer" suggestion uses them).
+        direction: the run's ``data.direction`` (which probe is the notes' example, which way the table reads).
+        best_step: the step of the run's ``best`` checkpoint: the probe recorded then is the one judged.
     """
     high = check_lr_too_high(train, vocab_size, lr)
     low = check_lr_too_low(train, valid, lr, vocab_size)
-    attention = check_attention(probes)
+    attention = check_attention(probes, direction, best_step)
     report = DoctorReport(
         run,
         [
@@ -737,7 +690,8 @@ def diagnose_curves(
     if eval_report is None:
         report.notes.append(_("no eval-test.json: BLEU by length not checked (run `attnlab evaluate RUN`)"))
     if not report.finding("attention_not_formed").checked:
-        report.notes.append(_("no probe attention (probes.jsonl): attention formation not checked"))
+        report.notes.append(_("no probe of the notes' example with a verdict (probes.jsonl): attention formation "
+                              "not checked"))
     return report
 
 
@@ -819,7 +773,23 @@ def run(run_dir: str | Path) -> DoctorReport:
         run=str(run_dir),
         probes=read_probes(run_dir, max_bytes=8 << 20),  # the newest records are the ones read
         budget={"max_minutes": tc.max_minutes, "max_steps": tc.max_steps},
+        direction=cfg.data.direction,
+        best_step=_best_step(run_dir),
     )
+
+
+def _best_step(run_dir: Path) -> int | None:
+    """The step of the checkpoint ``best`` resolves to (what the other commands load), None when unknown."""
+    import re
+
+    from attnlab.errors import CheckpointError
+    from attnlab.runs.checkpoint import resolve_checkpoint
+
+    try:
+        m = re.fullmatch(r"step-(\d+)", resolve_checkpoint(run_dir, "best").name)
+    except CheckpointError:
+        return None
+    return int(m.group(1)) if m else None
 
 
 def _text(report: DoctorReport) -> str:

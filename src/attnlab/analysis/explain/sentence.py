@@ -13,7 +13,9 @@ GRU's gates:
    same logits as the trained model); for Transformers, the norm placement (pre-norm against the
    notes' post-norm, §20) and the residual adds X + Sublayer(·) of every layer (:mod:`.roles`);
 5. greedy decoding step by step (§3, §22): the attention over the source and the top-k logits with
-   their probabilities (§8) — the translator's own greedy search, watched step by step;
+   their probabilities (§8) — the translator's own greedy search, watched step by step; then what each
+   output looks at and what it depends on (:mod:`.depends`: the one alignment verdict of
+   :mod:`attnlab.evaluation.alignment`, and the integrated-gradients row of ``attnlab attribute``);
 6. Query, Key and Value of each attention kind (§2, §12, §18), ``in_proj`` split into W_q, W_k, W_v
    and heads (§11), and step 1's scores worked by hand (:mod:`.roles`);
 7. one logit worked by hand, ``W_o[id]·out + b_o[id]`` (§8), and weight tying;
@@ -39,13 +41,14 @@ from torch import Tensor, nn
 
 from attnlab.analysis import hooks
 from attnlab.analysis.explain import params, roles
+from attnlab.analysis.explain.depends import DependsReport
+from attnlab.analysis.explain.depends import run as depends_on
 from attnlab.analysis.explain.params import tied_note
 from attnlab.analysis.report import TextReport
 from attnlab.data.batching import Batch, collate
 from attnlab.data.text import tokenize
 from attnlab.data.vocab import EOS, UNK
 from attnlab.errors import AttnlabError
-from attnlab.evaluation.alignment import FORMED_MOVEMENT, attention_movement, formation_note, shown
 from attnlab.evaluation.bleu import d2l_bleu
 from attnlab.i18n import N_, _
 from attnlab.models import ModelTraits, StepOutput, build_model, traits
@@ -218,6 +221,7 @@ def run(translator: Translator, sentence: str, reference: str | None = None, top
         tr, model, t, sentence, ids, truncated, top_k, steps, translation, batch, modules, cap, tracks,
         scratch_gap=_scratch_gap(tr, model, batch) if t.recurrent else None,
         loss=_loss(model, tr, ids, reference, translation) if reference is not None else None,
+        depends=depends_on(tr, sentence) if {"cross", "self"} & set(t.attention) else None,
     )
 
 
@@ -241,6 +245,7 @@ class ExplainReport(TextReport):
     tracks: dict[str, GateTrack] | None = None
     scratch_gap: float | None = None  # max |Δ| of the scratch GRU's logits against the trained model's
     loss: _Loss | None = None
+    depends: DependsReport | None = None  # None: the model has no attention from output to source
 
     def _format(self) -> str:
         tr, t, model, cap = self.translator, self.traits, self.model, self.cap
@@ -258,6 +263,8 @@ class ExplainReport(TextReport):
         roles.residual_section(model, cap, src_labels, tgt_labels, out)  # 4 (Transformers)
         roles.ffn_section(cap, src_labels, tgt_labels, out)  # 4, §19 (Transformers)
         _decoding_section(self.steps, self.translation, len(tr.tgt_tok), self.top_k, out)  # 5
+        if self.depends is not None:
+            out(self.depends.format())  # 5: the alignment verdict beside integrated gradients
         first_row = self.steps[0].weights if self.steps else None
         roles.roles_section(model, t, cap, src_labels, tgt_labels, first_row, out)  # 6
         roles.logit_section(model, t, cap, tr.tgt_tok, out)  # 7
@@ -283,7 +290,8 @@ class ExplainReport(TextReport):
             "sentence": self.sentence, "model_kind": tr.cfg.model.kind,
             "tokens": token_labels(tr.src_tok, self.ids), "ids": self.ids + [EOS], "translation": self.translation,
             "steps": steps, "modules": modules, "scratch_gap": self.scratch_gap,
-            "loss": dataclasses.asdict(self.loss) if self.loss is not None else None, "text": self.format(),
+            "loss": dataclasses.asdict(self.loss) if self.loss is not None else None,
+            "depends": self.depends.to_json() if self.depends is not None else None, "text": self.format(),
         })
 
 
@@ -537,23 +545,7 @@ def _decoding_section(steps: list[_Step], translation: str, V: int, top_k: int, 
                 f"‖c‖ = {float(st.context.norm()):.3f}")
         out("    top: " + "  ".join(f"{tok} {p:.3f}" for tok, p in st.top))
         out(_("    → chooses {token!r} (p = {p:.3f})").format(token=st.chosen, p=st.p_chosen))
-    _movement_lines(steps, out)
     out(_("  translation: {text!r}").format(text=translation))
-
-
-def _movement_lines(steps: list[_Step], out: Out) -> None:
-    """Does the attention move from step to step (§1)? The rows' mean total variation, and the
-    one-line note of :func:`~attnlab.evaluation.alignment.formation_note` when it has not formed."""
-    rows = [st.weights for st in steps if st.weights is not None]
-    if len(rows) < 2:
-        return
-    weights = torch.stack(rows)  # (T, S)
-    move = attention_movement(weights)
-    out(f"  attention movement: mean total variation ½Σ|α_t' − α_t'−1| between consecutive steps = {shown(move):.2f} "
-        f"(0 = the same weights at every step; formed above {FORMED_MOVEMENT})")
-    note = formation_note(weights)
-    if note:
-        out("  " + note)
 
 
 def _scratch_gap(tr: Translator, scratch: nn.Module, batch: Batch) -> float:

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from attnlab.data.text import preprocess
 from attnlab.errors import AttnlabError
+from attnlab.evaluation.alignment import check_result
 from attnlab.maps import continues_word, display_tokens
 from attnlab.web.deadline import DeadlinePassed, check
 from attnlab.web.registry import LoadedRun, ResultCache
@@ -158,6 +159,7 @@ def translate_job(job: TranslateJob, cache: ResultCache, t0: float) -> tuple[byt
         **display_fields(res),
         "kinds": list(res.attention),
         "attention": attention,
+        "alignment": alignment_verdict(r.translator, res),
         "warnings": warnings,
     }
     payload["elapsed_ms"] = round(1000 * (time.perf_counter() - t0), 1)
@@ -166,6 +168,13 @@ def translate_job(job: TranslateJob, cache: ResultCache, t0: float) -> tuple[byt
         check()
         return gzip_bytes(body), True
     return body, False
+
+
+def alignment_verdict(tr: Any, res: Any) -> dict[str, Any] | None:
+    """The one alignment verdict (:func:`attnlab.evaluation.alignment.check_result`, what ``explain``,
+    ``doctor``, ``attention`` and the demo say) on the notes' example; None for any other sentence."""
+    check = check_result(res, tr.cfg.data.direction)
+    return check.to_json() if check is not None and check.formed is not None else None
 
 
 def display_fields(res: Any) -> dict[str, Any]:

@@ -351,6 +351,15 @@ function fillSelect(sel, items, value) {
   if (value !== undefined && items.some(([v]) => String(v) === String(value))) sel.value = value;
 }
 
+// The one alignment verdict (evaluation/alignment.py: the notes' table of §1 on `i'm home .`), in the
+// page's language: the same words `attnlab explain`, `doctor`, `attention` and the demo print.
+function verdictText(a) {
+  if (!a || a.formed === null || a.formed === undefined) return "";
+  return a.formed
+    ? t("attention has formed: {agree} of {judged} words look where the notes' table of §1 says ({table})", a)
+    : t("attention has not formed: {agree} of {judged} words look where the notes' table of §1 says ({table}); {wrong}", a);
+}
+
 function showResult(res, keepStep) {
   state.result = res;
   $("#result").hidden = false;
@@ -362,6 +371,7 @@ function showResult(res, keepStep) {
   const meta = [`${res.run} · ${res.model_kind}`, t("beam {n}", { n: res.beam_size }), `${res.elapsed_ms} ms`];
   if (res.unknown_words.length) meta.push(t("unknown to the model: {words}", { words: res.unknown_words.join(", ") }));
   if (res.truncated) meta.push(t("input truncated to the model's longest source"));
+  if (res.alignment) meta.push(verdictText(res.alignment));
   for (const w of res.warnings || []) meta.push(w);
   $("#result-meta").textContent = meta.join("  ·  ");
   if (!keepStep) {
@@ -756,7 +766,7 @@ function drawProbe() {
   const kind = probeKind(rec);
   $("#probe-step-label").textContent = t("step {step}  ({i} of {n})", {
     step: rec.step.toLocaleString(), i: Number($("#probe-step").value) + 1, n: s.steps.length,
-  });
+  }) + (rec.alignment ? "  ·  " + verdictText(rec.alignment) : "");
   $("#probe-translation").replaceChildren(el("span", "lang", "FR"), document.createTextNode(" " + (rec.translation || t("(empty)"))));
   if (!kind) { $("#probe-heatmap").replaceChildren(); return; }
   const A = rec.attention[kind];
