@@ -198,6 +198,7 @@ def test_compression_happens_in_the_worker_inside_admission(wide, monkeypatch):
 class _Gated:
     def __init__(self) -> None:
         self.gate, self.started = threading.Event(), threading.Event()
+        self.cfg = C.preset("bahdanau")  # a Translator's config: the route reads its direction
 
     def attention(
         self, sentence: str, beam_size: int = 1, max_len: int | None = None, extra_pad: int = 0

@@ -10,6 +10,7 @@ import httpx
 import pytest
 import torch
 
+from attnlab import config as C
 from attnlab.errors import AttnlabError
 from attnlab.translator import AttentionResult
 from attnlab.web.app import create_app
@@ -23,6 +24,7 @@ class GatedTranslator:
     def __init__(self, delay: float | None = None) -> None:
         self.gate, self.delay, self.started = threading.Event(), delay, 0
         self._lock = threading.Lock()
+        self.cfg = C.preset("bahdanau")  # a Translator's config: the route reads its direction
 
     def attention(
         self, sentence: str, beam_size: int = 1, max_len: int | None = None, extra_pad: int = 0
