@@ -106,10 +106,12 @@ def using(lang: str | None):
     before = (_translations, _language, dict(_missing))
     try:
         yield set_language(lang)
-    finally:
+    finally:  # the messages missing inside the block stay listed: the caller still says so once
+        inside = dict(_missing)
         globals().update(_translations=before[0], _language=before[1])
         _missing.clear()
         _missing.update(before[2])
+        _missing.update(inside)
 
 
 def language() -> str:
@@ -154,7 +156,8 @@ def add_lang_argument(parser, top_level: bool = False) -> None:
 
     parser.add_argument(
         "--lang", metavar="LANG", default=None if top_level else argparse.SUPPRESS,
-        help=f"language of the teaching text: {' or '.join(available_languages())} (default: ${ENV_VAR}, else en)",
+        help=_("language of the teaching text: {languages} (default: ${variable}, else en)").format(
+            languages=" or ".join(available_languages()), variable=ENV_VAR),
     )
 
 

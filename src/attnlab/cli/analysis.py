@@ -17,6 +17,7 @@ from attnlab.cli.common import (
 )
 from attnlab.config import DATASETS, MODEL_KINDS
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 
 
 def default_out(run: str | Path, name: str) -> Path:
@@ -128,9 +129,9 @@ def register(sub) -> None:
 def _add_doctor(sub) -> None:
     d = sub.add_parser(
         "doctor",
-        help="diagnose a run's curves: lr too high/low, overfitting, num_steps (notes §10)",
-        description="Read a run's curves and per-length scores and say what they suggest: lr too high or "
-        "too low, overfitting, num_steps too small (notes §10). Always exits 0 when the run can be read.",
+        help=_("diagnose a run's curves: lr too high/low, overfitting, num_steps (notes §10)"),
+        description=_("Read a run's curves and per-length scores and say what they suggest: lr too high or "
+          "too low, overfitting, num_steps too small (notes §10). Always exits 0 when the run can be read."),
     )
     d.add_argument("run", metavar="RUN", help="run folder")
     d.add_argument("--json", action="store_true", help="print the findings as JSON instead of text")
@@ -140,9 +141,9 @@ def _add_doctor(sub) -> None:
 def _add_sweep(sub) -> None:
     s = sub.add_parser(
         "sweep",
-        help="a small hyperparameter search (grid or random), time budget per trial",
-        description="Train one run per point of a grid (or N random points) into --runs-dir/trial-XX, "
-        "each under the same budget, and pick the best by validation BLEU, then loss.",
+        help=_("a small hyperparameter search (grid or random), time budget per trial"),
+        description=_("Train one run per point of a grid (or N random points) into --runs-dir/trial-XX, "
+          "each under the same budget, and pick the best by validation BLEU, then loss."),
     )
     s.add_argument("--model", choices=MODEL_KINDS, required=True,
                    help="model kind; its preset is every trial's base (a --grid model.kind axis changes the kind on "
@@ -199,9 +200,9 @@ def _add_sweep(sub) -> None:
 def _add_heads(sub) -> None:
     h = sub.add_parser(
         "heads",
-        help="do heads specialise? per-head statistics and importance (notes §11, §28)",
-        description="Per-head statistics (distance, previous/next token, <eos>, entropy, alignment) and "
-        "importance by masking each head, as a table, JSON and figures (notes §11, §28).",
+        help=_("do heads specialise? per-head statistics and importance (notes §11, §28)"),
+        description=_("Per-head statistics (distance, previous/next token, <eos>, entropy, alignment) and "
+          "importance by masking each head, as a table, JSON and figures (notes §11, §28)."),
     )
     h.add_argument("run", metavar="RUN", help="run folder (transformer or decoder-only)")
     h.add_argument("--sentences", type=int, default=100, help="validation sentences to measure on")
@@ -230,9 +231,9 @@ def _add_heads(sub) -> None:
 def _add_compare(sub) -> None:
     c = sub.add_parser(
         "compare",
-        help="runs side by side: parameters, speed, BLEU by length, examples (§26)",
-        description="Two or more runs side by side: parameters, decoding speed, BLEU by source length and "
-        "examples (§26), as Markdown and figures.",
+        help=_("runs side by side: parameters, speed, BLEU by length, examples (§26)"),
+        description=_("Two or more runs side by side: parameters, decoding speed, BLEU by source length and "
+          "examples (§26), as Markdown and figures."),
     )
     c.add_argument("runs", nargs="+", metavar="RUN", help="two or more run folders")
     c.add_argument(

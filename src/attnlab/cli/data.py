@@ -13,6 +13,7 @@ from __future__ import annotations
 from attnlab import config as config_mod
 from attnlab.cli.common import add_config_args, build_config
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 
 
 def _run_files(run: str):
@@ -30,7 +31,8 @@ def _run_stats(args, files, tokenizers) -> str:
     if stats:
         try:
             text = corpus.format_stats(corpus.Prepared(*tokenizers, splits={}, stats=stats))
-            return f"{text}\n(statistics recorded in {args.run}/meta.json when the run was trained)"
+            return text + "\n" + _("(statistics recorded in {run}/meta.json when the run was trained)").format(
+                run=args.run)
         except (KeyError, TypeError):
             pass  # an older meta.json without every field: recompute below
     from attnlab import runs
@@ -69,10 +71,10 @@ def cmd_data(args) -> int:
 
 def register(sub) -> None:
     """Add ``data`` to the ``attnlab`` parser's subparsers ``sub``."""
-    d = sub.add_parser("data", help="corpus statistics and the notes' §4 tokens → ids walk-through",
-                       description="Corpus statistics, and one sentence followed through preprocessing, "
-                                   "the vocabulary and padding (the notes' §4). With --run, the run's own "
-                                   "tokenizer and num_steps: the ids are the rows of its embedding table.")
+    d = sub.add_parser("data", help=_("corpus statistics and the notes' §4 tokens → ids walk-through"),
+                       description=_("Corpus statistics, and one sentence followed through preprocessing, "
+                                     "the vocabulary and padding (the notes' §4). With --run, the run's own "
+                                     "tokenizer and num_steps: the ids are the rows of its embedding table."))
     d.add_argument("--dataset", choices=config_mod.DATASETS, default=None,
                    help="which corpus (default: fra-eng; with --run, the run's)")
     d.add_argument("--sentence", help="an English sentence to follow through preprocessing and the vocabulary "

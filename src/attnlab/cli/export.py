@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from attnlab.export import FORMATS, QUANTIZATIONS
+from attnlab.i18n import _
 
 
 def cmd_export(args) -> int:
@@ -34,11 +35,11 @@ def cmd_export(args) -> int:
 
 def register(sub) -> None:
     e = sub.add_parser(
-        "export", help="write a run's checkpoint as a self-contained folder (safetensors, HF tokenizers, CTranslate2)",
-        description="Write one checkpoint as a folder that needs no run folder: config.json, model.safetensors "
-                    "(config and fingerprint in its metadata) and one Hugging Face tokenizers file per language. "
-                    "Every command that takes a RUN accepts it. --format ctranslate2 adds OUT/ctranslate2/, the "
-                    "model for the CTranslate2 engine (`attnlab translate OUT --engine ctranslate2`).",
+        "export", help=_("write a run's checkpoint as a self-contained folder (safetensors, HF tokenizers, CTranslate2)"),
+        description=_("Write one checkpoint as a folder that needs no run folder: config.json, model.safetensors "
+                      "(config and fingerprint in its metadata) and one Hugging Face tokenizers file per language. "
+                      "Every command that takes a RUN accepts it. --format ctranslate2 adds OUT/ctranslate2/, the "
+                      "model for the CTranslate2 engine (`attnlab translate OUT --engine ctranslate2`)."),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     e.add_argument("run", metavar="RUN", help="run folder (the --out of `attnlab train`) or an exported folder")
     e.add_argument("out", metavar="OUT", help="the folder to write")

@@ -19,6 +19,7 @@ from attnlab.cli.common import (
 )
 from attnlab.config import MODEL_KINDS, Config
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.interrupts import exit_code
 
 
@@ -131,10 +132,10 @@ def cmd_config(args) -> int:
 
 def register(sub) -> None:
     """`train` and `config`: the same options make the same config."""
-    t = sub.add_parser("train", help="train a model into a run folder",
-                       description="Train a model into a run folder. The config is the model's preset, then "
-                                   "--config, then the flags below, then section.key=value overrides "
-                                   "(`attnlab config` prints it). Ctrl-C saves; --resume continues exactly.")
+    t = sub.add_parser("train", help=_("train a model into a run folder"),
+                       description=_("Train a model into a run folder. The config is the model's preset, then "
+                                     "--config, then the flags below, then section.key=value overrides "
+                                     "(`attnlab config` prints it). Ctrl-C saves; --resume continues exactly."))
     t.add_argument("--out", required=True, metavar="RUN",
                    help="the run folder to create (or, with --resume, to continue)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
@@ -145,12 +146,12 @@ def register(sub) -> None:
     add_verbosity_args(t)
     t.set_defaults(func=cmd_train)
 
-    c = sub.add_parser("config", help="print the config `attnlab train` would run, as TOML",
-                       description="Print, as TOML, the config `attnlab train` would start from with the same "
-                                   "options: the preset, --config, the flags and the overrides. train.size=auto "
-                                   "is resolved only when training starts (a 1-second matmul probe sizes the "
-                                   "model for the machine); --resolve runs that probe now. The output is a "
-                                   "valid --config file.")
+    c = sub.add_parser("config", help=_("print the config `attnlab train` would run, as TOML"),
+                       description=_("Print, as TOML, the config `attnlab train` would start from with the same "
+                                     "options: the preset, --config, the flags and the overrides. train.size=auto "
+                                     "is resolved only when training starts (a 1-second matmul probe sizes the "
+                                     "model for the machine); --resolve runs that probe now. The output is a "
+                                     "valid --config file."))
     _add_train_config_args(c, model_required=True)
     c.add_argument("--resolve", action="store_true",
                    help="also settle train.size=auto for this machine, as train would (measures it for a second)")
