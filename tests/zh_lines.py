@@ -17,14 +17,15 @@ attnlab gru transformer bahdanau seq2seq decoder-only encoder-only bleu chrf sac
 layernorm embedding query key value qkv bpe ter aer ibm gpt bert adam adamw muon lr dropout teacher forcing
 mask causal pad bos eos unk cpu cuda gpu json png svg toml safetensors ctranslate2 captum int8 float32 fp32
 num_steps num_hiddens embed_size num_layers num_heads batch_size valid_lens d2l mfu kv cache nltk wpt hansards
-train valid test notes tatoeba fra-eng numbers fast_align sinusoidal http api url html
+linear train valid test notes tatoeba fra-eng numbers fast_align sinusoidal http api url html
 ms gflop gflops tflop flop flops min kib mib gib
 """.split())
 
 _CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef]")
 # code: a `span`, a word holding a path/operator character, an option (not the -only of decoder-only),
-# a dotted name (train.lr, model.pt)
-_CODE = re.compile(r"`[^`]*`|\S*[/\\=_@#$%^&*<>{}\[\]|~]\S*|(?<![\w-])--?\w[\w-]*|\b\w+\.\w+(\.\w+)*\b")
+# a dotted name (train.lr, model.pt), a CamelCase class name (GRUEncoder, AdditiveAttention)
+_CODE = re.compile(r"`[^`]*`|\S*[/\\=_@#$%^&*<>{}\[\]|~]\S*|(?<![\w-])--?\w[\w-]*|\b\w+\.\w+(\.\w+)*\b"
+                   r"|\b[A-Za-z]+[a-z][A-Z]\w*|\b[A-Z]{2,}[a-z]\w*")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*")
 
 

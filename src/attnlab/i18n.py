@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import gettext
 import os
+import re
 from pathlib import Path
 
 from attnlab.errors import AttnlabError
@@ -121,7 +122,9 @@ def language() -> str:
     return _language
 
 
-_missing: dict[str, None] = {}  # messages asked for in a language whose catalogue lacks them, in order
+_missing: dict[str, None] = {}
+_FIELDS = re.compile(r"\{[^{}]*\}")
+_WORDS = re.compile(r"[^\W\d_]{2,}")  # messages asked for in a language whose catalogue lacks them, in order
 
 
 def _(message: str) -> str:
@@ -131,8 +134,8 @@ def _(message: str) -> str:
     if _translations is None:
         set_language(None)
     text = _translations.gettext(message)  # type: ignore[union-attr]
-    if text is message and _language != SOURCE_LANGUAGE and message.strip():
-        _missing.setdefault(message)
+    if text is message and _language != SOURCE_LANGUAGE and _WORDS.search(_FIELDS.sub("", message)):
+        _missing.setdefault(message)  # (a template of fields and symbols alone has nothing to translate)
     return text
 
 

@@ -102,7 +102,7 @@ def cmd_explain(args) -> int:
     fig = report.figure()
     if fig is not None:
         for path in save_figure(fig, figures / "gates", formats=("png",)):
-            print(f"  heatmaps of every unit × step (z, r, h̃, h_t; encoder and decoder): {path}")
+            print(_("  heatmaps of every unit × step (z, r, h̃, h_t; encoder and decoder): {path}").format(path=path))
     return 0
 
 
