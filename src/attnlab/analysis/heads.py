@@ -44,6 +44,7 @@ from attnlab.data.text import detokenize
 from attnlab.data.vocab import EOS, PAD
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import reference_streams
+from attnlab.i18n import _
 from attnlab.models import traits
 from attnlab.translator import Translator, decode_many, teacher_forced
 from attnlab.viz.figure import new_figure
@@ -442,7 +443,7 @@ def run(
     heads: list[HeadStats] = []
     shape = {kind: (len(mods), mods[0].num_heads) for kind, mods in modules.items()}
     total = sum(L * H for L, H in shape.values()) if importance else 0
-    with tqdm(total=total, desc="heads (masking)", unit="head", disable=not progress or not total) as bar:
+    with tqdm(total=total, desc=_("heads (masking)"), unit="head", disable=not progress or not total) as bar:
         for kind, mods in modules.items():
             L, H = shape[kind]
             acc = sums[kind]
@@ -594,7 +595,7 @@ def _heads_panel(fig, ax, report: HeadsReport, kind: str, stat: str) -> None:
         for j in range(shown.shape[1]):
             v = float(shown[i, j])
             if math.isfinite(v):
-                r, g, b, _ = im.cmap(im.norm(v))
+                r, g, b, _alpha = im.cmap(im.norm(v))
                 dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5  # the cell's luminance picks the ink
                 star = "*" if j < beyond.shape[1] and bool(beyond[i, j]) else ""
                 ax.text(j, i, f"{v:+.2f}{star}" if stat in SIGNED else f"{v:.2f}", ha="center", va="center",

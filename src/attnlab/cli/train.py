@@ -53,16 +53,19 @@ def cmd_train(args) -> int:
     if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
         return stop_code
     v = res.last_valid
-    line = (f"stopped by {res.stopped_by} at step {res.step} (epoch {res.epoch}); "
-            f"{res.tokens_per_s:,.0f} target tokens/s")
+    line = _("stopped by {why} at step {step} (epoch {epoch}); {speed:,.0f} target tokens/s").format(
+        why=res.stopped_by, step=res.step, epoch=res.epoch, speed=res.tokens_per_s)
     if "valid_bleu" in v:
-        line += f"; valid loss {v['valid_loss']:.3f}, BLEU {v['valid_bleu']:.2f} (best {res.best_bleu:.2f})"
+        line += _("; valid loss {loss:.3f}, BLEU {bleu:.2f} (best {best:.2f})").format(
+            loss=v["valid_loss"], bleu=v["valid_bleu"], best=res.best_bleu)
     elif "valid_fill_acc" in v:  # a fill model (encoder-only): masked-token accuracy, its best checkpoint's figure
-        line += f"; valid loss {v['valid_loss']:.3f}, fill accuracy {v['valid_fill_acc']:.1f}% (best {res.best_bleu:.1f}%)"
+        line += _("; valid loss {loss:.3f}, fill accuracy {acc:.1f}% (best {best:.1f}%)").format(
+            loss=v["valid_loss"], acc=v["valid_fill_acc"], best=res.best_bleu)
     print(line)
-    print(f"run folder: {out}")
+    print(_("run folder: {path}").format(path=out))
     if res.stopped_by == "signal":
-        print(f"interrupted: saved the last checkpoint; continue with `attnlab train --resume --out {out}`")
+        print(_("interrupted: saved the last checkpoint; continue with `attnlab train --resume --out {path}`").format(
+            path=out))
         return stop_code
     return 0
 
@@ -118,14 +121,15 @@ def cmd_config(args) -> int:
         note = ""
     elif args.resolve:
         cfg = _size_for_machine(cfg, args)
-        note = f"# train.size = \"{size}\" resolved as `attnlab train` would (the reason, if any, is on stderr)\n"
+        note = _("# train.size = \"{size}\" resolved as `attnlab train` would (the reason, if any, is on stderr)\n"
+                 ).format(size=size)
     else:
-        how = ("with a minute budget on fra-eng, a 1-second matmul probe sizes the model, vocabulary and batches "
-               "for this machine" if size == "auto" else "the tier's model, vocabulary and batch settings")
-        note = (f"# train.size = \"{size}\" is NOT applied yet: `attnlab train` applies it when it starts\n"
-                f"# ({how}); add --resolve to apply it now\n")
-    print(f"# what `attnlab train` would run with these options: the {cfg.model.kind} preset, then --config, "
-          f"the flags, the overrides\n{note}")
+        how = (_("with a minute budget on fra-eng, a 1-second matmul probe sizes the model, vocabulary and batches "
+                 "for this machine") if size == "auto" else _("the tier's model, vocabulary and batch settings"))
+        note = _("# train.size = \"{size}\" is NOT applied yet: `attnlab train` applies it when it starts\n"
+                 "# ({how}); add --resolve to apply it now\n").format(size=size, how=how)
+    print(_("# what `attnlab train` would run with these options: the {kind} preset, then --config, the flags, the "
+            "overrides").format(kind=cfg.model.kind) + "\n" + note)
     print(config_mod.dumps_toml(cfg), end="")
     return 0
 

@@ -43,6 +43,7 @@ from attnlab.data.text import detokenize
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import bleu_by_length, corpus_scores
 from attnlab.evaluation.evaluate import checkpoint_identity, notes_examples
+from attnlab.i18n import _
 from attnlab.runs import read_metrics, read_run
 from attnlab.translator import Translator
 from attnlab.viz.figure import new_figure
@@ -171,7 +172,7 @@ def measure_translation_speed(tr, sentences: list[str], repeats: int = 1) -> tup
     over the same sample (the first pass in a process pays for thread pools and allocator growth)."""
     tr.translate(sentences, beam_size=1)
     t0 = time.perf_counter()
-    for _ in range(repeats):
+    for _repeat in range(repeats):
         hyps = tr.translate(sentences, beam_size=1)
     return repeats * len(sentences) / max(time.perf_counter() - t0, 1e-9), hyps
 
@@ -282,7 +283,7 @@ def run(
             f"(evenly spaced over {run_dirs[0].name}'s validation split)"
         )
     out = []
-    bar = tqdm(total=len(runs), desc="compare", unit="run", disable=not progress, leave=False)
+    bar = tqdm(total=len(runs), desc=_("compare"), unit="run", disable=not progress, leave=False)
     try:
         for i, (d, tr) in enumerate(zip(run_dirs, trs)):
             bar.set_postfix_str(d.name)
