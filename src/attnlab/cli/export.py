@@ -24,12 +24,16 @@ def cmd_export(args) -> int:
     spec = json.loads((out / "config.json").read_text(encoding="utf-8"))
     engines = spec.get("engines") or {}
     extra = "".join(f"; {name}/ ({e['quantization']})" for name, e in engines.items())
-    print(f"exported {args.run} ({spec['model_kind']}, {spec['source']['checkpoint']}) to {out}: "
-          f"config.json, model.safetensors, {spec['tokenizers']['src']['file']}, {spec['tokenizers']['tgt']['file']}{extra}")
+    print(_("exported {run} ({kind}, {checkpoint}) to {out}: {files}").format(
+        run=args.run, kind=spec["model_kind"], checkpoint=spec["source"]["checkpoint"], out=out,
+        files=f"config.json, model.safetensors, {spec['tokenizers']['src']['file']}, "
+              f"{spec['tokenizers']['tgt']['file']}{extra}"))
     if out == here:  # the shell still sits in the folder that was swapped out and removed
-        print(f"note: the current folder was replaced; `cd {out}` to see the new files", file=sys.stderr)
+        print(_("note: the current folder was replaced; `cd {out}` to see the new files").format(out=out),
+              file=sys.stderr)
     if engines:
-        print(f"translate with it: attnlab translate {out} --engine ctranslate2 \"i'm home .\"")
+        print(_("translate with it: {command}").format(
+            command=f"attnlab translate {out} --engine ctranslate2 \"i'm home .\""))
     return 0
 
 

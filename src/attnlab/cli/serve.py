@@ -73,7 +73,8 @@ def cmd_serve(args) -> int:
     shown = f"[{args.host}]" if ":" in args.host else args.host
     names = ", ".join(f"{n} ({r.info['model_kind']})" for n, r in app.state.runs.items())
     print(
-        f"attention explorer: http://{shown}:{port}/  (runs: {names}; API reference at /docs)",
+        _("attention explorer: http://{host}:{port}/  (runs: {names}; API reference at /docs)").format(
+            host=shown, port=port, names=names),
         file=sys.stderr,
     )
     serve(app, args.host, port, limits, log_level=args.log_level, sock=sock)
