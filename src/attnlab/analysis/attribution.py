@@ -448,16 +448,17 @@ def _comparison_maps(maps: dict[str, Tensor], S: int, T: int, t) -> dict[str, Te
         cross = maps["cross"][-1].mean(dim=0)[:T, :S]  # (T, S)
         title = (_("additive attention (Bahdanau)") if t.recurrent
                  else _("cross-attention, layer {layer} of {layers}").format(layer=L, layers=L))
-        out[title + (", heads averaged" if t.heads > 1 else "")] = cross
+        out[title + (_(", heads averaged") if t.heads > 1 else "")] = cross
         if "enc_self" in maps:
             # Our composition, not Abnar & Zuidema's (they roll out one stack): the last layer's
             # cross-attention read back through the encoder's rollout to the source tokens.
-            out["cross-attention × encoder rollout"] = cross @ rollout(maps["enc_self"][..., :S, :S])[-1]
+            out[_("cross-attention × encoder rollout")] = cross @ rollout(maps["enc_self"][..., :S, :S])[-1]
     if "self" in maps:
         L = maps["self"].shape[0]
         rows = slice(S, S + T)  # the decoder-only query that reads input t predicts output t
-        out[f"self-attention on the source, layer {L} of {L}, heads averaged"] = maps["self"][-1].mean(0)[rows, :S]
-        out["rollout on the source"] = rollout(maps["self"])[-1][rows, :S]
+        out[_("self-attention on the source, layer {layer} of {layers}, heads averaged").format(layer=L, layers=L)] = (
+            maps["self"][-1].mean(0)[rows, :S])
+        out[_("rollout on the source")] = rollout(maps["self"])[-1][rows, :S]
     return out
 
 
@@ -581,16 +582,18 @@ def attribution_figure(a: Attribution):
     fig = new_figure((3.2 * n + 1.5, 0.32 * max(len(rows), len(cols)) + 2.8))
     axes = fig.subplots(1, n, squeeze=False)[0]
     for ax, (title, m) in zip(axes, a.compare.items()):
-        image = _panel(ax, m, rows, cols, f"{title}\nρ per sentence {_rho_text(a.mean_rho(title))}")
+        image = _panel(ax, m, rows, cols, title + "\n" + _("ρ per sentence {rho}").format(rho=_rho_text(a.mean_rho(title))))
     if a.compare:
-        fig.colorbar(image, ax=list(axes[:-1]), shrink=0.8, label="weight")
+        fig.colorbar(image, ax=list(axes[:-1]), shrink=0.8, label=_("weight"))
     peak = a.scores.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(a.scores.dtype).tiny)
     first = next(iter(a.rho.values()), None)
     labelled = [f"{r} (ρ {_rho_text(first[i])})" for i, r in enumerate(rows)] if first else rows
-    how = f", {a.steps} steps" if a.steps else ""
-    signed = _panel(axes[-1], a.scores / peak, labelled, cols, f"{METHODS[a.method]}{how}\nrow / max|a|", True)
-    fig.colorbar(signed, ax=axes[-1], shrink=0.8, label="attribution")
-    fig.suptitle(f"“{a.source}” → {a.translation or '(empty)'}: is attention an explanation?", fontsize=10)
+    how = _(", {steps} steps").format(steps=a.steps) if a.steps else ""
+    signed = _panel(axes[-1], a.scores / peak, labelled, cols, _(METHODS[a.method]) + how + "\n" + _("row / max|a|"),
+                    True)
+    fig.colorbar(signed, ax=axes[-1], shrink=0.8, label=_("attribution"))
+    fig.suptitle(_("“{source}” → {translation}: is attention an explanation?").format(
+        source=a.source, translation=a.translation or _("(empty)")), fontsize=10)
     return fig
 
 
@@ -604,8 +607,10 @@ def rollout_figure(r: RolloutReport):
     axes = fig.subplots(len(r.maps), 2, squeeze=False)
     for (left, right), m in zip(axes, r.maps):
         labels = display_tokens(m.labels)
-        _panel(left, m.attention, labels, labels, f"{m.kind}: last layer, heads averaged")
-        image = _panel(right, m.rollout, labels, labels, f"{m.kind}: rollout · ρ {_rho_text(m.mean_rho)}")
-        fig.colorbar(image, ax=[left, right], shrink=0.8, label="weight")
-    fig.suptitle(f"“{r.source}” → {r.translation or '(empty)'}: attention rollout (Abnar & Zuidema 2020)", fontsize=10)
+        _panel(left, m.attention, labels, labels, _("{kind}: last layer, heads averaged").format(kind=m.kind))
+        image = _panel(right, m.rollout, labels, labels, _("{kind}: rollout · ρ {rho}").format(
+            kind=m.kind, rho=_rho_text(m.mean_rho)))
+        fig.colorbar(image, ax=[left, right], shrink=0.8, label=_("weight"))
+    fig.suptitle(_("“{source}” → {translation}: attention rollout (Abnar & Zuidema 2020)").format(
+        source=r.source, translation=r.translation or _("(empty)")), fontsize=10)
     return fig

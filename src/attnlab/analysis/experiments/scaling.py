@@ -617,18 +617,18 @@ def _draw(report: dict[str, Any]):
     axes = fig.subplots(2, 3)
     (ax_f, ax_p, ax_g), (ax_t, ax_d, ax_c) = axes
     budget = report["ladder"]["budget_flops"]
-    ax_f.set(xscale="log", title=f"validation loss against training FLOPs ({budget:.2g} per rung)",
-             xlabel="counted training FLOPs", ylabel="validation cross-entropy per token")
-    ax_p.set(xscale="log", title="final validation loss against size (equal FLOPs)",
-             xlabel="trainable parameters", ylabel="validation cross-entropy per token")
-    ax_g.set(xscale="log", title="counted GFLOP/s of a training pass", xlabel="sentence length T (source = target)",
-             ylabel="GFLOP/s, forward + backward")
-    ax_t.set(xscale="log", yscale="log", title="training tokens/s against length (fixed tokens per batch)",
-             xlabel="sentence length T (source = target)", ylabel="target tokens/s, forward + backward")
-    ax_d.set(xscale="log", yscale="log", title="greedy decoding: time per step",
-             xlabel="tokens generated", ylabel="ms per step (whole batch)")
-    ax_c.set(xscale="log", yscale="log", title="greedy decoding: counted FLOPs per generated token",
-             xlabel="tokens generated", ylabel="FLOPs per token (encoder included)")
+    ax_f.set(xscale="log", title=_("validation loss against training FLOPs ({budget:.2g} per rung)").format(budget=budget),
+             xlabel=_("counted training FLOPs"), ylabel=_("validation cross-entropy per token"))
+    ax_p.set(xscale="log", title=_("final validation loss against size (equal FLOPs)"),
+             xlabel=_("trainable parameters"), ylabel=_("validation cross-entropy per token"))
+    ax_g.set(xscale="log", title=_("counted GFLOP/s of a training pass"), xlabel=_("sentence length T (source = target)"),
+             ylabel=_("GFLOP/s, forward + backward"))
+    ax_t.set(xscale="log", yscale="log", title=_("training tokens/s against length (fixed tokens per batch)"),
+             xlabel=_("sentence length T (source = target)"), ylabel=_("target tokens/s, forward + backward"))
+    ax_d.set(xscale="log", yscale="log", title=_("greedy decoding: time per step"),
+             xlabel=_("tokens generated"), ylabel=_("ms per step (whole batch)"))
+    ax_c.set(xscale="log", yscale="log", title=_("greedy decoding: counted FLOPs per generated token"),
+             xlabel=_("tokens generated"), ylabel=_("FLOPs per token (encoder included)"))
     rungs = report["rungs"]
     for name in FAMILIES:  # after the scales: setting a log scale resets the tick formatters
         mine = sorted((r for r in rungs if r["family"] == name), key=lambda r: r["width"])
@@ -639,8 +639,8 @@ def _draw(report: dict[str, Any]):
         if ax.has_data():
             ax.legend(fontsize=7)
     m = report["machine"]
-    fig.suptitle(f"why Transformers scale (§28.1): {report['dataset']}, {m['device']}, {m['threads']} threads"
-                 + _peak_text(m))
+    fig.suptitle(_("why Transformers scale (§28.1): {dataset}, {device}, {threads} threads").format(
+        dataset=report["dataset"], device=m["device"], threads=m["threads"]) + _peak_text(m))
     return fig
 
 
@@ -665,7 +665,7 @@ def _draw_family(axes, report: dict[str, Any], name: str, mine: list[dict[str, A
     ax_t.plot(lengths, [x["tokens_per_s"] for x in rows], "o-", color=colour, label=f"{label} d={width}")
     ax_g.plot(lengths, [x["gflops_per_s"] for x in rows], "o-", color=colour, label=f"{label} d={width}")
     dec = report["decoding"].get(name, [])
-    for mode, style, what in (("cache", "-", "cache"), ("no_cache", "--", "no cache (prefix re-run)")):
+    for mode, style, what in (("cache", "-", _("cache")), ("no_cache", "--", _("no cache (prefix re-run)"))):
         steps = [x["steps"] for x in dec]
         ax_d.plot(steps, [x[mode]["ms_per_token"] for x in dec], "o" + style, color=colour, label=f"{label}, {what}")
         ax_c.plot(steps, [x[mode]["flops_per_token"] for x in dec], "o" + style, color=colour, label=f"{label}, {what}")

@@ -31,6 +31,7 @@ from attnlab.analysis.report import TextReport
 from attnlab.config import Config, ConfigError
 from attnlab.data import corpus
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.interrupts import Interrupted
 from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
 from attnlab.runs import read_metrics, read_run
@@ -304,12 +305,13 @@ def _figure(result: SweepResult):
     ax_b.bar(xs, [t.valid_bleu if math.isfinite(t.valid_bleu) else 0.0 for t in trials], color=colors)
     ax_l.bar(xs, [t.valid_loss if math.isfinite(t.valid_loss) else 0.0 for t in trials], color=colors)
     for ax, title, ylabel in (
-        (ax_b, "validation BLEU (higher is better)", "BLEU"),
-        (ax_l, "validation loss (lower is better)", "cross-entropy per token"),
+        (ax_b, _("validation BLEU (higher is better)"), "BLEU"),
+        (ax_l, _("validation loss (lower is better)"), _("cross-entropy per token")),
     ):
         ax.set_xticks(list(xs), labels, fontsize=7)
         ax.set(title=title, ylabel=ylabel)
         ax.grid(axis="y", alpha=0.3)
-    best = trials[result.best].name if result.best is not None else "none"
-    fig.suptitle(f"sweep {result.out_dir.name}: {len(trials)} trials, best {best} (red)")
+    best = trials[result.best].name if result.best is not None else _("none")
+    fig.suptitle(_("sweep {name}: {n} trials, best {best} (red)").format(name=result.out_dir.name, n=len(trials),
+                                                                          best=best))
     return fig
