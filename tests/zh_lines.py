@@ -2,7 +2,7 @@
 
 A line passes when it holds a CJK character, or when every word in it is something a Chinese page also
 shows as it is: a token of the run's vocabularies (the sentences and translations), a number, code (an
-option, a path, a dotted or snake_case name, a CamelCase class, a `backticked` span, a ``key = value`` config line), a model or method name from
+option, a path, a dotted or snake_case name, a CamelCase class, a `backticked` span, a ``key = value`` config line, a shell command line), a model or method name from
 :data:`ALLOWED` (GRU, Transformer, BLEU, …), or a single letter. A line with two or more other English
 words is English prose that was not translated.
 """
@@ -27,12 +27,13 @@ _CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef]")
 _CODE = re.compile(r"`[^`]*`|\S*[/\\=_@#$%^&*<>{}\[\]|~]\S*|(?<![\w-])--?\w[\w-]*|\b\w+\.\w+(\.\w+)*\b"
                    r"|\b[A-Za-z]+[a-z][A-Z]\w*|\b[A-Z]{2,}[a-z]\w*")
 _ASSIGNMENT = re.compile(r"\s*[\w.-]+\s*=\s")  # a config line, `direction = "en-fr"`: code
+_SHELL = re.compile(r"\s*(\$ )?(attnlab|echo|python3?|pip|git|cd|curl)\s")  # a command line: code
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*")
 
 
 def english_words(line: str, vocab: frozenset[str] = frozenset()) -> list[str]:
     """The words of ``line`` that are English prose (see the module docstring); [] for a CJK line."""
-    if _CJK.search(line) or _ASSIGNMENT.match(line):
+    if _CJK.search(line) or _ASSIGNMENT.match(line) or _SHELL.match(line):
         return []
     stripped = _CODE.sub(" ", line)
     words = [w for w in _WORD.findall(stripped) if len(w) > 1]

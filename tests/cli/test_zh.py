@@ -3,8 +3,6 @@ and no text on a figure, is English prose left untranslated (tests/zh_lines.py s
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from attnlab import i18n, notes
@@ -38,7 +36,7 @@ def _argv(command: str, run, tmp, gold) -> list[str] | None:
     """The command line that runs ``command`` on tiny runs (``run(kind)`` trains one on first use)."""
     t = str(run("transformer"))
     return {
-        "data": ["data", "--dataset", "numbers", "--sentence", SENTENCE],
+        "data": ["data", "--dataset", "numbers", "--sentence", SENTENCE, "data.numbers_size=400"],
         "train": ["train", "--model", "transformer", "--dataset", "numbers", "--max-steps", "6",
                   "--out", str(tmp / "train"), *_tiny_overrides()],
         "config": ["config", "--model", "transformer", "--dataset", "numbers"],
@@ -114,30 +112,45 @@ def test_the_training_commands_print_chinese(argv, tmp_path, capsys, monkeypatch
     assert english_lines(text, VOCAB) == [], text
 
 
+def _description(help_text: str) -> str:
+    """A command's --help without its option list: the usage, the description, the section headings."""
+    return "\n".join(line for line in help_text.splitlines() if not line.startswith("  "))
+
+
 def test_help_summaries_are_chinese(capsys, monkeypatch):
-    """The parser is built before --lang is read: main() looks for it (and ATTNLAB_LANG) first."""
-    with pytest.raises(SystemExit):
-        main(["--lang", "zh", "--help"])
-    out = capsys.readouterr().out
-    assert english_lines(out, VOCAB) == [], out
+    """The parser is built before --lang is read: main() looks for it (and ATTNLAB_LANG) first. The top
+    level's help (every command's summary, the examples, the environment) and each command's description."""
+    for argv in (["--lang", "zh", "--help"], ["--lang=zh", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        out = capsys.readouterr().out
+        assert "用法：" in out and english_lines(out, VOCAB) == [], out
     monkeypatch.setenv(i18n.ENV_VAR, "zh")
     for command in _commands():
         with pytest.raises(SystemExit):
             main([command, "--help"])
         out = capsys.readouterr().out
-        assert english_lines(out, VOCAB) == [], out
+        assert english_lines(_description(out), VOCAB) == [], out
+    monkeypatch.delenv(i18n.ENV_VAR)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "usage:" in capsys.readouterr().out  # English stays English
 
 
 def test_an_untranslated_message_is_named_once(tiny_runs, capsys, monkeypatch):
     """A message the catalogue lacks is shown in English and named on stderr once, not silently."""
     from attnlab.cli import data as data_cli
 
-    real = data_cli.cmd_data if hasattr(data_cli, "cmd_data") else None
-    assert real is not None
-    monkeypatch.setattr(data_cli, "cmd_data", lambda args: print(i18n._("a message nobody translated"))
-                        or print(i18n._("a message nobody translated")))
-    main(["data", "--lang", "zh"])
+    def twice(args):
+        print(i18n._("a message nobody translated"))
+        print(i18n._("a message nobody translated"))
+        print(i18n._("  {value:>8} {other}"))  # fields and symbols alone: nothing to translate
+
+    monkeypatch.setattr(data_cli, "cmd_data", twice)
+    assert main(["data", "--lang", "zh"]) == 0
     out, err = capsys.readouterr()
     assert out.count("a message nobody translated") == 2
-    assert err.count("a message nobody translated") == 1 and "翻译" in err
-    assert json.dumps(i18n.missing())  # still listed for the caller
+    assert err.count("a message nobody translated") == 1 and "翻译" in err and "value" not in err
+    assert i18n.missing() == ["a message nobody translated"]
+    assert main(["data", "--lang", "en"]) == 0
+    assert capsys.readouterr().err == ""  # English is the messages themselves: nothing is missing
