@@ -54,10 +54,12 @@ def cmd_sweep(args) -> int:
     )
     print(result.format())
     best = result.trials[result.best]
-    print(f"best: {best.name} (" + " ".join(f"{k}={v}" for k, v in best.overrides.items()) + ")")
+    print(_("best: {name} ({overrides})").format(
+        name=best.name, overrides=" ".join(f"{k}={v}" for k, v in best.overrides.items())))
     for name in ("sweep.json", "sweep.md", "sweep.png", "sweep.svg", "best.toml"):
         print(f"wrote {result.out_dir / name}")
-    print(f"train it again with: {result.train_command()} (--max-minutes or --max-steps change its budget)")
+    print(_("train it again with: {command} (--max-minutes or --max-steps change its budget)").format(
+        command=result.train_command()))
     return 0
 
 
