@@ -154,3 +154,16 @@ def test_an_untranslated_message_is_named_once(tiny_runs, capsys, monkeypatch):
     assert i18n.missing() == ["a message nobody translated"]
     assert main(["data", "--lang", "en"]) == 0
     assert capsys.readouterr().err == ""  # English is the messages themselves: nothing is missing
+
+
+def test_the_chinese_readme_starts_with_the_same_two_commands():
+    """README.zh.md opens with README.md's two commands, exactly; README.md links it after them."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    fence = "`" * 3 + "bash\n"
+    first_block = lambda text: text.split(fence, 1)[1].split("`" * 3, 1)[0]  # noqa: E731
+    en, zh = (root / "README.md").read_text(encoding="utf-8"), (root / "README.zh.md").read_text(encoding="utf-8")
+    assert first_block(zh) == first_block(en)
+    assert "docs/notes-sections.md" in zh and (root / "docs" / "notes-sections.md").is_file()
+    assert "(README.zh.md)" in en.split(first_block(en), 1)[1].split("\n\n", 2)[1]  # the line after the block
