@@ -531,8 +531,8 @@ def _attribution_text(a: Attribution) -> str:
         lines += ["", _("this model has no attention to compare with (a fixed context, notes §1)")]
     lines.append("")
     if a.completeness_gap is not None:
-        lines.append(_("completeness: |Σa − (f(x)−f(0))| is at most {gap:.2f} % of |f(x)−f(0)| over the output "
-                       "tokens").format(gap=100 * a.completeness_gap)
+        lines.append(_("completeness: |Σa − (f(x)−f(0))| is at most {share} of |f(x)−f(0)| over the output "
+                       "tokens").format(share=f"{100 * a.completeness_gap:.2f} %")
                      + (_(" (over 1 %: raise --steps)") if a.completeness_gap > 0.01 else ""))
     for title in a.compare:
         top1 = a.top1_agreement(title)
