@@ -25,7 +25,7 @@ from attnlab.device import set_threads
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.alignment import verdict_map
 from attnlab.evaluation.evaluate import is_right, notes_examples
-from attnlab.i18n import _
+from attnlab.i18n import _, ljust
 from attnlab.interrupts import Interrupted
 from attnlab.models import traits
 from attnlab.notes import EXAMPLE, NUMBERS_EXAMPLES
@@ -69,7 +69,7 @@ def _dataset(data: str | None) -> tuple[str, str | None]:
     except AttnlabError as e:
         if data is not None:
             raise
-        print(f"fra-eng is not available ({e}); using the offline `numbers` task instead")
+        print(_("fra-eng is not available ({error}); using the offline `numbers` task instead").format(error=e))
         return "numbers", None
 
 
@@ -88,8 +88,8 @@ def _config(kind: str, dataset: str, path: str | None, minutes: float, threads: 
             width=w, compute=SHORT_DEMO_COMPUTE)
     elif not traits(cfg.model).recurrent and cfg.data.max_pairs > SHORTEST_PAIRS:
         cfg = config_mod.apply_overrides(cfg, [f"data.max_pairs={SHORTEST_PAIRS}"])
-        why += (f"; the demo trains it on the {SHORTEST_PAIRS:,} shortest pairs instead, the sentences a budget "
-                f"under {SHORT_DEMO_COMPUTE:g} GFLOP/s·min learns best")
+        why += _("; the demo trains it on the {n:,} shortest pairs instead, the sentences a budget under "
+                 "{compute:g} GFLOP/s·min learns best").format(n=SHORTEST_PAIRS, compute=SHORT_DEMO_COMPUTE)
     return cfg, why
 
 
@@ -114,11 +114,13 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
     (out / MARKER).write_text("made by `attnlab demo`; rerunning the demo replaces this folder's runs\n")
     set_threads(threads)
     peak = device.measure_peak_gflops()
-    print(f"attnlab demo: dataset {dataset}{f' ({path})' if path else ''}, {minutes:g} min per model, out {out}")
+    print(_("attnlab demo: dataset {dataset}, {minutes:g} min per model, out {out}").format(
+        dataset=dataset + (f" ({path})" if path else ""), minutes=minutes, out=out))
     if dataset == "fra-eng" and peak * minutes < USABLE_COMPUTE:
         need = USABLE_COMPUTE / peak
-        print(f"note: this machine measures {peak:.0f} GFLOP/s; in {minutes:g} min a model will not yet translate "
-              f"the notes' sentences. About {need:.1f} min per model would: `attnlab demo --max-minutes {need:.1f}`")
+        print(_("note: this machine measures {peak:.0f} GFLOP/s; in {minutes:g} min a model will not yet translate "
+                "the notes' sentences. About {need:.1f} min per model would: `attnlab demo --max-minutes {need:.1f}`")
+              .format(peak=peak, minutes=minutes, need=need))
     prepared: dict[tuple, object] = {}
     translators = {}
     for kind in DEMO_MODELS:
@@ -126,7 +128,7 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
         if run.exists():
             shutil.rmtree(run)
         cfg, why = _config(kind, dataset, path, minutes, threads, peak)
-        print(f"\n== training {kind} for {minutes:g} minutes ==")
+        print("\n" + _("== training {kind} for {minutes:g} minutes ==").format(kind=kind, minutes=minutes))
         if why:
             print(why)
         if verbose:
@@ -136,22 +138,23 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
             prepared[key] = corpus.prepare(cfg.data)
         res = train(cfg, run, prepared=prepared[key], progress=progress)
         if res.stopped_by == "signal":  # the user asked the demo to stop, not only this model
-            print(f"interrupted: {kind} saved its last checkpoint in {run}; the demo stopped there")
+            print(_("interrupted: {kind} saved its last checkpoint in {run}; the demo stopped there").format(
+                kind=kind, run=run))
             raise Interrupted(res.signal or signal.SIGINT)
         v = res.last_valid
-        print(f"{kind}: {res.step} updates, {res.tokens_per_s:,.0f} target tokens/s, valid BLEU "
-              f"{v.get('valid_bleu', float('nan')):.1f}")
+        print(_("{kind}: {steps} updates, {speed:,.0f} target tokens/s, valid BLEU {bleu:.1f}").format(
+            kind=kind, steps=res.step, speed=res.tokens_per_s, bleu=v.get("valid_bleu", float("nan"))))
         translators[kind] = Translator.from_run(run, which="best")  # what explain, doctor and the web page read
 
     for kind, tr in translators.items():
         _show(kind, tr, dataset, out, peak, minutes)
-    print(f"\nruns are in {out} ({time.monotonic() - t0:.0f} s in all); try "
-          f"`attnlab translate {out / 'transformer'} \"i'm home .\"`")
+    print("\n" + _("runs are in {out} ({seconds:.0f} s in all); try `{command}`").format(
+        out=out, seconds=time.monotonic() - t0, command=f"attnlab translate {out / 'transformer'} \"i'm home .\""))
     return 0
 
 
 def _show(kind: str, tr, dataset: str, out: Path, peak: float, minutes: float) -> None:
-    print(f"\n== {kind}: the notes' examples ==")
+    print("\n" + _("== {kind}: the notes' examples ==").format(kind=kind))
     if dataset == "numbers":
         for s, t in zip(NUMBERS_EXAMPLES, tr.translate(list(NUMBERS_EXAMPLES))):
             print(f"  {s:<26} => {t}")
@@ -159,14 +162,14 @@ def _show(kind: str, tr, dataset: str, out: Path, peak: float, minutes: float) -
     else:
         rows = notes_examples(tr)
         for row in rows:
-            mark = "right" if is_right(row["source"], row["translation"]) else "     "
-            print(f"  {row['source']:<14} => {row['translation']:<26} {mark}  D2L BLEU {row['d2l_bleu']:.3f}"
-                  f"   (reference: {row['reference']})")
+            mark = ljust(_("right"), 5) if is_right(row["source"], row["translation"]) else "     "
+            print(f"  {row['source']:<14} => {row['translation']:<26} {mark}  D2L BLEU {row['d2l_bleu']:.3f}   "
+                  + _("(reference: {reference})").format(reference=row["reference"]))
         right = sum(is_right(r["source"], r["translation"]) for r in rows)
-        print(f"  {right} of {len(rows)} right")
+        print("  " + _("{right} of {n} right").format(right=right, n=len(rows)))
         if right < 2:
-            print(f"  not usable yet: give it more time (the machine measures {peak:.0f} GFLOP/s; "
-                  f"`attnlab demo --max-minutes {max(2 * minutes, USABLE_COMPUTE / peak):.1f}`)")
+            print("  " + _("not usable yet: give it more time (the machine measures {peak:.0f} GFLOP/s; `{command}`)")
+                  .format(peak=peak, command=f"attnlab demo --max-minutes {max(2 * minutes, USABLE_COMPUTE / peak):.1f}"))
         sentence = EXAMPLE[0]
     result, depends = attention_report(tr, sentence)
     print(cross_attention_table(result))

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import gettext
 import os
+import re
 from pathlib import Path
 
 from attnlab.errors import AttnlabError
@@ -106,10 +107,12 @@ def using(lang: str | None):
     before = (_translations, _language, dict(_missing))
     try:
         yield set_language(lang)
-    finally:
+    finally:  # the messages missing inside the block stay listed: the caller still says so once
+        inside = dict(_missing)
         globals().update(_translations=before[0], _language=before[1])
         _missing.clear()
         _missing.update(before[2])
+        _missing.update(inside)
 
 
 def language() -> str:
@@ -119,7 +122,9 @@ def language() -> str:
     return _language
 
 
-_missing: dict[str, None] = {}  # messages asked for in a language whose catalogue lacks them, in order
+_missing: dict[str, None] = {}
+_FIELDS = re.compile(r"\{[^{}]*\}")
+_WORDS = re.compile(r"[^\W\d_]{2,}")  # messages asked for in a language whose catalogue lacks them, in order
 
 
 def _(message: str) -> str:
@@ -129,8 +134,8 @@ def _(message: str) -> str:
     if _translations is None:
         set_language(None)
     text = _translations.gettext(message)  # type: ignore[union-attr]
-    if text is message and _language != SOURCE_LANGUAGE and message.strip():
-        _missing.setdefault(message)
+    if text is message and _language != SOURCE_LANGUAGE and _WORDS.search(_FIELDS.sub("", message)):
+        _missing.setdefault(message)  # (a template of fields and symbols alone has nothing to translate)
     return text
 
 
@@ -154,7 +159,8 @@ def add_lang_argument(parser, top_level: bool = False) -> None:
 
     parser.add_argument(
         "--lang", metavar="LANG", default=None if top_level else argparse.SUPPRESS,
-        help=f"language of the teaching text: {' or '.join(available_languages())} (default: ${ENV_VAR}, else en)",
+        help=_("language of the teaching text: {languages} (default: ${variable}, else en)").format(
+            languages=" or ".join(available_languages()), variable=ENV_VAR),
     )
 
 

@@ -42,6 +42,7 @@ from attnlab.analysis import hooks
 from attnlab.analysis.report import TextReport
 from attnlab.data.batching import collate
 from attnlab.errors import AttnlabError
+from attnlab.i18n import N_, _
 from attnlab.models import traits
 
 if TYPE_CHECKING:  # only for annotations: the translator is passed in
@@ -62,7 +63,7 @@ __all__ = [
     "spearman",
 ]
 
-METHODS = {"ig": "integrated gradients", "ixg": "input × gradient", "rollout": "attention rollout"}
+METHODS = {"ig": N_("integrated gradients"), "ixg": N_("input × gradient"), "rollout": N_("attention rollout")}
 ROLLOUT_KINDS = ("enc_self", "self")  # the single stacks of self-attention rollout is defined for
 # Integrated gradients' points: the completeness gap shrinks as they grow (every report prints it, and
 # says to raise --steps above 1 %); docs/experiments/attribution-steps.md measures the gap per count.
@@ -445,17 +446,19 @@ def _comparison_maps(maps: dict[str, Tensor], S: int, T: int, t) -> dict[str, Te
     if "cross" in maps:
         L = maps["cross"].shape[0]
         cross = maps["cross"][-1].mean(dim=0)[:T, :S]  # (T, S)
-        title = "additive attention (Bahdanau)" if t.recurrent else f"cross-attention, layer {L} of {L}"
-        out[title + (", heads averaged" if t.heads > 1 else "")] = cross
+        title = (_("additive attention (Bahdanau)") if t.recurrent
+                 else _("cross-attention, layer {layer} of {layers}").format(layer=L, layers=L))
+        out[title + (_(", heads averaged") if t.heads > 1 else "")] = cross
         if "enc_self" in maps:
             # Our composition, not Abnar & Zuidema's (they roll out one stack): the last layer's
             # cross-attention read back through the encoder's rollout to the source tokens.
-            out["cross-attention × encoder rollout"] = cross @ rollout(maps["enc_self"][..., :S, :S])[-1]
+            out[_("cross-attention × encoder rollout")] = cross @ rollout(maps["enc_self"][..., :S, :S])[-1]
     if "self" in maps:
         L = maps["self"].shape[0]
         rows = slice(S, S + T)  # the decoder-only query that reads input t predicts output t
-        out[f"self-attention on the source, layer {L} of {L}, heads averaged"] = maps["self"][-1].mean(0)[rows, :S]
-        out["rollout on the source"] = rollout(maps["self"])[-1][rows, :S]
+        out[_("self-attention on the source, layer {layer} of {layers}, heads averaged").format(layer=L, layers=L)] = (
+            maps["self"][-1].mean(0)[rows, :S])
+        out[_("rollout on the source")] = rollout(maps["self"])[-1][rows, :S]
     return out
 
 
@@ -511,28 +514,30 @@ def _attribution_text(a: Attribution) -> str:
     from attnlab.maps import display_tokens
 
     rows, cols = display_tokens(a.rows), display_tokens(a.cols)
-    how = f"{a.steps} steps from zero source embeddings" if a.method == "ig" else "embedding · gradient"
+    how = (_("{steps} steps from zero source embeddings").format(steps=a.steps) if a.method == "ig"
+           else _("embedding · gradient"))
     lines = [f"{a.source} → {a.translation}", "",
-             f"{METHODS[a.method]} ({how}): each output token's log-probability attributed to the source "
-             "tokens, as shares of |attribution| in %; Σa is the row's signed sum"
-             + (", f(x)−f(0) what completeness says it must be" if a.method == "ig" else "")]
+             _("{method} ({how}): each output token's log-probability attributed to the source tokens, as shares of "
+               "|attribution| in %; Σa is the row's signed sum").format(method=_(METHODS[a.method]), how=how)
+             + (_(", f(x)−f(0) what completeness says it must be") if a.method == "ig" else "")]
     extra = {"Σa": [f"{float(v):+.3f}" for v in a.total]}
     if a.method == "ig":
         extra["f(x)−f(0)"] = [f"{float(v):+.3f}" for v in a.logprob - a.baseline_logprob]
     lines += _table(rows, cols, _pct(a.shares), extra)
     for title, m in a.compare.items():
-        lines += ["", f"{title} (%), and Spearman ρ of |attribution| against it, per output token"]
+        lines += ["", _("{title} (%), and Spearman ρ of |attribution| against it, per output token").format(title=title)]
         lines += _table(rows, cols, _pct(m), {"ρ": [_rho_text(v) for v in a.rho[title]]})
     if not a.compare:
-        lines += ["", "this model has no attention to compare with (a fixed context, notes §1)"]
+        lines += ["", _("this model has no attention to compare with (a fixed context, notes §1)")]
     lines.append("")
     if a.completeness_gap is not None:
-        lines.append(f"completeness: |Σa − (f(x)−f(0))| is at most {100 * a.completeness_gap:.2f} % of |f(x)−f(0)| "
-                     f"over the output tokens" + (" (over 1 %: raise --steps)" if a.completeness_gap > 0.01 else ""))
+        lines.append(_("completeness: |Σa − (f(x)−f(0))| is at most {share} of |f(x)−f(0)| over the output "
+                       "tokens").format(share=f"{100 * a.completeness_gap:.2f} %")
+                     + (_(" (over 1 %: raise --steps)") if a.completeness_gap > 0.01 else ""))
     for title in a.compare:
         top1 = a.top1_agreement(title)
-        lines.append(f"per sentence, {title}: ρ = {_rho_text(a.mean_rho(title))} (mean over the output tokens), "
-                     f"top-1 agreement {round(top1 * len(a.rows))}/{len(a.rows)}")
+        lines.append(_("per sentence, {title}: ρ = {rho} (mean over the output tokens), top-1 agreement {k}/{n}").format(
+            title=title, rho=_rho_text(a.mean_rho(title)), k=round(top1 * len(a.rows)), n=len(a.rows)))
     return "\n".join(lines)
 
 
@@ -544,11 +549,12 @@ def _rollout_text(r: RolloutReport) -> str:
     lines = [f"{r.source} → {r.translation}"]
     for m in r.maps:
         labels = display_tokens(m.labels)
-        lines += ["", f"{m.kind}: last layer, heads averaged (%)"]
+        lines += ["", _("{kind}: last layer, heads averaged (%)").format(kind=m.kind)]
         lines += _table(labels, labels, _pct(m.attention), {}, corner="query")
-        lines += ["", f"{m.kind}: attention rollout through every layer (%), and ρ against the last layer's row"]
+        lines += ["", _("{kind}: attention rollout through every layer (%), and ρ against the last layer's row").format(
+            kind=m.kind)]
         lines += _table(labels, labels, _pct(m.rollout), {"ρ": [_rho_text(v) for v in m.rho]}, corner="query")
-        lines.append(f"per sentence: ρ = {_rho_text(m.mean_rho)} (mean over the rows)")
+        lines.append(_("per sentence: ρ = {rho} (mean over the rows)").format(rho=_rho_text(m.mean_rho)))
     return "\n".join(lines)
 
 
@@ -576,16 +582,18 @@ def attribution_figure(a: Attribution):
     fig = new_figure((3.2 * n + 1.5, 0.32 * max(len(rows), len(cols)) + 2.8))
     axes = fig.subplots(1, n, squeeze=False)[0]
     for ax, (title, m) in zip(axes, a.compare.items()):
-        image = _panel(ax, m, rows, cols, f"{title}\nρ per sentence {_rho_text(a.mean_rho(title))}")
+        image = _panel(ax, m, rows, cols, title + "\n" + _("ρ per sentence {rho}").format(rho=_rho_text(a.mean_rho(title))))
     if a.compare:
-        fig.colorbar(image, ax=list(axes[:-1]), shrink=0.8, label="weight")
+        fig.colorbar(image, ax=list(axes[:-1]), shrink=0.8, label=_("weight"))
     peak = a.scores.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(a.scores.dtype).tiny)
     first = next(iter(a.rho.values()), None)
     labelled = [f"{r} (ρ {_rho_text(first[i])})" for i, r in enumerate(rows)] if first else rows
-    how = f", {a.steps} steps" if a.steps else ""
-    signed = _panel(axes[-1], a.scores / peak, labelled, cols, f"{METHODS[a.method]}{how}\nrow / max|a|", True)
-    fig.colorbar(signed, ax=axes[-1], shrink=0.8, label="attribution")
-    fig.suptitle(f"“{a.source}” → {a.translation or '(empty)'}: is attention an explanation?", fontsize=10)
+    how = _(", {steps} steps").format(steps=a.steps) if a.steps else ""
+    signed = _panel(axes[-1], a.scores / peak, labelled, cols, _(METHODS[a.method]) + how + "\n" + _("row / max|a|"),
+                    True)
+    fig.colorbar(signed, ax=axes[-1], shrink=0.8, label=_("attribution"))
+    fig.suptitle(_("“{source}” → {translation}: is attention an explanation?").format(
+        source=a.source, translation=a.translation or _("(empty)")), fontsize=10)
     return fig
 
 
@@ -599,8 +607,10 @@ def rollout_figure(r: RolloutReport):
     axes = fig.subplots(len(r.maps), 2, squeeze=False)
     for (left, right), m in zip(axes, r.maps):
         labels = display_tokens(m.labels)
-        _panel(left, m.attention, labels, labels, f"{m.kind}: last layer, heads averaged")
-        image = _panel(right, m.rollout, labels, labels, f"{m.kind}: rollout · ρ {_rho_text(m.mean_rho)}")
-        fig.colorbar(image, ax=[left, right], shrink=0.8, label="weight")
-    fig.suptitle(f"“{r.source}” → {r.translation or '(empty)'}: attention rollout (Abnar & Zuidema 2020)", fontsize=10)
+        _panel(left, m.attention, labels, labels, _("{kind}: last layer, heads averaged").format(kind=m.kind))
+        image = _panel(right, m.rollout, labels, labels, _("{kind}: rollout · ρ {rho}").format(
+            kind=m.kind, rho=_rho_text(m.mean_rho)))
+        fig.colorbar(image, ax=[left, right], shrink=0.8, label=_("weight"))
+    fig.suptitle(_("“{source}” → {translation}: attention rollout (Abnar & Zuidema 2020)").format(
+        source=r.source, translation=r.translation or _("(empty)")), fontsize=10)
     return fig

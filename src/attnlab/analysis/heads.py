@@ -53,7 +53,7 @@ from attnlab.data.text import detokenize
 from attnlab.data.vocab import EOS, PAD
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import reference_streams
-from attnlab.i18n import _
+from attnlab.i18n import N_, _
 from attnlab.models import traits
 from attnlab.translator import Translator, decode_many, teacher_forced
 from attnlab.viz.figure import new_figure
@@ -61,21 +61,21 @@ from attnlab.viz.figure import new_figure
 #: Statistics per head, in table/figure order (``diag_agreement`` only for cross heads).
 STATS = ("distance", "prev", "same", "next", "eos", "entropy", "diag_agreement", "bleu_drop", "loss_increase")
 LABELS = {
-    "distance": "mean distance",
-    "prev": "prev token",
-    "same": "same token",
-    "next": "next token",
-    "eos": "on <eos>",
-    "entropy": "entropy (nats)",
-    "diag_agreement": "diag agreement",
-    "bleu_drop": "BLEU drop (masked)",
-    "loss_increase": "loss increase (masked)",
+    "distance": N_("mean distance"),
+    "prev": N_("prev token"),
+    "same": N_("same token"),
+    "next": N_("next token"),
+    "eos": N_("on <eos>"),
+    "entropy": N_("entropy (nats)"),
+    "diag_agreement": N_("diag agreement"),
+    "bleu_drop": N_("BLEU drop (masked)"),
+    "loss_increase": N_("loss increase (masked)"),
 }
 KIND_NAMES = {
-    "enc_self": "encoder self",
-    "dec_self": "decoder self (masked)",
-    "cross": "cross (enc-dec)",
-    "self": "decoder-only self (causal)",
+    "enc_self": N_("encoder self"),
+    "dec_self": N_("decoder self (masked)"),
+    "cross": N_("cross (enc-dec)"),
+    "self": N_("decoder-only self (causal)"),
 }
 #: A statistic above this share names the head's role in the table (e.g. "previous-token head").
 ROLE_SHARE = 0.5
@@ -87,9 +87,9 @@ BOOTSTRAP_RESAMPLES = 1000
 CONFIDENCE = 0.95
 #: What silencing a head did, judged on the BLEU drop's interval (``effect`` in the table).
 EFFECTS = {
-    "hurts": "BLEU falls when silenced (beyond the noise)",
-    "helps": "BLEU rises when silenced (beyond the noise)",
-    "noise": "within the noise",
+    "hurts": N_("BLEU falls when silenced (beyond the noise)"),
+    "helps": N_("BLEU rises when silenced (beyond the noise)"),
+    "noise": N_("within the noise"),
 }
 
 
@@ -130,17 +130,17 @@ class HeadStats:
         v = self.values
         roles = []
         if v.get("diag_agreement", 0.0) > 0.7:
-            roles.append("monotone alignment")
+            roles.append(N_("monotone alignment"))
         for key, name in (
-            ("prev", "previous-token"),
-            ("same", "same-token"),
-            ("next", "next-token"),
-            ("eos", "<eos> sink"),
+            ("prev", N_("previous-token")),
+            ("same", N_("same-token")),
+            ("next", N_("next-token")),
+            ("eos", N_("<eos> sink")),
         ):
             if v.get(key, 0.0) > ROLE_SHARE:
                 roles.append(name)
         if not roles and self.kind != "cross" and v.get("distance", 0.0) > 3:
-            roles.append("long-range")
+            roles.append(N_("long-range"))
         return ", ".join(roles) or "-"
 
 
@@ -475,7 +475,7 @@ def run(
     heads: list[HeadStats] = []
     shape = {kind: (len(mods), mods[0].num_heads) for kind, mods in modules.items()}
     total = sum(L * H for L, H in shape.values()) if importance else 0
-    with tqdm(total=total, desc="heads (masking)", unit="head", disable=not progress or not total) as bar:
+    with tqdm(total=total, desc=_("heads (masking)"), unit="head", disable=not progress or not total) as bar:
         for kind, mods in modules.items():
             L, H = shape[kind]
             acc = sums[kind]
@@ -511,26 +511,27 @@ def importance_summary(report: HeadsReport) -> str:
     """One line: how many heads' silencing changed BLEU beyond the noise, in each direction."""
     effects = [h.effect for h in report.heads if h.effect]
     if not effects:
-        return "importance not measured (--no-importance)."
+        return _("importance not measured (--no-importance).")
     loss_up = sum(h.values.get("loss_increase_lo", math.nan) > 0 for h in report.heads)
-    return (
-        f"Silencing one head at a time ({CONFIDENCE:.0%} paired bootstrap interval over the "
-        f"{report.sentences} sentences, {report.resamples} resamples): {effects.count('hurts')} of "
-        f"{len(effects)} heads lower BLEU beyond the noise, {effects.count('helps')} raise it beyond "
-        f"the noise, {effects.count('noise')} are within the noise (their interval contains 0); "
-        f"{loss_up} raise the teacher-forced loss beyond the noise (a finer measure than BLEU)."
-    )
+    return _(
+        "Silencing one head at a time ({confidence:.0%} paired bootstrap interval over the {sentences} sentences, "
+        "{resamples} resamples): {hurts} of {n} heads lower BLEU beyond the noise, {helps} raise it beyond the "
+        "noise, {noise} are within the noise (their interval contains 0); {loss_up} raise the teacher-forced loss "
+        "beyond the noise (a finer measure than BLEU)."
+    ).format(confidence=CONFIDENCE, sentences=report.sentences, resamples=report.resamples,
+             hurts=effects.count("hurts"), n=len(effects), helps=effects.count("helps"),
+             noise=effects.count("noise"), loss_up=loss_up)
 
 
 def _table(report: HeadsReport) -> str:
     """Markdown: one row per head, its role when one statistic dominates, and what silencing it did
     (importance columns: value [interval])."""
     aligned = any("align_aer" in h.values for h in report.heads)  # `heads --gold`: align's AER per head
-    head = ["attention", "layer", "head", *(LABELS[s] for s in STATS), "silenced", "role"]
-    head += ["AER vs gold"] if aligned else []
+    head = [_("attention"), _("layer"), _("head"), *(_(LABELS[s]) for s in STATS), _("silenced"), _("role")]
+    head += [_("AER vs gold")] if aligned else []
     lines = [
-        f"Heads of {report.run} on {report.sentences} validation sentences "
-        f"(greedy BLEU {report.base_bleu:.2f}, loss {report.base_loss:.3f} with every head on).",
+        _("Heads of {run} on {n} validation sentences (greedy BLEU {bleu:.2f}, loss {loss:.3f} with every head "
+          "on).").format(run=report.run, n=report.sentences, bleu=report.base_bleu, loss=report.base_loss),
         importance_summary(report),
         *([alignment_summary(report)] if aligned else []),
         "",
@@ -539,8 +540,9 @@ def _table(report: HeadsReport) -> str:
     ]
     for h in report.heads:
         cells = [_cell(h, s) for s in STATS]
-        effect = EFFECTS.get(h.effect, "-")
-        row = [KIND_NAMES.get(h.kind, h.kind), str(h.layer + 1), str(h.head + 1), *cells, effect, h.role]
+        effect = _(EFFECTS.get(h.effect, "-"))
+        role = ", ".join(_(r) for r in h.role.split(", "))  # the role's English names, each translated
+        row = [_(KIND_NAMES.get(h.kind, h.kind)), str(h.layer + 1), str(h.head + 1), *cells, effect, role]
         lines.append("| " + " | ".join(row + ([_aer_cell(h)] if aligned else [])) + " |")
     return "\n".join([*lines, "", answer(report)])
 
@@ -598,7 +600,8 @@ def answer(report: HeadsReport) -> str:
 
 def _aer_cell(h: HeadStats) -> str:
     aer = h.values.get("align_aer", math.nan)
-    return f"{100 * aer:.1f} % (shift {int(h.values['align_shift'])})" if math.isfinite(aer) else "-"
+    return (_("{aer:.1f} % (shift {shift})").format(aer=100 * aer, shift=int(h.values["align_shift"]))
+            if math.isfinite(aer) else "-")
 
 
 def alignment_summary(report: HeadsReport, top: int = 3) -> str:
@@ -608,14 +611,14 @@ def alignment_summary(report: HeadsReport, top: int = 3) -> str:
         key=lambda h: (h.values["align_aer"], h.layer, h.head),
     )
     named = ", ".join(
-        f"{KIND_NAMES.get(h.kind, h.kind)} layer {h.layer + 1} head {h.head + 1} "
-        f"({100 * h.values['align_aer']:.1f} %)"
+        _("{kind} layer {layer} head {head} ({aer:.1f} %)").format(
+            kind=_(KIND_NAMES.get(h.kind, h.kind)), layer=h.layer + 1, head=h.head + 1, aer=100 * h.values["align_aer"])
         for h in scored[:top]
     )
-    return (
-        f"Alignment heads (AER against gold word alignments, each head's links by argmax at its better "
-        f"shift, lower is better; see `attnlab align`): {named}."
-    )
+    return _(
+        "Alignment heads (AER against gold word alignments, each head's links by argmax at its better shift, lower "
+        "is better; see `attnlab align`): {named}."
+    ).format(named=named)
 
 
 #: Statistics whose values are shares of one query's weight (colour scale 0–1), and the importance
@@ -655,8 +658,9 @@ def _kind_figure(report: HeadsReport, kind: str):
             continue
         _heads_panel(fig, ax, report, kind, stats[i])
     fig.suptitle(
-        f"{KIND_NAMES.get(kind, kind)} heads of {Path(report.run).name}: {report.sentences} validation "
-        f"sentences, BLEU {report.base_bleu:.1f} with all heads (layers and heads counted from 1)",
+        _("{kind} heads of {run}: {n} validation sentences, BLEU {bleu:.1f} with all heads (layers and heads counted "
+          "from 1)").format(kind=_(KIND_NAMES.get(kind, kind)), run=Path(report.run).name, n=report.sentences,
+                            bleu=report.base_bleu),
         fontsize=FONT["suptitle"],
     )
     return fig
@@ -678,20 +682,21 @@ def _heads_panel(fig, ax, report: HeadsReport, kind: str, stat: str) -> None:
         for j in range(shown.shape[1]):
             v = float(shown[i, j])
             if math.isfinite(v):
-                r, g, b, _ = im.cmap(im.norm(v))
+                r, g, b, _alpha = im.cmap(im.norm(v))
                 dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5  # the cell's luminance picks the ink
                 star = "*" if j < beyond.shape[1] and bool(beyond[i, j]) else ""
                 ax.text(j, i, f"{v:+.2f}{star}" if stat in SIGNED else f"{v:.2f}", ha="center", va="center",
                         fontsize=FONT["value"], color="white" if dark else "black")
     H = grid.shape[1]
     ax.axvline(H - 0.5, color="white", lw=3)  # the mean column stands apart from the heads
-    ax.set_xticks(range(H + 1), [str(h + 1) for h in range(H)] + ["mean"])
+    ax.set_xticks(range(H + 1), [str(h + 1) for h in range(H)] + [_("mean")])
     ax.set_yticks(range(grid.shape[0]), [str(i + 1) for i in range(grid.shape[0])])
     ax.tick_params(labelsize=FONT["tick"])
     noise = stat in SIGNED and bool(torch.isfinite(lo).any())
-    ax.set_title(LABELS[stat] + (f"\n* beyond the noise ({CONFIDENCE:.0%} interval excludes 0)" if noise else ""),
+    ax.set_title(_(LABELS[stat]) + ("\n" + _("* beyond the noise ({confidence:.0%} interval excludes 0)").format(
+        confidence=CONFIDENCE) if noise else ""),
                  fontsize=FONT["title"])
-    ax.set_xlabel("head", fontsize=FONT["label"])
-    ax.set_ylabel("layer", fontsize=FONT["label"])
+    ax.set_xlabel(_("head"), fontsize=FONT["label"])
+    ax.set_ylabel(_("layer"), fontsize=FONT["label"])
     fig.colorbar(im, ax=ax, shrink=0.9).ax.tick_params(labelsize=FONT["tick"])
 

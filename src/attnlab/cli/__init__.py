@@ -32,18 +32,18 @@ from attnlab.cli import (
 )
 from attnlab.cli.common import Parser
 from attnlab.errors import AttnlabError
-from attnlab.i18n import add_lang_argument, set_language
+from attnlab.i18n import N_, _, add_lang_argument, missing, set_language
 from attnlab.interrupts import exit_code, sigterm_interrupts
 
-DESCRIPTION = """\
+DESCRIPTION = N_("""\
 Train, evaluate, serve and explain attention-based translation models (GRU seq2seq, GRU + Bahdanau
 attention, Transformer, decoder-only) on Tatoeba English→French, or on the offline `numbers` task.
 Every command below has its own --help; options show their defaults there.
 "§N" is section N of the learner's notes on attention; each is cited with the section of Dive into Deep
 Learning (D2L) that teaches it, in the Chinese 2nd edition (zh, attention = chapter 10) and the English
-edition (en, chapter 11): docs/notes-sections.md and the web page list them all."""
+edition (en, chapter 11): docs/notes-sections.md and the web page list them all.""")
 
-EPILOG = """\
+EPILOG = N_("""\
 examples:
   attnlab demo                                   train two models briefly, translate, draw attention
   attnlab train --model transformer --max-minutes 15 --out runs/t
@@ -74,7 +74,7 @@ environment variables:
 
 A mistake (bad path, config typo, corrupt checkpoint) prints one `error:` line and exits 2. Ctrl-C
 or SIGTERM stops any command within seconds (a training run saves its last step first) and exits
-130 or 143."""
+130 or 143.""")
 
 
 def _path_completion(parser: argparse.ArgumentParser, shtab) -> None:
@@ -104,8 +104,9 @@ COMMANDS = (data, train, translate, demo, views, analysis, fill, align, attribut
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="attnlab", description=DESCRIPTION, epilog=EPILOG)
-    p.add_argument("--version", action="version", version=f"attnlab {__version__}")
+    p = Parser(prog="attnlab", description=_(DESCRIPTION), epilog=_(EPILOG))
+    p.add_argument("--version", action="version", version=f"attnlab {__version__}",
+                   help=_("show program's version number and exit"))
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
 
     for module in COMMANDS:  # each adds its subcommands, in the order --help lists them
@@ -117,15 +118,43 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def _add_completion(sub) -> None:
-    x = sub.add_parser("completion", help="print a shell completion script (bash or zsh)",
-                       description="Print a completion script for attnlab's commands and options. bash: "
-                                   "`attnlab completion bash > ~/.local/share/bash-completion/completions/attnlab`; "
-                                   "zsh: `attnlab completion zsh > ~/.zfunc/_attnlab` (with ~/.zfunc on $fpath).")
-    x.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
+    x = sub.add_parser("completion", help=_("print a shell completion script (bash or zsh)"),
+                       description=_("Print a completion script for attnlab's commands and options. bash: "
+                                     "`attnlab completion bash > ~/.local/share/bash-completion/completions/attnlab`; "
+                                     "zsh: `attnlab completion zsh > ~/.zfunc/_attnlab` (with ~/.zfunc on $fpath)."))
+    x.add_argument("shell", choices=("bash", "zsh"), help=_("the shell to complete in"))
     x.set_defaults(func=cmd_completion)
 
 
+def _language_before_parsing(argv: list[str]) -> str | None:
+    """``--lang X`` / ``--lang=X`` from ``argv`` (the last one wins, as argparse's), else None (then
+    ``$ATTNLAB_LANG``): the help text is written when the parser is built, before argparse reads --lang."""
+    lang = None
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--lang" and i + 1 < len(argv):
+            lang = argv[i + 1]
+        elif arg.startswith("--lang="):
+            lang = arg.split("=", 1)[1]
+    return lang
+
+
+def _say_what_is_missing() -> None:
+    """Name, once, the messages shown in English because the catalogue has no translation for them."""
+    untranslated = missing()
+    if untranslated:
+        print(_("note: {n} message(s) have no translation yet and are shown in English: {messages}").format(
+            n=len(untranslated), messages="; ".join(repr(m[:60]) for m in untranslated)), file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        set_language(_language_before_parsing(argv))  # --lang, else $ATTNLAB_LANG, else English
+    except AttnlabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     parser = make_parser()
     # argparse stops filling a trailing `nargs="*"` positional once an option follows it
     # (`translate RUN --beam 4 "text"`); leftovers go back to that positional list.
@@ -141,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with sigterm_interrupts():  # SIGTERM stops a command as Ctrl-C does (attnlab.interrupts)
             set_language(args.lang)  # --lang, else $ATTNLAB_LANG, else English; a bad one is an error: line
-            return int(args.func(args) or 0)
+            try:
+                return int(args.func(args) or 0)
+            finally:
+                _say_what_is_missing()
     except AttnlabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

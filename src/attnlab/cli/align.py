@@ -10,6 +10,7 @@ from pathlib import Path
 
 from attnlab.cli.common import add_device_arg, load_translator
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.notes import cite
 
 #: the link methods (attnlab.analysis.align.extract.METHODS, written here so --help imports no torch)
@@ -83,11 +84,11 @@ def register(sub) -> None:
     """Add ``align`` to the ``attnlab`` subcommands (its options in --help's order, one group per helper)."""
     a = sub.add_parser(
         "align",
-        help="AER of every attention head against gold en-fr word alignments: notes " + cite(25),
-        description="Force-decode the WPT-2003 en-fr gold sentences through a run, link each target word to "
-        "its most-attended source word (at the predicting step and shifted by one), and score every "
-        "layer × head by AER beside the links read from gradients (saliency) and an IBM Model 2 baseline trained "
-        "in the same run.",
+        help=_("AER of every attention head against gold en-fr word alignments: notes {cite}").format(cite=cite(25)),
+        description=_("Force-decode the WPT-2003 en-fr gold sentences through a run, link each target word to "
+          "its most-attended source word (at the predicting step and shifted by one), and score every "
+          "layer × head by AER beside the links read from gradients (saliency) and an IBM Model 2 baseline trained "
+          "in the same run."),
     )
     a.add_argument("run", metavar="RUN", help="run folder (from `attnlab train --out`)")
     a.add_argument("--checkpoint", default="best", help="best, last or step-N")

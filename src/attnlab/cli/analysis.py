@@ -17,6 +17,7 @@ from attnlab.cli.common import (
 )
 from attnlab.config import DATASETS, MODEL_KINDS
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.notes import cite
 
 
@@ -54,10 +55,12 @@ def cmd_sweep(args) -> int:
     )
     print(result.format())
     best = result.trials[result.best]
-    print(f"best: {best.name} (" + " ".join(f"{k}={v}" for k, v in best.overrides.items()) + ")")
+    print(_("best: {name} ({overrides})").format(
+        name=best.name, overrides=" ".join(f"{k}={v}" for k, v in best.overrides.items())))
     for name in ("sweep.json", "sweep.md", "sweep.png", "sweep.svg", "best.toml"):
         print(f"wrote {result.out_dir / name}")
-    print(f"train it again with: {result.train_command()} (--max-minutes or --max-steps change its budget)")
+    print(_("train it again with: {command} (--max-minutes or --max-steps change its budget)").format(
+        command=result.train_command()))
     return 0
 
 
@@ -129,9 +132,10 @@ def register(sub) -> None:
 def _add_doctor(sub) -> None:
     d = sub.add_parser(
         "doctor",
-        help="diagnose a run's curves: lr too high/low, overfitting, num_steps: notes " + cite(10),
-        description="Read a run's curves and per-length scores and say what they suggest: lr too high or "
-        "too low, overfitting, num_steps too small (notes " + cite(10) + "). Always exits 0 when the run can be read.",
+        help=_("diagnose a run's curves: lr too high/low, overfitting, num_steps: notes {cite}").format(cite=cite(10)),
+        description=_("Read a run's curves and per-length scores and say what they suggest: lr too high or "
+          "too low, overfitting, num_steps too small (notes {cite}). Always exits 0 when the run can be "
+          "read.").format(cite=cite(10)),
     )
     d.add_argument("run", metavar="RUN", help="run folder")
     d.add_argument("--json", action="store_true", help="print the findings as JSON instead of text")
@@ -141,9 +145,9 @@ def _add_doctor(sub) -> None:
 def _add_sweep(sub) -> None:
     s = sub.add_parser(
         "sweep",
-        help="a small hyperparameter search (grid or random), time budget per trial",
-        description="Train one run per point of a grid (or N random points) into --runs-dir/trial-XX, "
-        "each under the same budget, and pick the best by validation BLEU, then loss.",
+        help=_("a small hyperparameter search (grid or random), time budget per trial"),
+        description=_("Train one run per point of a grid (or N random points) into --runs-dir/trial-XX, "
+          "each under the same budget, and pick the best by validation BLEU, then loss."),
     )
     s.add_argument("--model", choices=MODEL_KINDS, required=True,
                    help="model kind; its preset is every trial's base (a --grid model.kind axis changes the kind on "
@@ -200,10 +204,11 @@ def _add_sweep(sub) -> None:
 def _add_heads(sub) -> None:
     h = sub.add_parser(
         "heads",
-        help="do heads specialise? per-head statistics, importance, and which heads are noise: notes " + cite("11, 28"),
-        description="Per-head statistics (distance, previous/next token, <eos>, entropy, alignment) and "
-        "importance by masking each head, as a table, JSON and figures, ending with a plain answer: which heads do what "
-        "and which are indistinguishable from noise (notes " + cite("11, 28.5") + ").",
+        help=_("do heads specialise? per-head statistics, importance, and which heads are noise: notes {cite}").format(
+            cite=cite("11, 28")),
+        description=_("Per-head statistics (distance, previous/next token, <eos>, entropy, alignment) and "
+          "importance by masking each head, as a table, JSON and figures, ending with a plain answer: which heads "
+          "do what and which are indistinguishable from noise (notes {cite}).").format(cite=cite("11, 28.5")),
     )
     h.add_argument("run", metavar="RUN", help="run folder (transformer or decoder-only)")
     h.add_argument("--sentences", type=int, default=100, help="validation sentences to measure on")
@@ -232,11 +237,11 @@ def _add_heads(sub) -> None:
 def _add_compare(sub) -> None:
     c = sub.add_parser(
         "compare",
-        help="runs side by side: the notes' comparison table measured, parameters, speed, BLEU by length, examples: "
-        "notes " + cite(26),
-        description="Two or more runs side by side: parameters, decoding speed, BLEU by source length and "
-        "examples, and the notes' comparison of Bahdanau and the Transformer with each row measured on the runs "
-        "(notes " + cite(26) + "), as Markdown and figures.",
+        help=_("runs side by side: the notes' comparison table measured, parameters, speed, BLEU by length, "
+          "examples: notes {cite}").format(cite=cite(26)),
+        description=_("Two or more runs side by side: parameters, decoding speed, BLEU by source length and "
+          "examples, and the notes' comparison of Bahdanau and the Transformer with each row measured on the runs "
+          "(notes {cite}), as Markdown and figures.").format(cite=cite(26)),
     )
     c.add_argument("runs", nargs="+", metavar="RUN", help="two or more run folders")
     c.add_argument(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from attnlab.cli.common import add_device_arg, add_verbosity_args, load_translator
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.notes import cite
 
 METHOD_CHOICES = ("ig", "ixg", "rollout")  # attribution.METHODS's keys, without importing torch here
@@ -40,12 +41,13 @@ def register(sub) -> None:
     """Add ``attribute`` to the ``attnlab`` subcommands."""
     a = sub.add_parser(
         "attribute",
-        help="gradient attribution and attention rollout beside the attention: notes " + cite("27.5, 28.5"),
-        description="Translate a sentence greedily and attribute each output token's log-probability to the "
-        "source tokens (integrated gradients or input × gradient, through Captum: the `explain` extra), "
-        "beside the last layer's cross-attention and the rollout, with Spearman's rank correlation per "
-        "output token and per sentence; or --method rollout: the attention rollout of each self-attention "
-        "stack (Abnar & Zuidema 2020) beside its last layer.",
+        help=_("gradient attribution and attention rollout beside the attention: notes {cite}").format(
+            cite=cite("27.5, 28.5")),
+        description=_("Translate a sentence greedily and attribute each output token's log-probability to the "
+          "source tokens (integrated gradients or input × gradient, through Captum: the `explain` extra), "
+          "beside the last layer's cross-attention and the rollout, with Spearman's rank correlation per "
+          "output token and per sentence; or --method rollout: the attention rollout of each self-attention "
+          "stack (Abnar & Zuidema 2020) beside its last layer."),
     )
     a.add_argument("run", metavar="RUN", help="run folder (from `attnlab train --out`)")
     a.add_argument("sentence", help="an English sentence, e.g. \"i'm home .\"")

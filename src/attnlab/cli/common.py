@@ -14,6 +14,7 @@ import sys
 
 from attnlab import config as config_mod
 from attnlab.config import Config
+from attnlab.i18n import N_, _
 
 __all__ = ["DEVICE_HELP", "HelpFormatter", "Parser", "add_config_args", "add_deprecated_alias", "add_device_arg",
            "load_translator",
@@ -22,7 +23,19 @@ __all__ = ["DEVICE_HELP", "HelpFormatter", "Parser", "add_config_args", "add_dep
 DEVICE_HELP = "auto (CUDA when there is one, else the CPU), cpu, cuda or cuda:N"
 
 
-class HelpFormatter(argparse.HelpFormatter):
+class TranslatedHeadings(argparse.HelpFormatter):
+    """argparse's own words (its headings, "usage:") come from its own gettext domain, which has no
+    Chinese catalogue: they are attnlab's messages here, so a Chinese --help is Chinese throughout."""
+
+    def start_section(self, heading):
+        headings = {"positional arguments": N_("positional arguments"), "options": N_("options")}
+        super().start_section(_(headings[heading]) if heading in headings else heading)
+
+    def add_usage(self, usage, actions, groups, prefix=None):
+        super().add_usage(usage, actions, groups, _("usage: ") if prefix is None else prefix)
+
+
+class HelpFormatter(TranslatedHeadings):
     """Every option's help ends with its default: ``(default: X)`` from the value, unless the help
     already says what happens without the option (it contains "(default"); flags (off unless given)
     and options whose default is None show none. A description or epilog with line breaks is kept
@@ -35,12 +48,12 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "(default" in text or text is argparse.SUPPRESS or action.nargs == 0:
+        if "(default" in text or "（默认" in text or text is argparse.SUPPRESS or action.nargs == 0:
             return text
         if action.default is None or action.default is argparse.SUPPRESS or action.default == []:
             return text
         if action.option_strings or action.nargs in ("?", "*"):
-            return f"{text} (default: %(default)s)"
+            return text + _(" (default: %(default)s)")
         return text
 
 
@@ -50,7 +63,13 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
+        if not issubclass(kwargs["formatter_class"], TranslatedHeadings):  # a command's own layout, translated too
+            kwargs["formatter_class"] = type(kwargs["formatter_class"].__name__,
+                                             (TranslatedHeadings, kwargs["formatter_class"]), {})
         super().__init__(*args, **kwargs)
+        for action in self._actions:  # -h's help, in the learner's language (argparse's own is English)
+            if action.help == "show this help message and exit":
+                action.help = _("show this help message and exit")
 
     def error(self, message: str):
         self.print_usage(sys.stderr)

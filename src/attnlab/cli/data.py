@@ -13,6 +13,7 @@ from __future__ import annotations
 from attnlab import config as config_mod
 from attnlab.cli.common import add_config_args, build_config
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.notes import cite
 
 
@@ -31,7 +32,8 @@ def _run_stats(args, files, tokenizers) -> str:
     if stats:
         try:
             text = corpus.format_stats(corpus.Prepared(*tokenizers, splits={}, stats=stats))
-            return f"{text}\n(statistics recorded in {args.run}/meta.json when the run was trained)"
+            return text + "\n" + _("(statistics recorded in {run}/meta.json when the run was trained)").format(
+                run=args.run)
         except (KeyError, TypeError):
             pass  # an older meta.json without every field: recompute below
     from attnlab import runs
@@ -79,10 +81,12 @@ def cmd_data(args) -> int:
 
 def register(sub) -> None:
     """Add ``data`` to the ``attnlab`` parser's subparsers ``sub``."""
-    d = sub.add_parser("data", help="corpus statistics and the tokens → ids walk-through of notes " + cite(4),
-                       description="Corpus statistics, and one sentence followed through preprocessing, "
-                                   "the vocabulary and padding (notes " + cite(4) + "). With --run, the run's own "
-                                   "tokenizer and num_steps: the ids are the rows of its embedding table.")
+    d = sub.add_parser("data", help=_("corpus statistics and the tokens → ids walk-through of notes {cite}").format(
+                           cite=cite(4)),
+                       description=_("Corpus statistics, and one sentence followed through preprocessing, "
+                                     "the vocabulary and padding (notes {cite}). With --run, the run's own "
+                                     "tokenizer and num_steps: the ids are the rows of its embedding table.").format(
+                           cite=cite(4)))
     d.add_argument("--dataset", choices=(*config_mod.DATASETS, config_mod.OWN_CORPUS), default=None,
                    help="which corpus: fra-eng, numbers, or file (your own, from --data; implied by a --data that "
                         "is not fra-eng) (default: fra-eng; with --run, the run's)")

@@ -10,6 +10,7 @@ from attnlab.cli.common import (
     add_verbosity_args,
     show_progress,
 )
+from attnlab.i18n import _
 
 
 def cmd_demo(args) -> int:
@@ -22,10 +23,10 @@ def cmd_demo(args) -> int:
 
 
 def register(sub) -> None:
-    m = sub.add_parser("demo", help="train Bahdanau and a Transformer briefly, translate, draw attention maps",
-                       description="The README's main job: train a GRU + Bahdanau model and a Transformer for "
-                                   "a few minutes each (sized for this machine), translate the notes' sentences, "
-                                   "say which are right and draw every attention map.")
+    m = sub.add_parser("demo", help=_("train Bahdanau and a Transformer briefly, translate, draw attention maps"),
+                       description=_("The README's main job: train a GRU + Bahdanau model and a Transformer for "
+                                     "a few minutes each (sized for this machine), translate the notes' sentences, "
+                                     "say which are right and draw every attention map."))
     m.add_argument("--runs-dir", default="runs/demo", dest="runs_dir", metavar="DIR",
                    help="folder for the demo's two run folders (replaced on each demo run)")
     add_deprecated_alias(m, "--out", "--runs-dir", dest="runs_dir")

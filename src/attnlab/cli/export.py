@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from attnlab.export import FORMATS, QUANTIZATIONS
+from attnlab.i18n import _
 
 
 def cmd_export(args) -> int:
@@ -23,22 +24,26 @@ def cmd_export(args) -> int:
     spec = json.loads((out / "config.json").read_text(encoding="utf-8"))
     engines = spec.get("engines") or {}
     extra = "".join(f"; {name}/ ({e['quantization']})" for name, e in engines.items())
-    print(f"exported {args.run} ({spec['model_kind']}, {spec['source']['checkpoint']}) to {out}: "
-          f"config.json, model.safetensors, {spec['tokenizers']['src']['file']}, {spec['tokenizers']['tgt']['file']}{extra}")
+    print(_("exported {run} ({kind}, {checkpoint}) to {out}: {files}").format(
+        run=args.run, kind=spec["model_kind"], checkpoint=spec["source"]["checkpoint"], out=out,
+        files=f"config.json, model.safetensors, {spec['tokenizers']['src']['file']}, "
+              f"{spec['tokenizers']['tgt']['file']}{extra}"))
     if out == here:  # the shell still sits in the folder that was swapped out and removed
-        print(f"note: the current folder was replaced; `cd {out}` to see the new files", file=sys.stderr)
+        print(_("note: the current folder was replaced; `cd {out}` to see the new files").format(out=out),
+              file=sys.stderr)
     if engines:
-        print(f"translate with it: attnlab translate {out} --engine ctranslate2 \"i'm home .\"")
+        print(_("translate with it: {command}").format(
+            command=f"attnlab translate {out} --engine ctranslate2 \"i'm home .\""))
     return 0
 
 
 def register(sub) -> None:
     e = sub.add_parser(
-        "export", help="write a run's checkpoint as a self-contained folder (safetensors, HF tokenizers, CTranslate2)",
-        description="Write one checkpoint as a folder that needs no run folder: config.json, model.safetensors "
-                    "(config and fingerprint in its metadata) and one Hugging Face tokenizers file per language. "
-                    "Every command that takes a RUN accepts it. --format ctranslate2 adds OUT/ctranslate2/, the "
-                    "model for the CTranslate2 engine (`attnlab translate OUT --engine ctranslate2`).",
+        "export", help=_("write a run's checkpoint as a self-contained folder (safetensors, HF tokenizers, CTranslate2)"),
+        description=_("Write one checkpoint as a folder that needs no run folder: config.json, model.safetensors "
+                      "(config and fingerprint in its metadata) and one Hugging Face tokenizers file per language. "
+                      "Every command that takes a RUN accepts it. --format ctranslate2 adds OUT/ctranslate2/, the "
+                      "model for the CTranslate2 engine (`attnlab translate OUT --engine ctranslate2`)."),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     e.add_argument("run", metavar="RUN", help="run folder (the --out of `attnlab train`) or an exported folder")
     e.add_argument("out", metavar="OUT", help="the folder to write")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from attnlab.cli.common import add_device_arg, load_translator
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.notes import cite
 
 
@@ -27,8 +28,8 @@ def cmd_fill(args) -> int:
 
 def register(sub) -> None:
     """Add ``fill`` to the ``attnlab`` parser's subparsers ``sub``."""
-    f = sub.add_parser("fill", help="an encoder-only run's top-k fillers of each [MASK] in a sentence: notes "
-                       + cite("28.2"))
+    f = sub.add_parser("fill", help=_("an encoder-only run's top-k fillers of each [MASK] in a sentence: notes "
+                                      "{cite}").format(cite=cite("28.2")))
     f.add_argument("run", metavar="RUN", help="run folder of an encoder-only model")
     f.add_argument("sentences", nargs="+", metavar="sentence", help="English, with [MASK] where a word is missing")
     f.add_argument("--top", type=int, default=5, help="fillers shown per [MASK] (default 5)")

@@ -11,6 +11,7 @@ from pathlib import Path
 from attnlab.cli.common import add_verbosity_args, progress_log, show_progress
 from attnlab.config import DATASETS
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.notes import cite
 
 
@@ -69,13 +70,14 @@ def register(sub) -> None:
     """Add ``scaling`` to the ``attnlab`` subcommands."""
     s = sub.add_parser(
         "scaling",
-        help="why Transformers scale: GRU vs Transformer at equal training FLOPs, tokens/s, KV cache: notes " + cite("28.1"),
-        description="Train a ladder of model sizes of the GRU + Bahdanau model and of the Transformer, every "
-        "rung for the same number of counted training FLOPs (torch's FlopCounterMode on its own batches, "
-        "turned into train.max_steps), then measure training tokens/s against sentence length and greedy "
-        "decoding with and without the KV cache. Prints the estimated time before training. Default: 3 widths "
-        "per family, 2e12 FLOPs per rung (meant for about 15 minutes on an idle 2-core laptop: --plan-only prints "
-        "this machine's estimate without training); --quick: 2 widths, 2e11.",
+        help=_("why Transformers scale: GRU vs Transformer at equal training FLOPs, tokens/s, KV cache: notes "
+          "{cite}").format(cite=cite("28.1")),
+        description=_("Train a ladder of model sizes of the GRU + Bahdanau model and of the Transformer, every "
+          "rung for the same number of counted training FLOPs (torch's FlopCounterMode on its own batches, "
+          "turned into train.max_steps), then measure training tokens/s against sentence length and greedy "
+          "decoding with and without the KV cache. Prints the estimated time before training. Default: 3 widths "
+          "per family, 2e12 FLOPs per rung (meant for about 15 minutes on an idle 2-core laptop: --plan-only prints "
+          "this machine's estimate without training); --quick: 2 widths, 2e11."),
     )
     s.add_argument("--runs-dir", default="runs/scaling", dest="runs_dir", metavar="DIR",
                    help="folder for scaling.json, scaling.png and the rungs' run folders (must not hold a ladder)")

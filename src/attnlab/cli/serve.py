@@ -8,6 +8,7 @@ import sys
 
 from attnlab.cli.common import add_device_arg
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 
 
 def _is_loopback(host: str) -> bool:
@@ -72,7 +73,8 @@ def cmd_serve(args) -> int:
     shown = f"[{args.host}]" if ":" in args.host else args.host
     names = ", ".join(f"{n} ({r.info['model_kind']})" for n, r in app.state.runs.items())
     print(
-        f"attention explorer: http://{shown}:{port}/  (runs: {names}; API reference at /docs)",
+        _("attention explorer: http://{host}:{port}/  (runs: {names}; API reference at /docs)").format(
+            host=shown, port=port, names=names),
         file=sys.stderr,
     )
     serve(app, args.host, port, limits, log_level=args.log_level, sock=sock)
@@ -83,12 +85,12 @@ def register(sub) -> None:
     """Add `serve` to the `attnlab` subcommands (called by `attnlab.cli`)."""
     s = sub.add_parser(
         "serve",
-        help="the attention explorer: a web page and HTTP API over trained runs",
-        description="Serve a page that translates and shows every attention map, plus its JSON API. "
-        "Runs are named after their folder, or NAME=PATH. The page's notes speak --lang (or $ATTNLAB_LANG; "
-        "a page may ask for another with ?lang=zh); its alignment view scores the heads against the gold "
-        "folder of --gold, else the one `attnlab align` finds without it ($ATTNLAB_GOLD_DIR, else "
-        "$ATTNLAB_DATA_DIR/hansards-enfr).",
+        help=_("the attention explorer: a web page and HTTP API over trained runs"),
+        description=_("Serve a page that translates and shows every attention map, plus its JSON API. "
+          "Runs are named after their folder, or NAME=PATH. The page's notes speak --lang (or $ATTNLAB_LANG; "
+          "a page may ask for another with ?lang=zh); its alignment view scores the heads against the gold "
+          "folder of --gold, else the one `attnlab align` finds without it ($ATTNLAB_GOLD_DIR, else "
+          "$ATTNLAB_DATA_DIR/hansards-enfr)."),
     )
     s.add_argument("runs", nargs="+", metavar="RUN", help="run folder, or NAME=PATH (e.g. bahdanau=runs/b)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")

@@ -19,6 +19,7 @@ from attnlab.cli.common import (
 )
 from attnlab.config import MODEL_KINDS, Config
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.interrupts import exit_code
 
 
@@ -52,16 +53,19 @@ def cmd_train(args) -> int:
     if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
         return stop_code
     v = res.last_valid
-    line = (f"stopped by {res.stopped_by} at step {res.step} (epoch {res.epoch}); "
-            f"{res.tokens_per_s:,.0f} target tokens/s")
+    line = _("stopped by {why} at step {step} (epoch {epoch}); {speed:,.0f} target tokens/s").format(
+        why=res.stopped_by, step=res.step, epoch=res.epoch, speed=res.tokens_per_s)
     if "valid_bleu" in v:
-        line += f"; valid loss {v['valid_loss']:.3f}, BLEU {v['valid_bleu']:.2f} (best {res.best_bleu:.2f})"
+        line += _("; valid loss {loss:.3f}, BLEU {bleu:.2f} (best {best:.2f})").format(
+            loss=v["valid_loss"], bleu=v["valid_bleu"], best=res.best_bleu)
     elif "valid_fill_acc" in v:  # a fill model (encoder-only): masked-token accuracy, its best checkpoint's figure
-        line += f"; valid loss {v['valid_loss']:.3f}, fill accuracy {v['valid_fill_acc']:.1f}% (best {res.best_bleu:.1f}%)"
+        line += _("; valid loss {loss:.3f}, fill accuracy {acc:.1f}% (best {best:.1f}%)").format(
+            loss=v["valid_loss"], acc=v["valid_fill_acc"], best=res.best_bleu)
     print(line)
-    print(f"run folder: {out}")
+    print(_("run folder: {path}").format(path=out))
     if res.stopped_by == "signal":
-        print(f"interrupted: saved the last checkpoint; continue with `attnlab train --resume --out {out}`")
+        print(_("interrupted: saved the last checkpoint; continue with `attnlab train --resume --out {path}`").format(
+            path=out))
         return stop_code
     return 0
 
@@ -120,30 +124,31 @@ def cmd_config(args) -> int:
         note = ""
     elif args.resolve:
         cfg = _size_for_machine(cfg, args)
-        note = f"# train.size = \"{size}\" resolved as `attnlab train` would (the reason, if any, is on stderr)\n"
+        note = _("# train.size = \"{size}\" resolved as `attnlab train` would (the reason, if any, is on stderr)\n"
+                 ).format(size=size)
     else:
-        how = ("with a minute budget on fra-eng, a 1-second matmul probe sizes the model, vocabulary and batches "
-               "for this machine" if size == "auto" else "the tier's model, vocabulary and batch settings")
-        note = (f"# train.size = \"{size}\" is NOT applied yet: `attnlab train` applies it when it starts\n"
-                f"# ({how}); add --resolve to apply it now\n")
-    print(f"# what `attnlab train` would run with these options: the {cfg.model.kind} preset, then --config, "
-          f"the flags, the overrides\n{note}")
+        how = (_("with a minute budget on fra-eng, a 1-second matmul probe sizes the model, vocabulary and batches "
+                 "for this machine") if size == "auto" else _("the tier's model, vocabulary and batch settings"))
+        note = _("# train.size = \"{size}\" is NOT applied yet: `attnlab train` applies it when it starts\n"
+                 "# ({how}); add --resolve to apply it now\n").format(size=size, how=how)
+    print(_("# what `attnlab train` would run with these options: the {kind} preset, then --config, the flags, the "
+            "overrides").format(kind=cfg.model.kind) + "\n" + note)
     print(config_mod.dumps_toml(cfg), end="")
     return 0
 
 
 def register(sub) -> None:
     """`train` and `config`: the same options make the same config."""
-    t = sub.add_parser("train", help="train a model into a run folder",
-                       description="Train a model into a run folder. The config is the model's preset, then "
-                                   "--config, then the flags below, then section.key=value overrides "
-                                   "(`attnlab config` prints it). Ctrl-C saves; --resume continues exactly. "
-                                   "Your own corpus, any pair of languages: --data my.tsv data.src_lang=en "
-                                   "data.tgt_lang=de (or --data train.en,train.de, or --data train with "
-                                   "data.src_lang and data.tgt_lang); its text is cut by Moses' rules "
-                                   "(sacremoses), or into characters for Chinese and Japanese "
-                                   "(data.preprocess=auto|d2l|moses|chars). The run records the corpus by name, "
-                                   "sha256 and languages, never by path.")
+    t = sub.add_parser("train", help=_("train a model into a run folder"),
+                       description=_("Train a model into a run folder. The config is the model's preset, then "
+                                     "--config, then the flags below, then section.key=value overrides "
+                                     "(`attnlab config` prints it). Ctrl-C saves; --resume continues exactly. "
+                                     "Your own corpus, any pair of languages: --data my.tsv data.src_lang=en "
+                                     "data.tgt_lang=de (or --data train.en,train.de, or --data train with "
+                                     "data.src_lang and data.tgt_lang); its text is cut by Moses' rules "
+                                     "(sacremoses), or into characters for Chinese and Japanese "
+                                     "(data.preprocess=auto|d2l|moses|chars). The run records the corpus by name, "
+                                     "sha256 and languages, never by path."))
     t.add_argument("--out", required=True, metavar="RUN",
                    help="the run folder to create (or, with --resume, to continue)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
@@ -154,12 +159,12 @@ def register(sub) -> None:
     add_verbosity_args(t)
     t.set_defaults(func=cmd_train)
 
-    c = sub.add_parser("config", help="print the config `attnlab train` would run, as TOML",
-                       description="Print, as TOML, the config `attnlab train` would start from with the same "
-                                   "options: the preset, --config, the flags and the overrides. train.size=auto "
-                                   "is resolved only when training starts (a 1-second matmul probe sizes the "
-                                   "model for the machine); --resolve runs that probe now. The output is a "
-                                   "valid --config file.")
+    c = sub.add_parser("config", help=_("print the config `attnlab train` would run, as TOML"),
+                       description=_("Print, as TOML, the config `attnlab train` would start from with the same "
+                                     "options: the preset, --config, the flags and the overrides. train.size=auto "
+                                     "is resolved only when training starts (a 1-second matmul probe sizes the "
+                                     "model for the machine); --resolve runs that probe now. The output is a "
+                                     "valid --config file."))
     _add_train_config_args(c, model_required=True)
     c.add_argument("--resolve", action="store_true",
                    help="also settle train.size=auto for this machine, as train would (measures it for a second)")

@@ -16,6 +16,7 @@ from attnlab.cli.common import (
 )
 from attnlab.errors import AttnlabError
 from attnlab.export import ENGINES
+from attnlab.i18n import N_, _
 
 
 def _check_translate_paths(args) -> None:
@@ -255,8 +256,9 @@ def _file_fact(path: str) -> dict[str, str]:
 
 def register(sub) -> None:
     """`translate` and `evaluate`: both read a run, decode with a beam, and report on stderr."""
-    for name, func, helptext in (("translate", cmd_translate, "translate sentences with a trained run"),
-                                 ("evaluate", cmd_evaluate, "BLEU/chrF (sacreBLEU, all references) on a split")):
+    for name, func, helptext in (("translate", cmd_translate, N_("translate sentences with a trained run")),
+                                 ("evaluate", cmd_evaluate, N_("BLEU/chrF (sacreBLEU, all references) on a split"))):
+        helptext = _(helptext)
         q = sub.add_parser(name, help=helptext, description=helptext[0].upper() + helptext[1:] + ".")
         q.add_argument("run", metavar="RUN", help="run folder (the --out of `attnlab train`)")
         q.add_argument("--checkpoint", default="best", help="best, last or step-N")

@@ -18,6 +18,7 @@ from attnlab.cli.common import (
 )
 from attnlab.config import MODEL_KINDS
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.notes import cite
 
 
@@ -103,7 +104,7 @@ def cmd_explain(args) -> int:
     fig = report.figure()
     if fig is not None:
         for path in save_figure(fig, figures / "gates", formats=("png",)):
-            print(f"  heatmaps of every unit × step (z, r, h̃, h_t; encoder and decoder): {path}")
+            print(_("  heatmaps of every unit × step (z, r, h̃, h_t; encoder and decoder): {path}").format(path=path))
     return 0
 
 
@@ -204,7 +205,8 @@ def cmd_selfcheck(args) -> int:
 def register(sub) -> None:
     """Add the subcommands to the ``attnlab`` parser's subparsers ``sub``."""
     a = sub.add_parser(
-        "attention", help="attention maps of a sentence: layers × heads, token-labelled: notes " + cite("23–25")
+        "attention", help=_("attention maps of a sentence: layers × heads, token-labelled: notes {cite}").format(
+            cite=cite("23–25"))
     )
     _add_run_args(a)
     a.add_argument("sentence", help='English sentence, e.g. "i\'m home ."')
@@ -224,8 +226,8 @@ def register(sub) -> None:
 
     e = sub.add_parser(
         "explain",
-        help="one sentence through the model: ids, embeddings, gates, attention, "
-        "logits, loss; parameters vs computed values: notes " + cite("4–9"),
+        help=_("one sentence through the model: ids, embeddings, gates, attention, "
+          "logits, loss; parameters vs computed values: notes {cite}").format(cite=cite("4–9")),
     )
     _add_run_args(e)
     e.add_argument("sentence", help='English sentence, e.g. "i\'m home ."')
@@ -237,8 +239,8 @@ def register(sub) -> None:
     _add_params(sub)
 
     q = sub.add_parser(
-        "positional", help="the sinusoidal positional encoding and its rotation property; with RUN, order-blindness and "
-        "adding vs concatenating on its model: notes " + cite("13–16")
+        "positional", help=_("the sinusoidal positional encoding and its rotation property; with RUN, "
+          "order-blindness and adding vs concatenating on its model: notes {cite}").format(cite=cite("13–16"))
     )
     q.add_argument("run", nargs="?", metavar="RUN",
                    help="a trained run: draw its d, and show notes §13–14 on its model (default: none, the formula alone)")
@@ -258,8 +260,8 @@ def register(sub) -> None:
 
     s = sub.add_parser(
         "selfcheck",
-        help="padding, causal mask, KV cache, beam 1 == greedy, batched == single: "
-        "pass/fail on your trained model",
+        help=_("padding, causal mask, KV cache, beam 1 == greedy, batched == single: "
+          "pass/fail on your trained model"),
     )
     _add_run_args(s)
     s.add_argument(
@@ -271,7 +273,8 @@ def register(sub) -> None:
 
 
 def _add_params(sub) -> None:
-    p = sub.add_parser("params", help="trainable parameters by module, count and share: notes " + cite("9, 21, 28.4"))
+    p = sub.add_parser("params", help=_("trainable parameters by module, count and share: notes {cite}").format(
+        cite=cite("9, 21, 28.4")))
     p.add_argument("run", nargs="?", metavar="RUN", help="run folder (or use --model)")
     p.add_argument(
         "--model",

@@ -613,27 +613,34 @@ def _encode_split(
 
 def format_stats(prepared: Prepared) -> str:
     """Human-readable corpus statistics for `attnlab data` (pairs read/kept/truncated, vocabularies, lengths)."""
+    from attnlab.i18n import _, ljust, rjust
+
     st = prepared.stats
     langs = st.get("langs") or {"src": "en", "tgt": "fr"}  # recorded by runs trained before other languages
     rules = st.get("text_rules") or {"src": "d2l", "tgt": "d2l"}
     lines = [
-        f"dataset {st['dataset']}" + (f" from {st['source']}" if st.get("source") else ""),
-        f"languages {langs['src']} → {langs['tgt']} (text rules: {rules['src']}, {rules['tgt']})",
-        f"pairs read {st['pairs_read']:,}, used {st['pairs_used']:,} (empty dropped {st.get('dropped_empty', 0):,}), "
-        f"distinct sources {st['distinct_sources']:,}",
-        f"tokenizer {st['tokenizer']}; vocabulary: source {st['vocab']['src']:,}, target {st['vocab']['tgt']:,} "
-        f"(incl. <unk> <pad> <bos> <eos>)",
-        f"{'split':<6} {'pairs':>8} {'sources':>8} {'truncated':>10} (num_steps={st['num_steps']}, <eos> included)",
+        (_("dataset {dataset} from {source}") if st.get("source") else _("dataset {dataset}")).format(
+            dataset=st["dataset"], source=st.get("source")),
+        _("languages {src} → {tgt} (text rules: {src_rules}, {tgt_rules})").format(
+            src=langs["src"], tgt=langs["tgt"], src_rules=rules["src"], tgt_rules=rules["tgt"]),
+        _("pairs read {read:,}, used {used:,} (empty dropped {dropped:,}), distinct sources {distinct:,}").format(
+            read=st["pairs_read"], used=st["pairs_used"], dropped=st.get("dropped_empty", 0),
+            distinct=st["distinct_sources"]),
+        _("tokenizer {tokenizer}; vocabulary: source {src:,}, target {tgt:,} (incl. <unk> <pad> <bos> <eos>)").format(
+            tokenizer=st["tokenizer"], src=st["vocab"]["src"], tgt=st["vocab"]["tgt"]),
+        " ".join([ljust(_("split"), 6), rjust(_("pairs"), 8), rjust(_("sources"), 8), rjust(_("truncated"), 10),
+                  _("(num_steps={num_steps}, <eos> included)").format(num_steps=st["num_steps"])]),
     ]
     for name, s in st["splits"].items():
         lines.append(f"{name:<6} {s['pairs']:>8,} {s['sources']:>8,} {s['truncated']:>10,}")
-    for side, label in (("src", f"source ({langs['src']})"), ("tgt", f"target ({langs['tgt']})")):
+    for side, label in (("src", _("source ({lang}) length (tokens, without <eos>):").format(lang=langs["src"])),
+                        ("tgt", _("target ({lang}) length (tokens, without <eos>):").format(lang=langs["tgt"]))):
         hist = st["length_histogram"][side]
         total = sum(hist) or 1
         # Compact histogram in buckets of 4 tokens, bars scaled to the largest bucket.
         buckets = [sum(hist[i:i + 4]) for i in range(0, len(hist), 4)]
         top = max(buckets) or 1
-        lines.append(f"{label} length (tokens, without <eos>):")
+        lines.append(label)
         for i, n in enumerate(buckets):
             if n:
                 lines.append(f"  {4 * i:>3}-{4 * i + 3:<3} {n:>8,} {100 * n / total:5.1f}% {'#' * max(1, round(30 * n / top))}")

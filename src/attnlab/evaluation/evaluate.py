@@ -23,6 +23,7 @@ from attnlab.config import AUTO_DECODE_ROWS
 from attnlab.data.text import preprocess, tokenize
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import bleu_by_length, bleu_tokenize, corpus_scores, d2l_bleu
+from attnlab.i18n import _
 from attnlab.io import atomic_write_json, atomic_write_text
 from attnlab.notes import ACCEPTED, REFERENCES, SENTENCES
 from attnlab.runs import MANIFEST, WEIGHTS
@@ -199,7 +200,7 @@ def decode_with_bar(translator: Translator, src: list[list[int]], beam_size: int
     bs = batch_size or dcfg.batch_size or max(1, AUTO_DECODE_ROWS // beam)
     order = sorted(range(len(src)), key=lambda i: len(src[i]))
     hyps: list[list[Any]] = [[] for _ in src]
-    with tqdm(total=len(src), desc=f"evaluate (beam {beam})", unit="sent", dynamic_ncols=True, file=sys.stderr) as bar:
+    with tqdm(total=len(src), desc=_("evaluate (beam {beam})").format(beam=beam), unit="sent", dynamic_ncols=True, file=sys.stderr) as bar:
         for start in range(0, len(order), bs):
             idx = order[start : start + bs]
             out = decode_many(translator.model, [src[i] for i in idx], dcfg, translator.device, beam_size=beam,
@@ -226,20 +227,23 @@ def write_report(run_dir: Path, split_name: str, result: dict[str, Any], example
 def format_report(result: dict[str, Any], examples: list[dict[str, Any]]) -> str:
     """The scores, signatures, BLEU by length and (when there are any) the notes' examples, as printed."""
     lines = [
-        f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  (all references, {result['sentences']} sentences, "
-        f"beam {result['beam_size']}, {result['sentences_per_s']:.1f} sentences/s)",
-        f"single-reference: BLEU {result['bleu_single']:.2f}  chrF {result['chrf_single']:.2f}",
+        _("BLEU {bleu:.2f}  chrF {chrf:.2f}  (all references, {n} sentences, beam {beam}, {speed:.1f} sentences/s)")
+        .format(bleu=result["bleu"], chrf=result["chrf"], n=result["sentences"], beam=result["beam_size"],
+                speed=result["sentences_per_s"]),
+        _("single-reference: BLEU {bleu:.2f}  chrF {chrf:.2f}").format(bleu=result["bleu_single"],
+                                                                      chrf=result["chrf_single"]),
         f"signature: {result['bleu_signature']}",
         f"           {result['chrf_signature']}",
-        "BLEU by source length (words):",
+        _("BLEU by source length (words):"),
     ]
     for row in result["by_length"]:
         lines.append(f"  {row['bucket']:>8}  n={row['sentences']:<6d} BLEU {row['bleu']:.2f}")
     if result.get("reference_rules"):
-        lines.append(f"references read through the run's target text rules ({result['reference_rules']}) and back, "
-                     "as the split's are")
+        lines.append(_("references read through the run's target text rules ({rules}) and back, as the split's "
+                       "are").format(rules=result["reference_rules"]))
     if examples:
-        lines.append("the notes' examples (D2L BLEU, k=2):")
+        lines.append(_("the notes' examples (D2L BLEU, k=2):"))
     for ex in examples:
-        lines.append(f"  {ex['source']:<14} => {ex['translation']:<24} bleu {ex['d2l_bleu']:.3f}  (ref: {ex['reference']})")
+        lines.append(f"  {ex['source']:<14} => {ex['translation']:<24} bleu {ex['d2l_bleu']:.3f}  "
+                     + _("(ref: {reference})").format(reference=ex["reference"]))
     return "\n".join(lines)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnlab.config import TrainConfig
+from attnlab.i18n import _
 from attnlab.training.schedules import lr_factor
 
 #: the first updates allocate buffers and are slower; the rate is measured after these
@@ -162,7 +163,11 @@ class BudgetPlan:
 
     def describe(self) -> str:
         if not self.budgeted:
-            return f"schedule {self.shape}, warm-up {self.cfg.warmup_steps} updates (no budget to plan for)"
-        what = f"{self.budget_s / 60:g} min" if self.budget_s else f"{self.fixed_horizon} updates"
-        shape = "linear decay to 0" if self.shape == "linear" else f"flat, then decay over the last {self.cfg.decay_frac:.0%}"
-        return f"budget {what}: warm-up {self.cfg.warmup_frac:.0%} of the horizon, {shape} at its end"
+            return _("schedule {shape}, warm-up {steps} updates (no budget to plan for)").format(
+                shape=self.shape, steps=self.cfg.warmup_steps)
+        what = (_("{minutes:g} min").format(minutes=self.budget_s / 60) if self.budget_s
+                else _("{n} updates").format(n=self.fixed_horizon))
+        shape = (_("linear decay to 0") if self.shape == "linear"
+                 else _("flat, then decay over the last {share:.0%}").format(share=self.cfg.decay_frac))
+        return _("budget {what}: warm-up {share:.0%} of the horizon, {shape} at its end").format(
+            what=what, share=self.cfg.warmup_frac, shape=shape)

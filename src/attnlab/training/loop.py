@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from attnlab.config import Config, TrainConfig
 from attnlab.data.batching import Batch
 from attnlab.device import autocast, pick_device
+from attnlab.i18n import _
 from attnlab.training import distributed as D
 from attnlab.training.losses import LossOutput, sequence_loss
 from attnlab.training.run_folder import finish_meta
@@ -174,13 +175,14 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
 
 
 def _progress_bar(s: Session):
-    return tqdm(total=s.budget.horizon, initial=s.progress.step, desc=f"train {s.cfg.model.kind}", unit="step",
+    return tqdm(total=s.budget.horizon, initial=s.progress.step, desc=_("train {kind}").format(kind=s.cfg.model.kind), unit="step",
                 dynamic_ncols=True, file=sys.stderr)
 
 
 def _say_valid(bar, step: int, rec: dict[str, Any]) -> None:
     if bar is not None and "valid_bleu" in rec:
-        bar.write(f"step {step}: valid loss {rec['valid_loss']:.3f}  BLEU {rec['valid_bleu']:.1f}")
+        bar.write(_("step {step}: valid loss {loss:.3f}  BLEU {bleu:.1f}").format(
+            step=step, loss=rec["valid_loss"], bleu=rec["valid_bleu"]))
 
 
 def _result(s: Session, stopped_by: str) -> TrainResult:

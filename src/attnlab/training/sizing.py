@@ -22,6 +22,7 @@ from typing import Any
 from attnlab import config as config_mod
 from attnlab import device
 from attnlab.config import Config, ModelConfig
+from attnlab.i18n import _
 from attnlab.models import traits
 
 
@@ -144,9 +145,11 @@ def resolve(cfg: Config, explicit: frozenset[str] | None = None, peak: float | N
 
 def describe(cfg: Config, peak: float, tier: Tier | None) -> str:
     d, m = cfg.data, cfg.model
-    vocab = f"BPE {d.bpe_vocab_size // 1000}k" if d.tokenizer == "bpe" else f"word vocabulary (min freq {d.min_freq})"
-    pairs = f", the {d.max_pairs:,} shortest pairs" if d.max_pairs else ""
-    return (f"machine {peak:.0f} GFLOP/s, budget {cfg.train.max_minutes:g} min "
-            f"(compute {peak * cfg.train.max_minutes:,.0f} GFLOP/s·min) → size {tier.name if tier else 'base'}: "
-            f"d={m.num_hiddens}, {m.num_layers} layers, {vocab}{pairs}, {d.batch_tokens}-token batches, "
-            f"dropout {m.dropout:g}, lr {cfg.train.lr:g}")
+    vocab = (f"BPE {d.bpe_vocab_size // 1000}k" if d.tokenizer == "bpe"
+             else _("word vocabulary (min freq {n})").format(n=d.min_freq))
+    pairs = _(", the {n:,} shortest pairs").format(n=d.max_pairs) if d.max_pairs else ""
+    return _("machine {peak:.0f} GFLOP/s, budget {minutes:g} min (compute {compute:,.0f} GFLOP/s·min) → size {tier}: "
+             "d={d}, {layers} layers, {vocab}{pairs}, {tokens}-token batches, dropout {dropout:g}, lr {lr:g}").format(
+        peak=peak, minutes=cfg.train.max_minutes, compute=peak * cfg.train.max_minutes,
+        tier=tier.name if tier else "base", d=m.num_hiddens, layers=m.num_layers, vocab=vocab, pairs=pairs,
+        tokens=d.batch_tokens, dropout=m.dropout, lr=cfg.train.lr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnlab.i18n import _
 from attnlab.runs import read_metrics
 from attnlab.viz.figure import new_figure, save_figure
 
@@ -20,19 +21,19 @@ def curves_figure(run_dir: str | Path):
     fig = new_figure((11, 4))
     ax_loss, ax_bleu, ax_lr = fig.subplots(1, 3)
     if train:
-        ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train (per token)", lw=1)
+        ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label=_("train (per token)"), lw=1)
         ax_lr.plot([r["step"] for r in train], [r["lr"] for r in train], color="tab:green")
     if valid:
-        ax_loss.plot([r["step"] for r in valid], [r["valid_loss"] for r in valid], "o-", label="valid", ms=3)
+        ax_loss.plot([r["step"] for r in valid], [r["valid_loss"] for r in valid], "o-", label=_("valid"), ms=3)
         vb = [r for r in valid if "valid_bleu" in r]
         ax_bleu.plot([r["step"] for r in vb], [r["valid_bleu"] for r in vb], "o-", color="tab:red", ms=3)
-    ax_loss.set(title="cross-entropy", xlabel="step", ylabel="loss")
+    ax_loss.set(title=_("cross-entropy"), xlabel=_("step"), ylabel=_("loss"))
     ax_loss.legend()
-    ax_bleu.set(title="validation BLEU (greedy)", xlabel="step", ylabel="BLEU")
-    ax_lr.set(title="learning rate", xlabel="step", ylabel="lr")
+    ax_bleu.set(title=_("validation BLEU (greedy)"), xlabel=_("step"), ylabel="BLEU")
+    ax_lr.set(title=_("learning rate"), xlabel=_("step"), ylabel="lr")
     for ax in (ax_loss, ax_bleu, ax_lr):
         ax.grid(alpha=0.3)
-    fig.suptitle(f"run {run_dir.name}")
+    fig.suptitle(_("run {name}").format(name=run_dir.name))
     return fig
 
 

@@ -27,14 +27,14 @@ from attnlab.analysis.align.extract import Extraction
 from attnlab.analysis.align.gold import LANG_NAMES, GoldSet
 from attnlab.analysis.align.saliency import SALIENCY_LABEL
 from attnlab.analysis.report import TextReport
-from attnlab.i18n import _
+from attnlab.i18n import N_, _, ljust, rjust
 
 __all__ = ["DOMAIN_NOTE", "PUBLISHED", "PUBLISHED_SOURCE", "UNK_WARN", "AlignReport", "HeadScore"]
 
 #: Published AER (%) on this test set, as the gold set's README quotes them (lower is better).
 PUBLISHED = (("fast_align en→fr", 16.4), ("Mgiza (IBM-4) en→fr", 8.0))
-PUBLISHED_SOURCE = "lilt/alignment-scripts results, quoted in the gold set's README.md"
-DOMAIN_NOTE = (
+PUBLISHED_SOURCE = N_("lilt/alignment-scripts results, quoted in the gold set's README.md")
+DOMAIN_NOTE = N_(
     "the gold set is Canadian parliamentary debate (Hansards, long formal sentences) while the model "
     "learned from Tatoeba (short everyday sentences): many gold words are unknown to it, so these "
     "figures measure attention under a domain shift"
@@ -57,13 +57,13 @@ class HeadScore:
     @property
     def name(self) -> str:
         if self.members:
-            return f"best {len(self.members)} heads averaged (" + ", ".join(
-                f"L{li + 1}H{h + 1}" for li, h in self.members
-            ) + ")"
+            return _("best {k} heads averaged ({heads})").format(
+                k=len(self.members), heads=", ".join(f"L{li + 1}H{h + 1}" for li, h in self.members))
         if self.layer is None:
-            return "average of all"
+            return _("average of all")
         # counted from 1, as every figure and table (the JSON keeps 0-based indices)
-        return f"layer {self.layer + 1} " + ("head average" if self.head is None else f"head {self.head + 1}")
+        return (_("layer {layer} head average").format(layer=self.layer + 1) if self.head is None
+                else _("layer {layer} head {head}").format(layer=self.layer + 1, head=self.head + 1))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,9 +137,10 @@ class AlignReport(TextReport):
     @property
     def warnings(self) -> list[str]:
         """One line per side of the gold of which more than :data:`UNK_WARN` is ``<unk>`` to the run."""
-        return [f"{100 * o['unk']:.0f} % of the gold's {LANG_NAMES.get(lang, lang)} words are <unk> to {self.run}: "
-                "its AER says more about its vocabulary than about its attention (a longer fra-eng run knows more "
-                "words)" for lang, o in self.oov.items() if o.get("unk", 0.0) > UNK_WARN]
+        return [_("{share} of the gold's {lang} words are <unk> to {run}: its AER says more about its "
+                  "vocabulary than about its attention (a longer fra-eng run knows more words)").format(
+                    share=f"{100 * o['unk']:.0f} %", lang=LANG_NAMES.get(lang, lang), run=self.run)
+                for lang, o in self.oov.items() if o.get("unk", 0.0) > UNK_WARN]
 
     def to_json(self) -> dict[str, Any]:
         """Every score (0-based layers and heads), the best maps, the AER grids of :meth:`grid` (``None``
@@ -215,12 +216,13 @@ class AlignReport(TextReport):
                     ax.text(h, li, f"{v:.1f}", ha="center", va="center", fontsize=8,
                             color="white" if v > 50 else "black")
             ax.set_xticks(range(cols), [f"h{h + 1}" for h in range(H)] + (["avg"] if cols > H else []))
-            ax.set_yticks(range(L), [f"layer {li + 1}" for li in range(L)])
-            ax.set_title(f"shift {shift}" + (" (Chen et al. 2020)" if shift else " (predicting step)"))
-        fig.colorbar(im, ax=axes, label="AER % (lower is better)")
-        title = f"AER of {self.kind} attention vs WPT-2003 gold, {Path(self.run).name}"
+            ax.set_yticks(range(L), [_("layer {layer}").format(layer=li + 1) for li in range(L)])
+            ax.set_title(_("shift {shift}").format(shift=shift) + (" (Chen et al. 2020)" if shift
+                                                                   else _(" (predicting step)")))
+        fig.colorbar(im, ax=axes, label=_("AER % (lower is better)"))
+        title = _("AER of {kind} attention vs WPT-2003 gold, {run}").format(kind=self.kind, run=Path(self.run).name)
         if self.ibm is not None:
-            title += f"; IBM Model 2: {100 * self.ibm['counts'].aer:.1f} %"
+            title += _("; IBM Model 2: {aer:.1f} %").format(aer=100 * self.ibm["counts"].aer)
         fig.suptitle(title + f"; fast_align {PUBLISHED[0][1]} %", fontsize=9)
         return fig
 
@@ -232,8 +234,13 @@ def _rounded(grid: Tensor) -> list[list[float | None]]:
 # ------------------------------------------------------------------------------------------- text
 
 
+#: "1 layer", "2 layers": one template each, so a language without plurals writes its own
+_ONE = {"layer": N_("{k} layer"), "head": N_("{k} head"), "epoch": N_("{k} epoch")}
+_MANY = {"layer": N_("{k} layers"), "head": N_("{k} heads"), "epoch": N_("{k} epochs")}
+
+
 def _n(k: int, noun: str) -> str:
-    return f"{k} {noun}" + ("s" if k != 1 else "")
+    return _((_ONE if k == 1 else _MANY)[noun]).format(k=k)
 
 
 def _pct(x: float) -> str:
@@ -241,35 +248,35 @@ def _pct(x: float) -> str:
 
 
 def _prf(c: AERCounts) -> str:
-    return (
-        f"AER {100 * c.aer:.1f} % (precision {100 * c.precision:.1f} %, recall {100 * c.recall:.1f} %)"
-    )
+    return _("AER {aer:.1f} % (precision {p:.1f} %, recall {r:.1f} %)").format(
+        aer=100 * c.aer, p=100 * c.precision, r=100 * c.recall)
 
 
 def _header(r: AlignReport) -> list[str]:
     """What was read against what: the run, the gold, the domain note, the OOV rates, how links are read."""
     g = r.gold
     how = (
-        "each target word → its most-attended source word"
+        _("each target word → its most-attended source word")
         if r.extraction.method == "argmax"
-        else "target→source and source→target argmax over the same map, symmetrised"
+        else _("target→source and source→target argmax over the same map, symmetrised")
     )
-    joined = "; French contractions re-joined for the model (de le → du, le ordre → l'ordre)" if r.contractions else ""
+    joined = _("; French contractions re-joined for the model (de le → du, le ordre → l'ordre)") if r.contractions else ""
     return [
-        f"alignment of {r.run} ({r.kind} attention, {_n(r.shape[0], 'layer')} × {_n(r.shape[1], 'head')}, "
-        f"{r.tokenizer} "
-        f"tokens) against {g.folder} ({g.split}: {len(g)} sentences, {sum(map(len, g.sure)):,} sure, "
-        f"{sum(map(len, g.possible)):,} sure+possible links)",
-        f"note: {DOMAIN_NOTE}.",
+        _("alignment of {run} ({kind} attention, {layers} × {heads}, {tokenizer} tokens) against {gold} ({split}: "
+          "{n} sentences, {sure:,} sure, {possible:,} sure+possible links)").format(
+            run=r.run, kind=r.kind, layers=_n(r.shape[0], "layer"), heads=_n(r.shape[1], "head"),
+            tokenizer=r.tokenizer, gold=g.folder, split=g.split, n=len(g), sure=sum(map(len, g.sure)),
+            possible=sum(map(len, g.possible))),
+        _("note: {note}.").format(note=_(DOMAIN_NOTE)),
         *_adapted_note(r),
-        "OOV (model's words): "
+        _("OOV (model's words): ")
         + "; ".join(
-            f"{lang} {100 * o['unk']:.1f} % <unk>, {100 * o['not_in_vocab']:.1f} % not one vocabulary entry "
-            f"({o['words']:,} words)"
+            _("{lang} {unk:.1f} % <unk>, {missing:.1f} % not one vocabulary entry ({n:,} words)").format(
+                lang=lang, unk=100 * o["unk"], missing=100 * o["not_in_vocab"], n=o["words"])
             for lang, o in r.oov.items()
         ),
-        f"links ({r.extraction.label}): {how}"
-        + "; shift 1 reads the step where the word is the decoder's input (Chen et al. 2020)" + joined,
+        _("links ({label}): {how}").format(label=r.extraction.label, how=how)
+        + _("; shift 1 reads the step where the word is the decoder's input (Chen et al. 2020)") + joined,
     ]
 
 
@@ -287,12 +294,12 @@ def _adapted_note(r: AlignReport) -> list[str]:
 
 def _table(r: AlignReport) -> list[str]:
     """One row per map: AER, precision and recall (%) at shift 0 and at shift 1."""
-    lines = ["", f"{'map':<22}{'shift 0: AER  P     R':>24}{'shift 1: AER  P     R':>26}"]
+    lines = ["", ljust(_("map"), 22) + rjust(_("shift 0: AER  P     R"), 24) + rjust(_("shift 1: AER  P     R"), 26)]
     by = {(s.layer, s.head, s.shift): s.counts for s in r.scores}
     for s in [x for x in r.scores if x.shift == 0]:
         c0, c1 = by[s.layer, s.head, 0], by[s.layer, s.head, 1]
         lines.append(
-            f"{s.name:<22}"
+            ljust(s.name, 22)
             + "".join(f"{'':>7}{_pct(c.aer)} {_pct(c.precision)} {_pct(c.recall)}" for c in (c0, c1))
         )
     return lines
@@ -301,17 +308,20 @@ def _table(r: AlignReport) -> list[str]:
 def _chosen(r: AlignReport) -> list[str]:
     """The best head, the best-k average, the head picked on the trial split and the saliency map."""
     b = r.best()
-    lines = ["", f"best head: {b.name}, shift {b.shift}: {_prf(b.counts)}"]
+    lines = ["", _("best head: {name}, shift {shift}: {score}").format(name=b.name, shift=b.shift, score=_prf(b.counts))]
     if r.top_k is not None:
-        lines.append(f"{r.top_k.name}, shift {r.top_k.shift}: {_prf(r.top_k.counts)}")
+        lines.append(_("{name}, shift {shift}: {score}").format(name=r.top_k.name, shift=r.top_k.shift,
+                                                                 score=_prf(r.top_k.counts)))
     lines.append(
-        "(the best head and the best-k set are chosen on these same gold sentences: an upper bound for "
-        "a head picked beforehand)"
+        _("(the best head and the best-k set are chosen on these same gold sentences: an upper bound for "
+          "a head picked beforehand)")
     )
     if r.picked is not None:
-        lines.append(f"picked beforehand on the trial split: {r.picked.name}, shift {r.picked.shift}: {_prf(r.picked.counts)}")
+        lines.append(_("picked beforehand on the trial split: {name}, shift {shift}: {score}").format(
+            name=r.picked.name, shift=r.picked.shift, score=_prf(r.picked.counts)))
     if r.saliency is not None:
-        lines.append(f"{SALIENCY_LABEL}, shift 0: {_prf(r.saliency)}; no head chosen, {r.saliency_seconds:.1f} s")
+        lines.append(_("{label}, shift 0: {score}; no head chosen, {seconds:.1f} s").format(
+            label=_(SALIENCY_LABEL), score=_prf(r.saliency), seconds=r.saliency_seconds))
     v = r.verdict_score()
     if v is not None:  # the one map explain, doctor, the demo and the web page judge, chosen by nothing
         lines.append(_("the map every alignment verdict reads ({name}, shift 0): {scores}").format(
@@ -374,8 +384,5 @@ def _ibm_line(r: AlignReport) -> list[str]:
 
 
 def _published() -> str:
-    return (
-        "published on this test set: "
-        + ", ".join(f"{n} {v:.1f} %" for n, v in PUBLISHED)
-        + f" ({PUBLISHED_SOURCE})"
-    )
+    return _("published on this test set: {results} ({source})").format(
+        results=", ".join(f"{n} {v:.1f} %" for n, v in PUBLISHED), source=_(PUBLISHED_SOURCE))

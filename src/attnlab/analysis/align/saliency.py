@@ -29,10 +29,11 @@ from torch import Tensor
 from attnlab.analysis.align.extract import Side
 from attnlab.analysis.attribution import LogProb
 from attnlab.data.batching import collate
+from attnlab.i18n import N_
 from attnlab.models import traits
 
 #: Ding et al. (2019): the method and its label in reports.
-SALIENCY_LABEL = "gradient saliency ‖∂ log p(word) / ∂ source embedding‖ (Ding et al. 2019)"
+SALIENCY_LABEL = N_("gradient saliency ‖∂ log p(word) / ∂ source embedding‖ (Ding et al. 2019)")
 
 
 def saliency_map(model, pair: tuple[Side, Side], device: torch.device) -> Tensor:

@@ -185,7 +185,7 @@ def measure_translation_speed(tr, sentences: list[str], repeats: int = 1) -> tup
     over the same sample (the first pass in a process pays for thread pools and allocator growth)."""
     tr.translate(sentences, beam_size=1)
     t0 = time.perf_counter()
-    for _rep in range(repeats):
+    for _repeat in range(repeats):
         hyps = tr.translate(sentences, beam_size=1)
     return repeats * len(sentences) / max(time.perf_counter() - t0, 1e-9), hyps
 
@@ -198,15 +198,16 @@ def usable_eval_report(run_dir: Path, tr: Translator) -> tuple[dict[str, Any] | 
         report = json.loads(path.read_text(encoding="utf-8"))
         sources = (run_dir / "src-test.txt").read_text(encoding="utf-8").splitlines()
     except FileNotFoundError as e:
-        return None, f"{run_dir.name} has no {Path(e.filename).name}"
+        return None, _("{run} has no {file}").format(run=run_dir.name, file=Path(e.filename).name)
     except (OSError, ValueError) as e:
-        return None, f"{run_dir.name}'s eval-test.json is unreadable ({e})"
+        return None, _("{run}'s eval-test.json is unreadable ({error})").format(run=run_dir.name, error=e)
     if not isinstance(report, dict) or "bleu" not in report or "by_length" not in report:
-        return None, f"{run_dir.name}'s eval-test.json has no BLEU"
+        return None, _("{run}'s eval-test.json has no BLEU").format(run=run_dir.name)
     scored = (report.get("checkpoint") or {}).get("weights_sha256")
     loaded = (checkpoint_identity(tr.checkpoint) or {}).get("weights_sha256")
     if scored != loaded or scored is None:
-        return None, f"{run_dir.name}'s eval-test.json scored other weights than the checkpoint compared"
+        return None, _("{run}'s eval-test.json scored other weights than the checkpoint compared").format(
+            run=run_dir.name)
     report["sources"] = sources
     return report, ""
 
@@ -216,9 +217,10 @@ def _same_reports(reports: list[dict[str, Any]], names: list[str]) -> str:
     first = reports[0]
     for name, rep in zip(names[1:], reports[1:]):
         if rep["sources"] != first["sources"]:
-            return f"{names[0]} and {name} scored different test sentences"
+            return _("{a} and {b} scored different test sentences").format(a=names[0], b=name)
         if rep.get("beam_size") != first.get("beam_size"):
-            return f"{names[0]} (beam {first.get('beam_size')}) and {name} (beam {rep.get('beam_size')}) decoded differently"
+            return _("{a} (beam {beam_a}) and {b} (beam {beam_b}) decoded differently").format(
+                a=names[0], beam_a=first.get("beam_size"), b=name, beam_b=rep.get("beam_size"))
     return ""
 
 
@@ -314,17 +316,13 @@ def run(
     sample = common_sample(trs[0], bleu_sentences, data)  # the speed sample, and the BLEU one without reports
     if reports is not None:
         first = reports[0]
-        scored_on = (
-            f"the test split: {first.get('sentences', len(first['sources'])):,} sentences, "
-            f"beam {first.get('beam_size', '?')} (each run's eval-test.json)"
-        )
+        scored_on = _("the test split: {n:,} sentences, beam {beam} (each run's eval-test.json)").format(
+            n=first.get("sentences", len(first["sources"])), beam=first.get("beam_size", "?"))
     else:
-        scored_on = (
-            f"the same {len(sample.sources):,} validation sentences, greedy, scored now "
-            f"(evenly spaced over {run_dirs[0].name}'s validation split)"
-        )
+        scored_on = _("the same {n:,} validation sentences, greedy, scored now (evenly spaced over {run}'s "
+                      "validation split)").format(n=len(sample.sources), run=run_dirs[0].name)
     out = []
-    bar = tqdm(total=len(runs), desc="compare", unit="run", disable=not progress, leave=False)
+    bar = tqdm(total=len(runs), desc=_("compare"), unit="run", disable=not progress, leave=False)
     try:
         for i, (d, tr) in enumerate(zip(run_dirs, trs)):
             bar.set_postfix_str(d.name)
@@ -353,13 +351,14 @@ def _markdown(comparison: Comparison) -> str:
     runs = comparison.runs
     names = [r.name for r in runs]
     lines = [
-        "# Comparison: " + " vs ".join(names),
+        _("# Comparison: {runs}").format(runs=" vs ".join(names)),
         "",
-        f"Every BLEU and chrF below is scored on {comparison.scored_on}"
-        + (f"; the eval-test.json reports were not used: {comparison.why}." if comparison.why else "."),
-        "Lengths and speeds count words (the preprocessed text split on spaces; `i'm home .` is 3 words).",
+        _("Every BLEU and chrF below is scored on {scored_on}").format(scored_on=comparison.scored_on)
+        + (_("; the eval-test.json reports were not used: {why}.").format(why=comparison.why) if comparison.why
+           else "."),
+        _("Lengths and speeds count words (the preprocessed text split on spaces; `i'm home .` is 3 words)."),
         "",
-        "| run | model | parameters | train words/s | words per token | translate sentences/s | BLEU | chrF |",
+        _("| run | model | parameters | train words/s | words per token | translate sentences/s | BLEU | chrF |"),
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
@@ -372,9 +371,9 @@ def _markdown(comparison: Comparison) -> str:
     if buckets:
         lines += [
             "",
-            "## BLEU by source length (words); n = sentences",
+            _("## BLEU by source length (words); n = sentences"),
             "",
-            "| length | " + " | ".join(names) + " |",
+            "| " + _("length") + " | " + " | ".join(names) + " |",
             "|---|" + "---|" * len(names),
         ]
         for b in buckets:
@@ -386,9 +385,9 @@ def _markdown(comparison: Comparison) -> str:
     if runs and runs[0].examples:
         lines += [
             "",
-            "## The notes' examples",
+            _("## The notes' examples"),
             "",
-            "| source | reference | " + " | ".join(names) + " |",
+            "| " + _("source") + " | " + _("reference") + " | " + " | ".join(names) + " |",
             "|---|---|" + "---|" * len(names),
         ]
         for i, ex in enumerate(runs[0].examples):
@@ -536,7 +535,7 @@ def _figure(comparison: Comparison):
         xs = [buckets.index(row["bucket"]) for row in r.by_length]
         ax_len.plot(xs, [row["bleu"] for row in r.by_length], "o-", label=f"{r.name} ({r.kind})")
     ax_len.set_xticks(range(len(buckets)), buckets)
-    ax_len.set(title="BLEU by source length", xlabel="source length (words)", ylabel="BLEU")
+    ax_len.set(title=_("BLEU by source length"), xlabel=_("source length (words)"), ylabel="BLEU")
     ax_len.grid(alpha=0.3)
     if runs and any(r.by_length for r in runs):
         ax_len.legend(fontsize=7)
@@ -544,13 +543,13 @@ def _figure(comparison: Comparison):
     xs = list(range(len(runs)))
     ax_par.bar(xs, [r.parameters for r in runs], color="tab:gray")
     ax_par.set_xticks(xs, names, rotation=20, fontsize=7)
-    ax_par.set(title="trainable parameters")
+    ax_par.set(title=_("trainable parameters"))
     width = 0.4
     ax_speed.bar(
         [x - width / 2 for x in xs],
         [r.train_words_per_s if math.isfinite(r.train_words_per_s) else 0 for r in runs],
         width,
-        label="train words/s",
+        label=_("train words/s"),
         color="tab:blue",
     )
     ax2 = ax_speed.twinx()
@@ -558,15 +557,16 @@ def _figure(comparison: Comparison):
         [x + width / 2 for x in xs],
         [r.translate_sentences_per_s for r in runs],
         width,
-        label="translate sentences/s",
+        label=_("translate sentences/s"),
         color="tab:orange",
     )
     ax_speed.set_xticks(xs, names, rotation=20, fontsize=7)
-    ax_speed.set_ylabel("train target words/s", color="tab:blue")
-    ax2.set_ylabel("translation sentences/s (greedy)", color="tab:orange")
-    ax_speed.set_title("speed")
+    ax_speed.set_ylabel(_("train target words/s"), color="tab:blue")
+    ax2.set_ylabel(_("translation sentences/s (greedy)"), color="tab:orange")
+    ax_speed.set_title(_("speed"))
     fig.suptitle(
-        "compare: " + " vs ".join(f"{r.name} ({r.kind})" for r in runs) + f"\nBLEU on {comparison.scored_on}",
+        _("compare: {runs}\nBLEU on {scored_on}").format(
+            runs=" vs ".join(f"{r.name} ({r.kind})" for r in runs), scored_on=comparison.scored_on),
         fontsize=9,
     )
     return fig

@@ -31,6 +31,7 @@ from attnlab.data.vocab import PAD
 from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy import greedy_search, max_lengths
 from attnlab.errors import AttnlabError
+from attnlab.i18n import N_, _, ljust, width
 from attnlab.translator import Translator, decode_many
 
 __all__ = ["BUILTIN_SENTENCES", "CheckResult", "SelfcheckReport", "run", "selfcheck_sentences"]
@@ -76,8 +77,9 @@ class SelfcheckReport(TextReport):
         return all(r.passed for r in self.results)
 
     def _format(self) -> str:
-        header = (f"selfcheck of {self.run} ({self.model}, checkpoint {self.checkpoint}, {self.device}) "
-                  f"on {len(self.sentences)} sentences from {self.source}")
+        header = _("selfcheck of {run} ({model}, checkpoint {checkpoint}, {device}) on {n} sentences from "
+                   "{source}").format(run=self.run, model=self.model, checkpoint=self.checkpoint, device=self.device,
+                                      n=len(self.sentences), source=_(self.source))
         return _text(self.results, header)
 
     def to_json(self) -> dict[str, Any]:
@@ -100,11 +102,11 @@ def selfcheck_sentences(translator: Translator, n: int = 8, data: str | None = N
             raise
         texts = []
     if not texts:
-        return list(BUILTIN_SENTENCES[:n]), "built-in examples (the run's corpus was not found)"
+        return list(BUILTIN_SENTENCES[:n]), N_("built-in examples (the run's corpus was not found)")
     texts.sort(key=lambda s: (len(s.split()), s))
     if len(texts) > n:  # spread over the lengths: shortest and longest included
         texts = [texts[round(i * (len(texts) - 1) / (n - 1))] for i in range(n)] if n > 1 else texts[:1]
-    return texts, "the run's valid split"
+    return texts, N_("the run's valid split")
 
 
 def _max_abs(a: Tensor, b: Tensor) -> float:
@@ -145,7 +147,7 @@ def run(
     if sentences is None:
         sentences, source = selfcheck_sentences(translator, n, data)
     else:
-        sentences, source = list(sentences), "the sentences given"
+        sentences, source = list(sentences), N_("the sentences given")
     model, device, dcfg = translator.model, translator.device, translator.cfg.decode
     if tol is None:
         tol = 1e-4 if device.type == "cpu" else 5e-3
@@ -200,10 +202,10 @@ def _padding_check(model, srcs, tgts, alone, device, scale: float, tol: float) -
     for i, ref in enumerate(alone):
         dev = max(dev, _max_abs(out.logits[i, : ref.shape[0]].float().cpu(), ref))
     return _check(
-        "padding does not change outputs",
+        _("padding does not change outputs"),
         dev / scale,
         tol,
-        f"{len(srcs)} sentences alone vs +5 source/+4 target pads vs one padded batch",
+        _("{n} sentences alone vs +5 source/+4 target pads vs one padded batch").format(n=len(srcs)),
     )
 
 
@@ -223,10 +225,10 @@ def _causal_check(model, srcs, tgts, alone, device, scale: float, tol: float, ge
         dev = max(dev, _max_abs(logits[:cut], ref[:cut]))
         tried += 1
     return _check(
-        "no future-token leak (causal mask)",
+        _("no future-token leak (causal mask)"),
         dev / scale,
         tol,
-        f"target inputs changed from the middle on in {tried} sentences",
+        _("target inputs changed from the middle on in {n} sentences").format(n=tried),
     )
 
 
@@ -242,10 +244,10 @@ def _cached_check(model, srcs, tgts, alone, device, scale: float, tol: float) ->
             state = step.state
             dev = max(dev, _max_abs(step.logits[0].float().cpu(), ref[pos]))
     return _check(
-        "step-by-step (KV-cached) == full recomputation",
+        _("step-by-step (KV-cached) == full recomputation"),
         dev / scale,
         tol,
-        "model.step over <bos> y… vs one teacher-forced forward",
+        _("model.step over <bos> y… vs one teacher-forced forward"),
     )
 
 
@@ -264,9 +266,10 @@ def _decoding_checks(model, srcs, device, dcfg, tol: float) -> list[CheckResult]
         ]
         one_by_one += [h[0] for h in decode_many(model, srcs, dcfg, device, beam_size=beam, batch_size=1)]
     return [
-        _compare_hyps("beam search (beam 1) == greedy", greedy, beam1, tol),
+        _compare_hyps(_("beam search (beam 1) == greedy"), greedy, beam1, tol),
         _compare_hyps(
-            f"batched == one at a time (greedy and beam {max(3, dcfg.beam_size)})", one_by_one, batched, tol
+            _("batched == one at a time (greedy and beam {beam})").format(beam=max(3, dcfg.beam_size)),
+            one_by_one, batched, tol
         ),
     ]
 
@@ -274,27 +277,28 @@ def _decoding_checks(model, srcs, device, dcfg, tol: float) -> list[CheckResult]
 def _compare_hyps(name: str, a, b, tol: float) -> CheckResult:
     differ = sum(x.tokens != y.tokens or x.finished != y.finished for x, y in zip(a, b))
     dev = max((abs(x.score - y.score) for x, y in zip(a, b)), default=0.0)
-    detail = f"{len(a)} hypotheses, {differ} with different tokens"
+    detail = _("{n} hypotheses, {differ} with different tokens").format(n=len(a), differ=differ)
     return CheckResult(name, differ == 0 and dev <= tol, dev, tol, detail)
 
 
 def _text(results: list[CheckResult], header: str = "") -> str:
     """One line per check: PASS/FAIL, name, largest deviation and tolerance, then a summary line."""
     lines = [header] if header else []
-    width = max(len(r.name) for r in results)
+    cells = max(width(r.name) for r in results)
     for r in results:
         lines.append(
-            f"  {'PASS' if r.passed else 'FAIL'}  {r.name:<{width}}  max deviation {r.max_deviation:.1e} "
-            f"(tolerance {r.tolerance:.0e}; {r.detail})"
+            f"  {'PASS' if r.passed else 'FAIL'}  {ljust(r.name, cells)}  "
+            + _("max deviation {dev:.1e} (tolerance {tol:.0e}; {detail})").format(
+                dev=r.max_deviation, tol=r.tolerance, detail=r.detail)
         )
     failed = [r for r in results if not r.passed]
     if failed:
         lines.append(
-            f"{len(failed)} of {len(results)} checks FAILED: this is a bug in the model or decoding code, "
-            "not a weak model — please report it with this output"
+            _("{failed} of {n} checks FAILED: this is a bug in the model or decoding code, not a weak model — "
+              "please report it with this output").format(failed=len(failed), n=len(results))
         )
     else:
         lines.append(
-            f"all {len(results)} checks passed: masks and decoding behave; quality is up to training"
+            _("all {n} checks passed: masks and decoding behave; quality is up to training").format(n=len(results))
         )
     return "\n".join(lines)

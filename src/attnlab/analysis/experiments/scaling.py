@@ -57,6 +57,7 @@ from attnlab.data.batching import Batch, collate
 from attnlab.data.vocab import BOS, EOS
 from attnlab.device import autocast, pick_device, set_threads
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.io import atomic_write_json, writable_folder
 from attnlab.models import build_model, traits
 from attnlab.runs import read_metrics, read_run
@@ -257,7 +258,7 @@ def best_time(fn: Callable[[], Any], reps: int, device: torch.device) -> float:
     fn()
     _sync(device)
     times = []
-    for _ in range(max(reps, 1)):
+    for _rep in range(max(reps, 1)):
         t0 = time.perf_counter()
         fn()
         _sync(device)
@@ -405,7 +406,7 @@ def decode_fixed(model: nn.Module, src: torch.Tensor, src_valid_lens: torch.Tens
     tokens = torch.full((B, 1), BOS, dtype=torch.int64, device=src.device)  # (B, 1): <bos>
     state = model.init_state(model.encode(src, src_valid_lens), src_valid_lens) if cache else None
     logits = torch.empty(0)
-    for _ in range(steps):
+    for _step in range(steps):
         if state is not None:
             out = model.step(tokens[:, -1], state)
             logits, state = out.logits, out.state  # (B, V)
@@ -503,14 +504,17 @@ def plan_ladder(ladder: Ladder, where: Where, log: Callable[[str], None] | None 
         set_threads(where.threads)  # the probes and benchmarks too, not only training (train.threads)
     first = next((f, w) for f, ws in ladder.widths.items() for w in ws)
     data_cfg = rung_config(ladder, FAMILIES[first[0]], first[1], where).data
-    say(f"preparing {where.dataset} ({data_cfg.tokenizer} vocabulary, batches of {data_cfg.batch_tokens} tokens) ...")
+    say(_("preparing {dataset} ({tokenizer} vocabulary, batches of {tokens} tokens) ...").format(
+        dataset=where.dataset, tokenizer=data_cfg.tokenizer, tokens=data_cfg.batch_tokens))
     prepared = corpus.prepare(data_cfg)
     rungs = []
     for name, widths in ladder.widths.items():
         for width in widths:
             rung = plan_rung(ladder, FAMILIES[name], width, where, prepared, dev)
-            say(f"  {rung.name}: {rung.params:,} parameters, {rung.flops_per_step / 1e9:.3f} GFLOP/step "
-                f"→ {rung.steps:,} steps for {ladder.budget_flops:.3g} FLOPs, about {rung.est_seconds / 60:.1f} min")
+            say(_("  {name}: {params:,} parameters, {gflop:.3f} GFLOP/step → {steps:,} steps for {budget:.3g} FLOPs, "
+                  "about {minutes:.1f} min").format(name=rung.name, params=rung.params, gflop=rung.flops_per_step / 1e9,
+                                                     steps=rung.steps, budget=ladder.budget_flops,
+                                                     minutes=rung.est_seconds / 60))
             rungs.append(rung)
     largest = {name: max((r for r in rungs if r.family == name), key=lambda r: r.width) for name in ladder.widths}
     bench_s = sum(bench_estimate_s(r, ladder) for r in largest.values())
@@ -545,16 +549,17 @@ def run(ladder: Ladder, out_dir: str | Path, where: Where = Where(), log: Callab
         writable_folder(out_dir, "--runs-dir")
     t0 = time.monotonic()
     report, prepared = plan_ladder(ladder, where, log)
-    say(f"estimated total: {report.estimate_s / 60:.1f} min (training {report.estimate_train_s / 60:.1f}, "
-        f"benchmarks {report.estimate_bench_s / 60:.1f}) on {report.machine['threads']} threads")
+    say(_("estimated total: {total:.1f} min (training {train:.1f}, benchmarks {bench:.1f}) on {threads} threads").format(
+        total=report.estimate_s / 60, train=report.estimate_train_s / 60, bench=report.estimate_bench_s / 60,
+        threads=report.machine["threads"]))
     if plan_only:
         report.plan_only = True
         return report
     for rung in report.rungs:
-        say(f"training {rung.name} for {rung.steps:,} steps ...")
+        say(_("training {name} for {steps:,} steps ...").format(name=rung.name, steps=rung.steps))
         train_rung(rung, ladder, where, prepared, out_dir, progress)
-        say(f"  valid loss {rung.final_valid_loss:.3f} after {rung.seconds / 60:.1f} min "
-            f"(estimated {rung.est_seconds / 60:.1f})")
+        say(_("  valid loss {loss:.3f} after {minutes:.1f} min (estimated {estimate:.1f})").format(
+            loss=rung.final_valid_loss, minutes=rung.seconds / 60, estimate=rung.est_seconds / 60))
         write_report(report, out_dir, t0)
         if rung.stopped_by == "signal":  # Ctrl-C stops the ladder, not only this rung (what it measured is saved)
             raise KeyboardInterrupt
@@ -612,18 +617,18 @@ def _draw(report: dict[str, Any]):
     axes = fig.subplots(2, 3)
     (ax_f, ax_p, ax_g), (ax_t, ax_d, ax_c) = axes
     budget = report["ladder"]["budget_flops"]
-    ax_f.set(xscale="log", title=f"validation loss against training FLOPs ({budget:.2g} per rung)",
-             xlabel="counted training FLOPs", ylabel="validation cross-entropy per token")
-    ax_p.set(xscale="log", title="final validation loss against size (equal FLOPs)",
-             xlabel="trainable parameters", ylabel="validation cross-entropy per token")
-    ax_g.set(xscale="log", title="counted GFLOP/s of a training pass", xlabel="sentence length T (source = target)",
-             ylabel="GFLOP/s, forward + backward")
-    ax_t.set(xscale="log", yscale="log", title="training tokens/s against length (fixed tokens per batch)",
-             xlabel="sentence length T (source = target)", ylabel="target tokens/s, forward + backward")
-    ax_d.set(xscale="log", yscale="log", title="greedy decoding: time per step",
-             xlabel="tokens generated", ylabel="ms per step (whole batch)")
-    ax_c.set(xscale="log", yscale="log", title="greedy decoding: counted FLOPs per generated token",
-             xlabel="tokens generated", ylabel="FLOPs per token (encoder included)")
+    ax_f.set(xscale="log", title=_("validation loss against training FLOPs ({budget:.2g} per rung)").format(budget=budget),
+             xlabel=_("counted training FLOPs"), ylabel=_("validation cross-entropy per token"))
+    ax_p.set(xscale="log", title=_("final validation loss against size (equal FLOPs)"),
+             xlabel=_("trainable parameters"), ylabel=_("validation cross-entropy per token"))
+    ax_g.set(xscale="log", title=_("counted GFLOP/s of a training pass"), xlabel=_("sentence length T (source = target)"),
+             ylabel=_("GFLOP/s, forward + backward"))
+    ax_t.set(xscale="log", yscale="log", title=_("training tokens/s against length (fixed tokens per batch)"),
+             xlabel=_("sentence length T (source = target)"), ylabel=_("target tokens/s, forward + backward"))
+    ax_d.set(xscale="log", yscale="log", title=_("greedy decoding: time per step"),
+             xlabel=_("tokens generated"), ylabel=_("ms per step (whole batch)"))
+    ax_c.set(xscale="log", yscale="log", title=_("greedy decoding: counted FLOPs per generated token"),
+             xlabel=_("tokens generated"), ylabel=_("FLOPs per token (encoder included)"))
     rungs = report["rungs"]
     for name in FAMILIES:  # after the scales: setting a log scale resets the tick formatters
         mine = sorted((r for r in rungs if r["family"] == name), key=lambda r: r["width"])
@@ -634,8 +639,8 @@ def _draw(report: dict[str, Any]):
         if ax.has_data():
             ax.legend(fontsize=7)
     m = report["machine"]
-    fig.suptitle(f"why Transformers scale (§28.1): {report['dataset']}, {m['device']}, {m['threads']} threads"
-                 + _peak_text(m))
+    fig.suptitle(_("why Transformers scale (§28.1): {dataset}, {device}, {threads} threads").format(
+        dataset=report["dataset"], device=m["device"], threads=m["threads"]) + _peak_text(m))
     return fig
 
 
@@ -660,7 +665,7 @@ def _draw_family(axes, report: dict[str, Any], name: str, mine: list[dict[str, A
     ax_t.plot(lengths, [x["tokens_per_s"] for x in rows], "o-", color=colour, label=f"{label} d={width}")
     ax_g.plot(lengths, [x["gflops_per_s"] for x in rows], "o-", color=colour, label=f"{label} d={width}")
     dec = report["decoding"].get(name, [])
-    for mode, style, what in (("cache", "-", "cache"), ("no_cache", "--", "no cache (prefix re-run)")):
+    for mode, style, what in (("cache", "-", _("cache")), ("no_cache", "--", _("no cache (prefix re-run)"))):
         steps = [x["steps"] for x in dec]
         ax_d.plot(steps, [x[mode]["ms_per_token"] for x in dec], "o" + style, color=colour, label=f"{label}, {what}")
         ax_c.plot(steps, [x[mode]["flops_per_token"] for x in dec], "o" + style, color=colour, label=f"{label}, {what}")
@@ -679,9 +684,10 @@ def _peak_text(machine: dict[str, Any]) -> str:
 
 def _plan_text(report: dict[str, Any]) -> str:
     """The plan: each rung's steps and counted GFLOP per step, and the estimated time."""
-    lines = [f"planned {len(report['rungs'])} rungs, estimated {report['estimate_s'] / 60:.1f} min; "
-             "nothing trained (--plan-only)"]
-    lines += [f"  {r['name']}: {r['steps']:,} steps of {r['flops_per_step'] / 1e9:.3f} GFLOP" for r in report["rungs"]]
+    lines = [_("planned {n} rungs, estimated {minutes:.1f} min; nothing trained (--plan-only)").format(
+        n=len(report["rungs"]), minutes=report["estimate_s"] / 60)]
+    lines += [_("  {name}: {steps:,} steps of {gflop:.3f} GFLOP").format(
+        name=r["name"], steps=r["steps"], gflop=r["flops_per_step"] / 1e9) for r in report["rungs"]]
     return "\n".join(lines)
 
 

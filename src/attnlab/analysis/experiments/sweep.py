@@ -31,6 +31,7 @@ from attnlab.analysis.report import TextReport
 from attnlab.config import Config, ConfigError
 from attnlab.data import corpus
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.interrupts import Interrupted
 from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
 from attnlab.runs import read_metrics, read_run
@@ -186,8 +187,8 @@ def run(
         stopped_by = _run_trial(trial, cfg, out_dir, prepared_cache[cfg.data], progress, log)
         atomic_write_json(out_dir / "sweep.json", result.to_json())  # progress survives an interrupted sweep
         if stopped_by is not None:  # Ctrl-C or SIGTERM stops the sweep, not only this trial
-            log(f"interrupted: {trial.name} saved its last checkpoint; the sweep stopped there "
-                f"({out_dir / 'sweep.json'} holds the trials so far)")
+            log(_("interrupted: {trial} saved its last checkpoint; the sweep stopped there ({path} holds the trials "
+                  "so far)").format(trial=trial.name, path=out_dir / "sweep.json"))
             raise Interrupted(stopped_by)
     _pick_best(result, configs)
     return result
@@ -212,16 +213,17 @@ def _run_trial(trial: Trial, cfg: Config, out_dir: Path, prepared, progress: boo
             trial.status, stopped_by = "interrupted", res.signal or signal.SIGINT
     except NonFiniteLossError as e:
         trial.status = "diverged"
-        log(f"  diverged: {e}")
+        log(_("  diverged: {error}").format(error=e))
     except AttnlabError as e:
         trial.status = f"failed: {e}"
-        log(f"  failed: {e}")
+        log(_("  failed: {error}").format(error=e))
     trial.seconds = time.monotonic() - t0
     trial.valid_bleu, trial.valid_loss = _scores(out_dir / trial.name)
     trial.doctor = _doctor(out_dir / trial.name)
     log(
-        f"  BLEU {trial.valid_bleu:.2f}  valid loss {trial.valid_loss:.3f}  ({trial.steps} steps, "
-        f"{trial.seconds:.0f} s, {trial.status}); doctor: {trial.doctor or '-'}"
+        _("  BLEU {bleu:.2f}  valid loss {loss:.3f}  ({steps} steps, {seconds:.0f} s, {status}); doctor: {doctor}").format(
+            bleu=trial.valid_bleu, loss=trial.valid_loss, steps=trial.steps, seconds=trial.seconds,
+            status=trial.status, doctor=trial.doctor or "-")
     )
     return stopped_by
 
@@ -267,7 +269,8 @@ def _pick_best(result: SweepResult, configs: list[Config]) -> None:
 def _table(result: SweepResult) -> str:
     """The trials as a markdown table, best first (ranked by BLEU, then validation loss)."""
     axes = list(result.axes)
-    head = ["trial", *axes, "valid BLEU", "valid loss", "steps", "tokens/s", "seconds", "status", "doctor"]
+    head = [_("trial"), *axes, _("valid BLEU"), _("valid loss"), _("steps"), _("tokens/s"), _("seconds"), _("status"),
+            "doctor"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for t in sorted(result.trials, key=_rank_key, reverse=True):
         mark = " ★" if t.index == result.best else ""
@@ -304,12 +307,13 @@ def _figure(result: SweepResult):
     ax_b.bar(xs, [t.valid_bleu if math.isfinite(t.valid_bleu) else 0.0 for t in trials], color=colors)
     ax_l.bar(xs, [t.valid_loss if math.isfinite(t.valid_loss) else 0.0 for t in trials], color=colors)
     for ax, title, ylabel in (
-        (ax_b, "validation BLEU (higher is better)", "BLEU"),
-        (ax_l, "validation loss (lower is better)", "cross-entropy per token"),
+        (ax_b, _("validation BLEU (higher is better)"), "BLEU"),
+        (ax_l, _("validation loss (lower is better)"), _("cross-entropy per token")),
     ):
         ax.set_xticks(list(xs), labels, fontsize=7)
         ax.set(title=title, ylabel=ylabel)
         ax.grid(axis="y", alpha=0.3)
-    best = trials[result.best].name if result.best is not None else "none"
-    fig.suptitle(f"sweep {result.out_dir.name}: {len(trials)} trials, best {best} (red)")
+    best = trials[result.best].name if result.best is not None else _("none")
+    fig.suptitle(_("sweep {name}: {n} trials, best {best} (red)").format(name=result.out_dir.name, n=len(trials),
+                                                                          best=best))
     return fig

@@ -21,7 +21,7 @@ from torch import nn
 
 from attnlab.analysis.report import TextReport
 from attnlab.attention.multi_head import MultiHeadAttention
-from attnlab.i18n import N_, _
+from attnlab.i18n import N_, _, ljust, rjust, width
 from attnlab.models import traits
 from attnlab.viz.figure import new_figure
 
@@ -54,12 +54,16 @@ _RULES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+#: NotParameter.what, shown in the learner's language (the report's data keeps the key)
+WHAT = {"buffer": N_("buffer"), "activation": N_("activation")}
+
+
 def group_of(name: str) -> tuple[str, str]:
     """``(group, section)`` of a parameter name such as ``decoder_blocks.0.ffn.dense1.weight``."""
     for pattern, group, section in _RULES:
         if re.search(pattern, name):
             return group, section
-    return "other", ""
+    return N_("other"), ""
 
 
 @dataclass
@@ -154,30 +158,35 @@ def non_parameters(model: nn.Module) -> list[NotParameter]:
     rows = []
     saved = set(model.state_dict())
     for name, buf in model.named_buffers():
-        label = "positional encoding P" if name.startswith("positional.") else name
+        label = _("positional encoding P") if name.startswith("positional.") else name
         rows.append(NotParameter(
-            label, "buffer", f"{_shape(tuple(buf.shape))} = {buf.numel():,} numbers",
-            "sin/cos of the position (§15), computed from the config; not learned"
-            + ("" if name in saved else ", not saved in the checkpoint"),
+            label, "buffer", _("{shape} = {n:,} numbers").format(shape=_shape(tuple(buf.shape)), n=buf.numel()),
+            _("sin/cos of the position (§15), computed from the config; not learned")
+            + ("" if name in saved else _(", not saved in the checkpoint")),
         ))
     cfg = getattr(model, "config", None)
     t = traits(cfg) if cfg is not None else None
     if t is not None and t.recurrent and t.attention:
         M = cfg.num_hiddens * (2 if cfg.bidirectional else 1)  # the encoder states h_t: [h→; h←] when bidirectional
-        rows.append(NotParameter("context vector c_t'", "activation", f"{M} numbers per decoder step",
-                                 "Σ_t α_t h_t, recomputed at every step from the attention weights (§1)"))
+        rows.append(NotParameter(_("context vector c_t'"), "activation",
+                                 _("{n} numbers per decoder step").format(n=M),
+                                 _("Σ_t α_t h_t, recomputed at every step from the attention weights (§1)")))
     elif t is not None and t.attention_modules:
         for kind, path in t.attention_modules.items():
             mha = model.get_submodule(path.replace("*", "0"))
             if not isinstance(mha, MultiHeadAttention):
                 continue
-            label = "context vectors (cross-attention)" if kind == "cross" else f"attention outputs ({kind})"
+            label = (_("context vectors (cross-attention)") if kind == "cross"
+                     else _("attention outputs ({kind})").format(kind=kind))
             rows.append(NotParameter(label, "activation",
-                                     f"{mha.num_hiddens} numbers per query position, × {t.attention[kind]} layers",
-                                     "Σ_j α_j v_j of the heads, concatenated; recomputed for every sentence (§11–12)"))
+                                     _("{n} numbers per query position, × {layers} layers").format(
+                                         n=mha.num_hiddens, layers=t.attention[kind]),
+                                     _("Σ_j α_j v_j of the heads, concatenated; recomputed for every sentence "
+                                       "(§11–12)")))
     elif t is not None and t.recurrent:
-        rows.append(NotParameter("context vector c", "activation", f"{cfg.num_hiddens} numbers per sentence",
-                                 "the encoder's last state, read at every step (§1: the fixed context)"))
+        rows.append(NotParameter(_("context vector c"), "activation",
+                                 _("{n} numbers per sentence").format(n=cfg.num_hiddens),
+                                 _("the encoder's last state, read at every step (§1: the fixed context)")))
     return rows
 
 
@@ -189,11 +198,12 @@ def tied_note(report: ParamReport, group: ParamGroup) -> str:
     for name, first in group.tied:
         shape = report.shape_of(first)
         size = f" ({_shape(shape)})" if shape is not None else ""
-        parts.append(f"{name}{size} is tied to the {group_of(first)[0]}, shared, counted once (in that row)")
+        parts.append(_("{name}{size} is tied to the {group}, shared, counted once (in that row)").format(
+            name=name, size=size, group=_(group_of(first)[0])))
     if not parts:
         return ""
     here = ", ".join(n for n, _ in group.tensors)
-    return (f"{here} only: " if here else "") + "; ".join(parts)
+    return (_("{names} only: ").format(names=here) if here else "") + "; ".join(parts)
 
 
 def _shape(shape: tuple[int, ...]) -> str:
@@ -203,7 +213,8 @@ def _shape(shape: tuple[int, ...]) -> str:
 def _heading(report: ParamReport) -> str:
     if report.vocab is None:
         return report.title
-    return f"{report.title}: source vocabulary {report.vocab[0]:,}, target vocabulary {report.vocab[1]:,}"
+    return _("{title}: source vocabulary {src:,}, target vocabulary {tgt:,}").format(
+        title=report.title, src=report.vocab[0], tgt=report.vocab[1])
 
 
 def _table(report: ParamReport) -> str:
@@ -211,31 +222,31 @@ def _table(report: ParamReport) -> str:
     is not a parameter (buffers, activations: not counted)."""
     # group names are shown in the current language (--lang), and stay the report's English keys
     module, params, share, total = _("module"), _("parameters"), _("share"), _("total")
-    width = max([len(_(g.name)) for g in report.groups] + [len(total), len(module)])
+    cells = max([width(_(g.name)) for g in report.groups] + [width(total), width(module)])
     title = _heading(report)
     lines = [title] if title else []
-    lines.append(f"{module:<{width}}  {'§':<6} {params:>12}  {share:>6}")
-    lines.append("-" * (width + 30))
+    lines.append(f"{ljust(module, cells)}  {'§':<6} {rjust(params, 12)}  {rjust(share, 6)}")
+    lines.append("-" * (cells + 30))
     for g in report.groups:
-        line = f"{_(g.name):<{width}}  {g.section:<6} {g.count:>12,}  {100 * report.share(g.name):>5.1f}%"
+        line = f"{ljust(_(g.name), cells)}  {g.section:<6} {g.count:>12,}  {100 * report.share(g.name):>5.1f}%"
         if g.tied:
             line += "  (" + tied_note(report, g) + ")"
         if g.shared_by:
-            line += "  (also " + ", ".join(g.shared_by) + ": one shared tensor)"
+            line += "  (" + _("also {names}: one shared tensor").format(names=", ".join(g.shared_by)) + ")"
         lines.append(line)
         if report.verbose:
             for name, shape in g.tensors:
                 n = 1
                 for s in shape:
                     n *= s
-                lines.append(f"    {name:<{max(width + 4, 40)}} {_shape(shape):>14} {n:>12,}")
-    lines.append("-" * (width + 30))
-    lines.append(f"{total:<{width}}  {'':<6} {report.total:>12,}  100.0%")
+                lines.append(f"    {name:<{max(cells + 4, 40)}} {_shape(shape):>14} {n:>12,}")
+    lines.append("-" * (cells + 30))
+    lines.append(f"{ljust(total, cells)}  {'':<6} {report.total:>12,}  100.0%")
     if report.not_parameters:
         lines.append(_("not parameters (§9): not learned, not counted above"))
-        w = max(len(r.name) for r in report.not_parameters)
+        w = max(width(r.name) for r in report.not_parameters)
         for r in report.not_parameters:
-            lines.append(f"  {r.name:<{w}}  {r.what:<10}  {r.size}: {r.note}")
+            lines.append(f"  {ljust(r.name, w)}  {ljust(_(WHAT[r.what]), 10)}  {r.size}: {r.note}")
     return "\n".join(lines)
 
 
@@ -250,8 +261,8 @@ def params_figure(report: ParamReport):
     groups = list(report.groups)
     fig = new_figure((9, 1.6 + 0.45 * len(groups)))
     ax = fig.add_subplot()
-    names = [g.name + (f"\n(W_o tied to the {group_of(g.tied[0][1])[0]}, counted there)" if g.tied
-                       else " (= W_o, tied)" if g.shared_by else "") for g in groups]
+    names = [_(g.name) + (_("\n(W_o tied to the {group}, counted there)").format(group=_(group_of(g.tied[0][1])[0]))
+                          if g.tied else _(" (= W_o, tied)") if g.shared_by else "") for g in groups]
     counts = [g.count for g in groups]
     bars = ax.barh(range(len(groups)), counts, color="tab:blue")
     ax.set_yticks(range(len(groups)))
@@ -263,21 +274,23 @@ def params_figure(report: ParamReport):
             bar.get_width() + 0.01 * top,
             bar.get_y() + bar.get_height() / 2,
             f"{g.count:,} ({100 * report.share(g.name):.1f}%)"
-            + (f", {', '.join(n.rsplit('.', 1)[-1] for n, _ in g.tensors)} only" if g.tied else ""),
+            + (_(", {names} only").format(names=", ".join(n.rsplit(".", 1)[-1] for n, _ in g.tensors))
+               if g.tied else ""),
             va="center",
             fontsize=8,
         )
     ax.xaxis.set_major_formatter(lambda x, _: f"{x:,.0f}")  # 2,000,000, not an offset "1e6"
     ax.set_xlim(0, top * 1.45)  # the value labels ("2,102,272 (27.0%)") end inside the axes
-    ax.set_xlabel("trainable parameters")
+    ax.set_xlabel(_("trainable parameters"))
     ax.grid(axis="x", alpha=0.3)
     # a figure title, centred on the figure (an axes title is centred on the bars and runs off the right
     # edge when the group names push the axes right), wrapped to the figure's width
     title = f"{report.title}: " if report.title else ""
-    fig.suptitle(textwrap.fill(f"{title}{report.total:,} trainable parameters (notes §9, §21)", 90), fontsize=10)
+    fig.suptitle(textwrap.fill(title + _("{n:,} trainable parameters (notes §9, §21)").format(n=report.total), 90),
+                 fontsize=10)
     if report.not_parameters:
-        note = "not parameters (§9), not counted: " + "; ".join(
-            f"{r.name} ({r.what}, {r.size})" for r in report.not_parameters)
+        note = _("not parameters (§9), not counted: ") + "; ".join(
+            f"{r.name} ({_(WHAT[r.what])}, {r.size})" for r in report.not_parameters)
         fig.supxlabel(textwrap.fill(note, 120), fontsize=7, color="0.35")
     return fig
 

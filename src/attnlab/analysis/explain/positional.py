@@ -40,6 +40,7 @@ from attnlab.analysis.report import TextReport
 from attnlab.attention.positional import SinusoidalPositionalEncoding, rotation_error, sinusoidal_table
 from attnlab.data.specials import BOS, EOS
 from attnlab.errors import AttnlabError
+from attnlab.i18n import N_, Templates, _, ljust
 from attnlab.models import build_model, traits
 from attnlab.viz.figure import new_figure
 
@@ -111,10 +112,9 @@ class PositionalReport(TextReport):
     model: ModelSection | None = None
 
     def line(self) -> str:
-        return (
-            f"rotation property: max error {self.max_error:.1e} over {self.positions} positions, "
-            f"shifts 1..{self.max_shift} (dim {self.dim}, float64)"
-        )
+        return _("rotation property: max error {error:.1e} over {positions} positions, shifts 1..{shift} "
+                 "(dim {dim}, float64)").format(error=self.max_error, positions=self.positions,
+                                               shift=self.max_shift, dim=self.dim)
 
     def _format(self) -> str:
         parts = [self.line(), _format_delta(self.delta, self.learned)]
@@ -140,25 +140,25 @@ def positional_figure(dim: int, positions: int, columns: list[int] | None = None
     ax_heat, ax_curves, ax_sim = fig.subplots(1, 3)
     im = ax_heat.imshow(P.numpy(), cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
     ax_heat.set(
-        title=f"P ({positions} positions × {dim} dims)",
-        xlabel="column (2j: sin, 2j+1: cos)",
-        ylabel="position i",
+        title=_("P ({positions} positions × {dim} dims)").format(positions=positions, dim=dim),
+        xlabel=_("column (2j: sin, 2j+1: cos)"),
+        ylabel=_("position i"),
     )
     fig.colorbar(im, ax=ax_heat, shrink=0.8)
     x = torch.arange(positions).numpy()
     for c in columns:
         j = c // 2
         kind = "sin" if c % 2 == 0 else "cos"
-        ax_curves.plot(x, P[:, c].numpy(), label=f"col {c}: {kind}(i·ω_{j})", lw=1.2)
-    ax_curves.set(title="a few columns (§15)", xlabel="position i", ylabel="value", ylim=(-1.15, 1.15))
+        ax_curves.plot(x, P[:, c].numpy(), label=_("col {c}: {kind}(i·ω_{j})").format(c=c, kind=kind, j=j), lw=1.2)
+    ax_curves.set(title=_("a few columns (§15)"), xlabel=_("position i"), ylabel=_("value"), ylim=(-1.15, 1.15))
     ax_curves.legend(fontsize=8, loc="lower right")
     ax_curves.grid(alpha=0.3)
     sim = P @ P.T  # (positions, positions): p_i · p_k depends on k − i only (§16)
     im2 = ax_sim.imshow(sim.numpy(), cmap="viridis", aspect="auto", interpolation="nearest")
-    ax_sim.set(title="p_i · p_k depends only on k − i (§16)", xlabel="position k", ylabel="position i")
+    ax_sim.set(title=_("p_i · p_k depends only on k − i (§16)"), xlabel=_("position k"), ylabel=_("position i"))
     fig.colorbar(im2, ax=ax_sim, shrink=0.8)
     fig.suptitle(
-        "sinusoidal positional encoding: p[i, 2j] = sin(i ω_j), p[i, 2j+1] = cos(i ω_j), ω_j = 10000^(−2j/d)",
+        _("sinusoidal positional encoding: p[i, 2j] = sin(i ω_j), p[i, 2j+1] = cos(i ω_j), ω_j = 10000^(−2j/d)"),
         fontsize=10,
     )
     return fig
@@ -167,55 +167,55 @@ def positional_figure(dim: int, positions: int, columns: list[int] | None = None
 # ------------------------------------------------------------------------------ §16: a worked δ = 2 example
 
 #: Every sentence the §13–16 sections print, as a format string (a translation replaces them one for one).
-TEXT: dict[str, str] = {
-    "delta_head": "§16 worked example, δ = {delta} (d = {dim}, {where}): one matrix M_{delta}, block-diagonal with the "
-                  "rotation R({delta}ω_j) = [[cos {delta}ω_j, sin {delta}ω_j], [−sin {delta}ω_j, cos {delta}ω_j]] "
-                  "per sin/cos pair j, takes p_{a} to p_{a2} and p_{b} to p_{b2}:",
+TEXT: dict[str, str] = Templates({
+    "delta_head": N_("§16 worked example, δ = {delta} (d = {dim}, {where}): one matrix M_{delta}, block-diagonal with the "
+                     "rotation R({delta}ω_j) = [[cos {delta}ω_j, sin {delta}ω_j], [−sin {delta}ω_j, cos {delta}ω_j]] "
+                     "per sin/cos pair j, takes p_{a} to p_{a2} and p_{b} to p_{b2}:"),
     "delta_pair": "  j={j:<3} ω_j={omega:.6f}  R = [[{c:+.4f}, {s:+.4f}], [{ns:+.4f}, {c:+.4f}]]",
     "delta_move": "        R·p_{i} = R·({x:+.4f}, {y:+.4f}) = ({rx:+.4f}, {ry:+.4f});  p_{k} = ({tx:+.4f}, {ty:+.4f})",
-    "delta_all": "  all {pairs} pairs: max |M_{delta} p_{a} − p_{a2}| = {err_a:.1e}, max |M_{delta} p_{b} − p_{b2}| = {err_b:.1e}: "
-                 "the same M_{delta} for both, it depends on δ only (the trigonometric addition formulas)",
-    "delta_dot": "  so p_{a}·p_{a2} = {dot_a:.4f} and p_{b}·p_{b2} = {dot_b:.4f} agree, while the differences p_{a2} − p_{a} and "
-                 "p_{b2} − p_{b} do not (max gap {gap:.3f}): the relation is a rotation, not a fixed offset vector",
-    "where_model": "the run's own position table",
-    "where_formula": "the formula in float64",
-    "learned": "  (this run learns its position table (model.positional=learned): the rotation is the sinusoidal "
-               "encoding's property, shown above on the formula at the run's d)",
+    "delta_all": N_("  all {pairs} pairs: max |M_{delta} p_{a} − p_{a2}| = {err_a:.1e}, max |M_{delta} p_{b} − p_{b2}| = {err_b:.1e}: "
+                    "the same M_{delta} for both, it depends on δ only (the trigonometric addition formulas)"),
+    "delta_dot": N_("  so p_{a}·p_{a2} = {dot_a:.4f} and p_{b}·p_{b2} = {dot_b:.4f} agree, while the differences p_{a2} − p_{a} and "
+                    "p_{b2} − p_{b} do not (max gap {gap:.3f}): the relation is a rotation, not a fixed offset vector"),
+    "where_model": N_("the run's own position table"),
+    "where_formula": N_("the formula in float64"),
+    "learned": N_("  (this run learns its position table (model.positional=learned): the rotation is the sinusoidal "
+                  "encoding's property, shown above on the formula at the run's d)"),
     # §13–14 on the run's model
-    "model_head": "§13–14 on {run} ({kind}, D = {dim}), sentence {sentence!r}:",
-    "no_pe": "  this model has no positional encoding: it is recurrent and reads the tokens in order (§6, §13), "
-             "so there is nothing to remove",
-    "order_head": "  §13 order-blindness, first self-attention layer (encoder layer 1), float64 copy of the trained weights:",
-    "order_tokens": "    tokens {tokens}  →  reversed {permuted}",
-    "order_row": "    {label:<22} max |f(πX) − π f(X)| = {err:.1e}  (relative {rel:.1e}); whole encoder: relative {enc:.1e}",
-    "label_no_pe": "without the encoding:",
-    "label_pe": "with the encoding:",
-    "order_weight": "    attention weight {q!r} → {k!r} (head 1): {a:.4f} in the sentence, {b:.4f} reversed without the "
-                    "encoding; {c:.4f} and {d:.4f} with it",
-    "order_says": "    without it, reordering the words only reorders the output vectors (§13's 我 爱 你 / 你 爱 我): "
-                  "self-attention sees which tokens there are, not where they are",
-    "order_causal": "  §13: this model's self-attention is causal; the mask itself depends on the order, so the "
-                    "order-blindness check (a bidirectional self-attention) does not apply",
-    "order_short": "  §13: the sentence needs at least two different tokens to reorder; give a longer --sentence",
-    "norm_head": "  §14 sizes of what is added, x·√D + p (vector norms):",
-    "norm_tokens": "    embedding × √D ({scale:.2f}) of the sentence's tokens: {pairs}",
-    "norm_vocab": "    embedding × √D over all {rows:,} source rows: median {median:.2f}, min {lo:.2f}, max {hi:.2f}",
-    "norm_pos": "    position vectors p_0…p_{last}: {lo:.2f} … {hi:.2f}{closed}",
-    "norm_closed": " (sinusoidal: every ‖p_i‖ = √(D/2) = {value:.2f})",
-    "norm_ratio": "    so the word part is {ratio:.2f}× the position part: {verdict}",
-    "ratio_even": "comparable sizes, neither drowns the other, and the linear maps after them can use both (§14)",
-    "ratio_word": "the word part dominates; the position signal is small beside it (the model has learnt to lean on words)",
-    "ratio_pos": "the position part dominates; the word signal is small beside it",
-    "concat_head": "  §14 adding keeps width D = {dim}; concatenating [x, p] makes it 2D = {wide}. This run's "
-                   "architecture outside the embedding and position tables, on this sentence (forward, teacher-forced):",
-    "concat_row": "    {label:<34} {params:>12,} parameters  {flops:>14,} FLOPs",
-    "label_add": "add (this run):",
-    "label_wide": "concatenate, keep 2D throughout:",
-    "label_proj": "concatenate, project 2D → D:",
-    "concat_says": "    keeping 2D costs ×{pr:.2f} parameters and ×{fr:.2f} FLOPs (every D×D matrix becomes 2D×2D); "
-                   "even projecting back adds {extra:,} parameters ({tables} × (2D·D + D)) and 2·2D·D FLOPs per "
-                   "token; adding costs nothing (the table is a buffer, not a parameter, §9)",
-}
+    "model_head": N_("§13–14 on {run} ({kind}, D = {dim}), sentence {sentence!r}:"),
+    "no_pe": N_("  this model has no positional encoding: it is recurrent and reads the tokens in order (§6, §13), "
+                "so there is nothing to remove"),
+    "order_head": N_("  §13 order-blindness, first self-attention layer (encoder layer 1), float64 copy of the trained weights:"),
+    "order_tokens": N_("    tokens {tokens}  →  reversed {permuted}"),
+    "order_row": N_("    {label} max |f(πX) − π f(X)| = {err:.1e}  (relative {rel:.1e}); whole encoder: relative {enc:.1e}"),
+    "label_no_pe": N_("without the encoding:"),
+    "label_pe": N_("with the encoding:"),
+    "order_weight": N_("    attention weight {q!r} → {k!r} (head 1): {a:.4f} in the sentence, {b:.4f} reversed without the "
+                       "encoding; {c:.4f} and {d:.4f} with it"),
+    "order_says": N_("    without it, reordering the words only reorders the output vectors (§13's 我 爱 你 / 你 爱 我): "
+                     "self-attention sees which tokens there are, not where they are"),
+    "order_causal": N_("  §13: this model's self-attention is causal; the mask itself depends on the order, so the "
+                       "order-blindness check (a bidirectional self-attention) does not apply"),
+    "order_short": N_("  §13: the sentence needs at least two different tokens to reorder; give a longer --sentence"),
+    "norm_head": N_("  §14 sizes of what is added, x·√D + p (vector norms):"),
+    "norm_tokens": N_("    embedding × √D ({scale:.2f}) of the sentence's tokens: {pairs}"),
+    "norm_vocab": N_("    embedding × √D over all {rows:,} source rows: median {median:.2f}, min {lo:.2f}, max {hi:.2f}"),
+    "norm_pos": N_("    position vectors p_0…p_{last}: {lo:.2f} … {hi:.2f}{closed}"),
+    "norm_closed": N_(" (sinusoidal: every ‖p_i‖ = √(D/2) = {value:.2f})"),
+    "norm_ratio": N_("    so the word part is {ratio:.2f}× the position part: {verdict}"),
+    "ratio_even": N_("comparable sizes, neither drowns the other, and the linear maps after them can use both (§14)"),
+    "ratio_word": N_("the word part dominates; the position signal is small beside it (the model has learnt to lean on words)"),
+    "ratio_pos": N_("the position part dominates; the word signal is small beside it"),
+    "concat_head": N_("  §14 adding keeps width D = {dim}; concatenating [x, p] makes it 2D = {wide}. This run's "
+                      "architecture outside the embedding and position tables, on this sentence (forward, teacher-forced):"),
+    "concat_row": N_("    {label} {params:>12,} parameters  {flops:>14,} FLOPs"),
+    "label_add": N_("add (this run):"),
+    "label_wide": N_("concatenate, keep 2D throughout:"),
+    "label_proj": N_("concatenate, project 2D → D:"),
+    "concat_says": N_("    keeping 2D costs ×{pr:.2f} parameters and ×{fr:.2f} FLOPs (every D×D matrix becomes 2D×2D); "
+                      "even projecting back adds {extra:,} parameters ({tables} × (2D·D + D)) and 2·2D·D FLOPs per "
+                      "token; adding costs nothing (the table is a buffer, not a parameter, §9)"),
+})
 
 
 @dataclass
@@ -454,7 +454,7 @@ def model_section(tr, sentence: str) -> ModelSection:
 def _format_order(o: OrderCheck) -> list[str]:
     lines = [TEXT["order_head"], TEXT["order_tokens"].format(tokens=" ".join(o.tokens), permuted=" ".join(o.permuted))]
     for pe, label in ((False, "label_no_pe"), (True, "label_pe")):
-        lines.append(TEXT["order_row"].format(label=TEXT[label], err=o.err[pe], rel=o.rel[pe], enc=o.enc_rel[pe]))
+        lines.append(TEXT["order_row"].format(label=ljust(TEXT[label], 22), err=o.err[pe], rel=o.rel[pe], enc=o.enc_rel[pe]))
     (a, b), (c, d) = o.weight[False], o.weight[True]
     lines.append(TEXT["order_weight"].format(q=o.tokens[0], k=o.tokens[1], a=a, b=b, c=c, d=d))
     lines.append(TEXT["order_says"])
@@ -475,9 +475,9 @@ def _format_norms(n: NormCheck, dim: int) -> list[str]:
 def _format_concat(c: ConcatCost) -> list[str]:
     (p1, p2), (f1, f2) = c.params, c.flops
     return [TEXT["concat_head"].format(dim=c.dim, wide=2 * c.dim),
-            TEXT["concat_row"].format(label=TEXT["label_add"], params=p1, flops=f1),
-            TEXT["concat_row"].format(label=TEXT["label_wide"], params=p2, flops=f2),
-            TEXT["concat_row"].format(label=TEXT["label_proj"], params=p1 + c.proj_params, flops=f1 + c.proj_flops),
+            TEXT["concat_row"].format(label=ljust(TEXT["label_add"], 34), params=p1, flops=f1),
+            TEXT["concat_row"].format(label=ljust(TEXT["label_wide"], 34), params=p2, flops=f2),
+            TEXT["concat_row"].format(label=ljust(TEXT["label_proj"], 34), params=p1 + c.proj_params, flops=f1 + c.proj_flops),
             TEXT["concat_says"].format(pr=p2 / p1, fr=f2 / f1, extra=c.proj_params, tables=c.tables)]
 
 

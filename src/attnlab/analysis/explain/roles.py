@@ -42,7 +42,7 @@ from torch import Tensor, nn
 from attnlab.analysis import hooks
 from attnlab.attention.multi_head import MultiHeadAttention
 from attnlab.data.batching import Batch
-from attnlab.i18n import N_, Templates
+from attnlab.i18n import N_, Templates, _, ljust
 from attnlab.models import ModelTraits, traits
 from attnlab.models.transformer import DecoderBlock, EncoderBlock, PositionWiseFFN
 from attnlab.translator import teacher_forced
@@ -61,20 +61,20 @@ TEXT: dict[str, str] = Templates({
     "res.notes": N_("  the notes (§20) write post-norm:  Y = LayerNorm(X + Dropout(Sublayer(X)))"),
     "res.pre": N_("  this model computes pre-norm:     Y = X + Dropout(Sublayer(LayerNorm(X))), then one final "
                   "LayerNorm per stack ({finals})"),
-    "res.pre_why": "  why: the residual stream X passes from layer to layer un-normalised, so gradients reach the "
-                   "first layers through the additions alone; it trains without a long warm-up (Xiong et al. 2020)",
+    "res.pre_why": N_("  why: the residual stream X passes from layer to layer un-normalised, so gradients reach the "
+                      "first layers through the additions alone; it trains without a long warm-up (Xiong et al. 2020)"),
     "res.post": N_("  this model computes the notes' post-norm: Y = LayerNorm(X + Dropout(Sublayer(X))), "
                    "no final LayerNorm"),
     "res.switch": N_("  the other placement is one setting away: attnlab train … model.norm_first={other}"),
-    "res.risk": "  post-norm's known risk is divergence in deep stacks or without a learning-rate warm-up (Xiong et "
-                "al. 2020); at a few layers with warm-up both placements train",
-    "res.rows": "  the residual adds at one position per layer (Dropout is the identity at inference; ‖·‖ = L2 norm of "
-                "the {D} numbers):",
-    "res.row": "    {block:<22} {pos:<16} {sub:<16} ‖X‖ {x:7.2f}  ‖Sublayer‖ {s:7.2f}  ‖X + Sublayer‖ {y:7.2f}{ln}",
-    "res.ln": "  ‖LayerNorm(X + Sublayer)‖ {n:7.2f}",
-    "res.final": "    {block:<22} {pos:<16} {sub:<16} ‖X‖ {x:7.2f}  ‖LayerNorm(X)‖ {y:7.2f}  (the stack's final LayerNorm)",
-    "res.check": "  X + Sublayer recomputed from the tensors each sublayer read and returned equals the model's next "
-                 "tensor: max |Δ| = {gap:.1e}",
+    "res.risk": N_("  post-norm's known risk is divergence in deep stacks or without a learning-rate warm-up (Xiong et "
+                   "al. 2020); at a few layers with warm-up both placements train"),
+    "res.rows": N_("  the residual adds at one position per layer (Dropout is the identity at inference; ‖·‖ = L2 norm of "
+                   "the {D} numbers):"),
+    "res.row": N_("    {block:<22} {pos:<16} {sub:<16} ‖X‖ {x:7.2f}  ‖Sublayer‖ {s:7.2f}  ‖X + Sublayer‖ {y:7.2f}{ln}"),
+    "res.ln": N_("  ‖LayerNorm(X + Sublayer)‖ {n:7.2f}"),
+    "res.final": N_("    {block:<22} {pos:<16} {sub:<16} ‖X‖ {x:7.2f}  ‖LayerNorm(X)‖ {y:7.2f}  (the stack's final LayerNorm)"),
+    "res.check": N_("  X + Sublayer recomputed from the tensors each sublayer read and returned equals the model's next "
+                    "tensor: max |Δ| = {gap:.1e}"),
     # 4. (Transformers) the position-wise FFN, §19
     "ffn.head": N_("  the position-wise feed-forward network (§19), {name}: FFN(x) = W_2 ReLU(W_1 x + b_1) + b_2 with "
                    "W_1 {W1}, W_2 {W2}, one set of weights for every position"),
@@ -98,26 +98,26 @@ TEXT: dict[str, str] = Templates({
     "roles.self": N_("  {kind:<9} causal self-attention (§28): Query = Key = Value = the one sequence "
                      "source <eos> <bos> target {q}; causal"),
     "roles.other": N_("  {kind:<9} Query {q}; Key = Value {k}"),
-    "roles.prenorm": "  (pre-norm: each attention reads LayerNorm of its input stream, section 4)",
-    "inproj.1": "  in_proj: one nn.Linear({D}, {D3}) per attention layer ({name}); its weight ({D3}, {D}) is laid "
-                "out as nn.MultiheadAttention's in_proj_weight, [W_q; W_k; W_v]:",
-    "inproj.2": "    W_q = rows 0:{D}, W_k = rows {D}:{D2}, W_v = rows {D2}:{D3}, each ({D}, {D}), with biases "
-                "b_q, b_k, b_v ({D},)",
+    "roles.prenorm": N_("  (pre-norm: each attention reads LayerNorm of its input stream, section 4)"),
+    "inproj.1": N_("  in_proj: one nn.Linear({D}, {D3}) per attention layer ({name}); its weight ({D3}, {D}) is laid "
+                   "out as nn.MultiheadAttention's in_proj_weight, [W_q; W_k; W_v]:"),
+    "inproj.2": N_("    W_q = rows 0:{D}, W_k = rows {D}:{D2}, W_v = rows {D2}:{D3}, each ({D}, {D}), with biases "
+                   "b_q, b_k, b_v ({D},)"),
     "inproj.3": N_("    H = {H} heads of size D/H = {D}/{H} = {Dh} (§11): head h owns rows (h−1)·{Dh} : h·{Dh} of "
                    "each, W_q^(h), W_k^(h), W_v^(h) of shape ({Dh}, {D})"),
-    "inproj.4": "    q^(h) = W_q^(h) x + b_q^(h), k^(h), v^(h): ({Dh},) per position; head h returns Σ α v^(h) "
-                "({Dh},); the {H} concatenated ({H} × {Dh} = {D}) → out_proj ({D}, {D}), §11's W_o (not §8's "
-                "output layer)",
-    "score.head": "  one query worked by hand: {kind}, layer {layer} of {L}, step 1 (query position {qpos}, "
-                  "{qtok!r}), against its {K} keys:",
-    "score.row": "    {label:<22}{cols}{note}",
-    "score.keys": "keys",
-    "score.dot": "head {h}: q·k/√{Dh}",
-    "score.softmax": "  softmax",
-    "score.mean": "mean of the {H} heads",
-    "score.printed": "   ← step 1's attention row (heads averaged, section 5)",
-    "score.check": "  recomputed from in_proj's slices: max |Δ| = {gap_model:.1e} against the model's own weights, "
-                   "{gap_row:.1e} against the row step 1 printed",
+    "inproj.4": N_("    q^(h) = W_q^(h) x + b_q^(h), k^(h), v^(h): ({Dh},) per position; head h returns Σ α v^(h) "
+                   "({Dh},); the {H} concatenated ({H} × {Dh} = {D}) → out_proj ({D}, {D}), §11's W_o (not §8's "
+                   "output layer)"),
+    "score.head": N_("  one query worked by hand: {kind}, layer {layer} of {L}, step 1 (query position {qpos}, "
+                     "{qtok!r}), against its {K} keys:"),
+    "score.row": "    {label}{cols}{note}",  # label: ljust to 22 cells (a CJK label is wider than it is long)
+    "score.keys": N_("keys"),
+    "score.dot": N_("head {h}: q·k/√{Dh}"),
+    "score.softmax": N_("  softmax"),
+    "score.mean": N_("mean of the {H} heads"),
+    "score.printed": N_("   ← step 1's attention row (heads averaged, section 5)"),
+    "score.check": N_("  recomputed from in_proj's slices: max |Δ| = {gap_model:.1e} against the model's own weights, "
+                      "{gap_row:.1e} against the row step 1 printed"),
     "add.q": N_("  Query   q = s(t'−1), the decoder's previous top state {q} (at step 1 the encoder's final state, "
                 "where the decoder starts)"),
     "add.k": N_("  Keys    k_t = h_t, the encoder states {k}"),
@@ -130,12 +130,12 @@ TEXT: dict[str, str] = Templates({
                     "step 1's scores are not worked by hand here"),
     "add.score": N_("  additive score (§2; D2L 10.3.3): e_t = w_vᵀ tanh(W_q q + W_k k_t), not q·k/√d (the "
                     "Transformer's, §12)"),
-    "add.keys": "keys k_t = h_t",
-    "add.dot": "score e_t",
-    "add.softmax": "softmax α_t",
-    "add.printed": "   ← step 1's attention row (section 5)",
-    "add.check": "  recomputed from W_q, W_k, w_v: max |Δ| = {gap_model:.1e} against the model's own weights, "
-                 "{gap_row:.1e} against the row step 1 printed",
+    "add.keys": N_("keys k_t = h_t"),
+    "add.dot": N_("score e_t"),
+    "add.softmax": N_("softmax α_t"),
+    "add.printed": N_("   ← step 1's attention row (section 5)"),
+    "add.check": N_("  recomputed from W_q, W_k, w_v: max |Δ| = {gap_model:.1e} against the model's own weights, "
+                    "{gap_row:.1e} against the row step 1 printed"),
     # 7. one logit by hand
     "logit.head": N_("\n== 7. one logit by hand (§8): logit_id = W_o[id] · out + b_o[id]"),
     "logit.out": N_("  out = the decoder's top state at step 1, what the output layer reads, {shape} = {vec}"),
@@ -143,20 +143,21 @@ TEXT: dict[str, str] = Templates({
     "logit.tied": N_("  weight tying (model.tie_embeddings=true): W_o is the {table} table itself, one {W} tensor, "
                      "shared, counted once in §9's table; row id of W_o is token id's embedding"),
     "logit.untied": N_("  W_o is its own matrix (model.tie_embeddings=false), apart from the target embedding"),
-    "logit.id": "  id = {id} ({tok!r}, the token step 1 chose): W_o[{id}] = {vec}",
-    "logit.sum": "  W_o[{id}]·out = {dot:+.4f}, b_o[{id}] = {bias:+.4f} → logit = {hand:+.4f}; the model's logit "
-                 "{model:+.4f} (|Δ| = {gap:.1e})",
-    "logit.p": "  softmax over all {V} logits → p({tok!r}) = {p:.3f}, the probability step 1 printed",
+    "logit.id": N_("  id = {id} ({tok!r}, the token step 1 chose): W_o[{id}] = {vec}"),
+    "logit.sum": N_("  W_o[{id}]·out = {dot:+.4f}, b_o[{id}] = {bias:+.4f} → logit = {hand:+.4f}; the model's logit "
+                    "{model:+.4f} (|Δ| = {gap:.1e})"),
+    "logit.p": N_("  softmax over all {V} logits → p({tok!r}) = {p:.3f}, the probability step 1 printed"),
 })
 
 #: The §9 table's context-vector rows: (name, note).
 ROWS: dict[str, tuple[str, str]] = {
-    "context_add": ("context vectors c_t'", "Σ_t α_t h_t, one per decoder step (§1): an activation, not a parameter"),
-    "context_mha": ("context vectors (cross)", "Σ_j α_j v_j per layer, heads concatenated: an activation, "
-                                               "not a parameter"),
-    "context_self": ("attention outputs ({kind})", "Σ_j α_j v_j per layer, heads concatenated: an activation "
-                                                   "(self-attention's context vectors)"),
-    "context_fixed": ("context vector c", "the encoder's last state, read at every step (§1): an activation"),
+    "context_add": (N_("context vectors c_t'"), N_("Σ_t α_t h_t, one per decoder step (§1): an activation, not a "
+                                                    "parameter")),
+    "context_mha": (N_("context vectors (cross)"), N_("Σ_j α_j v_j per layer, heads concatenated: an activation, "
+                                                      "not a parameter")),
+    "context_self": (N_("attention outputs ({kind})"), N_("Σ_j α_j v_j per layer, heads concatenated: an activation "
+                                                          "(self-attention's context vectors)")),
+    "context_fixed": (N_("context vector c"), N_("the encoder's last state, read at every step (§1): an activation")),
 }
 
 
@@ -453,7 +454,7 @@ def _visible(call: Call, i: int, Q: int, K: int) -> Tensor:
 
 def _row(out: Out, label: str, values: list[str], width: int, note: str = "") -> None:
     """One row of a scores table: a label, then one right-aligned column per key."""
-    _say(out, "score.row", label=label, cols="".join(f"{v:>{width}}" for v in values), note=note)
+    _say(out, "score.row", label=ljust(label, 22), cols="".join(f"{v:>{width}}" for v in values), note=note)
 
 
 def _mha_scores(mha: MultiHeadAttention, kind: str, t: ModelTraits, cap: Capture, src: list[str],
@@ -570,13 +571,14 @@ def context_rows(model: nn.Module, t: ModelTraits, cap: Capture) -> list[tuple[s
         calls = cap.of(attention_path(t, "cross"))  # one per decoder step
         M = calls[0].output[0].shape[-1]
         name, note = ROWS["context_add"]
-        return [(name, f"(1, {len(calls)}, {M})", note)]
+        return [(_(name), f"(1, {len(calls)}, {M})", _(note))]
     if t.attention_modules:
         kind = "cross" if "cross" in t.attention_modules else next(iter(t.attention_modules))
         call = cap.of(attention_path(t, kind, layer=0))[0]
         name, note = ROWS["context_mha" if kind == "cross" else "context_self"]
-        return [(name.format(kind=kind), f"{_fmt(call.output[0].shape)} × {t.attention[kind]} layers", note)]
+        return [(_(name).format(kind=kind), _("{shape} × {n} layers").format(shape=_fmt(call.output[0].shape),
+                                                                           n=t.attention[kind]), _(note))]
     if t.recurrent and not t.attention:
         name, note = ROWS["context_fixed"]
-        return [(name, f"(1, {model.config.num_hiddens})", note)]
+        return [(_(name), f"(1, {model.config.num_hiddens})", _(note))]
     return []

@@ -50,7 +50,7 @@ from attnlab.data.text import tokenize
 from attnlab.data.vocab import EOS, UNK
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import d2l_bleu
-from attnlab.i18n import N_, _
+from attnlab.i18n import N_, _, ljust, rjust, width
 from attnlab.models import ModelTraits, StepOutput, build_model, traits
 from attnlab.models.gru import ScratchGRU
 from attnlab.translator import Translator, decode_many, teacher_forced, token_labels
@@ -300,10 +300,10 @@ def _tokens_section(tr: Translator, sentence: str, ids: list[int], truncated: bo
     seq = ids + [EOS]
     out(_("== 1. tokens → ids (notes §4) — {kind} model, source vocabulary of {size} entries").format(
         kind=tr.cfg.model.kind, size=len(tr.src_tok)))
-    out(f"  sentence     : {sentence!r}")
+    out(_("  sentence     : {sentence!r}").format(sentence=sentence))
     tokens = " ".join(token_labels(tr.src_tok, ids))
-    out(f"  tokens       : {tokens}" + ("   (truncated to fit the model)" if truncated else ""))
-    out(f"  ids  X       : {seq}   shape ({len(seq)},), valid_len = {len(seq)}")
+    out(_("  tokens       : {tokens}").format(tokens=tokens) + (_("   (truncated to fit the model)") if truncated else ""))
+    out(_("  ids  X       : {ids}   shape ({n},), valid_len = {n}").format(ids=seq, n=len(seq)))
     unk = [w for w, i in zip(tr.src_tok.tokens(sentence), ids) if i == UNK]
     if unk:
         out(_("  unknown words became <unk> (id {unk}): {words}").format(unk=UNK, words=", ".join(unk)))
@@ -372,9 +372,9 @@ def _greedy_steps(
                 order = w.argsort(descending=True)[:3].tolist()
                 step.attention, step.weights = [(src_labels[i], float(w[i])) for i in order], w
                 step.attention_kind = (
-                    "top 3 source tokens"  # Bahdanau: one additive attention, no layers or heads
+                    _("top 3 source tokens")  # Bahdanau: one additive attention, no layers or heads
                     if t.recurrent
-                    else f"{name}, last layer, heads averaged, top 3 source tokens"
+                    else _("{kind}, last layer, heads averaged, top 3 source tokens").format(kind=name)
                 )
         if k < len(contexts) and step.weights is not None and watched.memory is not None:
             _add_context(step, contexts[k], watched.memory)
@@ -400,13 +400,15 @@ def _network_section(modules: list[tuple[str, str, str, int]], T: int, fwd: Any,
     width = max(len(n) for n, *_ in modules)
     for name, cls, shape, calls in modules:
         extra = (
-            f"   ×{calls} calls" + (" (one per decoding step)" if calls == T and name != "positional" else "")
+            _("   ×{calls} calls").format(calls=calls)
+            + (_(" (one per decoding step)") if calls == T and name != "positional" else "")
             if calls > 1
             else ""
         )
         out(f"  {name:<{width}}  {cls:<28} → {shape}{extra}{_layer_from_1(name)}")
     for k, w in fwd.attention.items():
-        out(f"  attention weights {k:<8} (batch, layers, heads, queries, keys) = {_fmt_shape(w)}")
+        out(_("  attention weights {kind:<8} (batch, layers, heads, queries, keys) = {shape}").format(
+            kind=k, shape=_fmt_shape(w)))
 
 
 @dataclass
@@ -450,11 +452,12 @@ GATE_FORMULAS = (
     ("h", N_("new state"), "h_t = z_t ⊙ h_t−1 + (1 − z_t) ⊙ h̃_t", N_("old and new mixed")),
 )
 
-RESET_PLACEMENT = (
-    "reset-gate placement: the notes (§7, as Cho et al. 2014) write W_hh (r_t ⊙ h_t−1): reset the old state, then",
-    "multiply. nn.GRU (cuDNN; ONNX's linear_before_reset) multiplies first and resets the product, r_t ⊙ (W_hh h_t−1",
-    "+ b_hh), so W_h h_t−1 of all three gates is one matmul per step. attnlab's ScratchGRU implements nn.GRU's",
-    "placement, so it equals nn.GRU and loads its weights; the notes' placement is another function of the same weights.",
+RESET_PLACEMENT = (  # one paragraph, four lines: a catalogue entry each
+    N_("reset-gate placement: the notes (§7, as Cho et al. 2014) write W_hh (r_t ⊙ h_t−1): reset the old state, then"),
+    N_("multiply. nn.GRU (cuDNN; ONNX's linear_before_reset) multiplies first and resets the product, r_t ⊙ (W_hh h_t−1"),
+    N_("+ b_hh), so W_h h_t−1 of all three gates is one matmul per step. attnlab's ScratchGRU implements nn.GRU's"),
+    N_("placement, so it equals nn.GRU and loads its weights; the notes' placement is another function of the same "
+       "weights."),
 )
 
 
@@ -471,24 +474,26 @@ def _gates_section(tr: Translator, tracks: dict[str, GateTrack], scratch_gap: fl
     out("\n" + _("== 4. GRU gates (§6–7; the from-scratch GRU with the trained weights, top layer, {D} units):")
         .format(D=D))
     for _field, name, formula, meaning in GATE_FORMULAS:
-        out(f"  {_(name):<11} {formula:<58} {_(meaning)}")
+        out(f"  {ljust(_(name), 11)} {formula:<58} {_(meaning)}")
     for line in RESET_PLACEMENT:
-        out("  " + line)
-    out(f"  scratch GRU reproduces the trained model's logits: max |Δ| = {scratch_gap:.1e}")
+        out("  " + _(line))
+    out(_("  scratch GRU reproduces the trained model's logits: max |Δ| = {gap:.1e}").format(gap=scratch_gap))
     enc = tracks["encoder"]
     h_prev = torch.cat([torch.zeros_like(enc.h[:, :1]), enc.h[:, :-1]], dim=1)  # h_0 = 0 (D, S)
     mix = float((enc.z * h_prev + (1 - enc.z) * enc.h_tilde - enc.h).abs().max())
-    out(f"  h_t = z ⊙ h_t−1 + (1 − z) ⊙ h̃ recomputed from the encoder's gates equals its states: max |Δ| = {mix:.1e}")
+    out(_("  h_t = z ⊙ h_t−1 + (1 − z) ⊙ h̃ recomputed from the encoder's gates equals its states: max |Δ| = {gap:.1e}")
+        .format(gap=mix))
     for part, track in tracks.items():
         units = _units(track)
-        where = " (forward direction)" if part == "encoder" and tr.cfg.model.bidirectional else ""
-        out(f"  {_(part)}{where}: units {', '.join(map(str, units))} (the {len(units)} whose z varies most over "
-            f"the steps); mean z and r over all {D} units beside")
+        where = _(" (forward direction)") if part == "encoder" and tr.cfg.model.bidirectional else ""
+        out(_("  {part}{where}: units {units} (the {n} whose z varies most over the steps); mean z and r over all "
+              "{D} units beside").format(part=_(part), where=where, units=", ".join(map(str, units)), n=len(units), D=D))
         for t, tok in enumerate(track.labels):
             cols = "  ".join(f"{sym} {_units_vec(getattr(track, f), units, t)}"
                              for sym, f in (("z", "z"), ("r", "r"), ("h̃", "h_tilde"), ("h", "h")))
-            out(f"    step {t + 1:>2} {tok:>12}: {cols}   mean z {float(track.z[:, t].mean()):.2f} "
-                f"r {float(track.r[:, t].mean()):.2f}")
+            out(_("    step {step:>2} {token}: {columns}   mean z {z:.2f} r {r:.2f}").format(
+                step=t + 1, token=rjust(tok, 12), columns=cols, z=float(track.z[:, t].mean()),
+                r=float(track.r[:, t].mean())))
 
 
 def _units_vec(values: Tensor, units: list[int], t: int) -> str:
@@ -515,9 +520,9 @@ def gates_figure(tracks: dict[str, GateTrack]):
             ax.set_xticks(range(len(track.labels)), track.labels, rotation=60, fontsize=8)
             ax.set_title(f"{_(part)}: {_(name)}\n{formula}", fontsize=8)
             if col == 0:
-                ax.set_ylabel("hidden unit")
+                ax.set_ylabel(_("hidden unit"))
             fig.colorbar(im, ax=ax, fraction=0.05)
-    fig.suptitle("GRU top layer, every unit at every step (notes §7); x: the step's input token")
+    fig.suptitle(_("GRU top layer, every unit at every step (notes §7); x: the step's input token"))
     return fig
 
 
@@ -543,7 +548,7 @@ def _decoding_section(steps: list[_Step], translation: str, V: int, top_k: int, 
             out(_("    context c_{step} = {vector} ({dims} dims), ").format(
                 step=t + 1, vector=_vec(st.context), dims=st.context.numel()) +
                 f"‖c‖ = {float(st.context.norm()):.3f}")
-        out("    top: " + "  ".join(f"{tok} {p:.3f}" for tok, p in st.top))
+        out(_("    top: ") + "  ".join(f"{tok} {p:.3f}" for tok, p in st.top))
         out(_("    → chooses {token!r} (p = {p:.3f})").format(token=st.chosen, p=st.p_chosen))
     out(_("  translation: {text!r}").format(text=translation))
 
@@ -590,10 +595,13 @@ def _loss_section(loss: _Loss, out: Out) -> None:
                  "reference + <eos>; cross-entropy = mean of −log p(label)")
     )
     for inp, lab, nll in zip(loss.inputs, loss.labels, loss.nll):
-        out(f"  input {inp:>14} → label {lab:>14}: p = {math.exp(-nll):.3f}, −log p = {nll:.3f}")
+        out(_("  input {input} → label {label}: p = {p:.3f}, −log p = {nll:.3f}").format(
+            input=rjust(inp, 14), label=rjust(lab, 14), p=math.exp(-nll), nll=nll))
     mean = sum(loss.nll) / len(loss.nll)
-    out(f"  loss = {mean:.3f} per token over {len(loss.nll)} tokens (perplexity {math.exp(min(mean, 50)):.2f})")
-    out(f"  sentence BLEU (D2L formula, k=2) of {loss.translation!r} against {loss.reference!r}: {loss.bleu:.3f}")
+    out(_("  loss = {loss:.3f} per token over {n} tokens (perplexity {ppl:.2f})").format(
+        loss=mean, n=len(loss.nll), ppl=math.exp(min(mean, 50))))
+    out(_("  sentence BLEU (D2L formula, k=2) of {translation!r} against {reference!r}: {bleu:.3f}").format(
+        translation=loss.translation, reference=loss.reference, bleu=loss.bleu))
 
 
 def _tables(
@@ -608,9 +616,9 @@ def _tables(
         total=report.total))
     for g in report.groups:
         shapes = ", ".join(f"{n} {'×'.join(map(str, s))}" for n, s in g.tensors[:3])
-        more = f", … ({len(g.tensors) - 3} more tensors)" if len(g.tensors) > 3 else ""
+        more = _(", … ({n} more tensors)").format(n=len(g.tensors) - 3) if len(g.tensors) > 3 else ""
         tied = f" [{tied_note(report, g)}]" if g.tied else ""
-        out(f"    {g.name:<30} {g.count:>10,}  {shapes}{more}{tied}")
+        out(f"    {ljust(_(g.name), 30)} {g.count:>10,}  {shapes}{more}{tied}")
     S, V, D = len(seq), len(tr.tgt_tok), tr.cfg.model.num_hiddens
     out(_("  computed values: recomputed for every sentence, never saved, not learned"))
     rows = [
@@ -630,10 +638,10 @@ def _tables(
     if has_loss:
         rows.append(("loss", _("scalar"), _("cross-entropy against the reference (§21)")))
     rows.append(("BLEU", _("scalar"), _("a score of the output text, not differentiable (§21)")))
-    w0 = max(len(r[0]) for r in rows)
-    w1 = max(len(r[1]) for r in rows)
+    w0 = max(width(r[0]) for r in rows)
+    w1 = max(width(r[1]) for r in rows)
     for name, shape, note in rows:
-        out(f"    {name:<{w0}}  {shape:<{w1}}  {note}")
+        out(f"    {ljust(name, w0)}  {ljust(shape, w1)}  {note}")
     buffers = [r for r in report.not_parameters if r.what == "buffer"]
     if buffers:
         out(_("  buffers: tensors the model holds that are not parameters (no gradient, not learned)"))
@@ -668,11 +676,12 @@ def _state_rows(tr: Translator, t: ModelTraits, S: int, T: int) -> list[tuple[st
             (_("encoder hidden states h_t"), f"(1, {S}, {dirs * D})",
              _("GRU states, one per source step (§6)") + ("; [h→; h←]" if dirs == 2 else "")),
             (_("gates z, r and candidate h̃"), f"(1, {dirs * m.num_layers}, steps, {D})",
-             _("per step (§7)") + ("; encoder: layers × directions" if dirs == 2 else "")),
-            (_("decoder states s_t'"), f"({m.num_layers}, 1, {D}) per step", "(§6)"),
+             _("per step (§7)") + (_("; encoder: layers × directions") if dirs == 2 else "")),
+            (_("decoder states s_t'"), _("({layers}, 1, {D}) per step").format(layers=m.num_layers, D=D), "(§6)"),
         ]
     if t.one_sequence:
-        return [("hidden states", f"(1, {S} + {T}, {D}) per layer", "source and target in one sequence (§28)")]
+        return [(_("hidden states"), _("(1, {S} + {T}, {D}) per layer").format(S=S, T=T, D=D),
+                 _("source and target in one sequence (§28)"))]
     return [
         (_("encoder states (memory)"), f"(1, {S}, {D})", _("keys and values of the cross-attention (§17)")),
         (_("decoder states"), f"(1, {T}, {D})", "(§18)"),

@@ -1,0 +1,169 @@
+"""Every command and every figure speaks Chinese with ``--lang zh`` (the notes' language): no printed line,
+and no text on a figure, is English prose left untranslated (tests/zh_lines.py says what counts)."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnlab import i18n, notes
+from attnlab.cli import main, make_parser
+from attnlab.data import numbers
+from tests.cli.test_align import numbers_gold  # noqa: F401  (a fixture: a synthetic gold folder)
+from tests.conftest import tiny_config
+from tests.zh_lines import english_lines
+
+pytestmark = pytest.mark.usefixtures("english_only")  # tests/conftest.py
+
+def _tiny_overrides() -> list[str]:
+    """tests/conftest.py's tiny model, for the commands that train (train, sweep): a seconds-long run."""
+    cfg = tiny_config("transformer")
+    return ["data.numbers_size=400", "data.batch_tokens=600", "model.num_hiddens=32", "model.embed_size=32",
+            "model.num_layers=1", "model.num_heads=2", "model.ffn_num_hiddens=64", "train.eval_every=0",
+            "train.save_every=0", "train.threads=1", f"decode.max_len_b={cfg.decode.max_len_b}"]
+
+
+#: The sentences' and translations' words the commands print: the numbers task's, English and French, and
+#: the notes' example sentences with their accepted translations.
+VOCAB = frozenset(
+    w for text in (*(side for pair in numbers.numbers_pairs(2000) for side in pair), *notes.NUMBERS_EXAMPLES,
+                   *notes.SENTENCES, *(t for ts in notes.ACCEPTED.values() for t in ts), *notes.REFERENCES.values())
+    for w in text.split())
+
+SENTENCE = "twenty one"
+
+
+def _argv(command: str, run, tmp, gold) -> list[str] | None:
+    """The command line that runs ``command`` on tiny runs (``run(kind)`` trains one on first use)."""
+    t = str(run("transformer"))
+    return {
+        "data": ["data", "--dataset", "numbers", "--sentence", SENTENCE, "data.numbers_size=400"],
+        "train": ["train", "--model", "transformer", "--dataset", "numbers", "--max-steps", "6",
+                  "--out", str(tmp / "train"), *_tiny_overrides()],
+        "config": ["config", "--model", "transformer", "--dataset", "numbers"],
+        "translate": ["translate", t, SENTENCE, "nine hundred"],
+        "evaluate": ["evaluate", t, "--max-sentences", "6"],
+        "demo": None,  # its own test below (slow)
+        "attention": ["attention", t, SENTENCE, "--save-dir", str(tmp / "att")],
+        "explain": ["explain", str(run("bahdanau")), SENTENCE, "--reference", "vingt et un"],
+        "params": ["params", t, "--save-dir", str(tmp / "params")],
+        "positional": ["positional", t, "--save-dir", str(tmp / "pos")],
+        "selfcheck": ["selfcheck", t, "--sentences", "4"],
+        "doctor": ["doctor", t],
+        "sweep": None,  # its own test below (slow)
+        "heads": ["heads", t, "--sentences", "6", "--save-dir", str(tmp / "heads")],
+        "compare": ["compare", t, str(run("bahdanau")), "--sentences", "6", "--save-dir", str(tmp / "cmp")],
+        "fill": ["fill", str(run("encoder-only")), "[MASK] one", "--top", "2"],
+        "align": ["align", t, "--gold", str(gold), "--no-ibm", "--save-dir", str(tmp / "align")],
+        "attribute": ["attribute", t, SENTENCE, "--save-dir", str(tmp / "attr")],
+        "scaling": ["scaling", "--plan-only", "--quick", "--dataset", "numbers", "--widths", "16",
+                    "--budget", "1e8", "--runs-dir", str(tmp / "scaling")],
+        "serve": ["serve", t, "--port", "0"],
+        "export": ["export", t, str(tmp / "export")],
+        "completion": None,  # a shell script: code, not text for the learner
+    }[command]
+
+
+def _commands() -> list[str]:
+    parser = make_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return list(dict.fromkeys(sub.choices))  # aliases once
+
+
+def test_the_cases_cover_every_command(tmp_path):
+    """A command added to the CLI needs a line here, so that it is checked in Chinese too."""
+    for command in _commands():
+        _argv(command, lambda kind: tmp_path, tmp_path, tmp_path)  # KeyError: a command without a case
+
+
+def _run_zh(argv: list[str], capsys, monkeypatch) -> tuple[int, str]:
+    from attnlab.web import serving
+
+    monkeypatch.setattr(serving, "serve", lambda *a, **k: None)  # serve: everything up to listening
+    rc = main([*argv, "--lang", "zh"])
+    out, err = capsys.readouterr()
+    return rc, out + err
+
+
+COMMANDS = [c for c in ("data", "train", "config", "translate", "evaluate", "attention", "explain", "params",
+                        "positional", "selfcheck", "doctor", "heads", "compare", "fill", "align", "attribute",
+                        "scaling", "serve", "export")]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_prints_chinese(command, tiny_runs, tmp_path, numbers_gold, capsys, monkeypatch):  # noqa: F811
+    if command == "align":
+        pytest.importorskip("nltk")
+    rc, text = _run_zh(_argv(command, tiny_runs, tmp_path, numbers_gold), capsys, monkeypatch)
+    assert rc in (0, 1), text[-2000:]  # selfcheck exits 1 when a check fails on an untrained-ish model
+    assert english_lines(text, VOCAB) == [], text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", [
+    ["demo", "--max-minutes", "0.05", "--threads", "1", "--dataset", "numbers"],
+    ["sweep", "--model", "transformer", "--dataset", "numbers", "--max-steps", "4", "--grid", "train.lr=1e-3,3e-3"],
+], ids=["demo", "sweep"])
+def test_the_training_commands_print_chinese(argv, tmp_path, capsys, monkeypatch):
+    argv = [*argv, "--runs-dir", str(tmp_path / "runs")]
+    if argv[0] == "sweep":
+        argv += _tiny_overrides()
+    rc, text = _run_zh(argv, capsys, monkeypatch)
+    assert rc == 0, text[-2000:]
+    assert english_lines(text, VOCAB) == [], text
+
+
+def _description(help_text: str) -> str:
+    """A command's --help without its option list: the usage, the description, the section headings."""
+    return "\n".join(line for line in help_text.splitlines() if not line.startswith("  "))
+
+
+def test_help_summaries_are_chinese(capsys, monkeypatch):
+    """The parser is built before --lang is read: main() looks for it (and ATTNLAB_LANG) first. The top
+    level's help (every command's summary, the examples, the environment) and each command's description."""
+    for argv in (["--lang", "zh", "--help"], ["--lang=zh", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        out = capsys.readouterr().out
+        assert "用法：" in out and english_lines(out, VOCAB) == [], out
+    monkeypatch.setenv(i18n.ENV_VAR, "zh")
+    for command in _commands():
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        out = capsys.readouterr().out
+        assert english_lines(_description(out), VOCAB) == [], out
+    monkeypatch.delenv(i18n.ENV_VAR)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "usage:" in capsys.readouterr().out  # English stays English
+
+
+def test_an_untranslated_message_is_named_once(tiny_runs, capsys, monkeypatch):
+    """A message the catalogue lacks is shown in English and named on stderr once, not silently."""
+    from attnlab.cli import data as data_cli
+
+    def twice(args):
+        print(i18n._("a message nobody translated"))
+        print(i18n._("a message nobody translated"))
+        print(i18n._("  {value:>8} {other}"))  # fields and symbols alone: nothing to translate
+
+    monkeypatch.setattr(data_cli, "cmd_data", twice)
+    assert main(["data", "--lang", "zh"]) == 0
+    out, err = capsys.readouterr()
+    assert out.count("a message nobody translated") == 2
+    assert err.count("a message nobody translated") == 1 and "翻译" in err and "value" not in err
+    assert i18n.missing() == ["a message nobody translated"]
+    assert main(["data", "--lang", "en"]) == 0
+    assert capsys.readouterr().err == ""  # English is the messages themselves: nothing is missing
+
+
+def test_the_chinese_readme_starts_with_the_same_two_commands():
+    """README.zh.md opens with README.md's two commands, exactly; README.md links it after them."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    fence = "`" * 3 + "bash\n"
+    first_block = lambda text: text.split(fence, 1)[1].split("`" * 3, 1)[0]  # noqa: E731
+    en, zh = (root / "README.md").read_text(encoding="utf-8"), (root / "README.zh.md").read_text(encoding="utf-8")
+    assert first_block(zh) == first_block(en)
+    assert "docs/notes-sections.md" in zh and (root / "docs" / "notes-sections.md").is_file()
+    assert "(README.zh.md)" in en.split(first_block(en), 1)[1].split("\n\n", 2)[1]  # the line after the block
