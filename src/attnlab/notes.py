@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from attnlab.i18n import language
+
 __all__ = ["ACCEPTED", "EXAMPLE", "NOTES_ALIGNMENT", "NUMBERS_EXAMPLES", "REFERENCES", "SECTIONS", "SENTENCES",
            "Section", "cite", "d2l"]
 
@@ -106,16 +108,17 @@ def _d2l_numbers(sections: list[Section], edition: str) -> str:
     return ", ".join(sorted(kept, key=key))
 
 
-def cite(number: str | int, lang: str = "en") -> str:
+def cite(number: str | int, lang: str | None = None) -> str:
     """``§7 (D2L 9.1.1 zh / 10.2.1 en)``: the notes' section with both D2L numberings, for help texts
-    and captions read by someone who does not have the notes. ``number`` may name several sections
+    and captions read by someone who does not have the notes; ``lang``: ``None`` = the current language
+    (:func:`attnlab.i18n.language`). ``number`` may name several sections
     (``"4–9"``, ``"11, 28"``, ``"27.5, 28.5"``): their D2L sections are listed once each.
 
     Raises KeyError for a section the notes do not have."""
     sections = [d2l(n) for n in _numbers(str(number))]
     label = "§" + str(number).replace("-", "–").replace(", ", ", §")
     zh, en = _d2l_numbers(sections, "d2l_zh"), _d2l_numbers(sections, "d2l_en")
-    if lang == "zh":
+    if (lang or language()) == "zh":
         return f"{label}（《动手学深度学习》中文版 {zh}，英文版 {en}）"
     return f"{label} (D2L {zh} zh / {en} en)"
 
