@@ -243,9 +243,11 @@ class Translator:
         beam_size: int | None = None,
         nbest: int = 1,
         length_penalty: float | None = None,
+        max_len: int | None = None,
     ) -> list[Translation] | list[list[Translation]]:
         """Translate each sentence; returns ``nbest`` :class:`Translation` s per sentence, best first
-        (one sentence given as a ``str``: its list alone).
+        (one sentence given as a ``str``: its list alone). ``max_len``: at most this many output
+        tokens (the final ``<eos>`` included), see :func:`decode_many`.
 
         Never raises on text: any ``str`` (emoji, CJK, control characters, lone surrogates) is
         preprocessed (unknown words become ``<unk>``); a sentence with no tokens left gets one empty
@@ -254,7 +256,7 @@ class Translator:
         """
         self.check_translates()
         if isinstance(sentences, str):
-            return self.translate_full([sentences], beam_size, nbest, length_penalty)[0]
+            return self.translate_full([sentences], beam_size, nbest, length_penalty, max_len)[0]
         sentences = _sentence_list(sentences)
         dcfg = self.cfg.decode
         if length_penalty is not None:
@@ -264,7 +266,7 @@ class Translator:
         out: list[list[Translation]] = [[] for _ in sentences]
         encoded = [self.encode_source(s) for s in sentences]
         todo = [(i, ids) for i, (ids, _) in enumerate(encoded) if ids]
-        hyps = self._search([ids for _, ids in todo], dcfg, beam, nbest)
+        hyps = self._search([ids for _, ids in todo], dcfg, beam, nbest, max_len=max_len)
         for (i, _), hs in zip(todo, hyps):
             out[i] = [
                 Translation(
