@@ -81,3 +81,13 @@ def test_a_time_budget_bar_has_a_total_that_does_not_move():
     assert p.bar.total == 60
     p.close()
     assert "/60 s" in out.getvalue() and "step=30" in out.getvalue()
+
+
+def test_a_summary_line_closes_a_short_job():
+    out, clock = io.StringIO(), Clock()
+    p = Progress("translate", "plain", unit="line", total=5, stream=out, clock=clock)
+    clock.t = 1.0
+    p.update(5)
+    assert out.getvalue() == ""  # under the interval: no line yet
+    p.close(summary=True)
+    assert out.getvalue() == "translate: line 5/5, elapsed 0:01, ETA 0:00\n"

@@ -76,6 +76,7 @@ class Progress:
         self.t0 = self.t_line = clock()
         self.elapsed_s = 0.0
         self.lines = 0  # progress lines written (plain, json)
+        self._n_line = initial  # the position the last line showed
         self.bar = None
         if self.fmt == "bar":
             from tqdm.auto import tqdm  # imported when a bar is drawn
@@ -145,6 +146,7 @@ class Progress:
     def _line(self) -> None:
         rec = self.record()
         self.lines += 1
+        self._n_line = self.n
         if self.fmt == "json":
             self._write(json.dumps(rec))
             return
@@ -175,10 +177,16 @@ class Progress:
         stream.write(line + "\n")
         stream.flush()
 
-    def close(self) -> None:
+    def close(self, summary: bool = False) -> None:
+        """End the bar; with ``summary``, a plain or JSON report also gets a last progress line when the
+        work moved since its last one (a short job otherwise ends without any)."""
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+        elif summary and self.fmt != "bar" and self.n != self._n_line:
+            self.elapsed_s = self.clock() - self.t0
+            self._line()
+        self._n_line = self.n
 
 
 class _JsonLines(io.TextIOBase):

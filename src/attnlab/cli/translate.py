@@ -250,6 +250,8 @@ def _translate(args, stream) -> int:
                 emit(chunk)
                 if bar is not None:
                     bar.update(len(chunk))
+            if bar is not None:
+                bar.close(summary=True)  # off a terminal, a short file still says how far it went
         if output is not None:
             try:
                 output.commit()
