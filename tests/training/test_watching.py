@@ -22,7 +22,7 @@ from attnlab.training.tensorboard import BOARD_DIR, attention_image
 from tests.conftest import tiny_config
 
 HAVE_TB = importlib.util.find_spec("tensorboard") is not None
-needs_tb = pytest.mark.skipif(not HAVE_TB, reason="the tensorboard extra is not installed (pip install 'attnlab[tensorboard]')")
+needs_tb = pytest.mark.skipif(not HAVE_TB, reason="the tensorboard extra is not installed (pip install -e '.[tensorboard]')")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
