@@ -140,12 +140,32 @@ class Translation:
     truncated: bool = False
 
 
+def restore_case(source: str, translation: str) -> str:
+    """``translation`` with a capital first character when ``source`` starts with one (after spaces).
+
+    D2L's preprocessing lowercases every sentence (§4), so a model trained on it writes lowercase
+    only; ``"I'm home."`` would come back as ``"je suis chez moi."``. Only the first character is
+    restored: the rest of the casing is not in the model's output to restore.
+
+    >>> restore_case("I'm home.", "je suis chez moi.")
+    'Je suis chez moi.'
+    >>> restore_case("i'm home .", "je suis chez moi.")
+    'je suis chez moi.'
+    """
+    if source.lstrip()[:1].isupper():
+        return translation[:1].upper() + translation[1:]
+    return translation
+
+
 class Translator:
     """A trained model with its tokenizers and config: :meth:`translate` and :meth:`attention`.
 
     ``max_src_tokens``: the longest source accepted (longer ones are cut and flagged); by default
-    what the position table and the output bound leave, at most 512.
+    what the position table and the output bound leave, at most 512. ``restore_case`` (default
+    True): a source that starts with a capital gets a translation that does (:func:`restore_case`).
     """
+
+    restore_case: bool = True
 
     def __init__(
         self,
@@ -203,6 +223,19 @@ class Translator:
         check_same_corpus(prepared, self.trained_on, self.run_dir or "this run")
         return prepared
 
+    def __repr__(self) -> str:
+        """``Translator(RUN, kind=…, en→fr, checkpoint=…, params=…, device=…)``: what a notebook cell shows."""
+        engine = getattr(self, "engine", "attnlab")
+        where = f"{self.run_dir}" if self.run_dir is not None else "(in memory)"
+        ckpt = self.checkpoint is not None and self.run_dir is not None and Path(self.checkpoint) != Path(self.run_dir)
+        return (f"{type(self).__name__}({where}, kind={self.cfg.model.kind}, {self.src_tok.lang}→{self.tgt_tok.lang}"
+                + (f", checkpoint={Path(self.checkpoint).name}" if ckpt else "")
+                + f", params={sum(p.numel() for p in self.model.parameters()):,}, device={self.device}"
+                + (f", engine={engine}" if engine != "attnlab" else "") + ")")
+
+    def _cased(self, source: str, translation: str) -> str:
+        return restore_case(source, translation) if self.restore_case else translation
+
     def _search(self, src_seqs: list[list[int]], dcfg: DecodeConfig, beam_size: int, nbest: int = 1,
                 max_len: int | None = None) -> list[list[Any]]:
         """Decode id sequences with :func:`decode_many`: the seam another engine replaces (attnlab/export/)."""
@@ -243,9 +276,11 @@ class Translator:
         beam_size: int | None = None,
         nbest: int = 1,
         length_penalty: float | None = None,
+        max_len: int | None = None,
     ) -> list[Translation] | list[list[Translation]]:
         """Translate each sentence; returns ``nbest`` :class:`Translation` s per sentence, best first
-        (one sentence given as a ``str``: its list alone).
+        (one sentence given as a ``str``: its list alone). ``max_len``: at most this many output
+        tokens (the final ``<eos>`` included), see :func:`decode_many`.
 
         Never raises on text: any ``str`` (emoji, CJK, control characters, lone surrogates) is
         preprocessed (unknown words become ``<unk>``); a sentence with no tokens left gets one empty
@@ -254,7 +289,7 @@ class Translator:
         """
         self.check_translates()
         if isinstance(sentences, str):
-            return self.translate_full([sentences], beam_size, nbest, length_penalty)[0]
+            return self.translate_full([sentences], beam_size, nbest, length_penalty, max_len)[0]
         sentences = _sentence_list(sentences)
         dcfg = self.cfg.decode
         if length_penalty is not None:
@@ -264,11 +299,11 @@ class Translator:
         out: list[list[Translation]] = [[] for _ in sentences]
         encoded = [self.encode_source(s) for s in sentences]
         todo = [(i, ids) for i, (ids, _) in enumerate(encoded) if ids]
-        hyps = self._search([ids for _, ids in todo], dcfg, beam, nbest)
+        hyps = self._search([ids for _, ids in todo], dcfg, beam, nbest, max_len=max_len)
         for (i, _), hs in zip(todo, hyps):
             out[i] = [
                 Translation(
-                    self.tgt_tok.decode(h.tokens),
+                    self._cased(sentences[i], self.tgt_tok.decode(h.tokens)),
                     token_labels(self.tgt_tok, h.tokens, eos=False),
                     float(h.score),
                     bool(h.finished),
@@ -314,7 +349,7 @@ class Translator:
         tgt_inputs = token_labels(self.tgt_tok, [BOS, *out_ids], eos=False)[: len(tgt_tokens)]
         return AttentionResult(
             sentence,
-            self.tgt_tok.decode(out_ids),
+            self._cased(sentence, self.tgt_tok.decode(out_ids)),
             src_tokens,
             tgt_tokens,
             tgt_inputs,

@@ -185,9 +185,9 @@ def test_refusals(export_runs, tmp_path):
 def test_without_ctranslate2_one_line_error(export_runs, tmp_path, monkeypatch):
     run, out = _export(export_runs, tmp_path, "transformer")
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import now fails as if not installed
-    with pytest.raises(AttnlabError, match=r"pip install 'attnlab\[ct2\]'"):
+    with pytest.raises(AttnlabError, match=r"pip install -e '\.\[ct2\]'"):
         load_translator(out, device="cpu", engine="ctranslate2")
-    with pytest.raises(AttnlabError, match=r"attnlab\[ct2\]"):
+    with pytest.raises(AttnlabError, match=r"'\.\[ct2\]'"):
         export_run(run, tmp_path / "again", fmt="ctranslate2")
     assert type(load_translator(out, device="cpu", engine="auto")) is Translator  # serve falls back, with a note
 

@@ -22,7 +22,7 @@ from attnlab.training.tensorboard import BOARD_DIR, attention_image
 from tests.conftest import tiny_config
 
 HAVE_TB = importlib.util.find_spec("tensorboard") is not None
-needs_tb = pytest.mark.skipif(not HAVE_TB, reason="the tensorboard extra is not installed (pip install 'attnlab[tensorboard]')")
+needs_tb = pytest.mark.skipif(not HAVE_TB, reason="the tensorboard extra is not installed (pip install -e '.[tensorboard]')")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -115,7 +115,7 @@ def test_tensorboard_holds_the_metrics_records_and_the_probe_maps(watched):
         for event in images:
             rec = next(r for r in entry["steps"] if r["step"] == event.step)
             decoded = np.asarray(Image.open(io.BytesIO(event.encoded_image_string)).convert("RGB"))
-            assert np.array_equal(decoded, attention_image(rec["attention"]["cross"]))
+            assert np.array_equal(decoded, attention_image(rec["attention"]["cross"], rec["tgt_tokens"], rec["src_tokens"]))
         assert f"probes/{n}/text_summary" in acc.Tags()["tensors"]
 
 
@@ -193,3 +193,18 @@ def test_cli_bars_only_when_not_quiet(tiny_runs, tmp_path, capsys, quiet):
     err = capsys.readouterr().err
     assert ("5/5" in err) is not quiet  # the unended last line is counted
     assert len(out.read_text(encoding="utf-8").splitlines()) == 5
+
+
+def test_probe_images_are_labelled_and_readable():
+    """Each weight is at least 16 px square, and the tokens label the rows (left) and columns (top)."""
+    maps = np.full((2, 3, 4), 0.25)  # (layers, output tokens, keys)
+    bare = attention_image(maps)
+    assert bare.shape[0] == 3 * 32 and bare.shape[1] >= 2 * 4 * 32  # a short sentence: 32-px squares
+    img = attention_image(maps, ["je", "suis", "<eos>"], ["i'm", "home", ".", "<eos>"])
+    margin_top, margin_left = img.shape[0] - bare.shape[0], img.shape[1] - bare.shape[1]
+    assert margin_top > 10 and margin_left > 10
+    assert (img[:margin_top, margin_left:] < 128).any()  # column labels drawn above the map
+    assert (img[margin_top:, :margin_left] < 128).any()  # row labels left of it
+    assert np.array_equal(img[margin_top:, margin_left:], bare)  # the map itself unchanged
+    long = attention_image(np.full((1, 40, 40), 0.5))
+    assert long.shape[0] == 40 * 16  # long maps stay readable: 16 px per token at least

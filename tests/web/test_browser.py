@@ -257,3 +257,22 @@ def test_alignment_quality_and_the_chinese_notes(server, browser, tmp_path):
     assert "klingon" in page.text_content("#status") and page.text_content("#h-align") == "Alignment quality against gold"
     assert not errors, errors
 
+
+
+def test_phone_width_and_numbers_on_the_legend_scale(server, browser):
+    """At 390 px (a phone) the page never scrolls sideways (wide maps scroll in their panel), and the
+    "numbers" toggle writes each weight on the legend's 0–1 scale."""
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    page.goto(server + "/")
+    page.wait_for_selector("#run option:nth-child(2)", state="attached")
+    page.fill("#sentence", "twenty one thousand three hundred")
+    page.click("#translate")
+    page.wait_for_selector("#heatmap .hm-row")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.check("#numbers")
+    page.wait_for_selector("#heatmap .hm-cell:not(:empty)")
+    shown = page.eval_on_selector_all("#heatmap .hm-cell", "c => c.map(x => [x.textContent, x.dataset.weight])")
+    assert shown and all(text for text, _ in shown)
+    for text, weight in shown:
+        assert 0 <= float(text) <= 1 and float(text) == pytest.approx(float(weight), abs=0.006), (text, weight)
+    page.close()

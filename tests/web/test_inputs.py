@@ -28,7 +28,7 @@ def _field_error(r, loc_tail):
         ({"text": "   \t\n "}, ("text",), "whitespace"),
         ({"text": "a" * 301}, ("text",), "at most 300"),
         ({"text": 5}, ("text",), "string"),
-        ({"text": ["i'm home ."]}, ("text",), "string"),
+        ({"text": [5]}, ("text",), "string"),
         ({"text": None}, ("text",), "string"),
         ({}, ("text",), "required"),
         ({"text": "go .", "beam_size": 0}, ("beam_size",), "greater than or equal"),
@@ -145,3 +145,36 @@ def test_random_json_never_500(client, body):
 @given(raw=st.binary(max_size=80))
 def test_random_bytes_never_500(client, raw):
     assert _post(client, raw).status_code < 500
+
+
+# ------------------------------------------------------------------------------ a list of sentences
+
+
+def test_a_list_of_sentences_gets_one_translation_each_in_order(client):
+    texts = ["twenty one", "three hundred", "seven", "twenty one"]
+    r = client.post("/api/translate", json={"text": texts, "beam_size": 2})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [t["source"] for t in body["translations"]] == texts and body["beam_size"] == 2
+    singles = [client.post("/api/translate", json={"text": t, "beam_size": 2}).json()["translation"] for t in texts]
+    assert [t["translation"] for t in body["translations"]] == singles  # batched == one by one
+    assert all({"finished", "truncated", "unknown_words", "warnings"} <= set(t) for t in body["translations"])
+    assert "attention" not in body
+
+
+@pytest.mark.parametrize(
+    "body,loc,needle",
+    [
+        ({"text": []}, ("text",), "empty list"),
+        ({"text": ["go .", 5]}, ("text",), "text[1] should be a string"),
+        ({"text": ["go .", ""]}, ("text",), "text[1] should have at least 1"),
+        ({"text": ["go .", "a" * 301]}, ("text",), "at most 300"),
+        ({"text": ["go .", "go\u0000 home"]}, ("text",), "text[1]: text has the control character U+0000"),
+        ({"text": ["go ."] * 33}, ("text",), "the limit is 32"),
+        ({"text": ["go ."], "kind": "cross"}, ("kind",), "one sentence"),
+        ({"text": ["go ."], "encoding": "uint8"}, ("encoding",), "one sentence"),
+    ],
+)
+def test_bad_lists(client, body, loc, needle):
+    detail = _field_error(client.post("/api/translate", json=body), loc)
+    assert any(needle in d["msg"] for d in detail), detail

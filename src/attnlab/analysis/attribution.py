@@ -414,7 +414,7 @@ def _captum_attribution(f: LogProb, method: str, steps: int) -> Tensor:
         import captum.attr  # noqa: F401  (the optional `explain` extra)
     except ImportError:
         raise AttributionError(
-            "gradient attribution needs Captum, the `explain` extra: pip install 'attnlab[explain]' "
+            "gradient attribution needs Captum, the `explain` extra: pip install -e '.[explain]' in the attnlab checkout "
             "(--method rollout needs nothing more)"
         ) from None
     T = f.T

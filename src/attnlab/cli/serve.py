@@ -30,7 +30,7 @@ def cmd_serve(args) -> int:
     except ModuleNotFoundError as e:
         raise AttnlabError(
             f"`attnlab serve` needs the web extra ({e.name} is missing); "
-            "install it with `pip install 'attnlab[web]'`"
+            "install it with `pip install -e '.[web]'` in the attnlab checkout (or `scripts/setup.sh dev`)"
         ) from None
     model_threads(args.workers, args.threads)
     limits = Limits(

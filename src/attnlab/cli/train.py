@@ -24,6 +24,15 @@ from attnlab.interrupts import exit_code
 
 
 def cmd_train(args) -> int:
+    from attnlab.progress import json_stderr
+
+    if args.log_interval <= 0:
+        raise AttnlabError(f"--log-interval {args.log_interval:g} must be more than 0 seconds (default 10)")
+    with json_stderr(args.log_format == "json"):  # every line of the log parses, warnings included
+        return _train(args)
+
+
+def _train(args) -> int:
     from attnlab.runs import read_run
     from attnlab.training.launch import launch_nproc, processes
     from attnlab.training.loop import train
@@ -48,7 +57,7 @@ def cmd_train(args) -> int:
     if os.environ.get("RANK", "0") == "0":
         say(args, f"config of {out}:\n{config_mod.dumps_toml(cfg)}")
     res = train(cfg, out, resume=args.resume, progress=show_progress(args), argv=sys.argv,
-                explicit=_explicit_keys(args))
+                explicit=_explicit_keys(args), log_format=args.log_format, log_interval_s=args.log_interval)
     stop_code = exit_code(res.signal) if res.stopped_by == "signal" else 0  # 130 Ctrl-C, 143 SIGTERM
     if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
         return stop_code
@@ -157,6 +166,14 @@ def register(sub) -> None:
                    help="data-parallel processes on this machine, through torchrun, at most one per CPU core "
                         "(one per GPU on CUDA); 0 or 1 = this process alone")
     add_verbosity_args(t)
+    from attnlab.progress import FORMATS, INTERVAL_S  # standard library only: the parser stays light
+
+    t.add_argument("--log-format", choices=FORMATS, default="auto", dest="log_format",
+                   help="progress on stderr: auto = a bar on a terminal, else plain; plain = a line every "
+                        "--log-interval seconds (step, loss, lr, tokens/s, ETA); json = the same events as "
+                        "JSON lines (default: auto)")
+    t.add_argument("--log-interval", type=float, default=INTERVAL_S, dest="log_interval", metavar="S",
+                   help="seconds between plain or JSON progress lines")
     t.set_defaults(func=cmd_train)
 
     c = sub.add_parser("config", help=_("print the config `attnlab train` would run, as TOML"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from attnlab.cli.common import (
@@ -95,18 +96,35 @@ class _Output:
 
 def _check_counts(args, *names: str) -> None:
     """``--beam`` / ``--nbest`` given as 0 or less are mistakes (0 once meant the run's default silently)."""
+    why = {"beam": "--beam 1 = greedy", "nbest": "--nbest 1 = the best translation alone"}
     for name in names:
         value = getattr(args, name, None)
         if value is not None and value < 1:
-            raise AttnlabError(f"--{name} {value} must be at least 1 (--beam 1 = greedy; leave --{name} out "
+            raise AttnlabError(f"--{name} {value} must be at least 1 ({why[name]}; leave --{name} out "
                                "for the default)")
+
+
+def _beam_and_nbest(args, tr) -> tuple[int, int]:
+    """The beam and n-best to decode with, checked against each other and the model: a beam wider than
+    the target vocabulary has nothing to fill it with, and n-best lists come out of the beam."""
+    beam = args.beam or tr.cfg.decode.beam_size
+    nbest = args.nbest or 1
+    said = f"--beam {beam}" if args.beam else f"the run's beam size (decode.beam_size={beam})"
+    vocab = len(tr.tgt_tok)
+    if beam > vocab:
+        raise AttnlabError(f"{said} is larger than the target vocabulary ({vocab} tokens); "
+                           f"a beam holds at most one hypothesis per token: use --beam {vocab} or less")
+    if nbest > beam:
+        raise AttnlabError(f"--nbest {nbest} is larger than {said}; n-best lists come out of the beam: "
+                           f"raise --beam to at least {nbest} or lower --nbest")
+    return beam, nbest
 
 
 def cmd_translate(args) -> int:
     _check_counts(args, "beam", "nbest")
     _check_translate_paths(args)  # before the model loads: a wrong path fails at once
     try:
-        stream = open(args.file, encoding="utf-8", errors="replace", newline="\n") if args.file else None  # noqa: SIM115
+        stream = open(args.file, "rb") if args.file else None  # noqa: SIM115
     except OSError as e:
         raise AttnlabError(f"cannot read --file {args.file}: {e.strerror or e}") from None
     try:
@@ -116,12 +134,85 @@ def cmd_translate(args) -> int:
             stream.close()
 
 
+#: most lines translated together: bounded memory, sorted-by-length batches inside each chunk
+CHUNK_LINES = 2000
+
+
+def _count_lines(path: str) -> int | None:
+    """Lines of a file as :func:`read_chunks` counts them (a last line without its newline too); None for
+    a pipe or device (``--file /dev/stdin``), which counting would consume."""
+    if not os.path.isfile(path):
+        return None
+    total, last = 0, b"\n"
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            total, last = total + block.count(b"\n"), block[-1:]
+    return total + (last != b"\n")
+
+
+def _stdin_bytes():
+    """stdin as a binary stream (a test may have replaced ``sys.stdin`` by a text stream without one)."""
+    return getattr(sys.stdin, "buffer", sys.stdin)
+
+
+def read_chunks(source, limit: int = CHUNK_LINES) -> Iterator[list[str]]:
+    """The lines of ``source`` (a binary stream: a file, a pipe, a terminal) in chunks of at most
+    ``limit``, each chunk every line that has *already arrived*: a chunk is handed on as soon as one
+    line is complete and nothing more is waiting, so a program writing a line into the pipe reads
+    its translation before it writes the next. Only ``\\n`` ends a line (a stray ``\\r`` inside a
+    line must not split it); a final ``\\r`` is stripped, so ``\\r\\n`` files read the same.
+    Bytes that are not UTF-8 become U+FFFD."""
+    try:
+        fd = source.fileno()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        fd = None
+    if fd is None:  # no file descriptor to ask what is waiting: read it as lines
+        chunk: list[str] = []
+        for line in source:
+            chunk.append(_text(line))
+            if len(chunk) >= limit:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+        return
+    buf, eof = b"", False
+    while not eof or buf:
+        lines: list[bytes] = []
+        while not eof and len(lines) < limit and (not lines or _waiting(fd)):
+            data = os.read(fd, 1 << 16)  # blocks only while no complete line is at hand
+            if not data:
+                eof = True
+                break
+            buf += data
+            *done, buf = buf.split(b"\n")
+            lines += done
+        if eof and buf:
+            lines.append(buf)
+            buf = b""
+        for start in range(0, len(lines), limit):
+            yield [_text(x) for x in lines[start:start + limit]]
+
+
+def _waiting(fd: int) -> bool:
+    """Whether more input can be read from ``fd`` at once (a regular file always can)."""
+    import select
+
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
+
+
+def _text(line: bytes | str) -> str:
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", errors="replace")
+    return line.rstrip("\n").rstrip("\r")
+
+
 def _translate(args, stream) -> int:
     tr = load_translator(args)
-    beam = args.beam or tr.cfg.decode.beam_size
-    nbest = args.nbest or 1
-    if nbest > beam:
-        raise AttnlabError(f"--nbest {nbest} is larger than --beam {beam}; raise --beam or lower --nbest")
+    beam, nbest = _beam_and_nbest(args, tr)
     output = _Output(args.output) if args.output else None
     out = output.file if output else sys.stdout  # stdout is streamed: each chunk as it is translated
     emitted = [0]  # lines handled so far, for warnings that name the input line
@@ -151,31 +242,17 @@ def _translate(args, stream) -> int:
         if args.text:
             emit(list(args.text))
         else:
-            # Only "\n" ends a line (a stray "\r" inside a line must not split it); "\r\n" is stripped below.
-            if stream is not None:
-                if show_progress(args):  # a file has a known length: a bar on stderr, ticked per chunk
-                    from tqdm.auto import tqdm
+            if stream is not None and show_progress(args):  # a file: its lines counted, progress on stderr
+                from attnlab.progress import Progress
 
-                    total, last = 0, b"\n"  # lines as the loop below counts them: a last unended one too
-                    with open(args.file, "rb") as f:
-                        for block in iter(lambda: f.read(1 << 20), b""):
-                            total, last = total + block.count(b"\n"), block[-1:]
-                    bar = tqdm(total=total + (last != b"\n"), desc="translate", unit="line", dynamic_ncols=True,
-                               file=sys.stderr)
-            else:
-                stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="\n")
-            chunk: list[str] = []
-            for line in stream:
-                chunk.append(line.rstrip("\n").rstrip("\r"))
-                if len(chunk) >= 2000:  # bounded memory, sorted-by-length batches inside each chunk
-                    emit(chunk)
-                    if bar is not None:
-                        bar.update(len(chunk))
-                    chunk = []
-            if chunk:
+                bar = Progress("translate", unit="line", total=_count_lines(args.file))
+            source = stream if stream is not None else _stdin_bytes()
+            for chunk in read_chunks(source):
                 emit(chunk)
                 if bar is not None:
                     bar.update(len(chunk))
+            if bar is not None:
+                bar.close(summary=True)  # off a terminal, a short file still says how far it went
         if output is not None:
             try:
                 output.commit()

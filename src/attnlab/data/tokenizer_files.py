@@ -99,6 +99,10 @@ def from_hf(text: str, kind: str, lang: str, min_freq: int = 1) -> dict[str, Any
     except (ValueError, KeyError, TypeError):
         raise ValueError("not a Hugging Face tokenizers JSON file") from None
     spec["normalizer"] = None
+    spec["post_processor"] = None  # an export's `$A <eos>`: attnlab appends the source's <eos> itself
+    decoder = spec.get("decoder")
+    if kind == "bpe" and isinstance(decoder, dict) and decoder.get("type") == "Sequence" and decoder.get("decoders"):
+        spec["decoder"] = decoder["decoders"][0]  # an export's Metaspace, then its detokenizing (attnlab's own)
     if kind == "bpe":
         return {"kind": "bpe", "lang": lang, "tokenizer": json.dumps(spec, ensure_ascii=False)}
     vocab = model.get("vocab") if isinstance(model, dict) else None

@@ -2,7 +2,9 @@
 
 - ``folder.py``: ``attnlab export RUN OUT`` writes config.json, model.safetensors and one Hugging Face
   ``tokenizers`` file per language (the layout, and its reader, are in ``attnlab/runs.py``);
-- ``tokenizers.py``: attnlab's tokenizers as HF tokenizers JSON that encode raw text to the same ids;
+- ``standalone.py``: what a tool outside attnlab needs: the HF tokenizer files complete with their
+  post-processor (``<eos>``), decoder and special tokens, and ``ctranslate2/decode.json``, the decode
+  settings CTranslate2's model folder cannot hold;
 - ``ct2.py``: ``--format ctranslate2`` converts the Transformer or decoder-only model through
   CTranslate2's spec API;
 - ``engine.py``: :class:`~attnlab.export.engine.CT2Translator`, the Translator whose search runs in

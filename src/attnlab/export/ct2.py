@@ -55,7 +55,8 @@ def require_ctranslate2():
         import ctranslate2
     except ImportError:
         raise AttnlabError(
-            "the CTranslate2 engine is not installed; install attnlab's extra: pip install 'attnlab[ct2]'"
+            "the CTranslate2 engine is not installed; install attnlab's ct2 extra: pip install -e '.[ct2]' in the "
+            "attnlab checkout (or pip install ctranslate2)"
         ) from None
     return ctranslate2
 

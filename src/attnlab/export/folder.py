@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -20,9 +21,9 @@ from safetensors.torch import save as safetensors_bytes
 from attnlab import config as config_mod
 from attnlab import runs
 from attnlab._version import __version__
-from attnlab.data.tokenizer_files import to_hf
 from attnlab.errors import AttnlabError
 from attnlab.export import FORMATS, ct2
+from attnlab.export.standalone import DECODE_SETTINGS, decode_settings, tokenizer_json
 from attnlab.io import atomic_write_json, atomic_write_text, fsync_dir, usual_mode
 
 CT2_DIR = "ctranslate2"
@@ -51,7 +52,7 @@ def _write_tree(tmp: Path, run: Path, which: str, fmt: str, quantization: str) -
     names = _tokenizer_files(src_tok.lang, tgt_tok.lang)
     entries: dict[str, Any] = {}
     for side, tok in (("src", src_tok), ("tgt", tgt_tok)):
-        atomic_write_text(tmp / names[side], to_hf(tok).to_str(pretty=True))
+        atomic_write_text(tmp / names[side], tokenizer_json(tok))
         entries[side] = {"file": names[side], "kind": tok.kind, "lang": tok.lang, "size": len(tok),
                          "min_freq": int(files.tokenizers[side].get("min_freq", 1)),
                          **({"text": tok.text} if tok.text != "d2l" else {})}  # the text rules, when not D2L's
@@ -60,16 +61,41 @@ def _write_tree(tmp: Path, run: Path, which: str, fmt: str, quantization: str) -
     (tmp / runs.WEIGHTS).write_bytes(safetensors_bytes(runs.model_state_for_saving(model), metadata=metadata))
     engines = {}
     if fmt == "ctranslate2":
-        engines["ctranslate2"] = {"path": CT2_DIR, **ct2.convert(model, src_tok, tgt_tok, tmp / CT2_DIR, quantization)}
-    source = {"run": str(run.resolve()), "checkpoint": path.name, "step": step, "meta": files.meta}
+        engines["ctranslate2"] = {"path": CT2_DIR, **ct2.convert(model, src_tok, tgt_tok, tmp / CT2_DIR, quantization),
+                                  "decode_settings": DECODE_SETTINGS}
+        from attnlab.translator import Translator  # the longest source attnlab accepts for this config
+
+        atomic_write_json(tmp / CT2_DIR / DECODE_SETTINGS, decode_settings(
+            model, cfg, src_tok, tgt_tok, names, Translator(model, src_tok, tgt_tok, cfg).max_src_tokens,
+            engines["ctranslate2"]["one_sequence"], ct2.SOURCE_PREFIX))
+    # Where it came from, by name: no local path, command line or machine (the export travels).
+    source = {"run": run.resolve().name, "checkpoint": path.name, "step": step, "meta": portable_meta(files.meta)}
     atomic_write_json(tmp / runs.EXPORT_CONFIG, {
-        "attnlab_export": runs.EXPORT_FORMAT, "attnlab_version": __version__, "model_kind": cfg.model.kind,
+        "attnlab_export": runs.EXPORT_FORMAT, "attnlab_version": __version__,
+        "model_type": f"attnlab-{cfg.model.kind}", "model_kind": cfg.model.kind,
         "config": cfg_dict, "vocab_sizes": {"src": len(src_tok), "tgt": len(tgt_tok)}, "tokenizers": entries,
         "fingerprint": fp, "source": source, "engines": engines,
     })
     listed = sorted(p for p in tmp.rglob("*") if p.is_file())
     digests = {p.relative_to(tmp).as_posix(): runs.sha256_file(p) for p in listed}
     atomic_write_json(tmp / runs.MANIFEST, {"step": step, "files": digests, **fp})
+
+
+_ABSOLUTE = re.compile(r"(?<![^\s(=:'\"])(?:~|[A-Za-z]:)?[\\/](?:[^\s,;()\\/]+[\\/])*([^\s,;()\\/]*)")
+_MACHINE_KEYS = ("argv", "platform", "hostname", "host", "cwd", "data_path")
+
+
+def portable_meta(meta: Any) -> Any:
+    """A run's ``meta.json`` as an export may carry it: no command line, platform string or host name,
+    and every absolute path cut to its last part (``/home/me/fra-eng.zip`` → ``fra-eng.zip``); the
+    corpus's name, checksum and statistics stay."""
+    if isinstance(meta, dict):
+        return {k: portable_meta(v) for k, v in meta.items() if k not in _MACHINE_KEYS}
+    if isinstance(meta, list):
+        return [portable_meta(v) for v in meta]
+    if isinstance(meta, str) and ("/" in meta or "\\" in meta):
+        return _ABSOLUTE.sub(lambda m: m.group(1), meta)
+    return meta
 
 
 def _foreign_files(out: Path) -> list[str]:

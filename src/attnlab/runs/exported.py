@@ -1,11 +1,11 @@
 """Exported folders (`attnlab export`, :mod:`attnlab.export`): one model that needs no run folder.
 
-    OUT/config.json            {"attnlab_export": 1, "config": the resolved config, "tokenizers": side ->
-                               {"file", "kind", "lang", "min_freq"[, "text": its text rules when not D2L's]},
-                               "fingerprint", "source", "engines"}
+    OUT/config.json            {"attnlab_export": 1, "model_type", "config": the resolved config, "tokenizers":
+                               side -> {"file", "kind", "lang", "min_freq"[, "text": its text rules when not
+                               D2L's]}, "fingerprint", "source" (no local path, command line or machine), "engines"}
     OUT/model.safetensors      the weights; metadata "attnlab_config" and "attnlab_fingerprint" (JSON)
     OUT/tokenizer.<lang>.json  Hugging Face `tokenizers` JSON, one per language
-    OUT/ctranslate2/           optional: the same model for the CTranslate2 engine
+    OUT/ctranslate2/           optional: the same model for the CTranslate2 engine, with decode.json
     OUT/manifest.json          sha256 of every file above, as in a checkpoint folder
 """
 

@@ -18,7 +18,6 @@ normalised); only rank 0 validates and writes.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,12 +26,12 @@ from typing import Any
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from attnlab.config import Config, TrainConfig
 from attnlab.data.batching import Batch
 from attnlab.device import autocast, pick_device
 from attnlab.i18n import _
+from attnlab.progress import INTERVAL_S, Progress
 from attnlab.training import distributed as D
 from attnlab.training.losses import LossOutput, sequence_loss
 from attnlab.training.run_folder import finish_meta
@@ -99,9 +98,9 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch,
     return out, loss, finite
 
 
-def fit(s: Session, stop: StopFlag, bar) -> str:
+def fit(s: Session, stop: StopFlag, bar: Progress | None) -> str:
     """The epochs: every global batch is one :func:`train_step`; validation and checkpoints come at the
-    steps the budget plan chose. Returns why training stopped."""
+    steps the budget plan chose. Returns why training stopped. ``bar``: where progress goes (rank 0)."""
     tc, p = s.cfg.train, s.progress
     timer, log, skipped = UpdateClock(s), TrainLog(s, bar), SkippedUpdates(s)
     while not (tc.max_epochs and p.epoch >= tc.max_epochs):
@@ -134,8 +133,12 @@ def fit(s: Session, stop: StopFlag, bar) -> str:
 
 
 def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool = True,
-          prepared=None, argv: list[str] | None = None, explicit: frozenset[str] | None = None) -> TrainResult:
+          prepared=None, argv: list[str] | None = None, explicit: frozenset[str] | None = None,
+          log_format: str = "auto", log_interval_s: float = INTERVAL_S) -> TrainResult:
     """Train ``cfg`` into ``out_dir`` (a new run, or the continuation of one with ``resume``).
+
+    ``progress``: report on stderr (rank 0), as ``log_format`` says (:mod:`attnlab.progress`: a bar on a
+    terminal, else a plain line every ``log_interval_s`` seconds, or JSON lines).
 
     ``explicit``: the dotted keys the caller set (``model.num_hiddens``, …), which a size tier
     (``train.size``) must leave as they are; None = the keys where ``cfg`` differs from its preset,
@@ -148,20 +151,29 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     device, own_group = D.setup(device)
     try:
         s = Session.open(cfg, Path(out_dir), resume, prepared, argv, device, clock, explicit)
-        bar = _progress_bar(s) if progress and D.is_main() else None
+        bar = _progress(s, log_format, log_interval_s) if progress and D.is_main() else None
         s.model.train()
         set_lr(s.optimizer, s.cfg.train.lr * s.budget.factor(s.progress.step))
-        if progress and D.is_main():
-            print(s.budget.describe(), file=sys.stderr)
+        if bar is not None:
+            bar.message(s.budget.describe())
         s.t_start = clock()
         if s.progress.step == 0 and not s.resumed and D.is_main():
             record_probes(s.model, s.prepared, s.cfg, device, s.out_dir, 0)  # attention before any training
         with StopFlag() as stop:
-            stopped_by = fit(s, stop, bar)
-            if bar is not None:
-                bar.close()
+            try:
+                stopped_by = fit(s, stop, bar)
+            finally:
+                if bar is not None:
+                    bar.close()
+            said = s.last_valid.get("step")
             s.finish(stopped_by)  # the final validation and checkpoint
         result = _result(s, stopped_by)
+        if bar is not None and bar.fmt == "json":  # a program reading the log learns the end, and why
+            if s.last_valid.get("step") != said:
+                _say_valid(bar, s.progress.step, s.last_valid)
+            bar.event("end", f"stopped by {stopped_by} at step {result.step}", stopped_by=stopped_by,
+                      step=result.step, epoch=result.epoch, tokens_per_s=result.tokens_per_s,
+                      best=result.best_bleu)
         result.signal = stop.signal
         return result
     finally:
@@ -174,15 +186,20 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def _progress_bar(s: Session):
-    return tqdm(total=s.budget.horizon, initial=s.progress.step, desc=_("train {kind}").format(kind=s.cfg.model.kind), unit="step",
-                dynamic_ncols=True, file=sys.stderr)
+def _progress(s: Session, log_format: str, interval_s: float) -> Progress:
+    """The run's progress on stderr. Its total is what does not move: the steps of a step or epoch
+    budget, the seconds of a time budget (whose horizon in updates is re-projected as it goes)."""
+    b = s.budget
+    return Progress(_("train {kind}").format(kind=s.cfg.model.kind), log_format, unit="step",
+                    total=b.fixed_horizon, initial=s.progress.step, budget_s=b.budget_s, interval_s=interval_s,
+                    clock=clock)
 
 
-def _say_valid(bar, step: int, rec: dict[str, Any]) -> None:
+def _say_valid(bar: Progress | None, step: int, rec: dict[str, Any]) -> None:
     if bar is not None and "valid_bleu" in rec:
-        bar.write(_("step {step}: valid loss {loss:.3f}  BLEU {bleu:.1f}").format(
-            step=step, loss=rec["valid_loss"], bleu=rec["valid_bleu"]))
+        bar.event("valid", _("step {step}: valid loss {loss:.3f}  BLEU {bleu:.1f}").format(
+            step=step, loss=rec["valid_loss"], bleu=rec["valid_bleu"]),
+                  step=step, valid_loss=rec["valid_loss"], valid_bleu=rec["valid_bleu"])
 
 
 def _result(s: Session, stopped_by: str) -> TrainResult:

@@ -411,7 +411,8 @@ class UpdateClock:
 
 class TrainLog:
     """The ``train`` records of metrics.jsonl every ``log_every`` updates: loss per target token over
-    every rank's tokens since the last record, lr, target tokens/s, and the progress bar's figures."""
+    every rank's tokens since the last record, lr, target tokens/s, and the progress report's figures
+    (``bar``: an :class:`attnlab.progress.Progress`, or None)."""
 
     def __init__(self, s: Session, bar) -> None:
         self.s, self.bar = s, bar
@@ -426,9 +427,7 @@ class TrainLog:
             self.nll += float(out.nll_sum)
             self.ntok += out.num_tokens
         if self.bar is not None:
-            if self.bar.total != self.s.budget.horizon:
-                self.bar.total = self.s.budget.horizon
-            self.bar.update(1)
+            self.bar.update(1, elapsed_s=self.s.elapsed())
         every = self.s.cfg.train.log_every
         if every and p.step % every == 0:
             self.write()
@@ -446,7 +445,7 @@ class TrainLog:
             runs.append_metrics(s.out_dir, rec)
             s.board.train(rec)
         if self.bar is not None:
-            self.bar.set_postfix(loss=f"{rec['loss']:.3f}", lr=f"{rec['lr']:.2e}", tok_s=f"{tps:,.0f}")
+            self.bar.set(loss=rec["loss"], lr=rec["lr"], tokens_per_s=tps)
         self.t, self.tokens, self.nll, self.ntok = now, 0, 0.0, 0
 
 

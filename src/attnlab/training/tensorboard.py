@@ -7,14 +7,16 @@ figures (the other ranks hold a no-op :class:`Board`):
   ``train/tokens_per_s``;
 - at each validation: ``valid/loss``, ``valid/ppl``, ``valid/acc``, ``valid/bleu``, ``valid/chrf``, and for
   each probe sentence ``probes/N/KIND``: its heads-averaged attention, one image per validation with the
-  layers side by side (rows: the output tokens; columns: the keys; colour 0 → 1 on one fixed scale, so
-  the step slider shows the map sharpening), with the tokens as text (``probes/N``). ``KIND`` is
+  layers side by side (rows: the output tokens; columns: the keys, each labelled with its token; colour
+  0 → 1 on one fixed scale, so the step slider shows the map sharpening), with the tokens also as text
+  (``probes/N``). ``KIND`` is
   ``cross`` (the notes' §25 alignment) where the model has it, else what the model records (``self``).
 
 The images come from the records :func:`attnlab.training.validation.record_probes` has just written,
 read back through :func:`attnlab.runs.probes.read_probes`: the maps of ``attnlab attention
---timeline`` and the web page, not a second capture. They are drawn with numpy, not matplotlib: a
-labelled figure measured about 0.2 s per sentence on a 2-core Xeon, a numpy image well under 1 ms.
+--timeline`` and the web page, not a second capture. They are drawn with numpy and labelled with
+Pillow, not matplotlib, whose labelled figure costs far more per sentence (the validation's time is
+the budget's).
 
 A resumed run appends to the same folder: its writer starts with ``purge_step`` = the resumed step + 1,
 so whatever a killed process logged after its last checkpoint is hidden (as ``metrics.jsonl`` forgets
@@ -55,7 +57,8 @@ def require(enabled: bool) -> None:
     except ImportError as e:
         raise TensorBoardMissingError(
             f"train.tensorboard=true needs the tensorboard package ({e}); install it with "
-            "`pip install 'attnlab[tensorboard]'` (or `pip install tensorboard`), or set train.tensorboard=false"
+            "`pip install -e '.[tensorboard]'` in the attnlab checkout (or `pip install tensorboard`), or set "
+            "train.tensorboard=false"
         ) from None
 
 
@@ -105,16 +108,21 @@ class TensorBoard(Board):
     def _probe(self, n: int, sentence: str, rec: dict[str, Any], step: int) -> None:
         maps = rec["attention"]
         kinds = ["cross"] if "cross" in maps else sorted(maps)
+        src, out = list(rec.get("src_tokens", [])), list(rec.get("tgt_tokens", []))
         for kind in kinds:
-            img = attention_image(maps[kind])
+            keys = src if kind == "cross" else src + ["<bos>"] + out  # decoder-only: source, <bos>, output
+            img = attention_image(maps[kind], out, keys)
             if img is not None:
                 self.writer.add_image(f"probes/{n}/{kind}", img, step, dataformats="HWC")
         self.writer.add_text(f"probes/{n}", probe_text(sentence, rec), step)
 
 
-def attention_image(maps: Any, max_side: int = 320) -> np.ndarray | None:
+def attention_image(maps: Any, rows: list[str] | None = None, cols: list[str] | None = None,
+                    max_side: int = 480) -> np.ndarray | None:
     """Heads-averaged weights ``(layers, T_out, keys)`` as an RGB image ``(H, W, 3)`` uint8: the layers
-    side by side, each weight a square of pixels, viridis on the fixed range [0, 1]. None when empty."""
+    side by side, each weight a square of 16 to 32 pixels, viridis on the fixed range [0, 1]; ``rows``
+    (the output tokens) label the rows on the left and ``cols`` (the keys) the columns on top of each
+    layer, as the notes' heatmaps do (§23). None when empty."""
     from matplotlib import colormaps  # a colour table only: no figure is drawn
 
     try:
@@ -124,13 +132,39 @@ def attention_image(maps: Any, max_side: int = 320) -> np.ndarray | None:
     if a.ndim != 3 or 0 in a.shape:
         return None
     layers, t_out, keys = a.shape
-    cell = max(4, min(24, max_side // max(t_out, keys * layers)))  # small maps readable, long ones bounded
-    gap = np.ones((t_out * cell, max(2, cell // 3), 3), dtype=np.float32)  # white between layers
+    cell = max(16, min(32, max_side // max(t_out, keys * layers)))  # readable, and long maps bounded
+    gap = np.ones((t_out * cell, max(4, cell // 2), 3), dtype=np.float32)  # white between layers
     tiles = []
     for layer in a:
         tiles.append(colormaps["viridis"](np.repeat(np.repeat(layer, cell, 0), cell, 1))[..., :3])  # (T*cell, K*cell, 3)
         tiles.append(gap)
-    return (np.concatenate(tiles[:-1], axis=1) * 255).round().astype(np.uint8)
+    heat = (np.concatenate(tiles[:-1], axis=1) * 255).round().astype(np.uint8)
+    if rows is None and cols is None:
+        return heat
+    return _labelled(heat, list(rows or [])[:t_out], list(cols or [])[:keys], cell, keys * cell + gap.shape[1], layers)
+
+
+def _labelled(heat: np.ndarray, rows: list[str], cols: list[str], cell: int, stride: int, layers: int) -> np.ndarray:
+    """``heat`` with ``rows`` written left of its rows and ``cols`` written upwards above each layer's
+    columns (Pillow's own font: a few milliseconds, where a matplotlib figure took a fifth of a second)."""
+    from PIL import Image, ImageDraw, ImageFont  # Pillow comes with matplotlib
+
+    font = ImageFont.load_default(size=max(11, min(14, cell - 4)))
+    short = [t if len(t) <= 14 else t[:13] + "…" for t in rows], [t if len(t) <= 14 else t[:13] + "…" for t in cols]
+    width = [max((int(font.getlength(t)) for t in side), default=0) + 6 for side in short]
+    left, top = width[0], width[1]
+    canvas = Image.new("RGB", (left + heat.shape[1], top + heat.shape[0]), "white")
+    canvas.paste(Image.fromarray(heat), (left, top))
+    draw = ImageDraw.Draw(canvas)
+    for i, tok in enumerate(short[0]):
+        draw.text((left - 3, top + i * cell + cell // 2), tok, fill="black", font=font, anchor="rm")
+    for j, tok in enumerate(short[1]):
+        label = Image.new("L", (max(1, int(font.getlength(tok)) + 2), cell), 0)
+        ImageDraw.Draw(label).text((0, cell // 2), tok, fill=255, font=font, anchor="lm")
+        label = label.rotate(90, expand=True)  # read bottom to top, ending just above its column
+        for layer in range(layers):
+            canvas.paste((0, 0, 0), (left + layer * stride + j * cell, top - 3 - label.height), mask=label)
+    return np.asarray(canvas)
 
 
 def probe_text(sentence: str, rec: dict[str, Any]) -> str:

@@ -13,7 +13,9 @@ Endpoints (OpenAPI schema at ``/openapi.json``, a readable offline reference at 
   attention maps, each kind as ``(layers, heads, queries, keys)``. By default every kind, layer and
   head, as JSON numbers (4 decimals); ``kind``/``layer``/``head`` (``"mean"`` averages the heads) pick
   one map, ``encoding`` ``"uint8"``/``"uint16"`` sends it quantised as base64, and ``overview`` adds
-  a ≤48×48 max-pooled thumbnail of every layer and head (what the page draws);
+  a ≤48×48 max-pooled thumbnail of every layer and head (what the page draws). ``text`` may be a list
+  of sentences instead: they are decoded together and answered as ``translations`` (source,
+  translation and the flags, in order), without maps;
 - ``POST /api/attribution`` ``{"text", "run", "method", "steps"}`` → gradient attribution (integrated
   gradients or input × gradient) of each output token beside the attention and the rollout, with
   Spearman's ρ, or the attention rollout of each self-attention stack (``routes/attribution.py``);
@@ -38,7 +40,7 @@ Limits, all checked before any model work (:class:`~attnlab.web.guards.Limits`):
   any port) or one allowed with ``--allowed-host`` (400 otherwise: a web page on another site that
   rebinds its DNS name to 127.0.0.1 cannot use the API);
 - the body is at most ``max_body_bytes`` (413, also for chunked bodies without a length);
-- ``text`` is 1…``max_chars`` characters, not only whitespace, with no control characters, lone
+- ``text`` (each sentence of a list of at most ``max_sentences``) is 1…``max_chars`` characters, not only whitespace, with no control characters, lone
   surrogates or bidirectional overrides (422 naming the field and the position);
 - at most ``max_output_tokens`` output tokens per translation (``max_len`` asks for fewer);
 - at most ``max_pending`` translations, attributions, alignments and probe timelines are admitted at

@@ -30,7 +30,8 @@ from attnlab.errors import AttnlabError
 class Limits:
     """What one server accepts; every limit answers with a 4xx/5xx *before* the model runs."""
 
-    max_chars: int = 300  # characters of `text`
+    max_chars: int = 300  # characters of `text` (of each sentence of a list)
+    max_sentences: int = 32  # sentences of a `text` list, translated together in one admission slot
     max_body_bytes: int = 16_384  # request body (413 above)
     max_beam: int = 8
     workers: int = 2  # threads that run models
@@ -48,6 +49,7 @@ class Limits:
     def __post_init__(self) -> None:
         for name in (
             "max_chars",
+            "max_sentences",
             "max_body_bytes",
             "max_beam",
             "workers",

@@ -3,6 +3,7 @@
 - :func:`make_request_model`: the ``POST /api/translate`` body as a pydantic model built per app,
   so that the server's limits (characters, beam, output tokens) and run names are in its schema;
 - :func:`check_text`: the rules for ``text`` beyond its length (422 naming the rule and position);
+  ``text`` may also be a list of sentences (:func:`check_texts`), each held to the same rules;
 - :class:`ErrorBody`: the ``{"detail": …}`` every 4xx/5xx carries, and the two exception handlers
   that give FastAPI's own errors that shape with one-line messages.
 """
@@ -65,12 +66,51 @@ def check_text(text: str, max_chars: int) -> str:
     return text
 
 
+def _json_type(v: Any) -> str:
+    return {dict: "an object", list: "a list", bool: "true/false", int: "a number", float: "a number",
+            type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def check_sentence(v: Any, max_chars: int, name: str = "text") -> str:
+    """One sentence of a request: a string of 1 to ``max_chars`` characters that :func:`check_text` accepts."""
+    if not isinstance(v, str):
+        raise ValueError(f"{name} should be a string (a sentence) or a list of strings, not {_json_type(v)}")
+    if not v:
+        raise ValueError(f'{name} should have at least 1 character; type a sentence, e.g. "i\'m home ."')
+    if len(v) > max_chars:
+        raise ValueError(f"{name} should have at most {max_chars} characters, not {len(v)}: shorten it")
+    return check_text(v, max_chars)
+
+
+def check_texts(v: Any, limits: Limits) -> str | list[str]:
+    """``text``: one sentence, or a list of 1 to ``max_sentences`` of them, each held to the same rules
+    (a message names the sentence by its index)."""
+    if not isinstance(v, list):
+        return check_sentence(v, limits.max_chars)
+    if not v:
+        raise ValueError('text is an empty list; send a sentence or a list of them, e.g. ["go .", "i\'m home ."]')
+    if len(v) > limits.max_sentences:
+        raise ValueError(f"text holds {len(v)} sentences; the limit is {limits.max_sentences}: "
+                         "send them in several requests")
+    for i, text in enumerate(v):
+        try:
+            check_sentence(text, limits.max_chars, f"text[{i}]")
+        except ValueError as e:
+            msg = str(e)
+            raise ValueError(msg if msg.startswith(f"text[{i}]") else f"text[{i}]: {msg}") from None
+    return v
+
+
+#: the options that shape one sentence's attention maps; a list of sentences gets translations alone
+MAP_OPTIONS = {"kind": None, "layer": None, "head": None, "encoding": "json", "overview": False, "pad": 0}
+
+
 def make_request_model(limits: Limits, run_names: Sequence[str]) -> type[BaseModel]:
     """The POST /api/translate body, with the server's limits written into its schema."""
     names = list(run_names)
 
-    def _text(cls, v: str) -> str:
-        return check_text(v, limits.max_chars)
+    def _text(cls, v: Any) -> str | list[str]:
+        return check_texts(v, limits)
 
     def _head(cls, v: Any) -> Any:
         if v is None or v == "mean" or (isinstance(v, int) and not isinstance(v, bool)):
@@ -84,7 +124,7 @@ def make_request_model(limits: Limits, run_names: Sequence[str]) -> type[BaseMod
         "TranslateRequest",
         __config__=ConfigDict(extra="forbid"),
         __validators__={
-            "check_text": field_validator("text")(_text),
+            "check_text": field_validator("text", mode="before")(_text),
             "check_run": field_validator("run")(_run),
             "check_head": field_validator("head", mode="before")(_head),
         },
@@ -96,12 +136,15 @@ def _request_fields(limits: Limits, names: list[str]) -> dict[str, Any]:
     """The body's fields as ``name=(type, Field(default, bounds, description))`` for ``create_model``."""
     return dict(
         text=(
-            StrictStr,
+            StrictStr | list[StrictStr],
             Field(
-                min_length=1,
-                max_length=limits.max_chars,
-                description="an English sentence",
-                examples=["i'm home ."],
+                description=f"a sentence (at most {limits.max_chars} characters), answered with its attention "
+                f"maps; or a list of up to {limits.max_sentences} sentences, answered with their translations "
+                "alone (`translations`)",
+                examples=["i'm home .", ["go .", "i'm home ."]],
+                # JSON Schema applies the length keywords to a string and the item keywords to a list
+                json_schema_extra={"minLength": 1, "maxLength": limits.max_chars, "minItems": 1,
+                                   "maxItems": limits.max_sentences},
             ),
         ),
         beam_size=(StrictInt, Field(1, ge=1, le=limits.max_beam, description="1 = greedy")),

@@ -41,7 +41,7 @@ def require_nltk():
         from nltk.translate import AlignedSent, IBMModel2
     except ImportError:
         raise AlignError(
-            "the IBM Model 2 baseline needs NLTK: pip install 'attnlab[align]' "
+            "the IBM Model 2 baseline needs NLTK: pip install -e '.[align]' in the attnlab checkout "
             "(or skip the baseline with --no-ibm)"
         ) from None
     return AlignedSent, IBMModel2

@@ -1,4 +1,5 @@
-"""``POST /api/translate``: a translation and its attention maps, built in a model thread.
+"""``POST /api/translate``: a translation and its attention maps, built in a model thread; or, for a
+list of sentences, their translations alone (:func:`translate_batch`), decoded together.
 
 The route checks what it can before admission (the run has the asked kind), then hands a
 :class:`TranslateJob` to :func:`translate_job` in a model thread; that thread runs the model (or
@@ -33,7 +34,7 @@ from attnlab.web.responses import (
     json_bytes,
     too_slow,
 )
-from attnlab.web.schemas import ErrorBody
+from attnlab.web.schemas import MAP_OPTIONS, ErrorBody
 from attnlab.web.server import SelectionError, attention_payload
 from attnlab.web.state import Busy, ServerState
 
@@ -55,6 +56,8 @@ def router(state: ServerState, body_model: type[BaseModel]) -> APIRouter:
                 f"run {name!r} has no {req.kind} attention; its kinds: {have}",
                 "value_error",
             )
+        if isinstance(req.text, list):
+            return await _batch(req, r, request)
         job = TranslateJob(
             r,
             req.text,
@@ -77,6 +80,23 @@ def router(state: ServerState, body_model: type[BaseModel]) -> APIRouter:
             return too_slow(limits)
         except SelectionError as e:
             return error(422, ["body", e.field_name], str(e), "value_error")
+        except AttnlabError as e:
+            return error(422, ["body", "text"], str(e), "value_error")
+        return encoded(body, gz)
+
+    async def _batch(req, r: LoadedRun, request: Request):
+        maps = [f for f, default in MAP_OPTIONS.items() if getattr(req, f) != default]
+        if maps:
+            return error(422, ["body", maps[0]], f"{maps[0]} shapes attention maps, which come with one sentence; "
+                         "send text as a string for its maps, or leave the option out", "value_error")
+        job = BatchJob(r, tuple(req.text), req.beam_size, req.max_len or limits.max_output_tokens,
+                       accepts_gzip(request))
+        try:
+            body, gz = await state.run_admitted(translate_batch, job, time.perf_counter())
+        except Busy:
+            return busy(limits)
+        except (TimeoutError, DeadlinePassed):
+            return too_slow(limits)
         except AttnlabError as e:
             return error(422, ["body", "text"], str(e), "value_error")
         return encoded(body, gz)
@@ -175,6 +195,42 @@ def alignment_verdict(tr: Any, res: Any) -> dict[str, Any] | None:
     ``doctor``, ``attention`` and the demo say) on the notes' example; None for any other sentence."""
     check = check_result(res, tr.cfg.data.direction)
     return check.to_json() if check is not None and check.formed is not None else None
+@dataclass(frozen=True)
+class BatchJob:
+    """An admitted list of sentences: one admission slot, one decoding of them all, batched."""
+
+    run: LoadedRun
+    texts: tuple[str, ...]
+    beam_size: int
+    max_len: int
+    gzip: bool
+
+
+def translate_batch(job: BatchJob, t0: float) -> tuple[bytes, bool]:
+    """Runs in a model thread: every sentence of the list decoded together (``Translator.translate_full``,
+    the batching of the CLI), answered as ``translations``, one per sentence, in order, each with the
+    flags a single answer carries (``finished``, ``truncated``, ``unknown_words``, ``warnings``)."""
+    tr = job.run.translator
+    results = tr.translate_full(list(job.texts), beam_size=job.beam_size, max_len=job.max_len)
+    check()
+    items = []
+    for text, hyps in zip(job.texts, results):
+        best = hyps[0]
+        ids, truncated = tr.encode_source(text)
+        warnings = []
+        if not best.finished and len(best.tokens) >= job.max_len:
+            warnings.append(f"the translation stopped at the output limit of {job.max_len} tokens before <eos>")
+        items.append({"source": text, "translation": best.text, "finished": bool(best.finished),
+                      "truncated": bool(truncated),
+                      "unknown_words": unknown_words(tr, text, [tr.src_tok.id_to_token(i) for i in ids]),
+                      "warnings": warnings})
+    payload = {"run": job.run.name, "model_kind": job.run.info.get("model_kind"), "beam_size": job.beam_size,
+               "max_len": job.max_len, "translations": items,
+               "elapsed_ms": round(1000 * (time.perf_counter() - t0), 1)}
+    body = json_bytes(payload)
+    if job.gzip and len(body) >= GZIP_MIN:
+        return gzip_bytes(body), True
+    return body, False
 
 
 def display_fields(res: Any) -> dict[str, Any]:

@@ -220,7 +220,7 @@ function renderHeatmap(box, m, rows, cols, opts) {
       c.style.background = color(w);
       if (w > 0.55) c.classList.add("dark");
       c.setAttribute("aria-label", `${rows[i]} → ${cols[j]}: ${w.toFixed(2)}`);
-      if (opts.numbers && cell >= 26) c.textContent = Math.round(w * 100);
+      if (opts.numbers && cell >= 26) c.textContent = weightText(w);
       if (opts.tooltip !== false) {
         c.addEventListener("mouseenter", (ev) => showTip(ev, rows[i], cols[j], w, opts.describe && opts.describe(i, j)));
         c.addEventListener("mouseleave", hideTip);
@@ -231,11 +231,17 @@ function renderHeatmap(box, m, rows, cols, opts) {
   });
 }
 
+// A weight on the legend's scale, 0 to 1, short enough for a cell: ".37", "0", "1" (notes §23's heatmaps).
+function weightText(w) {
+  const two = w.toFixed(2);
+  return two === "0.00" ? "0" : two === "1.00" ? "1" : two.replace(/^0/, "");
+}
+
 function showTip(ev, q, k, w, extra) {
   const tip = $("#tooltip");
   tip.replaceChildren(
     el("span", "tip-q", q), el("span", "tip-arrow", " → "), el("span", "tip-k", k),
-    el("span", "tip-w", `  ${(w * 100).toFixed(1)}%`),
+    el("span", "tip-w", `  ${w.toFixed(3)}`),
   );
   if (extra) tip.appendChild(el("div", "tip-extra", extra));
   tip.hidden = false;

@@ -1,0 +1,91 @@
+"""What a tool outside attnlab needs to use an exported folder as attnlab does.
+
+- :func:`tokenizer_json`: the Hugging Face ``tokenizers`` file of one side, complete on its own:
+  the normalizer and model of :func:`attnlab.data.tokenizer_files.to_hf` (raw text to attnlab's ids),
+  plus a post-processor that appends ``<eos>`` (``$A <eos>``: the source's end, as attnlab's batching
+  appends it), a decoder that detokenizes as attnlab does for the side's language, and the four
+  specials marked special (so ``decode`` leaves them out). ``Tokenizer.from_file(…).encode("I'm home.")``
+  gives attnlab's ids followed by ``<eos>``, and ``decode`` of them gives ``i'm home.``. A special typed
+  in the text is that special wherever it stands between non-word characters (attnlab takes it only
+  as a whole word); ``encode(…, add_special_tokens=False)`` gives the ids without ``<eos>``.
+- :func:`decode_settings`: ``ctranslate2/decode.json``, the settings attnlab passes to CTranslate2
+  (``export/engine.py``) that the CTranslate2 model folder cannot hold: the tokens never generated,
+  ``<unk>`` suppressed, each sentence's length limit ``min(floor(a·(S + 1) + b), cap)``, the longest
+  source, the beam and length penalty, the detokenizer and the casing rule (:func:`attnlab.translator.restore_case`).
+  The README's plain-``ctranslate2`` example reads it; ``tests/export/`` runs that example.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokenizers import AddedToken, decoders, processors
+
+from attnlab.data.specials import BOS, EOS, PAD, SPECIALS, UNK
+from attnlab.data.text import PUNCTUATION, detokenize
+from attnlab.data.tokenizer_files import to_hf
+
+DECODE_SETTINGS = "decode.json"
+_METASPACE = "▁"
+
+
+def attached_marks(lang: str) -> list[str]:
+    """The marks attnlab's detokenizer joins to the word before them for ``lang`` (none for a
+    language it has no rule for)."""
+    try:
+        return sorted(m for m in PUNCTUATION if detokenize(["a", m], lang) == "a" + m)
+    except ValueError:
+        return []
+
+
+def _decoder(kind: str, lang: str):
+    """Tokens → text as attnlab detokenizes: words joined by spaces (a word vocabulary) or pieces joined at
+    ``▁`` (BPE), then each attached mark pulled onto the word before it."""
+    # WordPiece with a prefix no word token can start with (a space) joins every token with one space.
+    join = (decoders.Metaspace(replacement=_METASPACE, prepend_scheme="always") if kind == "bpe"
+            else decoders.WordPiece(prefix=" ", cleanup=False))
+    return decoders.Sequence([join, *(decoders.Replace(" " + m, m) for m in attached_marks(lang))])
+
+
+def tokenizer_json(tok) -> str:
+    """The standalone HF tokenizer file of ``tok`` (see the module docstring), as pretty JSON."""
+    hf = to_hf(tok)
+    marked = {t.content for t in hf.get_added_tokens_decoder().values() if t.special}
+    hf.add_special_tokens([AddedToken(s, special=True, normalized=True, single_word=True)
+                           for s in SPECIALS if s not in marked])
+    eos = SPECIALS[EOS]
+    hf.post_processor = processors.TemplateProcessing(single=f"$A:0 {eos}:0", pair=f"$A:0 {eos}:0 $B:1 {eos}:1",
+                                                      special_tokens=[(eos, EOS)])
+    hf.decoder = _decoder(tok.kind, tok.lang)
+    return hf.to_str(pretty=True)
+
+
+def decode_settings(model, cfg, src_tok, tgt_tok, tokenizer_files: dict[str, str], max_src_tokens: int,
+                    one_sequence: bool, source_prefix: str) -> dict[str, Any]:
+    """``ctranslate2/decode.json`` (see the module docstring); ``tokenizer_files``: side → file name in
+    the export, written relative to the CTranslate2 folder."""
+    from attnlab.decoding import length_cap
+
+    d = cfg.decode
+    settings: dict[str, Any] = {
+        "source_tokenizer": f"../{tokenizer_files['src']}",
+        "target_tokenizer": f"../{tokenizer_files['tgt']}",
+        "max_source_tokens": max_src_tokens,  # attnlab cuts a longer source (and says so)
+        "max_length": {"a": d.max_len_a, "b": d.max_len_b, "cap": length_cap(model, 0),
+                       "rule": "min(floor(a * (S + 1) + b), cap) decoding steps, <eos> included; S = source tokens"},
+        "options": {"beam_size": d.beam_size, "length_penalty": d.length_penalty, "disable_unk": True,
+                    "suppress_sequences": [[SPECIALS[PAD]], [SPECIALS[BOS]]], "end_token": SPECIALS[EOS],
+                    "min_decoding_length": 0, "max_input_length": 0},
+        "unk": {"token": SPECIALS[UNK], "generated": False,
+                "source": "a word the vocabulary lacks is encoded as <unk> by the tokenizer"},
+        "detokenizer": {"kind": "the target tokenizer's decoder", "lang": tgt_tok.lang,
+                        "attach": attached_marks(tgt_tok.lang)},
+        "case": "when the source's first letter is a capital, so is the translation's",
+    }
+    if one_sequence:  # a decoder-only model: one vocabulary, the source under a prefix, then <eos> <bos>
+        settings["generator_prompt"] = {"source_prefix": source_prefix,
+                                        "end": [source_prefix + SPECIALS[EOS], SPECIALS[BOS]]}
+        settings["max_length"].update(cap=int(cfg.model.max_positions),  # one table: the source uses part of it
+                                      rule="min(floor(a * (S + 1) + b), max(1, cap - (S + 1) - 1)) decoding steps, "
+                                           "<eos> included; S = source tokens")
+    return settings

@@ -1,0 +1,30 @@
+"""What a notebook user sees of a Translator: a readable repr, and a capital kept at the start."""
+
+from __future__ import annotations
+
+from attnlab.translator import Translator, restore_case
+
+
+def test_restore_case_keeps_a_leading_capital_only():
+    assert restore_case("I'm home.", "je suis chez moi.") == "Je suis chez moi."
+    assert restore_case("  Go.", "va !") == "Va !"
+    assert restore_case("i'm home .", "je suis chez moi.") == "je suis chez moi."
+    assert restore_case("42 cats", "42 chats") == "42 chats"
+    assert restore_case("Go.", "") == ""
+
+
+def test_translations_start_with_a_capital_when_the_source_does(tiny_runs):
+    tr = Translator.from_run(tiny_runs("transformer"), device="cpu")
+    lower, upper = tr.translate(["twenty one", "Twenty one"])
+    assert lower and upper == lower[:1].upper() + lower[1:]
+    assert tr.translate_full("Twenty one")[0].text == upper
+    assert tr.attention("Twenty one").translation == upper  # the web page's answer too
+    tr.restore_case = False
+    assert tr.translate("Twenty one") == lower
+
+
+def test_repr_names_the_run_and_the_model(tiny_runs):
+    run = tiny_runs("transformer")
+    text = repr(Translator.from_run(run, device="cpu"))
+    assert text.startswith(f"Translator({run}, kind=transformer, en→fr, checkpoint=step-") and "device=cpu" in text
+    assert "params=" in text and "<" not in text
