@@ -184,7 +184,7 @@ def test_what_cannot_be_attributed_says_so_in_one_line(transformer, bahdanau, mo
     with pytest.raises(A.AttributionError, match="no token"):
         A.run(transformer, "   ", "ig")
     monkeypatch.setitem(sys.modules, "captum.attr", None)  # Captum missing: import fails
-    with pytest.raises(A.AttributionError, match=r"attnlab\[explain\]"):
+    with pytest.raises(A.AttributionError, match=r"pip install -e '\.\[explain\]'"):
         A.run(transformer, SENTENCE, "ig")
 
 

@@ -182,6 +182,6 @@ def test_tatoeba_words_spread_over_the_corpus(tmp_path):
 
 def test_missing_nltk_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "nltk.translate", None)  # `from nltk.translate import …` → ImportError
-    with pytest.raises(X.AlignError, match=r"attnlab\[align\]") as e:
+    with pytest.raises(X.AlignError, match=r"pip install -e '\.\[align\]'") as e:
         I.require_nltk()
     assert "\n" not in str(e.value)
