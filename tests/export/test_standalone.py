@@ -155,6 +155,12 @@ def test_a_moses_export_says_how_to_cut_exactly(tmp_path):
     bpe = BPETokenizer.train(texts * 3, vocab_size=60, lang="de", text="moses")
     back = load_tokenizer({**from_hf(_hf(bpe, tmp_path).to_str(), "bpe", "de"), "text": "moses"})
     assert all(back.encode(t) == bpe.encode(t) for t in texts)  # attnlab cuts with sacremoses, then its BPE
+    hb = _hf(bpe, tmp_path)
+    assert "Metaspace(" in text_rule_record(bpe)["exact"]
+    hb.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")  # as it says
+    for text in texts:
+        cut = " ".join(moses.tokenize(text, escape=False))
+        assert hb.encode(cut, add_special_tokens=False).ids == bpe.encode(text), text
 
 
 def word_vocab_en() -> Vocab:

@@ -71,8 +71,10 @@ def text_rule_record(tok) -> dict[str, Any]:
     rule = getattr(tok, "text", "d2l")
     record: dict[str, Any] = {"rule": rule, "lang": tok.lang, "exact_in_tokenizer_file": rule != "moses"}
     if rule == "moses":
+        pre = ("Metaspace(replacement='▁', prepend_scheme='always')" if tok.kind == "bpe"
+               else "WhitespaceSplit()")
         record["exact"] = (f"sacremoses.MosesTokenizer(lang={tok.lang!r}).tokenize(text, escape=False), joined by "
-                           "spaces, then this tokenizer with pre_tokenizer = WhitespaceSplit(); the file alone splits "
+                           f"spaces, then this tokenizer with pre_tokenizer = {pre}; the file alone splits "
                            "punctuation from words (Punctuation, Whitespace), which differs from Moses on "
                            "apostrophes, hyphens and abbreviations")
         record["detokenize"] = f"sacremoses.MosesDetokenizer(lang={tok.lang!r}).detokenize(tokens)"
