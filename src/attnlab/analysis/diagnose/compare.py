@@ -388,7 +388,8 @@ def _markdown(comparison: Comparison) -> str:
     if runs and runs[0].examples:
         lines += [
             "",
-            _("## The notes' examples"),
+            _("## The numbers task's examples") if runs[0].examples[0].get("set") == "numbers"
+            else _("## The notes' examples"),
             "",
             "| " + _("source") + " | " + _("reference") + " | " + " | ".join(names) + " |",
             "|---|---|" + "---|" * len(names),
