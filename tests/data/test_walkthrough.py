@@ -72,3 +72,19 @@ def test_data_run_uses_the_runs_vocabulary_and_num_steps(tiny_runs, capsys):
     assert "meta.json when the run was trained" in out
     assert cli.main(["data", "--run", str(run), "--dataset", "numbers"]) == 2
     assert "do not apply with --run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rule,lang,sentence,says,never", [
+    ("moses", "de", "Ich bin zu Hause.", "Moses' tokenizer for de, case kept", "lower case"),
+    ("chars", "ja", "私は家にいます。", "each character of a script written without spaces", "lower case"),
+    ("d2l", "en", "I'm home.", "lower case", "Moses"),
+])
+def test_the_word_line_says_what_the_runs_text_rule_does(rule, lang, sentence, says, never):
+    from attnlab.data.languages import text_rules
+
+    words = text_rules(rule, lang).preprocess(sentence)
+    vocab = Vocab.build([words.split()], lang, text=rule)
+    text = format_walkthrough(walk_through(vocab, sentence, num_steps=16))
+    assert says in text and never not in text, text
+    if rule == "moses":
+        assert "preprocessed : Ich bin zu Hause ." in text  # the case it keeps is the case shown

@@ -1,3 +1,7 @@
+import json
+
+import pytest
+
 from attnlab.data.corpus import Split
 from attnlab.evaluation.evaluate import evaluate_split
 from attnlab.translator import Translator
@@ -14,3 +18,33 @@ def test_each_source_is_scored_once_against_all_its_references(tiny_runs):
     assert out["sources"] == ["twenty one", "three"]
     assert out["max_references"] == 2
     assert sum(b["sentences"] for b in out["by_length"]) == 2
+
+
+def test_a_numbers_run_shows_the_numbers_tasks_examples(tiny_runs, tmp_path, capsys):
+    """A numbers model is shown the task's examples and their targets, never the notes' English sentences
+    (its vocabulary holds none of them: it was asked to translate "i'm home .")."""
+    import shutil
+
+    from attnlab.cli import main
+    from attnlab.notes import NUMBERS_EXAMPLES, SENTENCES
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_runs("transformer"), run)
+    assert main(["evaluate", str(run), "--max-sentences", "4", "--checkpoint", "last", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "the numbers task's examples" in out and "the notes' examples" not in out
+    assert all(s in out for s in NUMBERS_EXAMPLES) and not any(s in out for s in SENTENCES), out
+    assert "(ref: trois cent cinq)" in out
+    report = json.loads((run / "eval-test.json").read_text(encoding="utf-8"))
+    assert [ex["source"] for ex in report["notes_examples"]] == list(NUMBERS_EXAMPLES)
+    assert [ex["reference"] for ex in report["notes_examples"]] == ["vingt et un", "trois cent cinq", "mille deux cents"]
+
+
+@pytest.mark.parametrize("lang", ["fr", "de", "es", "ja"])
+def test_numbers_references_are_the_tasks_own_targets(lang):
+    from attnlab.data.numbers import english_value, numbers_pairs, numbers_reference
+
+    for en, target in numbers_pairs(300, lang=lang):
+        assert numbers_reference(en, lang) == target, en
+    assert english_value("twenty-one") == 21 and english_value("one thousand, two hundred") == 1200
+    assert english_value("i'm home .") is None and english_value("hundred hundred") is None

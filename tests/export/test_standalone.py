@@ -95,3 +95,73 @@ def test_readme_script_equals_attnlab_translate(export_runs, tmp_path):
     assert ours.returncode == 0, ours.stderr
     assert plain.stdout.splitlines() == ours.stdout.splitlines()
     assert len(ours.stdout.splitlines()) == len(sentences) and any(ours.stdout.splitlines())
+
+
+# ------------------------------------------------------------------------------ the side's own text rule
+
+CHARS_TEXTS = ["私は家にいます。", "我有 iPhone 12 手机。", "ABC def！", "Ｔｅｓｔです", "二万千三百四十五", "a , b"]
+CHARS_PROBES = [*CHARS_TEXTS, "  私は\u200b家 ,  iPhone12!?", "x\ufffdy", "東京タワー３３３ｍ", "I'm home."]
+
+
+def _chars_tokenizers():
+    from attnlab.data.languages import text_rules
+
+    rules = text_rules("chars", "ja")
+    word = Vocab.build([rules.preprocess(t).split() for t in CHARS_TEXTS], "ja", text="chars")
+    return word, BPETokenizer.train(CHARS_TEXTS * 3, vocab_size=80, lang="ja", text="chars")
+
+
+@pytest.mark.parametrize("kind", ["word", "bpe"])
+def test_a_chars_export_cuts_text_as_attnlab(tmp_path, kind):
+    """No D2L normalizer in a characters run's file: HF encodes raw text to attnlab's ids, case and script kept,
+    and decodes with the chars rule's spacing (a space only between two runs of letters or digits)."""
+    tok = dict(zip(("word", "bpe"), _chars_tokenizers()))[kind]
+    hf = _hf(tok, tmp_path)
+    assert "Lowercase" not in hf.to_str()
+    for text in CHARS_PROBES:
+        ids = hf.encode(text).ids
+        assert ids == tok.encode(text) + [EOS], text
+        assert hf.decode(ids) == tok.decode(ids), text
+    assert hf.decode(hf.encode("我有 iPhone 12 手机。").ids) == "我有iPhone 12手机。"
+    back = load_tokenizer({**from_hf(hf.to_str(), kind, "ja"), "text": "chars"})  # as runs/exported.py reads it
+    assert all(back.encode(t) == tok.encode(t) for t in CHARS_PROBES)
+    if kind == "bpe":
+        assert back.decode(tok.encode("ABC def！")) == "ABC def！"
+
+
+def test_a_moses_export_says_how_to_cut_exactly(tmp_path):
+    """Moses has no HF equivalent: the file approximates it (case kept, punctuation split), and the record says
+    the exact rule; with sacremoses first and a whitespace split, the ids are attnlab's."""
+    from sacremoses import MosesTokenizer
+    from tokenizers import pre_tokenizers
+
+    from attnlab.data.languages import text_rules
+    from attnlab.export.standalone import text_rule_record
+
+    texts = ["Ich bin zu Hause.", "Wie geht's, Anna?", "Das ist z.B. gut!"]
+    rules = text_rules("moses", "de")
+    vocab = Vocab.build([rules.preprocess(t).split() for t in texts], "de", text="moses")
+    hf = _hf(vocab, tmp_path)
+    assert hf.encode("Ich bin zu Hause.", add_special_tokens=False).ids == vocab.encode("Ich bin zu Hause.")
+    record = text_rule_record(vocab)
+    assert record["rule"] == "moses" and record["lang"] == "de" and not record["exact_in_tokenizer_file"]
+    assert "MosesTokenizer(lang='de')" in record["exact"]
+    hf.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # what the record says to do
+    moses = MosesTokenizer(lang="de")
+    for text in texts:
+        cut = " ".join(moses.tokenize(text, escape=False))
+        assert hf.encode(cut, add_special_tokens=False).ids == vocab.encode(text), text
+    assert text_rule_record(word_vocab_en())["exact_in_tokenizer_file"]
+    bpe = BPETokenizer.train(texts * 3, vocab_size=60, lang="de", text="moses")
+    back = load_tokenizer({**from_hf(_hf(bpe, tmp_path).to_str(), "bpe", "de"), "text": "moses"})
+    assert all(back.encode(t) == bpe.encode(t) for t in texts)  # attnlab cuts with sacremoses, then its BPE
+    hb = _hf(bpe, tmp_path)
+    assert "Metaspace(" in text_rule_record(bpe)["exact"]
+    hb.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")  # as it says
+    for text in texts:
+        cut = " ".join(moses.tokenize(text, escape=False))
+        assert hb.encode(cut, add_special_tokens=False).ids == bpe.encode(text), text
+
+
+def word_vocab_en() -> Vocab:
+    return Vocab.build([preprocess("I'm home.").split()], lang="en")

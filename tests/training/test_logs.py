@@ -52,3 +52,29 @@ def test_json_log_parses_line_by_line(tmp_path):
     prog = [r for r in recs if r["event"] == "progress"]
     assert all(r["total"] == 40 and {"step", "elapsed_s"} <= set(r) for r in prog)
     assert recs[-1]["event"] == "end" and recs[-1]["step"] == 40
+
+
+def _command_to_log(tmp_path, *argv: str) -> str:
+    log = tmp_path / "cmd.log"
+    with open(log, "w", encoding="utf-8") as err:
+        proc = subprocess.run([sys.executable, "-m", "attnlab", *argv], stdout=subprocess.PIPE, stderr=err, text=True,
+                              env={**os.environ, "ATTNLAB_OFFLINE": "1"}, timeout=600)
+    text = log.read_text(encoding="utf-8")
+    assert proc.returncode == 0, text
+    return text
+
+
+@pytest.mark.slow
+def test_evaluate_heads_and_compare_log_lines_not_redraws(tiny_runs, tmp_path):
+    """Every long command reports through attnlab.progress: with stderr a file, a line at the end, no ``\\r``."""
+    import shutil
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(tiny_runs("transformer"), a)  # evaluate and compare write into the run folders
+    shutil.copytree(tiny_runs("transformer"), b)
+    for argv, line in ((["evaluate", str(a), "--max-sentences", "6", "--checkpoint", "last"], "sent 6/6"),
+                       (["heads", str(a), "--sentences", "4", "--checkpoint", "last"], "head 6/6"),
+                       (["compare", str(a), str(b), "--sentences", "4", "--checkpoint", "last"], "run 2/2")):
+        text = _command_to_log(tmp_path, *argv)
+        assert "\r" not in text, (argv[0], text)
+        assert line in text, (argv[0], text)  # the plain progress line a short job ends with

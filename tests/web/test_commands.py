@@ -69,3 +69,33 @@ def test_serve_holds_its_port_while_the_models_load(tiny_runs, monkeypatch, caps
     assert main(["serve", str(tiny_runs("transformer")), "--port", "0"]) == 0
     assert seen["port"] == seen["bound"] > 0 and seen["runs"] == ["transformer"]
     assert f"http://127.0.0.1:{seen['port']}/" in capsys.readouterr().err
+
+
+def test_serve_max_sentences_limits_a_list(tiny_runs, monkeypatch):
+    """`--max-sentences N`: a list of N sentences is translated, one longer gets a 4xx whose one line names N."""
+    from fastapi.testclient import TestClient
+
+    from attnlab.web import serving
+
+    seen = {}
+
+    def fake_serve(app, host, port, limits, log_level="info", sock=None):
+        seen.update(app=app, limits=limits)
+        sock.close()
+
+    monkeypatch.setattr(serving, "serve", fake_serve)
+    assert main(["serve", str(tiny_runs("transformer")), "--port", "0", "--max-sentences", "3"]) == 0
+    assert seen["limits"].max_sentences == 3
+    with TestClient(seen["app"], base_url="http://127.0.0.1:8000") as c:
+        assert c.post("/api/translate", json={"text": ["seven"] * 3}).status_code == 200
+        r = c.post("/api/translate", json={"text": ["seven"] * 4})
+        assert r.status_code in (413, 422), r.text
+        msgs = [d["msg"] for d in r.json()["detail"]]
+        assert len(msgs) == 1 and "\n" not in msgs[0] and "the limit is 3" in msgs[0], msgs
+    assert make_parser().parse_args(["serve", "runs/a"]).max_sentences == 32
+
+
+def test_serve_refuses_max_sentences_zero(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "runs/a", "--max-sentences", "0"])
+    assert e.value.code == 2 and "--max-sentences" in capsys.readouterr().err

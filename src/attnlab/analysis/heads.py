@@ -450,13 +450,13 @@ def run(
 ) -> HeadsReport:
     """Measure every head of the run's model on ``sentences`` validation sentences; with
     ``importance``, silence each head in turn and bootstrap the differences (``resamples`` paired
-    resamples of the sentences, seed 0). ``progress``: a tqdm bar on stderr, one tick per head.
+    resamples of the sentences, seed 0). ``progress``: progress on stderr, one tick per head (:mod:`attnlab.progress`).
     ``data``: where the corpus is (``--data``; see :meth:`Translator.prepare_corpus`).
 
     Raises :class:`AttnlabError` for a model without multi-head attention, an unreadable run,
     ``sentences < 1`` or ``resamples < 1``.
     """
-    from tqdm.auto import tqdm
+    from attnlab.progress import Progress
 
     if sentences < 1:
         raise AttnlabError(f"--sentences {sentences} must be at least 1")
@@ -475,7 +475,8 @@ def run(
     heads: list[HeadStats] = []
     shape = {kind: (len(mods), mods[0].num_heads) for kind, mods in modules.items()}
     total = sum(L * H for L, H in shape.values()) if importance else 0
-    with tqdm(total=total, desc=_("heads (masking)"), unit="head", disable=not progress or not total) as bar:
+    bar = Progress(_("heads (masking)"), unit="head", total=total) if progress and total else None
+    try:
         for kind, mods in modules.items():
             L, H = shape[kind]
             acc = sums[kind]
@@ -486,11 +487,16 @@ def run(
                     vals.setdefault("diag_agreement", float("nan"))
                     if importance:
                         vals.update(_importance(mods[layer], h, model, tr, (src, tgt, refs), base, boot))
-                        bar.set_postfix_str(f"{kind} {layer + 1}.{h + 1}: BLEU {-vals['bleu_drop']:+.2f}")
-                        bar.update(1)
+                        if bar is not None:
+                            bar.update(1, masked=f"{kind} {layer + 1}.{h + 1}", bleu=f"{-vals['bleu_drop']:+.2f}")
                     else:
                         vals["bleu_drop"] = vals["loss_increase"] = float("nan")
                     heads.append(HeadStats(kind, layer, h, vals))
+        if bar is not None:
+            bar.close(summary=True)
+    finally:
+        if bar is not None:
+            bar.close()
     return HeadsReport(
         str(run_dir), len(src), base.bleu(), base.loss(), heads, shape, resamples if importance else 0
     )

@@ -35,6 +35,7 @@ def cmd_serve(args) -> int:
     model_threads(args.workers, args.threads)
     limits = Limits(
         max_chars=args.max_chars,
+        max_sentences=args.max_sentences,
         workers=args.workers,
         max_pending=max(args.max_pending, args.workers),
         deadline_s=args.deadline,
@@ -121,6 +122,10 @@ def register(sub) -> None:
     )
     s.add_argument(
         "--max-chars", type=_positive, default=300, dest="max_chars", help="longest input accepted"
+    )
+    s.add_argument(
+        "--max-sentences", type=_positive, default=32, dest="max_sentences",
+        help="most sentences in one /api/translate list; a longer list gets 422 naming the limit (default: 32)",
     )
     s.add_argument(
         "--max-beam", type=_positive, default=8, dest="max_beam", help="largest beam size a request may ask for"

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from attnlab.data import text as d2l
 
-__all__ = ["RULES", "TextRules", "clean", "text_rules"]
+__all__ = ["RULES", "UNSPACED", "TextRules", "clean", "text_rules"]
 
 RULES = ("d2l", "moses", "chars")
 
@@ -53,6 +53,7 @@ _UNSPACED = (
     "\uff00-\uffef"  # half- and full-width forms (！？，、ｶﾀｶﾅ)
     "\U00020000-\U0003ffff"  # CJK extensions B and beyond
 )
+UNSPACED = _UNSPACED  # as a regex character class's contents (the chars rule spelled for HF, export/standalone.py)
 _CHAR_TOKEN = re.compile(rf"[{_UNSPACED}]|[^\W{_UNSPACED}]+|[^\w\s{_UNSPACED}]")
 _RUN = re.compile(rf"[^\W{_UNSPACED}]")  # a letter or digit of a space-separated script
 

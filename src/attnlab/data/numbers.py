@@ -16,7 +16,8 @@ from attnlab.data.vocab import Tokenizer
 NUMBERS_SEED = 0  # the numbers task is the same for every run, so its test scores are comparable
 NUMBERS_MAX = 99_999
 
-__all__ = ["NUMBERS_MAX", "NUMBERS_SEED", "numbers_canonical", "numbers_pairs", "source_text"]
+__all__ = ["NUMBERS_MAX", "NUMBERS_SEED", "english_value", "numbers_canonical", "numbers_pairs", "numbers_reference",
+           "source_text"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -63,6 +64,38 @@ def numbers_canonical(text: str, hyphens: bool = False) -> str:
             continue
         out.append(word)
     return " ".join(out)
+
+
+_VALUES = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+                                       "fourteen fifteen sixteen seventeen eighteen nineteen".split())}
+_VALUES.update({w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), 2)})
+
+
+def english_value(text: str) -> int | None:
+    """The number an English number in words names (``"three hundred and five"`` → 305), in ``0..99,999``, in any
+    spelling :func:`numbers_canonical` reads; None for text that is not one (checked by spelling the value back)."""
+    canonical = numbers_canonical(text)
+    total = current = 0
+    for word in canonical.split():
+        if word in _VALUES:
+            current += _VALUES[word]
+        elif word == "hundred":
+            current *= 100
+        elif word == "thousand":
+            total, current = total + current * 1000, 0
+        elif word != "and":
+            return None
+    value = total + current
+    if not canonical or value > NUMBERS_MAX or numbers_canonical(num2words(value, lang="en")) != canonical:
+        return None
+    return value
+
+
+def numbers_reference(text: str, lang: str = "fr") -> str | None:
+    """The numbers task's target for the English number ``text`` in ``lang`` (as :func:`numbers_pairs` gives it), or
+    None when ``text`` is not an English number the task holds."""
+    value = english_value(text)
+    return None if value is None else _number_words(value, lang)[1]
 
 
 def source_text(cfg: DataConfig, sentence: str, src_tok: Tokenizer | None = None) -> str:

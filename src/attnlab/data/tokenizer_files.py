@@ -64,6 +64,11 @@ def _classes() -> tuple[str, str]:
     return _char_class(dropped), _char_class(spaces)
 
 
+def whitespace_classes() -> tuple[str, str]:
+    """Regex classes (Oniguruma) of the characters D2L's cleaning drops, and of those it reads as whitespace."""
+    return _classes()
+
+
 def preprocess_normalizer() -> normalizers.Normalizer:
     """:func:`attnlab.data.text.preprocess` as one HF normalizer (see the module docstring)."""
     dropped, spaces = _classes()
@@ -100,6 +105,9 @@ def from_hf(text: str, kind: str, lang: str, min_freq: int = 1) -> dict[str, Any
         raise ValueError("not a Hugging Face tokenizers JSON file") from None
     spec["normalizer"] = None
     spec["post_processor"] = None  # an export's `$A <eos>`: attnlab appends the source's <eos> itself
+    pre = spec.get("pre_tokenizer")
+    if kind == "bpe" and isinstance(pre, dict) and pre.get("type") == "Sequence" and pre.get("pretokenizers"):
+        spec["pre_tokenizer"] = pre["pretokenizers"][-1]  # an export's text-rule cuts, then the BPE's Metaspace
     decoder = spec.get("decoder")
     if kind == "bpe" and isinstance(decoder, dict) and decoder.get("type") == "Sequence" and decoder.get("decoders"):
         spec["decoder"] = decoder["decoders"][0]  # an export's Metaspace, then its detokenizing (attnlab's own)

@@ -50,6 +50,10 @@ TEXT: dict[str, str] = Templates({
     "unk_word": N_("words seen fewer than data.min_freq times in the training split"),
     "unk_bpe": N_("characters never seen in the training split"),
     "word_kind": N_("  each word (after preprocessing: lower case, a space before , . ! ?) is one token"),
+    "word_kind_moses": N_("  each word (after preprocessing: Moses' tokenizer for {lang}, case kept, punctuation split "
+                         "off) is one token"),
+    "word_kind_chars": N_("  each character of a script written without spaces is one token (after preprocessing: "
+                         "case kept; a run of other letters or digits stays one token, each other mark is one)"),
     "bpe_kind": N_("  ▁ marks the start of a word (SentencePiece's metaspace); a piece without ▁ continues the word "
                   "before it: {words}"),
     "bpe_word": N_("{word} = {pieces}"),
@@ -74,6 +78,8 @@ class Walkthrough:
     num_steps: int
     size: int  # entries in the vocabulary (specials included)
     total: int
+    text: str = "d2l"  # the tokenizer's text rule (attnlab.data.languages.RULES)
+    lang: str = ""  # its language (ISO 639-1)
 
     @property
     def truncated(self) -> bool:
@@ -91,7 +97,8 @@ def walk_through(tok, sentence: str, num_steps: int) -> Walkthrough:
     padded = seq + [PAD] * (num_steps - len(seq))
     return Walkthrough(sentence=sentence, preprocessed=tok.preprocess(sentence), kind=tok.kind,
                        tokens=[tok.id_to_token(i) for i in padded], ids=padded, valid_len=len(seq),
-                       num_steps=num_steps, size=len(tok), total=len(ids))
+                       num_steps=num_steps, size=len(tok), total=len(ids), text=getattr(tok, "text", "d2l"),
+                       lang=getattr(tok, "lang", ""))
 
 
 def word_pieces(tokens: list[str]) -> list[list[str]]:
@@ -148,6 +155,10 @@ def format_walkthrough(w: Walkthrough, run: str | None = None) -> str:
         words = [TEXT["bpe_word"].format(word="".join(p).lstrip(METASPACE), pieces=" + ".join(p)) for p in groups]
         whole = TEXT["bpe_whole"] if all(len(p) == 1 for p in groups) else ""
         lines.append(TEXT["bpe_kind"].format(words="; ".join(words)) + whole)
+    elif w.text == "moses":  # the line says what the run's own text rule does (case is kept)
+        lines.append(TEXT["word_kind_moses"].format(lang=w.lang))
+    elif w.text == "chars":
+        lines.append(TEXT["word_kind_chars"])
     else:
         lines.append(TEXT["word_kind"])
     unk = w.ids[: w.valid_len].count(UNK)

@@ -11,21 +11,20 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from attnlab.config import AUTO_DECODE_ROWS
-from attnlab.data.text import preprocess, tokenize
+from attnlab.data.numbers import numbers_reference
+from attnlab.data.text import preprocess
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import bleu_by_length, bleu_tokenize, corpus_scores, d2l_bleu
-from attnlab.i18n import _
+from attnlab.i18n import _, ljust
 from attnlab.io import atomic_write_json, atomic_write_text
-from attnlab.notes import ACCEPTED, REFERENCES, SENTENCES
+from attnlab.notes import ACCEPTED, NUMBERS_EXAMPLES, REFERENCES, SENTENCES
+from attnlab.progress import Progress
 from attnlab.runs import MANIFEST, WEIGHTS
 from attnlab.translator import Translator, decode_many
 
@@ -71,18 +70,31 @@ def is_right(source: str, translation: str, reference: str = "") -> bool:
     return any(norm == preprocess(ok) for ok in ACCEPTED.get(source, (reference,) if reference else ()))
 
 
+def numbers_pairs_of(tgt_lang: str) -> tuple[tuple[str, str], ...]:
+    """The numbers task's examples (:data:`attnlab.notes.NUMBERS_EXAMPLES`) with their targets in ``tgt_lang``."""
+    return tuple((s, numbers_reference(s, tgt_lang) or "") for s in NUMBERS_EXAMPLES)
+
+
 def notes_examples(translator: Translator, beam_size: int = 1) -> list[dict[str, Any]]:
-    """Translate the notes' sentences and score each with D2L's BLEU (k = 2); none for a run of another pair
-    of languages than English and French (the notes' sentences are English and French)."""
-    if set(translator.cfg.data.langs) != {"en", "fr"}:
+    """Translate the notes' sentences and score each with D2L's BLEU (k = 2).
+
+    A numbers-task run reads the task's own examples (:data:`attnlab.notes.NUMBERS_EXAMPLES`, its vocabulary
+    holds no other words), scored in the run's target text rules (characters for Japanese); each row then has
+    ``"set": "numbers"``. None for a run of another pair of languages than English and French (the notes'
+    sentences are English and French)."""
+    data = translator.cfg.data
+    if data.dataset == "numbers":
+        pairs, words, kind = numbers_pairs_of(data.langs[1]), translator.tgt_tok.preprocess, "numbers"
+    elif set(data.langs) == {"en", "fr"}:
+        pairs, words, kind = notes_pairs(data.direction), preprocess, "notes"
+    else:
         return []
-    pairs = notes_pairs(translator.cfg.data.direction)
     outs = translator.translate_full([src for src, _ in pairs], beam_size=beam_size)
     rows = []
     for (src, ref), out in zip(pairs, outs):
         pred = out[0].text
-        rows.append({"source": src, "reference": ref, "translation": pred,
-                     "d2l_bleu": d2l_bleu(tokenize(pred), tokenize(ref), k=2)})
+        rows.append({"source": src, "reference": ref, "translation": pred, "set": kind,
+                     "d2l_bleu": d2l_bleu(words(pred).split(), words(ref).split(), k=2)})
     return rows
 
 
@@ -92,8 +104,8 @@ def evaluate_split(translator: Translator, split, beam_size: int = 1, batch_size
 
     A split holds one row per (source, translation) pair; Tatoeba gives many sources several
     translations, so scoring rows would count those sentences several times. Buckets of BLEU by
-    length use the source's word count (independent of the tokenizer). ``progress``: a tqdm bar on
-    stderr, one tick per sentence (the same batches and hypotheses as without it).
+    length use the source's word count (independent of the tokenizer). ``progress``: progress on
+    stderr (:class:`attnlab.progress.Progress`: a bar on a terminal, plain lines otherwise), one tick per sentence (the same batches and hypotheses as without it).
     """
     rows = split.unique_sources()
     if max_sentences:
@@ -189,7 +201,8 @@ def file_report_name(src: str | Path) -> str:
 
 def decode_with_bar(translator: Translator, src: list[list[int]], beam_size: int | None,
                     batch_size: int | None) -> list[list[Any]]:
-    """:func:`decode_many` of ``src``, one of its batches at a time, with a progress bar on stderr.
+    """:func:`decode_many` of ``src``, one of its batches at a time, with progress on stderr (a bar on a
+    terminal; off one, plain lines with no carriage return, :mod:`attnlab.progress`).
 
     The batches are the ones ``decode_many`` makes itself (sources sorted by length, stably, then cut
     every ``batch_size`` sentences, auto: ``AUTO_DECODE_ROWS`` decoder rows), so the hypotheses are
@@ -200,7 +213,8 @@ def decode_with_bar(translator: Translator, src: list[list[int]], beam_size: int
     bs = batch_size or dcfg.batch_size or max(1, AUTO_DECODE_ROWS // beam)
     order = sorted(range(len(src)), key=lambda i: len(src[i]))
     hyps: list[list[Any]] = [[] for _ in src]
-    with tqdm(total=len(src), desc=_("evaluate (beam {beam})").format(beam=beam), unit="sent", dynamic_ncols=True, file=sys.stderr) as bar:
+    bar = Progress(_("evaluate (beam {beam})").format(beam=beam), unit="sent", total=len(src))
+    try:
         for start in range(0, len(order), bs):
             idx = order[start : start + bs]
             out = decode_many(translator.model, [src[i] for i in idx], dcfg, translator.device, beam_size=beam,
@@ -208,6 +222,9 @@ def decode_with_bar(translator: Translator, src: list[list[int]], beam_size: int
             for i, h in zip(idx, out):
                 hyps[i] = h
             bar.update(len(idx))
+        bar.close(summary=True)  # off a terminal, a short evaluation still says how far it went
+    finally:
+        bar.close()
     return hyps
 
 
@@ -241,9 +258,11 @@ def format_report(result: dict[str, Any], examples: list[dict[str, Any]]) -> str
     if result.get("reference_rules"):
         lines.append(_("references read through the run's target text rules ({rules}) and back, as the split's "
                        "are").format(rules=result["reference_rules"]))
-    if examples:
+    if examples and examples[0].get("set") == "numbers":
+        lines.append(_("the numbers task's examples (D2L BLEU, k=2):"))
+    elif examples:
         lines.append(_("the notes' examples (D2L BLEU, k=2):"))
     for ex in examples:
-        lines.append(f"  {ex['source']:<14} => {ex['translation']:<24} bleu {ex['d2l_bleu']:.3f}  "
+        lines.append(f"  {ljust(ex['source'], 14)} => {ljust(ex['translation'], 24)} bleu {ex['d2l_bleu']:.3f}  "
                      + _("(ref: {reference})").format(reference=ex["reference"]))
     return "\n".join(lines)

@@ -23,7 +23,7 @@ from attnlab import runs
 from attnlab._version import __version__
 from attnlab.errors import AttnlabError
 from attnlab.export import FORMATS, ct2
-from attnlab.export.standalone import DECODE_SETTINGS, decode_settings, tokenizer_json
+from attnlab.export.standalone import DECODE_SETTINGS, decode_settings, text_rule_record, tokenizer_json
 from attnlab.io import atomic_write_json, atomic_write_text, fsync_dir, usual_mode
 
 CT2_DIR = "ctranslate2"
@@ -55,7 +55,7 @@ def _write_tree(tmp: Path, run: Path, which: str, fmt: str, quantization: str) -
         atomic_write_text(tmp / names[side], tokenizer_json(tok))
         entries[side] = {"file": names[side], "kind": tok.kind, "lang": tok.lang, "size": len(tok),
                          "min_freq": int(files.tokenizers[side].get("min_freq", 1)),
-                         **({"text": tok.text} if tok.text != "d2l" else {})}  # the text rules, when not D2L's
+                         **({"text": tok.text, "text_rule": text_rule_record(tok)} if tok.text != "d2l" else {})}  # the text rules, when not D2L's
     cfg_dict = config_mod.to_dict(runs.run_config(cfg))  # no corpus path: the export may move
     metadata = {"step": str(step), "attnlab_config": json.dumps(cfg_dict), "attnlab_fingerprint": json.dumps(fp)}
     (tmp / runs.WEIGHTS).write_bytes(safetensors_bytes(runs.model_state_for_saving(model), metadata=metadata))

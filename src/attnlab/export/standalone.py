@@ -8,6 +8,11 @@
   gives attnlab's ids followed by ``<eos>``, and ``decode`` of them gives ``i'm home.``. A special typed
   in the text is that special wherever it stands between non-word characters (attnlab takes it only
   as a whole word); ``encode(…, add_special_tokens=False)`` gives the ids without ``<eos>``.
+  A side whose text rule is not D2L's (:mod:`attnlab.data.languages`) gets its own: the chars rule exactly
+  (cleaning without lowercasing, a pre-tokenizer that isolates each character of an unspaced script and each
+  run of other letters or digits, a decoder that spaces only between two such runs); Moses' approximately
+  (punctuation split off), with :func:`text_rule_record` in ``config.json`` and ``decode.json`` saying how to
+  apply sacremoses for the exact cut.
 - :func:`decode_settings`: ``ctranslate2/decode.json``, the settings attnlab passes to CTranslate2
   (``export/engine.py``) that the CTranslate2 model folder cannot hold: the tokens never generated,
   ``<unk>`` suppressed, each sentence's length limit ``min(floor(a·(S + 1) + b), cap)``, the longest
@@ -19,11 +24,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenizers import AddedToken, decoders, processors
+from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers, processors
 
+from attnlab.data.languages import UNSPACED
 from attnlab.data.specials import BOS, EOS, PAD, SPECIALS, UNK
 from attnlab.data.text import PUNCTUATION, detokenize
-from attnlab.data.tokenizer_files import to_hf
+from attnlab.data.tokenizer_files import to_hf, whitespace_classes
 
 DECODE_SETTINGS = "decode.json"
 _METASPACE = "▁"
@@ -38,25 +44,79 @@ def attached_marks(lang: str) -> list[str]:
         return []
 
 
-def _decoder(kind: str, lang: str):
+# The chars rule's tokens (attnlab.data.languages): one character of an unspaced script, a run of other letters
+# or digits, or one other mark; and the letters or digits between which its detokenizer keeps a space.
+_CHAR_TOKEN = rf"[{UNSPACED}]|[^\W{UNSPACED}]+|[^\w\s{UNSPACED}]"
+_RUN = rf"[^\W{UNSPACED}]"
+
+
+def _decoder(kind: str, lang: str, rule: str = "d2l"):
     """Tokens → text as attnlab detokenizes: words joined by spaces (a word vocabulary) or pieces joined at
-    ``▁`` (BPE), then each attached mark pulled onto the word before it."""
+    ``▁`` (BPE), then each attached mark pulled onto the word before it; under the chars rule, a space is
+    kept only between two runs of letters or digits (``我有iPhone 12手机。``)."""
     # WordPiece with a prefix no word token can start with (a space) joins every token with one space.
     join = (decoders.Metaspace(replacement=_METASPACE, prepend_scheme="always") if kind == "bpe"
             else decoders.WordPiece(prefix=" ", cleanup=False))
+    if rule == "chars":
+        # Fuse first: a Replace sees one token at a time, and the space depends on the token before it.
+        return decoders.Sequence([join, decoders.Fuse(), decoders.Replace(Regex(rf"(?<!{_RUN}) | (?!{_RUN})"), "")])
     return decoders.Sequence([join, *(decoders.Replace(" " + m, m) for m in attached_marks(lang))])
+
+
+def text_rule_record(tok) -> dict[str, Any]:
+    """How the side's text is cut (``config.json``'s tokenizer entry, ``decode.json``): the rule, the language,
+    and whether the tokenizer file applies it exactly. D2L's rules and the chars rule are spelled as HF
+    normalizers and pre-tokenizers; Moses' (sacremoses) has no HF equivalent, so the file approximates it and
+    the record says how to apply it exactly."""
+    rule = getattr(tok, "text", "d2l")
+    record: dict[str, Any] = {"rule": rule, "lang": tok.lang, "exact_in_tokenizer_file": rule != "moses"}
+    if rule == "moses":
+        pre = ("Metaspace(replacement='▁', prepend_scheme='always')" if tok.kind == "bpe"
+               else "WhitespaceSplit()")
+        record["exact"] = (f"sacremoses.MosesTokenizer(lang={tok.lang!r}).tokenize(text, escape=False), joined by "
+                           f"spaces, then this tokenizer with pre_tokenizer = {pre}; the file alone splits "
+                           "punctuation from words (Punctuation, Whitespace), which differs from Moses on "
+                           "apostrophes, hyphens and abbreviations")
+        record["detokenize"] = f"sacremoses.MosesDetokenizer(lang={tok.lang!r}).detokenize(tokens)"
+    return record
+
+
+def _clean_normalizer() -> normalizers.Normalizer:
+    """:func:`attnlab.data.languages.clean` as HF normalizers: invisible characters and U+FFFD dropped, NFC,
+    every run of whitespace one space, the ends stripped (case kept)."""
+    dropped, spaces = whitespace_classes()
+    return normalizers.Sequence([normalizers.Replace(Regex(dropped), ""), normalizers.Replace("\ufffd", ""),
+                                 normalizers.NFC(), normalizers.Replace(Regex(spaces + "+"), " "),
+                                 normalizers.Strip()])
+
+
+def _text_rule(hf, tok) -> None:
+    """Give ``hf`` the side's own text rule when it is not D2L's (which :func:`to_hf` already spells): the
+    chars rule as a pre-tokenizer that isolates each of its tokens, Moses' approximated (:func:`text_rule_record`)."""
+    rule = getattr(tok, "text", "d2l")
+    if rule == "d2l":
+        return
+    hf.normalizer = _clean_normalizer()
+    if rule == "chars":
+        cut = [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(_CHAR_TOKEN), behavior="isolated")]
+    else:
+        cut = [pre_tokenizers.Punctuation(behavior="isolated"), pre_tokenizers.WhitespaceSplit()]
+    if tok.kind == "bpe":  # then the word-start marker, as the BPE tokenizer marks each word
+        cut.append(pre_tokenizers.Metaspace(replacement=_METASPACE, prepend_scheme="always"))
+    hf.pre_tokenizer = pre_tokenizers.Sequence(cut)
 
 
 def tokenizer_json(tok) -> str:
     """The standalone HF tokenizer file of ``tok`` (see the module docstring), as pretty JSON."""
     hf = to_hf(tok)
+    _text_rule(hf, tok)
     marked = {t.content for t in hf.get_added_tokens_decoder().values() if t.special}
     hf.add_special_tokens([AddedToken(s, special=True, normalized=True, single_word=True)
                            for s in SPECIALS if s not in marked])
     eos = SPECIALS[EOS]
     hf.post_processor = processors.TemplateProcessing(single=f"$A:0 {eos}:0", pair=f"$A:0 {eos}:0 $B:1 {eos}:1",
                                                       special_tokens=[(eos, EOS)])
-    hf.decoder = _decoder(tok.kind, tok.lang)
+    hf.decoder = _decoder(tok.kind, tok.lang, getattr(tok, "text", "d2l"))
     return hf.to_str(pretty=True)
 
 
@@ -81,6 +141,7 @@ def decode_settings(model, cfg, src_tok, tgt_tok, tokenizer_files: dict[str, str
         "detokenizer": {"kind": "the target tokenizer's decoder", "lang": tgt_tok.lang,
                         "attach": attached_marks(tgt_tok.lang)},
         "case": "when the source's first letter is a capital, so is the translation's",
+        "text_rules": {"source": text_rule_record(src_tok), "target": text_rule_record(tgt_tok)},
     }
     if one_sequence:  # a decoder-only model: one vocabulary, the source under a prefix, then <eos> <bos>
         settings["generator_prompt"] = {"source_prefix": source_prefix,

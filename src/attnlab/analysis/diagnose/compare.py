@@ -300,10 +300,10 @@ def run(
 ) -> Comparison:
     """Summaries of ``runs`` in order, every score on the same sentences (see the module docstring).
 
-    ``progress``: a tqdm bar on stderr, one tick per run; ``data``: where the corpus is (``--data``). Raises :class:`AttnlabError` for fewer than
+    ``progress``: progress on stderr, one tick per run (:mod:`attnlab.progress`); ``data``: where the corpus is (``--data``). Raises :class:`AttnlabError` for fewer than
     two runs, ``bleu_sentences < 1``, an unreadable run, or runs that split the corpus differently.
     """
-    from tqdm.auto import tqdm
+    from attnlab.progress import Progress
 
     if len(runs) < 2:
         raise AttnlabError("give at least two run folders to compare, e.g. `attnlab compare runs/a runs/b`")
@@ -322,14 +322,17 @@ def run(
         scored_on = _("the same {n:,} validation sentences, greedy, scored now (evenly spaced over {run}'s "
                       "validation split)").format(n=len(sample.sources), run=run_dirs[0].name)
     out = []
-    bar = tqdm(total=len(runs), desc=_("compare"), unit="run", disable=not progress, leave=False)
+    bar = Progress(_("compare"), unit="run", total=len(runs)) if progress else None
     try:
         for i, (d, tr) in enumerate(zip(run_dirs, trs)):
-            bar.set_postfix_str(d.name)
             out.append(summarise_run(d, tr, sample, reports[i] if reports is not None else None))
-            bar.update(1)
+            if bar is not None:
+                bar.update(1, run=d.name)
+        if bar is not None:
+            bar.close(summary=True)
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
     return Comparison(out, scored_on, why)
 
 
@@ -385,7 +388,8 @@ def _markdown(comparison: Comparison) -> str:
     if runs and runs[0].examples:
         lines += [
             "",
-            _("## The notes' examples"),
+            _("## The numbers task's examples") if runs[0].examples[0].get("set") == "numbers"
+            else _("## The notes' examples"),
             "",
             "| " + _("source") + " | " + _("reference") + " | " + " | ".join(names) + " |",
             "|---|---|" + "---|" * len(names),
