@@ -167,3 +167,44 @@ def test_the_chinese_readme_starts_with_the_same_two_commands():
     assert first_block(zh) == first_block(en)
     assert "docs/notes-sections.md" in zh and (root / "docs" / "notes-sections.md").is_file()
     assert "(README.zh.md)" in en.split(first_block(en), 1)[1].split("\n\n", 2)[1]  # the line after the block
+
+
+@pytest.mark.parametrize("argv, zh, en", [
+    (["config", "--model", "transformer", "train.lrx=1"], "error: 未知的键 train.lrx；[train] 中有效的键：",
+     "error: unknown key train.lrx; valid keys in [train]: "),
+    (["config", "--model", "transformer", "model.dropout=1.5"], "error: model.dropout=1.5 必须在 [0, 1) 之内",
+     "error: model.dropout=1.5 must lie in [0, 1)"),
+    (["translate", "RUN", "go .", "--beam", "0"], "error: --beam 0 至少为 1（--beam 1 = 贪心搜索；",
+     "error: --beam 0 must be at least 1 (--beam 1 = greedy; "),
+], ids=["unknown-key", "out-of-range", "beam"])
+def test_an_error_that_teaches_speaks_chinese(argv, zh, en, tmp_path, capsys):
+    """A learner's first mistakes (a config typo, a value out of range, a count below 1) are one Chinese
+    ``error:`` line, exit 2, with the option and key names as they are typed; English stays English."""
+    argv = [str(tmp_path) if a == "RUN" else a for a in argv]
+    assert main([*argv, "--lang", "zh"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(zh) and len(err.splitlines()) == 1 and english_lines(err, VOCAB) == [], err
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith(en)
+
+
+def test_plain_progress_lines_speak_chinese_and_json_keeps_its_keys():
+    """``--log-format plain``'s human text follows --lang; a JSON record's keys are for programs and stay."""
+    import io
+    import json
+
+    from attnlab.progress import Progress
+
+    ticks = iter(range(100))
+    with i18n.using("zh"):
+        plain, js = io.StringIO(), io.StringIO()
+        for fmt, stream in (("plain", plain), ("json", js)):
+            p = Progress("训练 transformer", fmt, unit="step", total=10, interval_s=1, stream=stream,
+                         clock=lambda: float(next(ticks)))
+            p.update(2, loss=3.25, lr=1e-3, tokens_per_s=1234.0)
+            p.close()
+    line = plain.getvalue().splitlines()[0]
+    assert line.startswith("训练 transformer: 步 2/10, 损失 3.250, lr 1.00e-03, tok/s 1,234, 已用 ") and "预计剩余" in line
+    assert english_lines(plain.getvalue(), VOCAB) == []
+    rec = json.loads(js.getvalue().splitlines()[0])
+    assert {"event", "step", "total", "loss", "lr", "tokens_per_s", "elapsed_s"} <= set(rec)

@@ -192,8 +192,8 @@ def build_config(args, kind: str | None = None, dataset: str | None = None, base
         cfg = config_mod.load_toml(args.config, cfg)
         if kind is not None and cfg.model.kind != kind:  # the file names another kind: neither silently wins
             raise config_mod.ConfigError(
-                f"--model {kind} contradicts model.kind = \"{cfg.model.kind}\" in {args.config}; "
-                f"give --model {cfg.model.kind}, or drop model.kind from the file")
+                _("--model {kind} contradicts model.kind = \"{kind2}\" in {config}; give --model "
+                  "{kind2}, or drop model.kind from the file").format(kind=kind, kind2=cfg.model.kind, config=args.config))
     extra = []
     if kind is not None:
         extra.append(f"model.kind={kind}")
