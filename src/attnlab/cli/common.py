@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import sys
 
 from attnlab import config as config_mod
@@ -73,7 +74,8 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.print_usage(sys.stderr)
-        self.exit(2, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, "error: " + _("{prog}: {message} (see `{prog} --help`)").format(
+            prog=self.prog, message=_argparse_message(message)) + "\n")
 
     def unknown_options(self, unknown: list[str]):
         """The usage error for options this (sub)command does not have, with the nearest spelling it does."""
@@ -82,8 +84,33 @@ class Parser(argparse.ArgumentParser):
         for opt in (u for u in unknown if u.startswith("-")):
             close = difflib.get_close_matches(opt.split("=", 1)[0], known, n=1, cutoff=0.6)
             if close:
-                hints.append(f"did you mean {close[0]}" + (f" for {opt}" if len(unknown) > 1 else "") + "?")
-        self.error(f"unrecognized arguments: {' '.join(unknown)}" + (f"; {'; '.join(hints)}" if hints else ""))
+                hints.append(_("did you mean {close} for {opt}?").format(close=close[0], opt=opt) if len(unknown) > 1
+                             else _("did you mean {close}?").format(close=close[0]))
+        self.error(_("unrecognized arguments: {args}").format(args=" ".join(unknown))
+                   + (f"; {'; '.join(hints)}" if hints else ""))
+
+
+#: argparse's own usage errors (its gettext domain has no Chinese catalogue), as attnlab's messages: the
+#: ones a learner meets first (a wrong --model or --size, a missing RUN, a value of the wrong type).
+_ARGPARSE = [(re.compile(p), t) for p, t in (
+    (r"^argument (?P<arg>\S+): invalid choice: (?P<value>.*) \(choose from (?P<choices>.*)\)$",
+     N_("argument {arg}: invalid choice: {value} (choose from {choices})")),
+    (r"^argument (?P<arg>\S+): invalid (?P<type>\w+) value: (?P<value>.*)$",
+     N_("argument {arg}: invalid {type} value: {value}")),
+    (r"^argument (?P<arg>\S+): expected one argument$", N_("argument {arg}: expected one argument")),
+    (r"^argument (?P<arg>\S+): not allowed with argument (?P<other>\S+)$",
+     N_("argument {arg}: not allowed with argument {other}")),
+    (r"^the following arguments are required: (?P<args>.*)$", N_("the following arguments are required: {args}")),
+)]
+
+
+def _argparse_message(message: str) -> str:
+    """``message`` from argparse in the current language (as it is when no pattern fits)."""
+    for pattern, template in _ARGPARSE:
+        m = pattern.match(message)
+        if m:
+            return _(template).format(**m.groupdict())
+    return message
 
 
 def load_translator(args, run: str | None = None, which: str | None = None):

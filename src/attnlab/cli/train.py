@@ -27,7 +27,7 @@ def cmd_train(args) -> int:
     from attnlab.progress import json_stderr
 
     if args.log_interval <= 0:
-        raise AttnlabError(f"--log-interval {args.log_interval:g} must be more than 0 seconds (default 10)")
+        raise AttnlabError(_("--log-interval {log_interval:g} must be more than 0 seconds (default 10)").format(log_interval=args.log_interval))
     with json_stderr(args.log_format == "json"):  # every line of the log parses, warnings included
         return _train(args)
 
@@ -43,12 +43,12 @@ def _train(args) -> int:
         saved = read_run(out).config
         cfg = build_config(args, dataset=args.dataset, base=saved)
         if args.model and args.model != cfg.model.kind:
-            raise AttnlabError(f"--model {args.model} differs from the run's model.kind={cfg.model.kind}; "
-                               "a resumed run keeps its model")
+            raise AttnlabError(_("--model {model} differs from the run's model.kind={kind}; a resumed "
+                                 "run keeps its model").format(model=args.model, kind=cfg.model.kind))
         check_resume_overrides(saved, cfg, out)  # here too: before --nproc starts torchrun's workers
     else:
         if not args.model:
-            raise AttnlabError(f"--model is required for a new run; choose one of: {', '.join(MODEL_KINDS)}")
+            raise AttnlabError(_("--model is required for a new run; choose one of: {choices}").format(choices=', '.join(MODEL_KINDS)))
         cfg = build_config(args, kind=args.model, dataset=args.dataset)
         if cfg.train.size == "auto" and "RANK" not in os.environ:  # under torchrun rank 0 sizes for all
             cfg = _size_for_machine(cfg, args)
