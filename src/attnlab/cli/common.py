@@ -21,7 +21,7 @@ __all__ = ["DEVICE_HELP", "HelpFormatter", "Parser", "add_config_args", "add_dep
            "load_translator",
            "add_verbosity_args", "build_config", "progress_log", "say", "show_progress"]
 
-DEVICE_HELP = "auto (CUDA when there is one, else the CPU), cpu, cuda or cuda:N"
+DEVICE_HELP = N_("auto (CUDA when there is one, else the CPU), cpu, cuda or cuda:N")  # translated where shown
 
 
 class TranslatedHeadings(argparse.HelpFormatter):
@@ -136,9 +136,9 @@ def add_device_arg(p: argparse.ArgumentParser, default: str | None = "auto", con
     default stays None (the config's own ``train.device``, itself ``auto`` unless set, must win)."""
     if config_key:
         p.add_argument("--device", default=None, metavar="DEVICE",
-                       help=f"{DEVICE_HELP}; sets train.device (default: the config's, auto)")
+                       help=_("{device}; sets train.device (default: the config's, auto)").format(device=_(DEVICE_HELP)))
     else:
-        p.add_argument("--device", default=default, metavar="DEVICE", help=DEVICE_HELP)
+        p.add_argument("--device", default=default, metavar="DEVICE", help=_(DEVICE_HELP))
 
 
 def add_verbosity_args(p: argparse.ArgumentParser) -> None:
@@ -147,9 +147,9 @@ def add_verbosity_args(p: argparse.ArgumentParser) -> None:
     :func:`progress_log` and :func:`say`."""
     g = p.add_mutually_exclusive_group()
     g.add_argument("-q", "--quiet", action="store_true",
-                   help="no progress bars or progress messages on stderr (results still print)")
+                   help=_("no progress bars or progress messages on stderr (results still print)"))
     g.add_argument("-v", "--verbose", action="store_true",
-                   help="also say on stderr what was loaded and chosen (config, checkpoint, device)")
+                   help=_("also say on stderr what was loaded and chosen (config, checkpoint, device)"))
 
 
 def show_progress(args) -> bool:
@@ -190,11 +190,12 @@ def add_run_data_arg(p: argparse.ArgumentParser) -> None:
     """``--data`` for a command that reads a trained run's corpus again: a run records its corpus by name
     and checksum, not where it was (data/corpus.py ``for_run``), so the location is given now."""
     p.add_argument("--data", metavar="PATH",
-                   help="fra-eng zip, fra.txt or folder holding the run's corpus (default: $ATTNLAB_DATA_DIR, "
-                        "then the cache); for a run on a corpus of your own, its TSV, files A,B or prefix")
+                   help=_("fra-eng zip, fra.txt or folder holding the run's corpus (default: "
+                          "$ATTNLAB_DATA_DIR, then the cache); for a run on a corpus of your own, its "
+                          "TSV, files A,B or prefix"))
 
 
-DATA_HELP = ("the corpus: Tatoeba's fra-eng.zip, fra.txt or a folder holding one (default: $ATTNLAB_DATA_DIR, then "
+DATA_HELP = N_("the corpus: Tatoeba's fra-eng.zip, fra.txt or a folder holding one (default: $ATTNLAB_DATA_DIR, then "
              "the cache); or a parallel corpus of your own, with data.src_lang=.. data.tgt_lang=.. (ISO 639-1 "
              "codes): a TSV (source<TAB>target[<TAB>attribution]), two aligned files A,B (one sentence a line; "
              "train.en,train.de needs no languages), or a prefix P of P.<src_lang> and P.<tgt_lang>")
@@ -203,10 +204,11 @@ DATA_HELP = ("the corpus: Tatoeba's fra-eng.zip, fra.txt or a folder holding one
 def add_config_args(p: argparse.ArgumentParser) -> None:
     """``--config``, ``--data`` and the trailing ``section.key=value`` overrides."""
     p.add_argument("--config", metavar="FILE",
-                   help="TOML config file with sections data/model/train/decode (default: none, the preset alone)")
-    p.add_argument("--data", metavar="PATH", help=DATA_HELP)
+                   help=_("TOML config file with sections data/model/train/decode (default: none, the "
+                          "preset alone)"))
+    p.add_argument("--data", metavar="PATH", help=_(DATA_HELP))
     p.add_argument("overrides", nargs="*", default=[], metavar="section.key=value",
-                   help="typed overrides, applied last, e.g. train.lr=3e-4 model.num_layers=3")
+                   help=_("typed overrides, applied last, e.g. train.lr=3e-4 model.num_layers=3"))
 
 
 def build_config(args, kind: str | None = None, dataset: str | None = None, base: Config | None = None) -> Config:

@@ -342,33 +342,38 @@ def register(sub) -> None:
                                  ("evaluate", cmd_evaluate, N_("BLEU/chrF (sacreBLEU, all references) on a split"))):
         helptext = _(helptext)
         q = sub.add_parser(name, help=helptext, description=helptext[0].upper() + helptext[1:] + ".")
-        q.add_argument("run", metavar="RUN", help="run folder (the --out of `attnlab train`)")
-        q.add_argument("--checkpoint", default="best", help="best, last or step-N")
-        q.add_argument("--beam", type=int, help="beam size, 1 = greedy (default: the run's decode.beam_size)")
+        q.add_argument("run", metavar="RUN", help=_("run folder (the --out of `attnlab train`)"))
+        q.add_argument("--checkpoint", default="best", help=_("best, last or step-N"))
+        q.add_argument("--beam", type=int, help=_("beam size, 1 = greedy (default: the run's "
+                                                  "decode.beam_size)"))
         add_device_arg(q)
         if name == "translate":
             q.add_argument("text", nargs="*", default=[], metavar="TEXT",
-                           help="sentences to translate (default: lines from --file, else from stdin)")
+                           help=_("sentences to translate (default: lines from --file, else from stdin)"))
             q.add_argument("--file", metavar="FILE",
-                           help="read sentences from this file, one per line (default: none: TEXT, else stdin)")
-            q.add_argument("--output", metavar="FILE", help="write translations to this file (default: stdout)")
+                           help=_("read sentences from this file, one per line (default: none: TEXT, "
+                                  "else stdin)"))
+            q.add_argument("--output", metavar="FILE", help=_("write translations to this file "
+                                                              "(default: stdout)"))
             q.add_argument("--nbest", type=int,
-                           help="print the n best translations, separated by ' ||| ' (default: 1)")
+                           help=_("print the n best translations, separated by ' ||| ' (default: 1)"))
             q.add_argument("--engine", choices=ENGINES, default="attnlab",
-                           help="ctranslate2: decode with CTranslate2 (RUN: a folder from `attnlab export "
-                                "--format ctranslate2`) (default: attnlab)")
+                           help=_("ctranslate2: decode with CTranslate2 (RUN: a folder from `attnlab "
+                                  "export --format ctranslate2`) (default: attnlab)"))
         else:
             q.add_argument("--split", default=None,
-                           help="which split of the run's corpus: train, valid or test (default: test)")
+                           help=_("which split of the run's corpus: train, valid or test (default: "
+                                  "test)"))
             q.add_argument("--max-sentences", type=int, default=0, dest="max_sentences",
-                           help="score at most this many sentences of the split (0 = all)")
+                           help=_("score at most this many sentences of the split (0 = all)"))
             add_run_data_arg(q)
             q.add_argument("--src", metavar="FILE",
-                           help="score your own test file instead of a split: its sentences, one a line, are "
-                                "translated and scored against --ref (writes RUN/eval-file-<name>.json and the "
-                                "hypotheses) (default: none, a split)")
+                           help=_("score your own test file instead of a split: its sentences, one a "
+                                  "line, are translated and scored against --ref (writes "
+                                  "RUN/eval-file-<name>.json and the hypotheses) (default: none, a "
+                                  "split)"))
             q.add_argument("--ref", metavar="FILE", action="append", default=[],
-                           help="a reference file for --src, line for line; repeat it for several references "
-                                "per sentence (default: none)")
+                           help=_("a reference file for --src, line for line; repeat it for several "
+                                  "references per sentence (default: none)"))
         add_verbosity_args(q)
         q.set_defaults(func=func)
