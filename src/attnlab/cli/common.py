@@ -15,7 +15,7 @@ import sys
 
 from attnlab import config as config_mod
 from attnlab.config import Config
-from attnlab.i18n import N_, _
+from attnlab.i18n import N_, _, width
 
 __all__ = ["DEVICE_HELP", "HelpFormatter", "Parser", "add_config_args", "add_deprecated_alias", "add_device_arg",
            "load_translator",
@@ -34,6 +34,22 @@ class TranslatedHeadings(argparse.HelpFormatter):
 
     def add_usage(self, usage, actions, groups, prefix=None):
         super().add_usage(usage, actions, groups, _("usage: ") if prefix is None else prefix)
+
+    def _format_action(self, action):
+        """argparse pads an option's name to the help column by len(); a Chinese name (a translated metavar)
+        is two cells a character, so the padding gives back the extra cells (attnlab.i18n.width)."""
+        text = super()._format_action(action)
+        name = self._format_action_invocation(action)
+        extra = width(name) - len(name)
+        head = " " * self._current_indent + name
+        if extra > 0 and text.startswith(head + " " * (extra + 2)):
+            text = head + text[len(head) + extra:]
+        return text
+
+    def _get_help_string(self, action):  # argparse.ArgumentDefaultsHelpFormatter's English "(default: …)"
+        text = super()._get_help_string(action)
+        tail = " (default: %(default)s)"
+        return text[: -len(tail)] + _(tail) if text and text.endswith(tail) else text
 
 
 class HelpFormatter(TranslatedHeadings):

@@ -210,7 +210,7 @@ def register(sub) -> None:
             cite=cite("23–25"))
     )
     _add_run_args(a)
-    a.add_argument("sentence", help=_("English sentence, e.g. \"i'm home .\""))
+    a.add_argument("sentence", metavar=_("sentence"), help=_("English sentence, e.g. \"i'm home .\""))
     _add_save_dir(a, "the figures", "RUN/figures")
     a.add_argument("--beam", type=int, help=_("beam size of the translation whose maps are drawn "
                                               "(default: 1, greedy)"))
@@ -233,7 +233,7 @@ def register(sub) -> None:
           "logits, loss; parameters vs computed values: notes {cite}").format(cite=cite("4–9")),
     )
     _add_run_args(e)
-    e.add_argument("sentence", help=_("English sentence, e.g. \"i'm home .\""))
+    e.add_argument("sentence", metavar=_("sentence"), help=_("English sentence, e.g. \"i'm home .\""))
     e.add_argument("--reference", help=_("a French reference: also show the teacher-forced loss and "
                                          "BLEU (default: none)"))
     e.add_argument("--top", type=int, default=5, help=_("how many of the most probable tokens to show "
