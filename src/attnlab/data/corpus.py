@@ -565,9 +565,10 @@ def check_same_corpus(prepared: Prepared, trained_on: Any, run: str | os.PathLik
     was = trained_on if isinstance(trained_on, dict) else None
     if not isinstance(now, dict) or was is None or not was.get("sha256") or was.get("sha256") == now.get("sha256"):
         return True
-    print(f"warning: {prepared.stats.get('source')} (sha256 {str(now.get('sha256'))[:12]}...) is not the corpus {run} "
-          f"was trained on ({was.get('file')}, sha256 {str(was.get('sha256'))[:12]}...); its splits differ, so "
-          "scores on it are not comparable: pass --data the run's corpus", file=sys.stderr)
+    print(_("warning: {source} (sha256 {now}...) is not the corpus {run} was trained on ({file}, sha256 {was}...); "
+            "its splits differ, so scores on it are not comparable: pass --data the run's corpus").format(
+        source=prepared.stats.get("source"), now=str(now.get("sha256"))[:12], run=run, file=was.get("file"),
+        was=str(was.get("sha256"))[:12]), file=sys.stderr)
     return False
 
 

@@ -206,9 +206,9 @@ def append_jsonl(path: str | Path, records: list[dict[str, Any]]) -> bool:
     except OSError as e:
         if str(path) not in _APPEND_FAILING:
             _APPEND_FAILING.add(str(path))
-            fix = "; free some space" if e.errno in _FULL_DISK else ""
-            print(f"warning: could not append to {path} ({e.strerror or e}); training goes on without these "
-                  f"records{fix}", file=sys.stderr)
+            fix = _("; free some space") if e.errno in _FULL_DISK else ""
+            print(_("warning: could not append to {path} ({why}); training goes on without these records{fix}")
+                  .format(path=path, why=e.strerror or e, fix=fix), file=sys.stderr)
         return False
     _APPEND_FAILING.discard(str(path))
     return True
