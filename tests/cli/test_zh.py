@@ -183,12 +183,15 @@ def test_the_chinese_readme_starts_with_the_same_two_commands():
     (["train", "--model", "transformer", "--size", "huge", "--out", "RUN"],
      "error: attnlab train：参数 --size：无效的选择 'huge'（可选：",
      "error: attnlab train: argument --size: invalid choice: 'huge' (choose from "),
-], ids=["unknown-key", "out-of-range", "beam", "size"])
+    (["translate", "RUN", "go ."], "error: RUN 不是运行文件夹（其中没有 config.toml）；请给一次 `attnlab train` 训练的 --out 文件夹",
+     "error: RUN is not a run folder (it has no config.toml); give the --out folder of an `attnlab train` run"),
+], ids=["unknown-key", "out-of-range", "beam", "size", "not-a-run"])
 def test_an_error_that_teaches_speaks_chinese(argv, zh, en, tmp_path, capsys):
     """A learner's first mistakes (a config typo, a value out of range, a count below 1, a --size that is not
-    one) end in one Chinese
+    one, a folder that is not a run) end in one Chinese
     ``error:`` line, exit 2, with the option and key names as they are typed; English stays English."""
     argv = [str(tmp_path) if a == "RUN" else a for a in argv]
+    zh, en = zh.replace("RUN", str(tmp_path)), en.replace("RUN", str(tmp_path))
     assert _exit_code([*argv, "--lang", "zh"]) == 2
     err = capsys.readouterr().err.splitlines()[-1]  # a usage error prints the usage first
     assert err.startswith(zh) and english_lines(err, VOCAB) == [], err

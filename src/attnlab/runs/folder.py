@@ -124,6 +124,9 @@ def read_run(run_dir: str | Path) -> RunFiles:
         raise CheckpointError(
             _("run folder {run_dir} does not exist; give the --out folder of an `attnlab train` run").format(run_dir=run_dir)
         )
+    if not (run_dir / CONFIG).is_file():  # not "check --config": the learner gave a folder, not a config
+        raise CheckpointError(_("{run_dir} is not a run folder (it has no {config}); give the --out folder of an "
+                                "`attnlab train` run").format(run_dir=run_dir, config=CONFIG))
     try:
         cfg = config_mod.load_toml(run_dir / CONFIG)
     except config_mod.ConfigError as e:
