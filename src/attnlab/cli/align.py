@@ -68,16 +68,16 @@ def cmd_align(args) -> int:
 def _check_numbers(args) -> None:
     """The numeric options' ranges, checked before anything is read (one line naming the option)."""
     if args.adapt < 0 or not args.adapt_lr > 0:
-        raise AttnlabError(f"--adapt {args.adapt} must be >= 0 epochs and --adapt-lr {args.adapt_lr} > 0")
+        raise AttnlabError(_("--adapt {adapt} must be >= 0 epochs and --adapt-lr {adapt_lr} > 0").format(adapt=args.adapt, adapt_lr=args.adapt_lr))
     if args.teach < 0 or not args.teach_weight > 0:
-        raise AttnlabError(f"--teach {args.teach} must be >= 0 epochs and --teach-weight {args.teach_weight} > 0")
+        raise AttnlabError(_("--teach {teach} must be >= 0 epochs and --teach-weight {teach_weight} > 0").format(teach=args.teach, teach_weight=args.teach_weight))
     if args.ibm_pairs < 0 or args.ibm_iterations < 1 or args.top_k < 0:
         raise AttnlabError(
-            f"--ibm-pairs {args.ibm_pairs} and --top-k {args.top_k} must be >= 0 and "
-            f"--ibm-iterations {args.ibm_iterations} >= 1"
+            _("--ibm-pairs {ibm_pairs} and --top-k {top_k} must be >= 0 and --ibm-iterations "
+              "{ibm_iterations} >= 1").format(ibm_pairs=args.ibm_pairs, top_k=args.top_k, ibm_iterations=args.ibm_iterations)
         )
     if not 0.0 <= args.threshold < 1.0:
-        raise AttnlabError(f"--threshold {args.threshold} is an attention share: give a number in [0, 1)")
+        raise AttnlabError(_("--threshold {threshold} is an attention share: give a number in [0, 1)").format(threshold=args.threshold))
 
 
 def register(sub) -> None:

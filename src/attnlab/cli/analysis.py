@@ -39,7 +39,8 @@ def cmd_doctor(args) -> int:
 
 def cmd_sweep(args) -> int:
     if args.runs_dir is None:
-        raise AttnlabError("sweep needs --runs-dir DIR, the folder its trial runs and sweep.json go into")
+        raise AttnlabError(_("sweep needs --runs-dir DIR, the folder its trial runs and sweep.json go "
+                             "into"))
     from attnlab.analysis.experiments import sweep
 
     axes = sweep.parse_grid(args.grid)

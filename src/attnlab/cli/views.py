@@ -55,7 +55,7 @@ def cmd_attention(args) -> int:
     from attnlab.models import traits
 
     if args.beam is not None and args.beam < 1:
-        raise AttnlabError(f"--beam {args.beam} must be >= 1")
+        raise AttnlabError(_("--beam {beam} must be >= 1").format(beam=args.beam))
     if args.timeline:  # reads probes.jsonl: no model needed
         from attnlab.runs import read_run
 
@@ -69,8 +69,8 @@ def cmd_attention(args) -> int:
     if not traits(tr.cfg.model).attention:
         raise maps.no_attention(tr.cfg.model.kind)
     if not tr.encode_source(args.sentence)[0]:
-        raise AttnlabError(f"{args.sentence!r} has no token after preprocessing; give a sentence in the run's source "
-                           "language")
+        raise AttnlabError(_("{sentence!r} has no token after preprocessing; give a sentence in the "
+                             "run's source language").format(sentence=args.sentence))
     result = tr.attention(args.sentence, beam_size=beam, extra_pad=args.pad)
     print(f"{args.sentence} → {result.translation}")
     # the one alignment verdict (§1, §25): on the notes' example, what explain, doctor, the demo and the web say
@@ -96,7 +96,7 @@ def cmd_explain(args) -> int:
     from attnlab.viz.figure import save_figure
 
     if args.top < 1:
-        raise AttnlabError(f"--top {args.top} must be >= 1")
+        raise AttnlabError(_("--top {top} must be >= 1").format(top=args.top))
     tr = load_translator(args)
     default = Path(args.run) / "figures"  # written only for a GRU model's gates: not created for the others
     figures = _out_dir(args, default) if args.save_dir else default
@@ -122,11 +122,12 @@ def cmd_params(args) -> int:
         args.overrides, args.run = [args.run, *args.overrides], None
     if (args.run is None) == (args.model is None):
         raise AttnlabError(
-            "give either a run folder (attnlab params RUN) or --model KIND, not both or neither"
+            _("give either a run folder (attnlab params RUN) or --model KIND, not both or neither")
         )
     if args.run is not None:
         if args.overrides:
-            raise AttnlabError("section.key=value overrides only apply with --model; a run keeps its config")
+            raise AttnlabError(_("section.key=value overrides only apply with --model; a run keeps its "
+                                 "config"))
         tr = load_translator(args)
         model, title = tr.model, tr.name
         vocab = (len(tr.src_tok), len(tr.tgt_tok))
@@ -150,11 +151,12 @@ def _vocab_sizes(args, cfg) -> tuple[int, int]:
     if args.src_vocab is not None and args.tgt_vocab is not None:
         if min(args.src_vocab, args.tgt_vocab) < 5:
             raise AttnlabError(
-                "--src-vocab and --tgt-vocab must be >= 5 (4 special tokens + at least one word)"
+                _("--src-vocab and --tgt-vocab must be >= 5 (4 special tokens + at least one word)")
             )
         return args.src_vocab, args.tgt_vocab
     if args.src_vocab is not None or args.tgt_vocab is not None:
-        raise AttnlabError("give both --src-vocab and --tgt-vocab, or neither (then the data config decides)")
+        raise AttnlabError(_("give both --src-vocab and --tgt-vocab, or neither (then the data config "
+                             "decides)"))
     from attnlab.data import corpus
 
     prepared = corpus.prepare(cfg.data)
@@ -174,7 +176,7 @@ def cmd_positional(args) -> int:
             columns = [int(c) for c in args.columns.split(",") if c.strip()]
         except ValueError:
             raise AttnlabError(
-                f"--columns {args.columns!r} must be integers separated by commas, e.g. 0,1,6,7"
+                _("--columns {columns!r} must be integers separated by commas, e.g. 0,1,6,7").format(columns=args.columns)
             ) from None
     # with RUN: the run's own d, its own position table, and §13–14 on its model
     tr = load_translator(args) if args.run is not None else None
@@ -194,7 +196,7 @@ def cmd_selfcheck(args) -> int:
     from attnlab.analysis.diagnose import selfcheck
 
     if args.sentences < 1:
-        raise AttnlabError(f"--sentences {args.sentences} must be >= 1")
+        raise AttnlabError(_("--sentences {sentences} must be >= 1").format(sentences=args.sentences))
     report = selfcheck.run(load_translator(args), list(args.text) or None, args.sentences, args.data)
     print(report.format())
     return 0 if report.passed else 1
