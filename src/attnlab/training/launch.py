@@ -99,13 +99,15 @@ def processes(nproc: int, device: str = "auto") -> int:
 
         gpus = torch.cuda.device_count()
         if nproc > gpus:
-            raise AttnlabError(_("--nproc {nproc} is more than the {gpus} GPU{value} visible (one per "
-                                 "worker); use --nproc {gpus} or fewer, or train.device=cpu").format(nproc=nproc, gpus=gpus, value='s' if gpus != 1 else ''))
+            visible = (_("the {gpus} GPUs visible") if gpus != 1 else _("the 1 GPU visible")).format(gpus=gpus)
+            raise AttnlabError(_("--nproc {nproc} is more than {visible} (one per worker); use --nproc {gpus} or "
+                                 "fewer, or train.device=cpu").format(nproc=nproc, visible=visible, gpus=gpus))
         return nproc
     cores = usable_cores()
     if nproc > cores:
-        raise AttnlabError(_("--nproc {nproc} is more than the {cores} CPU core{value} this process "
-                             "may use (one per worker at least); use --nproc {cores} or fewer").format(nproc=nproc, cores=cores, value='s' if cores != 1 else ''))
+        usable = (_("the {cores} CPU cores") if cores != 1 else _("the 1 CPU core")).format(cores=cores)
+        raise AttnlabError(_("--nproc {nproc} is more than {usable} this process may use (one per worker at least); "
+                             "use --nproc {cores} or fewer").format(nproc=nproc, usable=usable, cores=cores))
     return nproc
 
 

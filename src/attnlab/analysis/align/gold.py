@@ -289,9 +289,9 @@ def gold_sides(tr: Translator, gold: GoldSet, contract: bool = True) -> tuple[li
             if rates["not_in_vocab"] > NUMBERS_UNKNOWN_MAX:
                 raise AlignError(
                     _("{run_name} was trained on the numbers task (number words, not English–French "
-                      "sentences): {value:.0f} % of the gold's {LANG_NAMES} words are not in its "
+                      "sentences): {share} of the gold's {language} words are not in its "
                       "vocabulary, so its AER would measure nothing; align a run trained on "
-                      "data.dataset=fra-eng").format(run_name=run_name(tr), value=100 * rates['not_in_vocab'], LANG_NAMES=LANG_NAMES[lang]))
+                      "data.dataset=fra-eng").format(run_name=run_name(tr), share=f"{100 * rates['not_in_vocab']:.0f} %", language=LANG_NAMES[lang]))
     return pairs, en_first
 
 
