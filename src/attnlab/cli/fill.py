@@ -17,11 +17,12 @@ def cmd_fill(args) -> int:
     from attnlab.models import traits
 
     if args.top < 1:
-        raise AttnlabError(f"--top {args.top} must be >= 1")
+        raise AttnlabError(_("--top {top} must be >= 1").format(top=args.top))
     tr = load_translator(args)
     if traits(tr.cfg.model).task != "fill":
-        raise AttnlabError(f"{args.run} is a {tr.cfg.model.kind} run, a translation model: `fill` needs an "
-                           "encoder-only run (attnlab train --model encoder-only); use `attnlab translate` for this one")
+        raise AttnlabError(_("{run} is a {kind} run, a translation model: `fill` needs an encoder-only "
+                             "run (attnlab train --model encoder-only); use `attnlab translate` for "
+                             "this one").format(run=args.run, kind=tr.cfg.model.kind))
     print(format_fills(fill_masks(tr.model, tr.src_tok, args.sentences, top_k=args.top, device=tr.device)))
     return 0
 

@@ -20,9 +20,10 @@ def parse_widths(text: str) -> tuple[int, ...]:
     try:
         widths = tuple(int(w) for w in text.split(",") if w.strip())
     except ValueError:
-        raise AttnlabError(f"--widths {text!r} must be comma-separated integers, e.g. --widths 64,128,256") from None
+        raise AttnlabError(_("--widths {text!r} must be comma-separated integers, e.g. --widths "
+                             "64,128,256").format(text=text)) from None
     if not widths:
-        raise AttnlabError("--widths lists no width; give e.g. --widths 64,128,256")
+        raise AttnlabError(_("--widths lists no width; give e.g. --widths 64,128,256"))
     return widths
 
 
@@ -34,9 +35,10 @@ def parse_budget(text: str) -> float:
     try:
         value = float(t[:-1] if scale != 1.0 else t) * scale
     except ValueError:
-        raise AttnlabError(f"--budget {text!r} must be a FLOP count such as 2e12 or 2T (G, T, P suffixes)") from None
+        raise AttnlabError(_("--budget {text!r} must be a FLOP count such as 2e12 or 2T (G, T, P "
+                             "suffixes)").format(text=text)) from None
     if not value > 0 or value == float("inf"):
-        raise AttnlabError(f"--budget {text!r} must be a positive FLOP count such as 2e12")
+        raise AttnlabError(_("--budget {text!r} must be a positive FLOP count such as 2e12").format(text=text))
     return value
 
 
