@@ -24,6 +24,7 @@ from typing import Any
 import tomli_w
 
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.notes import SENTENCES
 
 MODEL_KINDS = ("seq2seq", "bahdanau", "transformer", "decoder-only", "encoder-only")
@@ -62,7 +63,7 @@ def _check(cond: bool, msg: str) -> None:
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    _check(value in choices, f"{name}={value!r} is not valid; choose one of: {', '.join(choices)}")
+    _check(value in choices, _("{name}={value!r} is not valid; choose one of: {choices}").format(name=name, value=value, choices=', '.join(choices)))
 
 
 def _finite(section: str, obj: Any) -> None:
@@ -74,12 +75,12 @@ def _finite(section: str, obj: Any) -> None:
         value = getattr(obj, f.name)
         for x in value if isinstance(value, tuple) else (value,):
             if isinstance(x, float) and not math.isfinite(x):
-                raise ConfigError(f"{section}.{f.name}={x} is not a finite number; give a finite value")
+                raise ConfigError(_("{section}.{name}={x} is not a finite number; give a finite value").format(section=section, name=f.name, x=x))
 
 
 def _between(name: str, value: float, low: float, high: float) -> None:
     """``low <= value <= high``, or one line naming the field, the value and the range."""
-    _check(low <= value <= high, f"{name}={value} must lie between {low:g} and {high:g}")
+    _check(low <= value <= high, _("{name}={value} must lie between {low:g} and {high:g}").format(name=name, value=value, low=low, high=high))
 
 
 # Upper bounds of ModelConfig's sizes: far above any model attnlab trains (the presets use 256 wide, 2-4
@@ -130,45 +131,47 @@ class DataConfig:
         _choice("data.tokenizer", self.tokenizer, TOKENIZERS)
         _choice("data.direction", self.direction, DIRECTIONS)
         _check(self.direction == "en-fr" or self.dataset == "fra-eng",
-               f"data.direction={self.direction} is for data.dataset=fra-eng (numbers are read in English; a corpus "
-               "of your own reads its first column or file as the source, or its files by data.src_lang); drop it")
+               _("data.direction={direction} is for data.dataset=fra-eng (numbers are read in English; "
+                 "a corpus of your own reads its first column or file as the source, or its files by "
+                 "data.src_lang); drop it").format(direction=self.direction))
         _choice("data.preprocess", self.preprocess, PREPROCESS)
         self._check_langs()
-        _check(2 <= self.num_steps <= 1024, f"data.num_steps={self.num_steps} must be between 2 and 1024")
-        _check(self.min_freq >= 1, f"data.min_freq={self.min_freq} must be >= 1")
-        _check(self.bpe_vocab_size >= 100, f"data.bpe_vocab_size={self.bpe_vocab_size} must be >= 100")
-        _check(self.max_pairs >= 0, f"data.max_pairs={self.max_pairs} must be >= 0 (0 means all)")
+        _check(2 <= self.num_steps <= 1024, _("data.num_steps={num_steps} must be between 2 and 1024").format(num_steps=self.num_steps))
+        _check(self.min_freq >= 1, _("data.min_freq={min_freq} must be >= 1").format(min_freq=self.min_freq))
+        _check(self.bpe_vocab_size >= 100, _("data.bpe_vocab_size={bpe_vocab_size} must be >= 100").format(bpe_vocab_size=self.bpe_vocab_size))
+        _check(self.max_pairs >= 0, _("data.max_pairs={max_pairs} must be >= 0 (0 means all)").format(max_pairs=self.max_pairs))
         _check(0 < self.valid_frac < 0.5 and 0 < self.test_frac < 0.5,
-               "data.valid_frac and data.test_frac must each lie in (0, 0.5)")
-        _check(self.numbers_size >= 100, f"data.numbers_size={self.numbers_size} must be >= 100")
+               _("data.valid_frac and data.test_frac must each lie in (0, 0.5)"))
+        _check(self.numbers_size >= 100, _("data.numbers_size={numbers_size} must be >= 100").format(numbers_size=self.numbers_size))
         _check(self.batch_tokens >= self.num_steps,
-               f"data.batch_tokens={self.batch_tokens} must be at least data.num_steps={self.num_steps}")
-        _check(self.max_batch_size >= 1, "data.max_batch_size must be >= 1")
+               _("data.batch_tokens={batch_tokens} must be at least data.num_steps={num_steps}").format(batch_tokens=self.batch_tokens, num_steps=self.num_steps))
+        _check(self.max_batch_size >= 1, _("data.max_batch_size must be >= 1"))
 
     def _check_langs(self) -> None:
         for key in ("src_lang", "tgt_lang"):
             code = getattr(self, key)
             _check(code == "" or code in LANGUAGES,
-                   f"data.{key}={code!r} is not an ISO 639-1 language code; give two lowercase letters, e.g. "
-                   f"en, de, es, ja or zh")
+                   _("data.{key}={code!r} is not an ISO 639-1 language code; give two lowercase "
+                     "letters, e.g. en, de, es, ja or zh").format(key=key, code=code))
         given = (self.src_lang, self.tgt_lang)
         if self.dataset == OWN_CORPUS:
-            _check(all(given), "a corpus of your own (data.dataset=file, --data FILE) needs its languages: add "
-                               "data.src_lang=.. data.tgt_lang=.. (ISO 639-1 codes, e.g. data.src_lang=en "
-                               "data.tgt_lang=de); for Tatoeba's fra-eng give --dataset fra-eng")
+            _check(all(given), _("a corpus of your own (data.dataset=file, --data FILE) needs its "
+                                 "languages: add data.src_lang=.. data.tgt_lang=.. (ISO 639-1 codes, "
+                                 "e.g. data.src_lang=en data.tgt_lang=de); for Tatoeba's fra-eng give "
+                                 "--dataset fra-eng"))
         elif self.dataset == "numbers":
             _check(self.src_lang in ("", "en"),
-                   f"data.src_lang={self.src_lang} does not fit data.dataset=numbers, whose sources are English; "
-                   "drop it")
+                   _("data.src_lang={src_lang} does not fit data.dataset=numbers, whose sources are "
+                     "English; drop it").format(src_lang=self.src_lang))
             _check(self.tgt_lang in ("", *NUMBERS_LANGS),
-                   f"data.tgt_lang={self.tgt_lang} is not a language of the numbers task; choose one of: "
-                   f"{', '.join(NUMBERS_LANGS)}")
+                   _("data.tgt_lang={tgt_lang} is not a language of the numbers task; choose one of: "
+                     "{choices}").format(tgt_lang=self.tgt_lang, choices=', '.join(NUMBERS_LANGS)))
         else:
             src, tgt = self.direction.split("-")
             _check(self.src_lang in ("", src) and self.tgt_lang in ("", tgt),
-                   f"data.src_lang={self.src_lang or src} data.tgt_lang={self.tgt_lang or tgt} do not fit "
-                   f"data.dataset=fra-eng with data.direction={self.direction}; for fra-eng use data.direction="
-                   "en-fr or fr-en, for a corpus of your own data.dataset=file (--data FILE)")
+                   _("data.src_lang={value} data.tgt_lang={value2} do not fit data.dataset=fra-eng "
+                     "with data.direction={direction}; for fra-eng use data.direction=en-fr or fr-en, "
+                     "for a corpus of your own data.dataset=file (--data FILE)").format(value=self.src_lang or src, value2=self.tgt_lang or tgt, direction=self.direction))
 
     @property
     def langs(self) -> tuple[str, str]:
@@ -242,16 +245,18 @@ class ModelConfig:
         _between("model.num_layers", self.num_layers, 1, MAX_LAYERS)
         _between("model.num_heads", self.num_heads, 1, MAX_HEADS)
         _check(self.num_hiddens % self.num_heads == 0,
-               f"model.num_hiddens={self.num_hiddens} must be divisible by model.num_heads={self.num_heads}")
+               _("model.num_hiddens={num_hiddens} must be divisible by model.num_heads={num_heads}").format(num_hiddens=self.num_hiddens, num_heads=self.num_heads))
         _between("model.ffn_num_hiddens", self.ffn_num_hiddens, 1, MAX_FFN)
-        _check(0.0 <= self.dropout < 1.0, f"model.dropout={self.dropout} must lie in [0, 1)")
+        _check(0.0 <= self.dropout < 1.0, _("model.dropout={dropout} must lie in [0, 1)").format(dropout=self.dropout))
         _check(self.attention_dropout is None or 0.0 <= self.attention_dropout < 1.0,
-               f"model.attention_dropout={self.attention_dropout} must lie in [0, 1) (or be unset)")
+               _("model.attention_dropout={attention_dropout} must lie in [0, 1) (or be unset)").format(attention_dropout=self.attention_dropout))
         _between("model.max_positions", self.max_positions, 2, MAX_POSITIONS)
         _check(self.attention_score.isidentifier(),
-               f"model.attention_score={self.attention_score!r} must be the name of a score function, e.g. additive")
+               _("model.attention_score={attention_score!r} must be the name of a score function, e.g. "
+                 "additive").format(attention_score=self.attention_score))
         _check(not self.bidirectional or self.kind in ("seq2seq", "bahdanau"),
-               f"model.bidirectional=true is for the GRU models (seq2seq, bahdanau), not {self.kind}; drop it")
+               _("model.bidirectional=true is for the GRU models (seq2seq, bahdanau), not {kind}; drop "
+                 "it").format(kind=self.kind))
         _choice("model.attention_query", self.attention_query, ATTENTION_QUERIES)
 
 
@@ -300,28 +305,34 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _finite("train", self)
-        _check(0 < self.lr <= MAX_LR, f"train.lr={self.lr} must be > 0 and at most {MAX_LR:g}")
+        _check(0 < self.lr <= MAX_LR, _("train.lr={lr} must be > 0 and at most {MAX_LR:g}").format(lr=self.lr, MAX_LR=MAX_LR))
         _between("train.min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
         _between("train.weight_decay", self.weight_decay, 0.0, 1.0)
         _between("train.max_minutes", self.max_minutes, 0.0, MAX_MINUTES)
-        _check(isinstance(self.tensorboard, bool), f"train.tensorboard={self.tensorboard!r} must be true or false")
-        _check(self.warmup_steps >= 0, "train.warmup_steps must be >= 0")
+        _check(isinstance(self.tensorboard, bool), _("train.tensorboard={tensorboard!r} must be true "
+                                                     "or false").format(tensorboard=self.tensorboard))
+        _check(self.warmup_steps >= 0, _("train.warmup_steps must be >= 0"))
         _choice("train.schedule", self.schedule, SCHEDULES)
         _choice("train.size", self.size, SIZES)
         _choice("train.kernels", self.kernels, KERNELS)
-        _check(0.0 <= self.warmup_frac < 1.0, f"train.warmup_frac={self.warmup_frac} must lie in [0, 1)")
-        _check(0.0 < self.decay_frac <= 1.0, f"train.decay_frac={self.decay_frac} must lie in (0, 1]")
-        _check(0.0 <= self.eval_frac < 1.0, f"train.eval_frac={self.eval_frac} must lie in [0, 1) (0 = only at the end)")
+        _check(0.0 <= self.warmup_frac < 1.0, _("train.warmup_frac={warmup_frac} must lie in [0, 1)").format(warmup_frac=self.warmup_frac))
+        _check(0.0 < self.decay_frac <= 1.0, _("train.decay_frac={decay_frac} must lie in (0, 1]").format(decay_frac=self.decay_frac))
+        _check(0.0 <= self.eval_frac < 1.0, _("train.eval_frac={eval_frac} must lie in [0, 1) (0 = "
+                                              "only at the end)").format(eval_frac=self.eval_frac))
         _choice("train.optimizer", self.optimizer, ("adam", "adamw", "muon"))
-        _check(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing must lie in [0, 1)")
-        _check(self.clip_grad_norm >= 0, f"train.clip_grad_norm={self.clip_grad_norm} must be >= 0 (0 disables)")
+        _check(0.0 <= self.label_smoothing < 1.0, _("train.label_smoothing must lie in [0, 1)"))
+        _check(self.clip_grad_norm >= 0, _("train.clip_grad_norm={clip_grad_norm} must be >= 0 (0 "
+                                           "disables)").format(clip_grad_norm=self.clip_grad_norm))
         for name in ("max_steps", "max_epochs", "eval_every", "eval_max_pairs", "save_every", "keep_checkpoints", "log_every",
                      "threads", "max_nonfinite", "eval_max_sentences"):
-            _check(getattr(self, name) >= 0, f"train.{name} must be >= 0")
+            _check(getattr(self, name) >= 0, _("train.{name} must be >= 0").format(name=name))
         _check(-(2**63) <= self.seed < 2**64,
-               f"train.seed={self.seed} must fit in 64 bits (0 to 2**64 - 1), the range torch.manual_seed takes")
-        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "train.betas must be two numbers in [0, 1)")
-        _check(self.schedule != "cosine" or self.max_steps > 0, "train.schedule='cosine' needs train.max_steps > 0")
+               _("train.seed={seed} must fit in 64 bits (0 to 2**64 - 1), the range torch.manual_seed "
+                 "takes").format(seed=self.seed))
+        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), _("train.betas must be "
+                                                                               "two numbers in [0, 1)"))
+        _check(self.schedule != "cosine" or self.max_steps > 0, _("train.schedule='cosine' needs "
+                                                                  "train.max_steps > 0"))
 
 
 AUTO_DECODE_ROWS = 256  # decoder rows per batch when decode.batch_size = 0
@@ -340,13 +351,13 @@ class DecodeConfig:
 
     def __post_init__(self) -> None:
         _finite("decode", self)
-        _check(self.beam_size >= 1, f"decode.beam_size={self.beam_size} must be >= 1")
+        _check(self.beam_size >= 1, _("decode.beam_size={beam_size} must be >= 1").format(beam_size=self.beam_size))
         _check(1 <= self.nbest <= self.beam_size,
-               f"decode.nbest={self.nbest} must lie between 1 and decode.beam_size={self.beam_size}")
+               _("decode.nbest={nbest} must lie between 1 and decode.beam_size={beam_size}").format(nbest=self.nbest, beam_size=self.beam_size))
         _between("decode.length_penalty", self.length_penalty, 0.0, MAX_LENGTH_PENALTY)
         _between("decode.max_len_a", self.max_len_a, 0.0, MAX_LEN_A)
         _between("decode.max_len_b", self.max_len_b, 1, MAX_LEN_B)
-        _check(self.batch_size >= 0, "decode.batch_size must be >= 0 (0 = auto)")
+        _check(self.batch_size >= 0, _("decode.batch_size must be >= 0 (0 = auto)"))
 
 
 def _refuse_control_chars(text: str, where: str) -> None:
@@ -354,7 +365,7 @@ def _refuse_control_chars(text: str, where: str) -> None:
     bad = next((c for c in text if unicodedata.category(c) in ("Cc", "Cs")), None)
     if bad is not None:
         what = "an undecodable byte" if unicodedata.category(bad) == "Cs" else "the control character"
-        raise ConfigError(f"{where}={text!r} contains {what} {bad!r}; remove it")
+        raise ConfigError(_("{where}={text!r} contains {what} {bad!r}; remove it").format(where=where, text=text, what=what, bad=bad))
 
 
 @dataclass(frozen=True)
@@ -401,7 +412,7 @@ def _parse_int(text: str, where: str) -> int:
             return int(d)
     except (decimal.InvalidOperation, ValueError):
         pass
-    raise ConfigError(f"{where} expects an integer, got {text!r}")
+    raise ConfigError(_("{where} expects an integer, got {text!r}").format(where=where, text=text))
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
@@ -417,11 +428,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",")] if value.strip() else []
         if not isinstance(value, list | tuple):
-            raise ConfigError(f"{where} expects a list, got {value!r}")
+            raise ConfigError(_("{where} expects a list, got {value!r}").format(where=where, value=value))
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_coerce(v, args[0], where) for v in value)
         if len(value) != len(args):
-            raise ConfigError(f"{where} expects {len(args)} values, got {len(value)}: {value!r}")
+            raise ConfigError(_("{where} expects {n_args} values, got {n_value}: {value!r}").format(where=where, n_args=len(args), n_value=len(value), value=value))
         return tuple(_coerce(v, a, where) for v, a in zip(value, args))
     if tp is bool:
         if isinstance(value, bool):
@@ -430,20 +441,20 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return True
         if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
             return False
-        raise ConfigError(f"{where} expects true or false, got {value!r}")
+        raise ConfigError(_("{where} expects true or false, got {value!r}").format(where=where, value=value))
     if tp is int:
         if isinstance(value, bool):
-            raise ConfigError(f"{where} expects an integer, got {value!r}")
+            raise ConfigError(_("{where} expects an integer, got {value!r}").format(where=where, value=value))
         if isinstance(value, int):
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
         if isinstance(value, str):
             return _parse_int(value, where)
-        raise ConfigError(f"{where} expects an integer, got {value!r}")
+        raise ConfigError(_("{where} expects an integer, got {value!r}").format(where=where, value=value))
     if tp is float:
         if isinstance(value, bool):
-            raise ConfigError(f"{where} expects a number, got {value!r}")
+            raise ConfigError(_("{where} expects a number, got {value!r}").format(where=where, value=value))
         if isinstance(value, int | float):
             return float(value)
         if isinstance(value, str):
@@ -451,12 +462,12 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 return float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{where} expects a number, got {value!r}")
+        raise ConfigError(_("{where} expects a number, got {value!r}").format(where=where, value=value))
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(f"{where} expects a string, got {value!r}")
-    raise ConfigError(f"{where}: unsupported type {tp}")  # pragma: no cover
+        raise ConfigError(_("{where} expects a string, got {value!r}").format(where=where, value=value))
+    raise ConfigError(_("{where}: unsupported type {tp}").format(where=where, tp=tp))  # pragma: no cover
 
 
 def _build_section(name: str, values: dict[str, Any], base: Any) -> Any:
@@ -465,7 +476,7 @@ def _build_section(name: str, values: dict[str, Any], base: Any) -> Any:
     kwargs = {}
     for key, value in values.items():
         if key not in types_:
-            raise ConfigError(f"unknown key {name}.{key}; valid keys in [{name}]: {', '.join(sorted(types_))}")
+            raise ConfigError(_("unknown key {name}.{key}; valid keys in [{name}]: {choices}").format(name=name, key=key, choices=', '.join(sorted(types_))))
         kwargs[key] = _coerce(value, types_[key], f"{name}.{key}")
     try:
         return dataclasses.replace(base, **kwargs)
@@ -479,9 +490,9 @@ def from_dict(raw: dict[str, Any], base: Config | None = None) -> Config:
     sections = {}
     for name, values in raw.items():
         if name not in SECTIONS:
-            raise ConfigError(f"unknown config section [{name}]; valid sections: {', '.join(SECTIONS)}")
+            raise ConfigError(_("unknown config section [{name}]; valid sections: {choices}").format(name=name, choices=', '.join(SECTIONS)))
         if not isinstance(values, dict):
-            raise ConfigError(f"config section [{name}] must be a table of key = value pairs")
+            raise ConfigError(_("config section [{name}] must be a table of key = value pairs").format(name=name))
         sections[name] = _build_section(name, values, getattr(base, name))
     return dataclasses.replace(base, **sections)
 
@@ -499,13 +510,13 @@ def load_toml(path: str | Path, base: Config | None = None) -> Config:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist; check the path given to --config") from None
+        raise ConfigError(_("config file {path} does not exist; check the path given to --config").format(path=path)) from None
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"config file {path} cannot be read: {e}") from None
+        raise ConfigError(_("config file {path} cannot be read: {e}").format(path=path, e=e)) from None
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+        raise ConfigError(_("config file {path} is not valid TOML: {e}").format(path=path, e=e)) from None
     try:
         return from_dict(raw, base)
     except ConfigError as e:
@@ -517,11 +528,11 @@ def apply_overrides(cfg: Config, overrides: list[str] | tuple[str, ...]) -> Conf
     grouped: dict[str, dict[str, Any]] = {}
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(f"override {item!r} must look like section.key=value, e.g. train.lr=3e-4")
+            raise ConfigError(_("override {item!r} must look like section.key=value, e.g. train.lr=3e-4").format(item=item))
         dotted, value = item.split("=", 1)
         if "." not in dotted:
             raise ConfigError(
-                f"override {item!r} must name a section, e.g. train.{dotted}=...; sections: {', '.join(SECTIONS)}")
+                _("override {item!r} must name a section, e.g. train.{dotted}=...; sections: {choices}").format(item=item, dotted=dotted, choices=', '.join(SECTIONS)))
         section, key = dotted.strip().split(".", 1)
         grouped.setdefault(section, {})[key.strip()] = value.strip()
     return from_dict(grouped, cfg)

@@ -104,12 +104,13 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
     model's ``last`` checkpoint and stops the demo there (:class:`attnlab.interrupts.Interrupted`), before
     the next model. Raises :class:`AttnlabError` for a bad ``minutes`` or ``out``."""
     if not (math.isfinite(minutes) and minutes > 0):
-        raise AttnlabError(f"--max-minutes {minutes:g}: the demo needs a time budget per model (its models are "
-                           "sized for it); give a positive number of minutes, e.g. --max-minutes 1.5")
+        raise AttnlabError(_("--max-minutes {minutes:g}: the demo needs a time budget per model (its "
+                             "models are sized for it); give a positive number of minutes, e.g. "
+                             "--max-minutes 1.5").format(minutes=minutes))
     t0 = time.monotonic()
     dataset, path = ("numbers", None) if dataset == "numbers" else _dataset(data)
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
-        raise AttnlabError(f"{out} exists and is not a demo folder; choose another --runs-dir")
+        raise AttnlabError(_("{out} exists and is not a demo folder; choose another --runs-dir").format(out=out))
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text("made by `attnlab demo`; rerunning the demo replaces this folder's runs\n")
     set_threads(threads)

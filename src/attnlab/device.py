@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -20,9 +21,10 @@ def pick_device(name: str = "auto") -> torch.device:
     try:
         dev = torch.device(name)
     except RuntimeError:
-        raise AttnlabError(f"train.device={name!r} is not a device; use auto, cpu, cuda or cuda:N") from None
+        raise AttnlabError(_("train.device={name!r} is not a device; use auto, cpu, cuda or cuda:N").format(name=name)) from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise AttnlabError(f"train.device={name!r} but no CUDA GPU is visible; use train.device=cpu or auto")
+        raise AttnlabError(_("train.device={name!r} but no CUDA GPU is visible; use train.device=cpu "
+                             "or auto").format(name=name))
     return dev
 
 
@@ -105,13 +107,13 @@ def measure_peak_gflops(
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
 
-    for _ in range(2):
+    for _rep in range(2):
         torch.mm(a, b, out=c)
     sync()
     best, deadline = 0.0, time.perf_counter() + seconds
     while time.perf_counter() < deadline or best == 0.0:
         t0 = time.perf_counter()
-        for _ in range(reps):
+        for _rep in range(reps):
             torch.mm(a, b, out=c)
         sync()
         best = max(best, reps * 2.0 * n**3 / max(time.perf_counter() - t0, 1e-12))

@@ -95,7 +95,7 @@ def map_axes(result: Any, kind: str) -> tuple[list[str], list[str], list[str] | 
         return inputs, inputs, tgt
     if kind == "self":
         return src + inputs, src + inputs, [""] * len(src) + tgt
-    raise AttnlabError(f"unknown attention kind {kind!r}; known: {', '.join(KIND_TITLES)}")
+    raise AttnlabError(_("unknown attention kind {kind!r}; known: {choices}").format(kind=kind, choices=', '.join(KIND_TITLES)))
 
 
 def _bytes_per_weight(encoding: str, decimals: int) -> float:
@@ -270,8 +270,8 @@ class NoAttentionError(AttnlabError):
 
 def no_attention(kind: str) -> NoAttentionError:
     return NoAttentionError(
-        f"model.kind={kind} has no attention: its decoder sees one fixed context vector (notes §1); "
-        "train a bahdanau, transformer or decoder-only model to see attention maps"
+        _("model.kind={kind} has no attention: its decoder sees one fixed context vector (notes §1); "
+          "train a bahdanau, transformer or decoder-only model to see attention maps").format(kind=kind)
     )
 
 
@@ -339,7 +339,7 @@ def _pick_kind(result: AttentionResult, kind: str | None) -> str:
     if kind is None:
         return next(k for k in ("cross", "self", "dec_self", "enc_self") if k in result.attention)
     if kind not in result.attention:
-        raise AttnlabError(f"no {kind!r} attention in this model; its kinds are {', '.join(result.attention)}")
+        raise AttnlabError(_("no {kind!r} attention in this model; its kinds are {choices}").format(kind=kind, choices=', '.join(result.attention)))
     return kind
 
 
@@ -349,8 +349,8 @@ def _one_based(value: int | None, count: int, what: str, kind: str) -> list[int]
         return list(range(count))
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= count:
         raise AttnlabError(
-            f"{what}={value!r} is out of range: the {kind} maps have {count} {what}(s), counted from 1 "
-            f"as in the figure titles (1…{count}); None for all"
+            _("{what}={value!r} is out of range: the {kind} maps have {count} {what}(s), counted from "
+              "1 as in the figure titles (1…{count}); None for all").format(what=what, value=value, kind=kind, count=count)
         )
     return [value - 1]
 
@@ -509,8 +509,8 @@ def _probe_steps(run_dir: Path, sentence: str) -> tuple[str, list[dict[str, Any]
     probes file or ``sentence`` (compared preprocessed) is not one of its probes."""
     if not (run_dir / PROBES_FILE).is_file():
         raise AttnlabError(
-            f"{run_dir / PROBES_FILE} does not exist: the run recorded no probe attention (it needs "
-            "train.probe_sentences and at least one validation); train again or resume it"
+            _("{value} does not exist: the run recorded no probe attention (it needs "
+              "train.probe_sentences and at least one validation); train again or resume it").format(value=run_dir / PROBES_FILE)
         )
     timeline = read_probes(run_dir)["sentences"]
     want = preprocess(sentence)
@@ -518,8 +518,8 @@ def _probe_steps(run_dir: Path, sentence: str) -> tuple[str, list[dict[str, Any]
     if not mine:
         probes = sorted(s["sentence"] for s in timeline)
         raise AttnlabError(
-            f"{sentence!r} is not one of the run's probe sentences ({', '.join(map(repr, probes))}); "
-            "pick one of them, or set train.probe_sentences before training"
+            _("{sentence!r} is not one of the run's probe sentences ({choices}); pick one of them, or "
+              "set train.probe_sentences before training").format(sentence=sentence, choices=', '.join(map(repr, probes)))
         )
     by_step = {r["step"]: r for s in mine for r in s["steps"]}
     return mine[0]["sentence"], [by_step[k] for k in sorted(by_step)]

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+from attnlab.i18n import N_, _
+
 __all__ = ["FORMATS", "Progress", "json_stderr", "resolve_format"]
 
 FORMATS = ("auto", "bar", "plain", "json")
@@ -33,7 +35,10 @@ FORMATS = ("auto", "bar", "plain", "json")
 INTERVAL_S = 10.0
 
 # How a figure reads in a line or beside the bar; others are printed as they are.
-_SHOWN = {"loss": ("loss", "{:.3f}"), "lr": ("lr", "{:.2e}"), "tokens_per_s": ("tok/s", "{:,.0f}")}
+# The labels are translated in a plain line (``--lang``); the bar's postfix and the JSON keys stay as they are.
+_SHOWN = {"loss": (N_("loss"), "{:.3f}"), "lr": ("lr", "{:.2e}"), "tokens_per_s": ("tok/s", "{:,.0f}")}
+#: the units' names in a plain line (the JSON record keeps the unit itself as its key)
+_UNITS = {"step": N_("step"), "sentence": N_("sentence"), "batch": N_("batch"), "line": N_("line")}
 
 
 def resolve_format(fmt: str, stream: TextIO | None = None) -> str:
@@ -150,11 +155,12 @@ class Progress:
         if self.fmt == "json":
             self._write(json.dumps(rec))
             return
-        where = f"{self.unit} {self.n}" + (f"/{self.total}" if self.total is not None else "")
-        parts = [f"{self.desc}: {where}", *(f"{k} {v}" for k, v in self._shown().items()),
-                 f"elapsed {clock_text(self.elapsed_s)}"]
+        unit = _(_UNITS[self.unit]) if self.unit in _UNITS else self.unit
+        where = f"{unit} {self.n}" + (f"/{self.total}" if self.total is not None else "")
+        parts = [f"{self.desc}: {where}", *(f"{_(k) if k == 'loss' else k} {v}" for k, v in self._shown().items()),
+                 _("elapsed {clock}").format(clock=clock_text(self.elapsed_s))]
         if "eta_s" in rec:
-            parts.append(f"ETA {clock_text(rec['eta_s'])}")
+            parts.append(_("ETA {clock}").format(clock=clock_text(rec["eta_s"])))
         self._write(", ".join(parts))
 
     # ------------------------------------------------------------------------------ lines of their own

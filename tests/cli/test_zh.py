@@ -112,14 +112,18 @@ def test_the_training_commands_print_chinese(argv, tmp_path, capsys, monkeypatch
     assert english_lines(text, VOCAB) == [], text
 
 
-def _description(help_text: str) -> str:
-    """A command's --help without its option list: the usage, the description, the section headings."""
-    return "\n".join(line for line in help_text.splitlines() if not line.startswith("  "))
+def _without_metavars(help_text: str) -> str:
+    """A command's --help without the usage lines that hold only metavars (``RUN OUT``: names, not prose)."""
+    import re
+
+    return "\n".join(line for line in help_text.splitlines()
+                     if not (re.fullmatch(r"[\sA-Z_\[\].|{},-]*", line) and line.strip()))
 
 
 def test_help_summaries_are_chinese(capsys, monkeypatch):
     """The parser is built before --lang is read: main() looks for it (and ATTNLAB_LANG) first. The top
-    level's help (every command's summary, the examples, the environment) and each command's description."""
+    level's help (every command's summary, the examples, the environment) and each command's whole --help:
+    its description and every option's help."""
     for argv in (["--lang", "zh", "--help"], ["--lang=zh", "--help"]):
         with pytest.raises(SystemExit):
             main(argv)
@@ -130,7 +134,7 @@ def test_help_summaries_are_chinese(capsys, monkeypatch):
         with pytest.raises(SystemExit):
             main([command, "--help"])
         out = capsys.readouterr().out
-        assert english_lines(_description(out), VOCAB) == [], out
+        assert "选项" in out and english_lines(_without_metavars(out), VOCAB) == [], out
     monkeypatch.delenv(i18n.ENV_VAR)
     with pytest.raises(SystemExit):
         main(["--help"])
@@ -167,3 +171,59 @@ def test_the_chinese_readme_starts_with_the_same_two_commands():
     assert first_block(zh) == first_block(en)
     assert "docs/notes-sections.md" in zh and (root / "docs" / "notes-sections.md").is_file()
     assert "(README.zh.md)" in en.split(first_block(en), 1)[1].split("\n\n", 2)[1]  # the line after the block
+
+
+@pytest.mark.parametrize("argv, zh, en", [
+    (["config", "--model", "transformer", "train.lrx=1"], "error: 未知的键 train.lrx；[train] 中有效的键：",
+     "error: unknown key train.lrx; valid keys in [train]: "),
+    (["config", "--model", "transformer", "model.dropout=1.5"], "error: model.dropout=1.5 必须在 [0, 1) 之内",
+     "error: model.dropout=1.5 must lie in [0, 1)"),
+    (["translate", "RUN", "go .", "--beam", "0"], "error: --beam 0 至少为 1（--beam 1 = 贪心搜索；",
+     "error: --beam 0 must be at least 1 (--beam 1 = greedy; "),
+    (["train", "--model", "transformer", "--size", "huge", "--out", "RUN"],
+     "error: attnlab train：参数 --size：无效的选择 'huge'（可选：",
+     "error: attnlab train: argument --size: invalid choice: 'huge' (choose from "),
+    (["translate", "RUN", "go ."], "error: RUN 不是运行文件夹（其中没有 config.toml）；请给一次 `attnlab train` 训练的 --out 文件夹",
+     "error: RUN is not a run folder (it has no config.toml); give the --out folder of an `attnlab train` run"),
+], ids=["unknown-key", "out-of-range", "beam", "size", "not-a-run"])
+def test_an_error_that_teaches_speaks_chinese(argv, zh, en, tmp_path, capsys):
+    """A learner's first mistakes (a config typo, a value out of range, a count below 1, a --size that is not
+    one, a folder that is not a run) end in one Chinese
+    ``error:`` line, exit 2, with the option and key names as they are typed; English stays English."""
+    argv = [str(tmp_path) if a == "RUN" else a for a in argv]
+    zh, en = zh.replace("RUN", str(tmp_path)), en.replace("RUN", str(tmp_path))
+    assert _exit_code([*argv, "--lang", "zh"]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]  # a usage error prints the usage first
+    assert err.startswith(zh) and english_lines(err, VOCAB) == [], err
+    assert _exit_code(argv) == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith(en)
+
+
+def _exit_code(argv: list[str]) -> int:
+    """main's return value, or the status a usage error exits with (argparse raises SystemExit)."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+def test_plain_progress_lines_speak_chinese_and_json_keeps_its_keys():
+    """``--log-format plain``'s human text follows --lang; a JSON record's keys are for programs and stay."""
+    import io
+    import json
+
+    from attnlab.progress import Progress
+
+    ticks = iter(range(100))
+    with i18n.using("zh"):
+        plain, js = io.StringIO(), io.StringIO()
+        for fmt, stream in (("plain", plain), ("json", js)):
+            p = Progress("训练 transformer", fmt, unit="step", total=10, interval_s=1, stream=stream,
+                         clock=lambda: float(next(ticks)))
+            p.update(2, loss=3.25, lr=1e-3, tokens_per_s=1234.0)
+            p.close()
+    line = plain.getvalue().splitlines()[0]
+    assert line.startswith("训练 transformer: 步 2/10, 损失 3.250, lr 1.00e-03, tok/s 1,234, 已用 ") and "预计剩余" in line
+    assert english_lines(plain.getvalue(), VOCAB) == []
+    rec = json.loads(js.getvalue().splitlines()[0])
+    assert {"event", "step", "total", "loss", "lr", "tokens_per_s", "elapsed_s"} <= set(rec)

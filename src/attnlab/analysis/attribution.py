@@ -87,7 +87,7 @@ def rank(x: Tensor) -> Tensor:
     ``average`` rule of Spearman's correlation), as float64."""
     x = x.detach().double().flatten()
     order = torch.argsort(x, stable=True)
-    _, inverse, counts = torch.unique_consecutive(x[order], return_inverse=True, return_counts=True)
+    _unique, inverse, counts = torch.unique_consecutive(x[order], return_inverse=True, return_counts=True)
     ends = counts.cumsum(0).double()
     mean_rank = ends - (counts.double() - 1) / 2  # mean of the ranks end-count+1 … end of each tie group
     ranks = torch.empty_like(x)
@@ -212,8 +212,8 @@ def _attention_rollout(tr: Translator, sentence: str, max_len: int | None = None
     kinds = [k for k in ROLLOUT_KINDS if k in traits(tr.cfg.model).attention]
     if not kinds:
         raise AttributionError(
-            f"model.kind={tr.cfg.model.kind} has no stack of self-attention to roll out (rollout multiplies "
-            "the self-attention of layer after layer); use --method ig or ixg for its attention"
+            _("model.kind={kind} has no stack of self-attention to roll out (rollout multiplies the "
+              "self-attention of layer after layer); use --method ig or ixg for its attention").format(kind=tr.cfg.model.kind)
         )
     res = tr.attention(sentence, max_len=max_len)
     maps = []
@@ -332,15 +332,16 @@ def _gradient_attribution(
     from attnlab.translator import decode_many, teacher_forced, token_labels  # no cycle: loaded when used
 
     if method not in ("ig", "ixg"):
-        raise AttributionError(f"unknown gradient method {method!r}; use ig (integrated gradients) or ixg "
-                               "(input × gradient), or rollout")
+        raise AttributionError(_("unknown gradient method {method!r}; use ig (integrated gradients) or "
+                                 "ixg (input × gradient), or rollout").format(method=method))
     if steps < 1:
-        raise AttributionError(f"steps={steps} must be >= 1 (integrated gradients' interpolation points)")
+        raise AttributionError(_("steps={steps} must be >= 1 (integrated gradients' interpolation "
+                                 "points)").format(steps=steps))
     t = traits(tr.cfg.model)
     if t.task != "translate":
         raise AttributionError(
-            f"model.kind={tr.cfg.model.kind} fills masked words and produces no translation to attribute; "
-            "use --method rollout (its self-attention)"
+            _("model.kind={kind} fills masked words and produces no translation to attribute; use "
+              "--method rollout (its self-attention)").format(kind=tr.cfg.model.kind)
         )
     ids = _check_sentence(tr, sentence)
     hyp = decode_many(tr.model, [ids], tr.cfg.decode, tr.device, beam_size=1, max_len=max_len)[0][0]
@@ -414,8 +415,8 @@ def _captum_attribution(f: LogProb, method: str, steps: int) -> Tensor:
         import captum.attr  # noqa: F401  (the optional `explain` extra)
     except ImportError:
         raise AttributionError(
-            "gradient attribution needs Captum, the `explain` extra: pip install -e '.[explain]' in the attnlab checkout "
-            "(--method rollout needs nothing more)"
+            _("gradient attribution needs Captum, the `explain` extra: pip install -e '.[explain]' in "
+              "the attnlab checkout (--method rollout needs nothing more)")
         ) from None
     T = f.T
     if T == 0:
@@ -465,7 +466,8 @@ def _comparison_maps(maps: dict[str, Tensor], S: int, T: int, t) -> dict[str, Te
 def _check_sentence(tr: Translator, sentence: str) -> list[int]:
     ids = tr.encode_source(sentence)[0]
     if not ids:
-        raise AttributionError(f"{sentence!r} has no token after preprocessing; give an English sentence")
+        raise AttributionError(_("{sentence!r} has no token after preprocessing; give an English "
+                                 "sentence").format(sentence=sentence))
     return ids
 
 

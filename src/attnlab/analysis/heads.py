@@ -210,8 +210,8 @@ def attention_modules(model: nn.Module) -> dict[str, list[nn.Module]]:
     t = traits(model.config)
     if not t.attention_modules:
         raise AttnlabError(
-            f"`attnlab heads` needs a multi-head model (transformer or decoder-only); this run's "
-            f"model.kind={model.config.kind} has {'one additive attention' if t.attention else 'no attention'}"
+            _("`attnlab heads` needs a multi-head model (transformer or decoder-only); this run's "
+              "model.kind={kind} has {value}").format(kind=model.config.kind, value=_('one additive attention') if t.attention else _('no attention'))
         )
     modules = {}
     for kind, path in t.attention_modules.items():
@@ -295,7 +295,8 @@ def _sample(prepared, n: int) -> tuple[list[list[int]], list[list[int]], list[li
             tgt.append(split.tgt[i])
             refs.append([detokenize(r.split(), prepared.tgt_tok.lang) for r in split.references[i]])
     if not src:
-        raise AttnlabError("the run's validation and test splits are empty; nothing to measure heads on")
+        raise AttnlabError(_("the run's validation and test splits are empty; nothing to measure heads "
+                             "on"))
     return src, tgt, refs
 
 
@@ -459,9 +460,9 @@ def run(
     from attnlab.progress import Progress
 
     if sentences < 1:
-        raise AttnlabError(f"--sentences {sentences} must be at least 1")
+        raise AttnlabError(_("--sentences {sentences} must be at least 1").format(sentences=sentences))
     if resamples < 1:
-        raise AttnlabError(f"resamples={resamples} must be at least 1")
+        raise AttnlabError(_("resamples={resamples} must be at least 1").format(resamples=resamples))
     tr = Translator.from_run(run_dir, which=which, device=device)
     model = tr.model.eval()
     modules = attention_modules(model)

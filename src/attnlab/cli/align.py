@@ -68,16 +68,16 @@ def cmd_align(args) -> int:
 def _check_numbers(args) -> None:
     """The numeric options' ranges, checked before anything is read (one line naming the option)."""
     if args.adapt < 0 or not args.adapt_lr > 0:
-        raise AttnlabError(f"--adapt {args.adapt} must be >= 0 epochs and --adapt-lr {args.adapt_lr} > 0")
+        raise AttnlabError(_("--adapt {adapt} must be >= 0 epochs and --adapt-lr {adapt_lr} > 0").format(adapt=args.adapt, adapt_lr=args.adapt_lr))
     if args.teach < 0 or not args.teach_weight > 0:
-        raise AttnlabError(f"--teach {args.teach} must be >= 0 epochs and --teach-weight {args.teach_weight} > 0")
+        raise AttnlabError(_("--teach {teach} must be >= 0 epochs and --teach-weight {teach_weight} > 0").format(teach=args.teach, teach_weight=args.teach_weight))
     if args.ibm_pairs < 0 or args.ibm_iterations < 1 or args.top_k < 0:
         raise AttnlabError(
-            f"--ibm-pairs {args.ibm_pairs} and --top-k {args.top_k} must be >= 0 and "
-            f"--ibm-iterations {args.ibm_iterations} >= 1"
+            _("--ibm-pairs {ibm_pairs} and --top-k {top_k} must be >= 0 and --ibm-iterations "
+              "{ibm_iterations} >= 1").format(ibm_pairs=args.ibm_pairs, top_k=args.top_k, ibm_iterations=args.ibm_iterations)
         )
     if not 0.0 <= args.threshold < 1.0:
-        raise AttnlabError(f"--threshold {args.threshold} is an attention share: give a number in [0, 1)")
+        raise AttnlabError(_("--threshold {threshold} is an attention share: give a number in [0, 1)").format(threshold=args.threshold))
 
 
 def register(sub) -> None:
@@ -90,8 +90,8 @@ def register(sub) -> None:
           "layer × head by AER beside the links read from gradients (saliency) and an IBM Model 2 baseline trained "
           "in the same run."),
     )
-    a.add_argument("run", metavar="RUN", help="run folder (from `attnlab train --out`)")
-    a.add_argument("--checkpoint", default="best", help="best, last or step-N")
+    a.add_argument("run", metavar="RUN", help=_("run folder (from `attnlab train --out`)"))
+    a.add_argument("--checkpoint", default="best", help=_("best, last or step-N"))
     add_device_arg(a)
     _add_gold_args(a)
     _add_link_args(a)
@@ -105,16 +105,19 @@ def _add_gold_args(a) -> None:
     a.add_argument(
         "--gold",
         metavar="DIR",
-        help="WPT-2003 en-fr gold folder (default: $ATTNLAB_GOLD_DIR, then $ATTNLAB_DATA_DIR/hansards-enfr)",
+        help=_("WPT-2003 en-fr gold folder (default: $ATTNLAB_GOLD_DIR, then "
+               "$ATTNLAB_DATA_DIR/hansards-enfr)"),
     )
-    a.add_argument("--split", default="test", choices=("test", "trial"), help="gold files {split}.en-fr.*")
+    a.add_argument("--split", default="test", choices=("test", "trial"), help=_("gold files "
+                                                                                "{split}.en-fr.*"))
     a.add_argument(
         "--ibm-pairs",
         type=int,
         default=5000,
         dest="ibm_pairs",
         metavar="N",
-        help="Tatoeba pairs added to the gold sentences to train IBM Model 2 (about 30 s per direction for 5000)",
+        help=_("Tatoeba pairs added to the gold sentences to train IBM Model 2 (about 30 s per "
+               "direction for 5000)"),
     )
     a.add_argument(
         "--ibm-iterations",
@@ -122,7 +125,7 @@ def _add_gold_args(a) -> None:
         default=5,
         dest="ibm_iterations",
         metavar="N",
-        help="IBM Model 2 EM iterations (NLTK runs twice as many of Model 1 first)",
+        help=_("IBM Model 2 EM iterations (NLTK runs twice as many of Model 1 first)"),
     )
 
 
@@ -133,9 +136,10 @@ def _add_copy_args(a) -> None:
         type=int,
         default=0,
         metavar="EPOCHS",
-        help="first train a copy of the model EPOCHS epochs on the gold sentences' text (never their links), "
-        "the data IBM Model 2 gets, and read that copy's maps; the run is not changed (40: about 2 minutes "
-        "on 2 cores for a 15-minute Transformer; default 0: the model as trained)",
+        help=_("first train a copy of the model EPOCHS epochs on the gold sentences' text (never their "
+               "links), the data IBM Model 2 gets, and read that copy's maps; the run is not changed "
+               "(40: about 2 minutes on 2 cores for a 15-minute Transformer; default 0: the model as "
+               "trained)"),
     )
     a.add_argument(
         "--adapt-lr",
@@ -143,16 +147,17 @@ def _add_copy_args(a) -> None:
         default=1e-3,
         dest="adapt_lr",
         metavar="LR",
-        help="AdamW learning rate for --adapt (default 1e-3, constant)",
+        help=_("AdamW learning rate for --adapt (default 1e-3, constant)"),
     )
     a.add_argument(
         "--teach",
         type=int,
         default=0,
         metavar="EPOCHS",
-        help="then train one head of a copy (the one picked on the trial split) EPOCHS epochs toward the links of "
-        "the model's own average of all heads, beside the translation loss (Garg et al. 2019, unsupervised: no gold "
-        "links), and read that copy (default 0: no head taught)",
+        help=_("then train one head of a copy (the one picked on the trial split) EPOCHS epochs toward "
+               "the links of the model's own average of all heads, beside the translation loss (Garg "
+               "et al. 2019, unsupervised: no gold links), and read that copy (default 0: no head "
+               "taught)"),
     )
     a.add_argument(
         "--teach-weight",
@@ -160,14 +165,16 @@ def _add_copy_args(a) -> None:
         default=1.0,
         dest="teach_weight",
         metavar="W",
-        help="weight of the head's cross-entropy to those links beside the translation loss (default 1)",
+        help=_("weight of the head's cross-entropy to those links beside the translation loss (default "
+               "1)"),
     )
     a.add_argument(
         "--seed",
         type=int,
         default=0,
         metavar="N",
-        help="seed of --adapt's and --teach's batch order and dropout; another seed is a repeat (default 0)",
+        help=_("seed of --adapt's and --teach's batch order and dropout; another seed is a repeat "
+               "(default 0)"),
     )
 
 
@@ -176,23 +183,23 @@ def _add_other_args(a) -> None:
     a.add_argument(
         "--reverse",
         metavar="RUN2",
-        help="a run of the other direction (train one with `attnlab train --model KIND --out RUN2 data.direction=fr-en`): "
-        "each map's one-way links "
-        "of the two runs are symmetrised by --ibm-links, as IBM Model 2's two directions are, and the best pair "
-        "of heads is picked on the trial split (default: none, one direction only)",
+        help=_("a run of the other direction (train one with `attnlab train --model KIND --out RUN2 "
+               "data.direction=fr-en`): each map's one-way links of the two runs are symmetrised by "
+               "--ibm-links, as IBM Model 2's two directions are, and the best pair of heads is picked "
+               "on the trial split (default: none, one direction only)"),
     )
     a.add_argument(
         "--data",
         metavar="PATH",
-        help="fra-eng corpus for --ibm-pairs (default: $ATTNLAB_DATA_DIR, then the cache)",
+        help=_("fra-eng corpus for --ibm-pairs (default: $ATTNLAB_DATA_DIR, then the cache)"),
     )
     a.add_argument(
         "--save-dir",
         dest="save_dir",
         metavar="DIR",
-        help="folder for align.json and align.png (default: RUN/inspect/align)",
+        help=_("folder for align.json and align.png (default: RUN/inspect/align)"),
     )
-    a.add_argument("--json", action="store_true", help="print the report as JSON")
+    a.add_argument("--json", action="store_true", help=_("print the report as JSON"))
 
 
 def _add_link_args(a) -> None:
@@ -201,20 +208,20 @@ def _add_link_args(a) -> None:
         "--links",
         default="argmax",
         choices=A_METHODS,
-        help="how a map becomes links: argmax = each target word to its most-attended source word; the others "
-        "also read the map source→target and symmetrise the two (default: argmax)",
+        help=_("how a map becomes links: argmax = each target word to its most-attended source word; "
+               "the others also read the map source→target and symmetrise the two (default: argmax)"),
     )
     a.add_argument(
         "--threshold",
         type=float,
         default=0.0,
         metavar="P",
-        help="drop a link whose attention share is below P (0 = keep all)",
+        help=_("drop a link whose attention share is below P (0 = keep all)"),
     )
     a.add_argument(
         "--null",
         action="store_true",
-        help="leave a target word unaligned when it attends to the source <eos> more than to any word",
+        help=_("leave a target word unaligned when it attends to the source <eos> more than to any word"),
     )
     a.add_argument(
         "--top-k",
@@ -222,33 +229,34 @@ def _add_link_args(a) -> None:
         default=3,
         dest="top_k",
         metavar="K",
-        help="also score the average of the K best heads (default 3; 0 or 1: skip)",
+        help=_("also score the average of the K best heads (default 3; 0 or 1: skip)"),
     )
     a.add_argument(
         "--no-saliency",
         action="store_true",
         dest="no_saliency",
-        help="skip the gradient saliency map (links from ‖∂ log p(word) / ∂ source embedding‖, Ding et al. 2019; "
-        "one backward pass per sentence)",
+        help=_("skip the gradient saliency map (links from ‖∂ log p(word) / ∂ source embedding‖, Ding "
+               "et al. 2019; one backward pass per sentence)"),
     )
-    a.add_argument("--no-ibm", action="store_true", dest="no_ibm", help="skip the IBM Model 2 baseline")
+    a.add_argument("--no-ibm", action="store_true", dest="no_ibm", help=_("skip the IBM Model 2 "
+                                                                          "baseline"))
     a.add_argument(
         "--ibm-links",
         default="grow-diag-final-and",
         choices=A_METHODS,
         dest="ibm_links",
-        help="IBM Model 2: argmax = one direction; otherwise both directions symmetrised "
-        "(default: grow-diag-final-and, the usual practice)",
+        help=_("IBM Model 2: argmax = one direction; otherwise both directions symmetrised (default: "
+               "grow-diag-final-and, the usual practice)"),
     )
     a.add_argument(
         "--ibm-no-null",
         action="store_true",
         dest="ibm_no_null",
-        help="IBM Model 2: every word takes its best real word instead of NULL",
+        help=_("IBM Model 2: every word takes its best real word instead of NULL"),
     )
     a.add_argument(
         "--no-contractions",
         action="store_true",
         dest="no_contractions",
-        help="feed the gold's French as written (de le, le ordre) instead of re-joined (du, l'ordre)",
+        help=_("feed the gold's French as written (de le, le ordre) instead of re-joined (du, l'ordre)"),
     )

@@ -39,7 +39,8 @@ def cmd_doctor(args) -> int:
 
 def cmd_sweep(args) -> int:
     if args.runs_dir is None:
-        raise AttnlabError("sweep needs --runs-dir DIR, the folder its trial runs and sweep.json go into")
+        raise AttnlabError(_("sweep needs --runs-dir DIR, the folder its trial runs and sweep.json go "
+                             "into"))
     from attnlab.analysis.experiments import sweep
 
     axes = sweep.parse_grid(args.grid)
@@ -137,8 +138,8 @@ def _add_doctor(sub) -> None:
           "too low, overfitting, num_steps too small (notes {cite}). Always exits 0 when the run can be "
           "read.").format(cite=cite(10)),
     )
-    d.add_argument("run", metavar="RUN", help="run folder")
-    d.add_argument("--json", action="store_true", help="print the findings as JSON instead of text")
+    d.add_argument("run", metavar="RUN", help=_("run folder"))
+    d.add_argument("--json", action="store_true", help=_("print the findings as JSON instead of text"))
     d.set_defaults(func=cmd_doctor)
 
 
@@ -150,21 +151,24 @@ def _add_sweep(sub) -> None:
           "each under the same budget, and pick the best by validation BLEU, then loss."),
     )
     s.add_argument("--model", choices=MODEL_KINDS, required=True,
-                   help="model kind; its preset is every trial's base (a --grid model.kind axis changes the kind on "
-                        "that base); a --config file's model.kind must be the same")
+                   help=_("model kind; its preset is every trial's base (a --grid model.kind axis "
+                          "changes the kind on that base); a --config file's model.kind must be the "
+                          "same"))
     s.add_argument(
-        "--dataset", choices=DATASETS, default=None, help="fra-eng or numbers (default: the preset's, fra-eng)"
+        "--dataset", choices=DATASETS, default=None, help=_("fra-eng or numbers (default: the "
+                                                            "preset's, fra-eng)")
     )
     s.add_argument(
         "--grid",
         nargs="+",
         required=True,
         metavar="section.key=v1,v2",
-        help="axes of the grid, e.g. --grid train.lr=1e-3,3e-3 model.num_layers=1,2 "
-        "(put fixed overrides before --grid)",
+        help=_("axes of the grid, e.g. --grid train.lr=1e-3,3e-3 model.num_layers=1,2 (put fixed "
+               "overrides before --grid)"),
     )
     s.add_argument(
-        "--random", type=int, default=0, metavar="N", help="try N random points of the grid instead of all (0 = all)"
+        "--random", type=int, default=0, metavar="N", help=_("try N random points of the grid instead "
+                                                             "of all (0 = all)")
     )
     s.add_argument(
         "--max-minutes",
@@ -172,7 +176,7 @@ def _add_sweep(sub) -> None:
         default=1.0,
         dest="max_minutes",
         metavar="M",
-        help="time budget of each trial, in minutes (0 = none: then give --max-steps)",
+        help=_("time budget of each trial, in minutes (0 = none: then give --max-steps)"),
     )
     add_deprecated_alias(s, "--minutes-per-trial", "--max-minutes", dest="max_minutes", type=float)
     s.add_argument(
@@ -180,20 +184,23 @@ def _add_sweep(sub) -> None:
         type=int,
         dest="max_steps",
         metavar="N",
-        help="also stop each trial after N updates (default: no step limit)",
+        help=_("also stop each trial after N updates (default: no step limit)"),
     )
     s.add_argument(
         "--seed",
         type=int,
-        help="seed of the random points (default: 0) and train.seed of every trial (default: the config's, 42)",
+        help=_("seed of the random points (default: 0) and train.seed of every trial (default: the "
+               "config's, 42)"),
     )
-    s.add_argument("--threads", type=int, help="torch threads (default: the config's train.threads, all cores)")
+    s.add_argument("--threads", type=int, help=_("torch threads (default: the config's train.threads, "
+                                                 "all cores)"))
     add_device_arg(s, config_key=True)
     s.add_argument(  # not required=True: argparse would refuse the deprecated --out that sets it too
         "--runs-dir",
         dest="runs_dir",
         metavar="DIR",
-        help="sweep folder: sweep.json/md/png, best.toml and one run folder per trial (default: none, required)",
+        help=_("sweep folder: sweep.json/md/png, best.toml and one run folder per trial (default: "
+               "none, required)"),
     )
     add_deprecated_alias(s, "--out", "--runs-dir", dest="runs_dir")
     add_verbosity_args(s)
@@ -210,26 +217,28 @@ def _add_heads(sub) -> None:
           "importance by masking each head, as a table, JSON and figures, ending with a plain answer: which heads "
           "do what and which are indistinguishable from noise (notes {cite}).").format(cite=cite("11, 28.5")),
     )
-    h.add_argument("run", metavar="RUN", help="run folder (transformer or decoder-only)")
-    h.add_argument("--sentences", type=int, default=100, help="validation sentences to measure on")
-    h.add_argument("--checkpoint", default="best", help="best, last or step-N")
+    h.add_argument("run", metavar="RUN", help=_("run folder (transformer or decoder-only)"))
+    h.add_argument("--sentences", type=int, default=100, help=_("validation sentences to measure on"))
+    h.add_argument("--checkpoint", default="best", help=_("best, last or step-N"))
     h.add_argument(
         "--no-importance",
         action="store_true",
         dest="no_importance",
-        help="skip masking each head (one decoding pass per head)",
+        help=_("skip masking each head (one decoding pass per head)"),
     )
     add_device_arg(h)
     add_run_data_arg(h)
     h.add_argument(
-        "--save-dir", dest="save_dir", metavar="DIR", help="folder for heads.md/json and figures (default: RUN/inspect/heads)"
+        "--save-dir", dest="save_dir", metavar="DIR", help=_("folder for heads.md/json and figures "
+                                                             "(default: RUN/inspect/heads)")
     )
     add_deprecated_alias(h, "--out", "--save-dir", dest="save_dir")
     add_verbosity_args(h)
     h.add_argument(
         "--gold",
         metavar="DIR",
-        help="WPT-2003 en-fr gold alignments: add each cross head's AER (default: $ATTNLAB_GOLD_DIR if set)",
+        help=_("WPT-2003 en-fr gold alignments: add each cross head's AER (default: $ATTNLAB_GOLD_DIR "
+               "if set)"),
     )
     h.set_defaults(func=cmd_heads)
 
@@ -243,18 +252,19 @@ def _add_compare(sub) -> None:
           "examples, and the notes' comparison of Bahdanau and the Transformer with each row measured on the runs "
           "(notes {cite}), as Markdown and figures.").format(cite=cite(26)),
     )
-    c.add_argument("runs", nargs="+", metavar="RUN", help="two or more run folders")
+    c.add_argument("runs", nargs="+", metavar="RUN", help=_("two or more run folders"))
     c.add_argument(
         "--sentences",
         type=int,
         default=200,
-        help="validation sentences for speed (and BLEU when a run has no eval-test.json)",
+        help=_("validation sentences for speed (and BLEU when a run has no eval-test.json)"),
     )
-    c.add_argument("--checkpoint", default="best", help="best, last or step-N (for every run)")
+    c.add_argument("--checkpoint", default="best", help=_("best, last or step-N (for every run)"))
     add_device_arg(c)
     add_run_data_arg(c)
     c.add_argument(
-        "--save-dir", dest="save_dir", metavar="DIR", help="folder for the comparison (default: RUN_A/inspect/compare)"
+        "--save-dir", dest="save_dir", metavar="DIR", help=_("folder for the comparison (default: "
+                                                             "RUN_A/inspect/compare)")
     )
     add_deprecated_alias(c, "--out", "--save-dir", dest="save_dir")
     add_verbosity_args(c)

@@ -49,17 +49,20 @@ def register(sub) -> None:
           "output token and per sentence; or --method rollout: the attention rollout of each self-attention "
           "stack (Abnar & Zuidema 2020) beside its last layer."),
     )
-    a.add_argument("run", metavar="RUN", help="run folder (from `attnlab train --out`)")
-    a.add_argument("sentence", help="an English sentence, e.g. \"i'm home .\"")
+    a.add_argument("run", metavar="RUN", help=_("run folder (from `attnlab train --out`)"))
+    a.add_argument("sentence", metavar=_("sentence"), help=_("an English sentence, e.g. \"i'm home .\""))
     a.add_argument("--method", default="ig", choices=METHOD_CHOICES,
-                   help="ig: integrated gradients (default), ixg: input × gradient, rollout: attention rollout")
+                   help=_("ig: integrated gradients (default), ixg: input × gradient, rollout: "
+                          "attention rollout"))
     a.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
-                   help="integrated gradients' interpolation points from the zero-embedding baseline; more "
-                        "points close the completeness gap the report prints (default: 64)")
-    a.add_argument("--checkpoint", default="best", help="best, last or step-N")
+                   help=_("integrated gradients' interpolation points from the zero-embedding "
+                          "baseline; more points close the completeness gap the report prints "
+                          "(default: 64)"))
+    a.add_argument("--checkpoint", default="best", help=_("best, last or step-N"))
     add_device_arg(a)
     a.add_argument("--save-dir", dest="save_dir", metavar="DIR",
-                   help="folder for the figure <sentence>_<method>.png (default: RUN/figures)")
-    a.add_argument("--json", action="store_true", help="print the report as JSON instead of the tables")
+                   help=_("folder for the figure <sentence>_<method>.png (default: RUN/figures)"))
+    a.add_argument("--json", action="store_true", help=_("print the report as JSON instead of the "
+                                                         "tables"))
     add_verbosity_args(a)
     a.set_defaults(func=cmd_attribute)

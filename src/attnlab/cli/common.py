@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import sys
 
 from attnlab import config as config_mod
 from attnlab.config import Config
-from attnlab.i18n import N_, _
+from attnlab.i18n import N_, _, width
 
 __all__ = ["DEVICE_HELP", "HelpFormatter", "Parser", "add_config_args", "add_deprecated_alias", "add_device_arg",
            "load_translator",
            "add_verbosity_args", "build_config", "progress_log", "say", "show_progress"]
 
-DEVICE_HELP = "auto (CUDA when there is one, else the CPU), cpu, cuda or cuda:N"
+DEVICE_HELP = N_("auto (CUDA when there is one, else the CPU), cpu, cuda or cuda:N")  # translated where shown
 
 
 class TranslatedHeadings(argparse.HelpFormatter):
@@ -33,6 +34,22 @@ class TranslatedHeadings(argparse.HelpFormatter):
 
     def add_usage(self, usage, actions, groups, prefix=None):
         super().add_usage(usage, actions, groups, _("usage: ") if prefix is None else prefix)
+
+    def _format_action(self, action):
+        """argparse pads an option's name to the help column by len(); a Chinese name (a translated metavar)
+        is two cells a character, so the padding gives back the extra cells (attnlab.i18n.width)."""
+        text = super()._format_action(action)
+        name = self._format_action_invocation(action)
+        extra = width(name) - len(name)
+        head = " " * self._current_indent + name
+        if extra > 0 and text.startswith(head + " " * (extra + 2)):
+            text = head + text[len(head) + extra:]
+        return text
+
+    def _get_help_string(self, action):  # argparse.ArgumentDefaultsHelpFormatter's English "(default: …)"
+        text = super()._get_help_string(action)
+        tail = " (default: %(default)s)"
+        return text[: -len(tail)] + _(tail) if text and text.endswith(tail) else text
 
 
 class HelpFormatter(TranslatedHeadings):
@@ -73,7 +90,8 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.print_usage(sys.stderr)
-        self.exit(2, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, "error: " + _("{prog}: {message} (see `{prog} --help`)").format(
+            prog=self.prog, message=_argparse_message(message)) + "\n")
 
     def unknown_options(self, unknown: list[str]):
         """The usage error for options this (sub)command does not have, with the nearest spelling it does."""
@@ -82,8 +100,33 @@ class Parser(argparse.ArgumentParser):
         for opt in (u for u in unknown if u.startswith("-")):
             close = difflib.get_close_matches(opt.split("=", 1)[0], known, n=1, cutoff=0.6)
             if close:
-                hints.append(f"did you mean {close[0]}" + (f" for {opt}" if len(unknown) > 1 else "") + "?")
-        self.error(f"unrecognized arguments: {' '.join(unknown)}" + (f"; {'; '.join(hints)}" if hints else ""))
+                hints.append(_("did you mean {close} for {opt}?").format(close=close[0], opt=opt) if len(unknown) > 1
+                             else _("did you mean {close}?").format(close=close[0]))
+        self.error(_("unrecognized arguments: {args}").format(args=" ".join(unknown))
+                   + (f"; {'; '.join(hints)}" if hints else ""))
+
+
+#: argparse's own usage errors (its gettext domain has no Chinese catalogue), as attnlab's messages: the
+#: ones a learner meets first (a wrong --model or --size, a missing RUN, a value of the wrong type).
+_ARGPARSE = [(re.compile(p), t) for p, t in (
+    (r"^argument (?P<arg>\S+): invalid choice: (?P<value>.*) \(choose from (?P<choices>.*)\)$",
+     N_("argument {arg}: invalid choice: {value} (choose from {choices})")),
+    (r"^argument (?P<arg>\S+): invalid (?P<type>\w+) value: (?P<value>.*)$",
+     N_("argument {arg}: invalid {type} value: {value}")),
+    (r"^argument (?P<arg>\S+): expected one argument$", N_("argument {arg}: expected one argument")),
+    (r"^argument (?P<arg>\S+): not allowed with argument (?P<other>\S+)$",
+     N_("argument {arg}: not allowed with argument {other}")),
+    (r"^the following arguments are required: (?P<args>.*)$", N_("the following arguments are required: {args}")),
+)]
+
+
+def _argparse_message(message: str) -> str:
+    """``message`` from argparse in the current language (as it is when no pattern fits)."""
+    for pattern, template in _ARGPARSE:
+        m = pattern.match(message)
+        if m:
+            return _(template).format(**m.groupdict())
+    return message
 
 
 def load_translator(args, run: str | None = None, which: str | None = None):
@@ -109,9 +152,9 @@ def add_device_arg(p: argparse.ArgumentParser, default: str | None = "auto", con
     default stays None (the config's own ``train.device``, itself ``auto`` unless set, must win)."""
     if config_key:
         p.add_argument("--device", default=None, metavar="DEVICE",
-                       help=f"{DEVICE_HELP}; sets train.device (default: the config's, auto)")
+                       help=_("{device}; sets train.device (default: the config's, auto)").format(device=_(DEVICE_HELP)))
     else:
-        p.add_argument("--device", default=default, metavar="DEVICE", help=DEVICE_HELP)
+        p.add_argument("--device", default=default, metavar="DEVICE", help=_(DEVICE_HELP))
 
 
 def add_verbosity_args(p: argparse.ArgumentParser) -> None:
@@ -120,9 +163,9 @@ def add_verbosity_args(p: argparse.ArgumentParser) -> None:
     :func:`progress_log` and :func:`say`."""
     g = p.add_mutually_exclusive_group()
     g.add_argument("-q", "--quiet", action="store_true",
-                   help="no progress bars or progress messages on stderr (results still print)")
+                   help=_("no progress bars or progress messages on stderr (results still print)"))
     g.add_argument("-v", "--verbose", action="store_true",
-                   help="also say on stderr what was loaded and chosen (config, checkpoint, device)")
+                   help=_("also say on stderr what was loaded and chosen (config, checkpoint, device)"))
 
 
 def show_progress(args) -> bool:
@@ -163,11 +206,12 @@ def add_run_data_arg(p: argparse.ArgumentParser) -> None:
     """``--data`` for a command that reads a trained run's corpus again: a run records its corpus by name
     and checksum, not where it was (data/corpus.py ``for_run``), so the location is given now."""
     p.add_argument("--data", metavar="PATH",
-                   help="fra-eng zip, fra.txt or folder holding the run's corpus (default: $ATTNLAB_DATA_DIR, "
-                        "then the cache); for a run on a corpus of your own, its TSV, files A,B or prefix")
+                   help=_("fra-eng zip, fra.txt or folder holding the run's corpus (default: "
+                          "$ATTNLAB_DATA_DIR, then the cache); for a run on a corpus of your own, its "
+                          "TSV, files A,B or prefix"))
 
 
-DATA_HELP = ("the corpus: Tatoeba's fra-eng.zip, fra.txt or a folder holding one (default: $ATTNLAB_DATA_DIR, then "
+DATA_HELP = N_("the corpus: Tatoeba's fra-eng.zip, fra.txt or a folder holding one (default: $ATTNLAB_DATA_DIR, then "
              "the cache); or a parallel corpus of your own, with data.src_lang=.. data.tgt_lang=.. (ISO 639-1 "
              "codes): a TSV (source<TAB>target[<TAB>attribution]), two aligned files A,B (one sentence a line; "
              "train.en,train.de needs no languages), or a prefix P of P.<src_lang> and P.<tgt_lang>")
@@ -176,10 +220,11 @@ DATA_HELP = ("the corpus: Tatoeba's fra-eng.zip, fra.txt or a folder holding one
 def add_config_args(p: argparse.ArgumentParser) -> None:
     """``--config``, ``--data`` and the trailing ``section.key=value`` overrides."""
     p.add_argument("--config", metavar="FILE",
-                   help="TOML config file with sections data/model/train/decode (default: none, the preset alone)")
-    p.add_argument("--data", metavar="PATH", help=DATA_HELP)
+                   help=_("TOML config file with sections data/model/train/decode (default: none, the "
+                          "preset alone)"))
+    p.add_argument("--data", metavar="PATH", help=_(DATA_HELP))
     p.add_argument("overrides", nargs="*", default=[], metavar="section.key=value",
-                   help="typed overrides, applied last, e.g. train.lr=3e-4 model.num_layers=3")
+                   help=_("typed overrides, applied last, e.g. train.lr=3e-4 model.num_layers=3"))
 
 
 def build_config(args, kind: str | None = None, dataset: str | None = None, base: Config | None = None) -> Config:
@@ -192,8 +237,8 @@ def build_config(args, kind: str | None = None, dataset: str | None = None, base
         cfg = config_mod.load_toml(args.config, cfg)
         if kind is not None and cfg.model.kind != kind:  # the file names another kind: neither silently wins
             raise config_mod.ConfigError(
-                f"--model {kind} contradicts model.kind = \"{cfg.model.kind}\" in {args.config}; "
-                f"give --model {cfg.model.kind}, or drop model.kind from the file")
+                _("--model {kind} contradicts model.kind = \"{kind2}\" in {config}; give --model "
+                  "{kind2}, or drop model.kind from the file").format(kind=kind, kind2=cfg.model.kind, config=args.config))
     extra = []
     if kind is not None:
         extra.append(f"model.kind={kind}")

@@ -88,16 +88,16 @@ def register(sub) -> None:
                                      "tokenizer and num_steps: the ids are the rows of its embedding table.").format(
                            cite=cite(4)))
     d.add_argument("--dataset", choices=(*config_mod.DATASETS, config_mod.OWN_CORPUS), default=None,
-                   help="which corpus: fra-eng, numbers, or file (your own, from --data; implied by a --data that "
-                        "is not fra-eng) (default: fra-eng; with --run, the run's)")
-    d.add_argument("--sentence", help="an English sentence to follow through preprocessing and the vocabulary "
-                                      "(default: none, the statistics alone)")
+                   help=_("which corpus: fra-eng, numbers, or file (your own, from --data; implied by "
+                          "a --data that is not fra-eng) (default: fra-eng; with --run, the run's)"))
+    d.add_argument("--sentence", help=_("an English sentence to follow through preprocessing and the "
+                                        "vocabulary (default: none, the statistics alone)"))
     d.add_argument("--run", metavar="RUN",
-                   help="a trained run folder: use its tokenizer, num_steps and recorded statistics "
-                        "(default: none, a tokenizer built afresh from the corpus)")
+                   help=_("a trained run folder: use its tokenizer, num_steps and recorded statistics "
+                          "(default: none, a tokenizer built afresh from the corpus)"))
     d.add_argument("--write-tsv", metavar="FILE", dest="write_tsv",
-                   help="write the corpus's pairs as a source<TAB>target TSV and stop, e.g. the numbers task into "
-                        "Japanese: --dataset numbers data.tgt_lang=ja data.numbers_size=2000 --write-tsv ja.tsv "
-                        "(default: none)")
+                   help=_("write the corpus's pairs as a source<TAB>target TSV and stop, e.g. the "
+                          "numbers task into Japanese: --dataset numbers data.tgt_lang=ja "
+                          "data.numbers_size=2000 --write-tsv ja.tsv (default: none)"))
     add_config_args(d)
     d.set_defaults(func=cmd_data)

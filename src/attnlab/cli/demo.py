@@ -28,18 +28,20 @@ def register(sub) -> None:
                                      "a few minutes each (sized for this machine), translate the notes' sentences, "
                                      "say which are right and draw every attention map."))
     m.add_argument("--runs-dir", default="runs/demo", dest="runs_dir", metavar="DIR",
-                   help="folder for the demo's two run folders (replaced on each demo run)")
+                   help=_("folder for the demo's two run folders (replaced on each demo run)"))
     add_deprecated_alias(m, "--out", "--runs-dir", dest="runs_dir")
     m.add_argument("--max-minutes", type=float, default=1.5, dest="max_minutes", metavar="M",
-                   help="training minutes per model, more than 0 (default 1.5: the whole demo, setup included, fits in "
-                        "6 minutes); the models are sized for this machine and this budget")
+                   help=_("training minutes per model, more than 0 (default 1.5: the whole demo, setup "
+                          "included, fits in 6 minutes); the models are sized for this machine and "
+                          "this budget"))
     add_deprecated_alias(m, "--minutes", "--max-minutes", dest="max_minutes", type=float)
     m.add_argument("--data", metavar="PATH",
-                   help="fra-eng zip, fra.txt or folder (default: $ATTNLAB_DATA_DIR, then the cache; "
-                        "without the corpus: the offline numbers task)")
+                   help=_("fra-eng zip, fra.txt or folder (default: $ATTNLAB_DATA_DIR, then the cache; "
+                          "without the corpus: the offline numbers task)"))
     m.add_argument("--dataset", choices=config_mod.DATASETS, default=None,
-                   help="fra-eng (Tatoeba) or the offline numbers task (default: fra-eng where it can be found, "
-                        "else numbers)")
-    m.add_argument("--threads", type=int, default=0, help="torch threads (0 = PyTorch's default, all cores)")
+                   help=_("fra-eng (Tatoeba) or the offline numbers task (default: fra-eng where it "
+                          "can be found, else numbers)"))
+    m.add_argument("--threads", type=int, default=0, help=_("torch threads (0 = PyTorch's default, all "
+                                                            "cores)"))
     add_verbosity_args(m)
     m.set_defaults(func=cmd_demo)

@@ -45,13 +45,17 @@ def register(sub) -> None:
                       "Every command that takes a RUN accepts it. --format ctranslate2 adds OUT/ctranslate2/, the "
                       "model for the CTranslate2 engine (`attnlab translate OUT --engine ctranslate2`)."),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    e.add_argument("run", metavar="RUN", help="run folder (the --out of `attnlab train`) or an exported folder")
-    e.add_argument("out", metavar="OUT", help="the folder to write")
-    e.add_argument("--checkpoint", default="best", help="best, last or step-N")
+    e.add_argument("run", metavar="RUN", help=_("run folder (the --out of `attnlab train`) or an "
+                                                "exported folder"))
+    e.add_argument("out", metavar="OUT", help=_("the folder to write"))
+    e.add_argument("--checkpoint", default="best", help=_("best, last or step-N"))
     e.add_argument("--format", choices=FORMATS, default="safetensors",
-                   help="ctranslate2 also converts the Transformer or decoder-only model for CTranslate2")
+                   help=_("ctranslate2 also converts the Transformer or decoder-only model for "
+                          "CTranslate2"))
     e.add_argument("--quantization", choices=QUANTIZATIONS, default="float32",
-                   help="weights of the CTranslate2 model (int8: 8-bit weights, int8 matmuls on the CPU)")
+                   help=_("weights of the CTranslate2 model (int8: 8-bit weights, int8 matmuls on the "
+                          "CPU)"))
     e.add_argument("--force", action="store_true",
-                   help="replace OUT when it is an earlier export (never a folder holding other files or RUN)")
+                   help=_("replace OUT when it is an earlier export (never a folder holding other "
+                          "files or RUN)"))
     e.set_defaults(func=cmd_export)

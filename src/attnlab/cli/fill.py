@@ -17,11 +17,12 @@ def cmd_fill(args) -> int:
     from attnlab.models import traits
 
     if args.top < 1:
-        raise AttnlabError(f"--top {args.top} must be >= 1")
+        raise AttnlabError(_("--top {top} must be >= 1").format(top=args.top))
     tr = load_translator(args)
     if traits(tr.cfg.model).task != "fill":
-        raise AttnlabError(f"{args.run} is a {tr.cfg.model.kind} run, a translation model: `fill` needs an "
-                           "encoder-only run (attnlab train --model encoder-only); use `attnlab translate` for this one")
+        raise AttnlabError(_("{run} is a {kind} run, a translation model: `fill` needs an encoder-only "
+                             "run (attnlab train --model encoder-only); use `attnlab translate` for "
+                             "this one").format(run=args.run, kind=tr.cfg.model.kind))
     print(format_fills(fill_masks(tr.model, tr.src_tok, args.sentences, top_k=args.top, device=tr.device)))
     return 0
 
@@ -30,9 +31,10 @@ def register(sub) -> None:
     """Add ``fill`` to the ``attnlab`` parser's subparsers ``sub``."""
     f = sub.add_parser("fill", help=_("an encoder-only run's top-k fillers of each [MASK] in a sentence: notes "
                                       "{cite}").format(cite=cite("28.2")))
-    f.add_argument("run", metavar="RUN", help="run folder of an encoder-only model")
-    f.add_argument("sentences", nargs="+", metavar="sentence", help="English, with [MASK] where a word is missing")
-    f.add_argument("--top", type=int, default=5, help="fillers shown per [MASK] (default 5)")
-    f.add_argument("--checkpoint", default="best", help="best, last or step-N")
+    f.add_argument("run", metavar="RUN", help=_("run folder of an encoder-only model"))
+    f.add_argument("sentences", nargs="+", metavar=_("sentence"), help=_("English, with [MASK] where a "
+                                                                      "word is missing"))
+    f.add_argument("--top", type=int, default=5, help=_("fillers shown per [MASK] (default 5)"))
+    f.add_argument("--checkpoint", default="best", help=_("best, last or step-N"))
     add_device_arg(f)
     f.set_defaults(func=cmd_fill)

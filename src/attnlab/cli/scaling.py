@@ -20,9 +20,10 @@ def parse_widths(text: str) -> tuple[int, ...]:
     try:
         widths = tuple(int(w) for w in text.split(",") if w.strip())
     except ValueError:
-        raise AttnlabError(f"--widths {text!r} must be comma-separated integers, e.g. --widths 64,128,256") from None
+        raise AttnlabError(_("--widths {text!r} must be comma-separated integers, e.g. --widths "
+                             "64,128,256").format(text=text)) from None
     if not widths:
-        raise AttnlabError("--widths lists no width; give e.g. --widths 64,128,256")
+        raise AttnlabError(_("--widths lists no width; give e.g. --widths 64,128,256"))
     return widths
 
 
@@ -34,9 +35,10 @@ def parse_budget(text: str) -> float:
     try:
         value = float(t[:-1] if scale != 1.0 else t) * scale
     except ValueError:
-        raise AttnlabError(f"--budget {text!r} must be a FLOP count such as 2e12 or 2T (G, T, P suffixes)") from None
+        raise AttnlabError(_("--budget {text!r} must be a FLOP count such as 2e12 or 2T (G, T, P "
+                             "suffixes)").format(text=text)) from None
     if not value > 0 or value == float("inf"):
-        raise AttnlabError(f"--budget {text!r} must be a positive FLOP count such as 2e12")
+        raise AttnlabError(_("--budget {text!r} must be a positive FLOP count such as 2e12").format(text=text))
     return value
 
 
@@ -80,20 +82,26 @@ def register(sub) -> None:
           "this machine's estimate without training); --quick: 2 widths, 2e11."),
     )
     s.add_argument("--runs-dir", default="runs/scaling", dest="runs_dir", metavar="DIR",
-                   help="folder for scaling.json, scaling.png and the rungs' run folders (must not hold a ladder)")
-    s.add_argument("--quick", action="store_true", help="the tiny ladder: widths 32,64 and 2e11 FLOPs per rung")
+                   help=_("folder for scaling.json, scaling.png and the rungs' run folders (must not "
+                          "hold a ladder)"))
+    s.add_argument("--quick", action="store_true", help=_("the tiny ladder: widths 32,64 and 2e11 "
+                                                          "FLOPs per rung"))
     s.add_argument("--budget", metavar="FLOPS",
-                   help="counted training FLOPs per rung, e.g. 2e12 or 2T (default: 2e12; --quick: 2e11)")
+                   help=_("counted training FLOPs per rung, e.g. 2e12 or 2T (default: 2e12; --quick: "
+                          "2e11)"))
     s.add_argument("--widths", metavar="W1,W2,…",
-                   help="model widths (num_hiddens) of both families, multiples of 4 (default: 64,128,256; --quick: 32,64)")
-    s.add_argument("--dataset", choices=DATASETS, default="fra-eng", help="corpus (numbers: offline, for tests)")
+                   help=_("model widths (num_hiddens) of both families, multiples of 4 (default: "
+                          "64,128,256; --quick: 32,64)"))
+    s.add_argument("--dataset", choices=DATASETS, default="fra-eng", help=_("corpus (numbers: offline, "
+                                                                            "for tests)"))
     s.add_argument("--data", metavar="PATH",
-                   help="fra-eng zip, fra.txt or folder (default: $ATTNLAB_DATA_DIR, then the cache)")
-    s.add_argument("--device", default="auto", metavar="DEVICE", help="auto, cpu, cuda or cuda:N")
+                   help=_("fra-eng zip, fra.txt or folder (default: $ATTNLAB_DATA_DIR, then the cache)"))
+    s.add_argument("--device", default="auto", metavar="DEVICE", help=_("auto, cpu, cuda or cuda:N"))
     s.add_argument("--threads", type=int, default=0, metavar="N",
-                   help="torch threads for training and the benchmarks (default 0: PyTorch's choice)")
+                   help=_("torch threads for training and the benchmarks (default 0: PyTorch's choice)"))
     s.add_argument("--plan-only", action="store_true", dest="plan_only",
-                   help="count the FLOPs, print the steps and the time estimate, train nothing, write nothing")
-    s.add_argument("--json", action="store_true", help="print the report as JSON")
+                   help=_("count the FLOPs, print the steps and the time estimate, train nothing, "
+                          "write nothing"))
+    s.add_argument("--json", action="store_true", help=_("print the report as JSON"))
     add_verbosity_args(s)
     s.set_defaults(func=cmd_scaling)

@@ -93,71 +93,81 @@ def register(sub) -> None:
           "folder of --gold, else the one `attnlab align` finds without it ($ATTNLAB_GOLD_DIR, else "
           "$ATTNLAB_DATA_DIR/hansards-enfr)."),
     )
-    s.add_argument("runs", nargs="+", metavar="RUN", help="run folder, or NAME=PATH (e.g. bahdanau=runs/b)")
-    s.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
-    s.add_argument("--port", type=int, default=8000, help="TCP port to listen on (1-65535; 0: any free one)")
+    s.add_argument("runs", nargs="+", metavar="RUN", help=_("run folder, or NAME=PATH (e.g. "
+                                                            "bahdanau=runs/b)"))
+    s.add_argument("--host", default="127.0.0.1", help=_("address to bind (default: 127.0.0.1, "
+                                                         "loopback only)"))
+    s.add_argument("--port", type=int, default=8000, help=_("TCP port to listen on (1-65535; 0: any "
+                                                            "free one)"))
     s.add_argument(
         "--allowed-host",
         action="append",
         dest="allowed_hosts",
         metavar="NAME",
-        help="also answer requests whose Host header is NAME (repeatable; the loopback names and a "
-        "non-wildcard --host are always accepted; '*' accepts any name and turns the DNS-rebinding "
-        "guard off) (default: none)",
+        help=_("also answer requests whose Host header is NAME (repeatable; the loopback names and a "
+               "non-wildcard --host are always accepted; '*' accepts any name and turns the "
+               "DNS-rebinding guard off) (default: none)"),
     )
-    s.add_argument("--checkpoint", default="best", help="best, last or step-N (for every run)")
-    s.add_argument("--gold", metavar="DIR", help="the WPT-2003 en-fr gold folder of the alignment view, as "
-                   "`attnlab align --gold` (default: $ATTNLAB_GOLD_DIR, else $ATTNLAB_DATA_DIR/hansards-enfr)")
+    s.add_argument("--checkpoint", default="best", help=_("best, last or step-N (for every run)"))
+    s.add_argument("--gold", metavar="DIR", help=_("the WPT-2003 en-fr gold folder of the alignment "
+                                                   "view, as `attnlab align --gold` (default: "
+                                                   "$ATTNLAB_GOLD_DIR, else "
+                                                   "$ATTNLAB_DATA_DIR/hansards-enfr)"))
     add_device_arg(s)
-    s.add_argument("--workers", type=_positive, default=2, help="threads running models")
+    s.add_argument("--workers", type=_positive, default=2, help=_("threads running models"))
     s.add_argument(
-        "--threads", type=_positive, default=None, help="PyTorch intra-op threads (default: cores / workers)"
+        "--threads", type=_positive, default=None, help=_("PyTorch intra-op threads (default: cores / "
+                                                          "workers)")
     )
     s.add_argument(
         "--max-pending",
         type=_positive,
         default=8,
         dest="max_pending",
-        help="translations admitted at once; more get 429",
+        help=_("translations admitted at once; more get 429"),
     )
     s.add_argument(
-        "--max-chars", type=_positive, default=300, dest="max_chars", help="longest input accepted"
+        "--max-chars", type=_positive, default=300, dest="max_chars", help=_("longest input accepted")
     )
     s.add_argument(
         "--max-sentences", type=_positive, default=32, dest="max_sentences",
-        help="most sentences in one /api/translate list; a longer list gets 422 naming the limit (default: 32)",
+        help=_("most sentences in one /api/translate list; a longer list gets 422 naming the limit (default: 32)"),
     )
     s.add_argument(
-        "--max-beam", type=_positive, default=8, dest="max_beam", help="largest beam size a request may ask for"
+        "--max-beam", type=_positive, default=8, dest="max_beam", help=_("largest beam size a request "
+                                                                         "may ask for")
     )
-    s.add_argument("--deadline", type=float, default=30.0, help="seconds per request that computes (translation, attribution, alignment, probes) before 504; its work stops then")
+    s.add_argument("--deadline", type=float, default=30.0, help=_("seconds per request that computes "
+                                                                  "(translation, attribution, "
+                                                                  "alignment, probes) before 504; its "
+                                                                  "work stops then"))
     s.add_argument(
         "--max-output-tokens",
         type=_positive,
         default=160,
         dest="max_output_tokens",
-        help="most output tokens per translation (a request's max_len may ask for fewer)",
+        help=_("most output tokens per translation (a request's max_len may ask for fewer)"),
     )
     s.add_argument(
         "--max-connections",
         type=_positive,
         default=64,
         dest="max_connections",
-        help="connections and requests at once; more get 503",
+        help=_("connections and requests at once; more get 503"),
     )
     s.add_argument(
         "--read-timeout",
         type=float,
         default=10.0,
         dest="read_timeout",
-        help="seconds a client has to send a request head, and then its body (408 and closed after)",
+        help=_("seconds a client has to send a request head, and then its body (408 and closed after)"),
     )
     s.add_argument(
         "--log-level",
         default="info",
         dest="log_level",
         choices=("critical", "error", "warning", "info", "debug"),
-        help="the server's log level (uvicorn's)",
+        help=_("the server's log level (uvicorn's)"),
     )
     s.set_defaults(func=cmd_serve)
 

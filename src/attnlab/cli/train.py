@@ -27,7 +27,7 @@ def cmd_train(args) -> int:
     from attnlab.progress import json_stderr
 
     if args.log_interval <= 0:
-        raise AttnlabError(f"--log-interval {args.log_interval:g} must be more than 0 seconds (default 10)")
+        raise AttnlabError(_("--log-interval {log_interval:g} must be more than 0 seconds (default 10)").format(log_interval=args.log_interval))
     with json_stderr(args.log_format == "json"):  # every line of the log parses, warnings included
         return _train(args)
 
@@ -43,12 +43,12 @@ def _train(args) -> int:
         saved = read_run(out).config
         cfg = build_config(args, dataset=args.dataset, base=saved)
         if args.model and args.model != cfg.model.kind:
-            raise AttnlabError(f"--model {args.model} differs from the run's model.kind={cfg.model.kind}; "
-                               "a resumed run keeps its model")
+            raise AttnlabError(_("--model {model} differs from the run's model.kind={kind}; a resumed "
+                                 "run keeps its model").format(model=args.model, kind=cfg.model.kind))
         check_resume_overrides(saved, cfg, out)  # here too: before --nproc starts torchrun's workers
     else:
         if not args.model:
-            raise AttnlabError(f"--model is required for a new run; choose one of: {', '.join(MODEL_KINDS)}")
+            raise AttnlabError(_("--model is required for a new run; choose one of: {choices}").format(choices=', '.join(MODEL_KINDS)))
         cfg = build_config(args, kind=args.model, dataset=args.dataset)
         if cfg.train.size == "auto" and "RANK" not in os.environ:  # under torchrun rank 0 sizes for all
             cfg = _size_for_machine(cfg, args)
@@ -82,26 +82,29 @@ def _train(args) -> int:
 def _add_train_config_args(p: argparse.ArgumentParser, model_required: bool) -> None:
     """The options that shape a training config, shared by `train` and `config` (same line, same config)."""
     p.add_argument("--model", choices=MODEL_KINDS, required=model_required,
-                   help="model kind; its preset is the starting config, and a --config file's model.kind must be "
-                        "the same" + (
-                       "" if model_required else " (default: none: required for a new run; --resume keeps "
-                                                 "the run's own)"))
+                   help=_("model kind; its preset is the starting config, and a --config file's model.kind must be "
+                          "the same") + (
+                       "" if model_required else _(" (default: none: required for a new run; --resume keeps "
+                                                   "the run's own)")))
     p.add_argument("--dataset", choices=(*config_mod.DATASETS, config_mod.OWN_CORPUS), default=None,
-                   help="fra-eng (Tatoeba), the offline numbers task (English to data.tgt_lang: "
-                        f"{', '.join(config_mod.NUMBERS_LANGS)}), or file: a corpus of your own read from --data "
-                        "(implied by a --data that is not fra-eng) (default: the preset's, fra-eng)")
+                   help=_("fra-eng (Tatoeba), the offline numbers task (English to data.tgt_lang: "
+                          "{choices}), or file: a corpus of your own read from --data (implied by a "
+                          "--data that is not fra-eng) (default: the preset's, fra-eng)").format(choices=', '.join(config_mod.NUMBERS_LANGS)))
     p.add_argument("--max-minutes", type=float, dest="max_minutes", metavar="M",
-                   help="time budget in minutes; the schedule and (train.size=auto) the model are planned on it "
-                        "(default: the config's train.max_minutes; 0 = no time limit)")
+                   help=_("time budget in minutes; the schedule and (train.size=auto) the model are "
+                          "planned on it (default: the config's train.max_minutes; 0 = no time limit)"))
     p.add_argument("--max-steps", type=int, dest="max_steps", metavar="N",
-                   help="stop after N updates (default: the config's train.max_steps; 0 = no step limit)")
+                   help=_("stop after N updates (default: the config's train.max_steps; 0 = no step "
+                          "limit)"))
     p.add_argument("--size", choices=config_mod.SIZES,
-                   help="model/vocabulary/batch size: auto fits a minute budget to this machine's measured "
-                        "speed; base = the preset as it is; or a tier by name; notes = the notes' own sizes, 32-wide "
-                        "embeddings and states and an untied W_o (notes §5–8) (default: the config's, auto)")
-    p.add_argument("--seed", type=int, help="random seed (default: the config's train.seed, 42)")
+                   help=_("model/vocabulary/batch size: auto fits a minute budget to this machine's "
+                          "measured speed; base = the preset as it is; or a tier by name; notes = the "
+                          "notes' own sizes, 32-wide embeddings and states and an untied W_o (notes "
+                          "§5–8) (default: the config's, auto)"))
+    p.add_argument("--seed", type=int, help=_("random seed (default: the config's train.seed, 42)"))
     p.add_argument("--threads", type=int,
-                   help="torch threads (default: the config's train.threads; 0 = PyTorch's default, all cores)")
+                   help=_("torch threads (default: the config's train.threads; 0 = PyTorch's default, "
+                          "all cores)"))
     add_device_arg(p, config_key=True)
     add_config_args(p)
 
@@ -159,21 +162,22 @@ def register(sub) -> None:
                                      "(data.preprocess=auto|d2l|moses|chars). The run records the corpus by name, "
                                      "sha256 and languages, never by path."))
     t.add_argument("--out", required=True, metavar="RUN",
-                   help="the run folder to create (or, with --resume, to continue)")
-    t.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
+                   help=_("the run folder to create (or, with --resume, to continue)"))
+    t.add_argument("--resume", action="store_true", help=_("continue the run in --out exactly where it "
+                                                           "stopped"))
     _add_train_config_args(t, model_required=False)
     t.add_argument("--nproc", type=int, default=0,
-                   help="data-parallel processes on this machine, through torchrun, at most one per CPU core "
-                        "(one per GPU on CUDA); 0 or 1 = this process alone")
+                   help=_("data-parallel processes on this machine, through torchrun, at most one per "
+                          "CPU core (one per GPU on CUDA); 0 or 1 = this process alone"))
     add_verbosity_args(t)
     from attnlab.progress import FORMATS, INTERVAL_S  # standard library only: the parser stays light
 
     t.add_argument("--log-format", choices=FORMATS, default="auto", dest="log_format",
-                   help="progress on stderr: auto = a bar on a terminal, else plain; plain = a line every "
-                        "--log-interval seconds (step, loss, lr, tokens/s, ETA); json = the same events as "
-                        "JSON lines (default: auto)")
+                   help=_("progress on stderr: auto = a bar on a terminal, else plain; plain = a line "
+                          "every --log-interval seconds (step, loss, lr, tokens/s, ETA); json = the "
+                          "same events as JSON lines (default: auto)"))
     t.add_argument("--log-interval", type=float, default=INTERVAL_S, dest="log_interval", metavar="S",
-                   help="seconds between plain or JSON progress lines")
+                   help=_("seconds between plain or JSON progress lines"))
     t.set_defaults(func=cmd_train)
 
     c = sub.add_parser("config", help=_("print the config `attnlab train` would run, as TOML"),
@@ -184,5 +188,6 @@ def register(sub) -> None:
                                      "valid --config file."))
     _add_train_config_args(c, model_required=True)
     c.add_argument("--resolve", action="store_true",
-                   help="also settle train.size=auto for this machine, as train would (measures it for a second)")
+                   help=_("also settle train.size=auto for this machine, as train would (measures it "
+                          "for a second)"))
     c.set_defaults(func=cmd_config)

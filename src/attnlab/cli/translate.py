@@ -24,13 +24,16 @@ def _check_translate_paths(args) -> None:
     """``--file`` is a readable file and ``--output`` is not the input (by name, link or stdin) nor a folder."""
     if args.file is not None:
         if not os.path.exists(args.file):
-            raise AttnlabError(f"--file {args.file} does not exist; give a text file with one sentence per line")
+            raise AttnlabError(_("--file {path} does not exist; give a text file with one sentence per line")
+                               .format(path=args.file))
         if os.path.isdir(args.file):
-            raise AttnlabError(f"--file {args.file} is a folder; give a text file with one sentence per line")
+            raise AttnlabError(_("--file {path} is a folder; give a text file with one sentence per line")
+                               .format(path=args.file))
     if not args.output:
         return
     if os.path.isdir(args.output):
-        raise AttnlabError(f"--output {args.output} is a folder; give the file to write the translations to")
+        raise AttnlabError(_("--output {path} is a folder; give the file to write the translations to")
+                           .format(path=args.output))
     if not os.path.exists(args.output):
         return
     out = os.stat(args.output)
@@ -44,8 +47,8 @@ def _check_translate_paths(args) -> None:
     else:
         same = False
     if same:
-        raise AttnlabError(f"--output {args.output} is the input file; writing it would destroy the sentences "
-                           "before they are read. Choose another --output")
+        raise AttnlabError(_("--output {path} is the input file; writing it would destroy the sentences before "
+                             "they are read. Choose another --output").format(path=args.output))
 
 
 class _Output:
@@ -70,8 +73,8 @@ class _Output:
             os.fchmod(fd, usual_mode())  # mkstemp makes 0600
             self.file = os.fdopen(fd, "w", encoding="utf-8")
         except OSError as e:
-            raise AttnlabError(f"cannot write --output {path}: {e.strerror or e}; choose a file in a folder "
-                               "you can write to") from None
+            raise AttnlabError(_("cannot write --output {path}: {why}; choose a file in a folder you can write "
+                                 "to").format(path=path, why=e.strerror or e)) from None
 
     def commit(self) -> None:
         from attnlab.io import fsync_dir
@@ -96,12 +99,12 @@ class _Output:
 
 def _check_counts(args, *names: str) -> None:
     """``--beam`` / ``--nbest`` given as 0 or less are mistakes (0 once meant the run's default silently)."""
-    why = {"beam": "--beam 1 = greedy", "nbest": "--nbest 1 = the best translation alone"}
+    why = {"beam": N_("--beam 1 = greedy"), "nbest": N_("--nbest 1 = the best translation alone")}
     for name in names:
         value = getattr(args, name, None)
         if value is not None and value < 1:
-            raise AttnlabError(f"--{name} {value} must be at least 1 ({why[name]}; leave --{name} out "
-                               "for the default)")
+            raise AttnlabError(_("--{name} {value} must be at least 1 ({why}; leave --{name} out for the default)")
+                               .format(name=name, value=value, why=_(why[name])))
 
 
 def _beam_and_nbest(args, tr) -> tuple[int, int]:
@@ -109,14 +112,14 @@ def _beam_and_nbest(args, tr) -> tuple[int, int]:
     the target vocabulary has nothing to fill it with, and n-best lists come out of the beam."""
     beam = args.beam or tr.cfg.decode.beam_size
     nbest = args.nbest or 1
-    said = f"--beam {beam}" if args.beam else f"the run's beam size (decode.beam_size={beam})"
+    said = f"--beam {beam}" if args.beam else _("the run's beam size (decode.beam_size={beam})").format(beam=beam)
     vocab = len(tr.tgt_tok)
     if beam > vocab:
-        raise AttnlabError(f"{said} is larger than the target vocabulary ({vocab} tokens); "
-                           f"a beam holds at most one hypothesis per token: use --beam {vocab} or less")
+        raise AttnlabError(_("{said} is larger than the target vocabulary ({vocab} tokens); a beam holds at most "
+                             "one hypothesis per token: use --beam {vocab} or less").format(said=said, vocab=vocab))
     if nbest > beam:
-        raise AttnlabError(f"--nbest {nbest} is larger than {said}; n-best lists come out of the beam: "
-                           f"raise --beam to at least {nbest} or lower --nbest")
+        raise AttnlabError(_("--nbest {nbest} is larger than {said}; n-best lists come out of the beam: raise "
+                             "--beam to at least {nbest} or lower --nbest").format(nbest=nbest, said=said))
     return beam, nbest
 
 
@@ -126,7 +129,7 @@ def cmd_translate(args) -> int:
     try:
         stream = open(args.file, "rb") if args.file else None  # noqa: SIM115
     except OSError as e:
-        raise AttnlabError(f"cannot read --file {args.file}: {e.strerror or e}") from None
+        raise AttnlabError(_("cannot read --file {path}: {why}").format(path=args.file, why=e.strerror or e)) from None
     try:
         return _translate(args, stream)
     finally:
@@ -221,8 +224,8 @@ def _translate(args, stream) -> int:
         results = tr.translate_full(lines, beam_size=beam, nbest=nbest)
         for n, res in enumerate(results):
             if res and getattr(res[0], "truncated", False):
-                print(f"warning: input line {emitted[0] + n + 1} is longer than {tr.max_src_tokens} tokens; "
-                      "only its beginning was translated", file=sys.stderr)
+                print(_("warning: input line {line} is longer than {limit} tokens; only its beginning was "
+                        "translated").format(line=emitted[0] + n + 1, limit=tr.max_src_tokens), file=sys.stderr)
         emitted[0] += len(lines)
         try:
             for res in results:
@@ -234,8 +237,8 @@ def _translate(args, stream) -> int:
         except OSError as e:
             if output is None or isinstance(e, BrokenPipeError):
                 raise  # stdout: a closed pipe ends the command quietly (main)
-            raise AttnlabError(f"could not write --output {args.output}: {e.strerror or e}; the previous file "
-                               "is unchanged") from None
+            raise AttnlabError(_("could not write --output {path}: {why}; the previous file is unchanged")
+                               .format(path=args.output, why=e.strerror or e)) from None
 
     bar = None
     try:
@@ -245,7 +248,7 @@ def _translate(args, stream) -> int:
             if stream is not None and show_progress(args):  # a file: its lines counted, progress on stderr
                 from attnlab.progress import Progress
 
-                bar = Progress("translate", unit="line", total=_count_lines(args.file))
+                bar = Progress(_("translate"), unit="line", total=_count_lines(args.file))
             source = stream if stream is not None else _stdin_bytes()
             for chunk in read_chunks(source):
                 emit(chunk)
@@ -257,8 +260,8 @@ def _translate(args, stream) -> int:
             try:
                 output.commit()
             except OSError as e:
-                raise AttnlabError(f"could not write --output {args.output}: {e.strerror or e}; the previous file "
-                                   "is unchanged") from None
+                raise AttnlabError(_("could not write --output {path}: {why}; the previous file is unchanged")
+                                   .format(path=args.output, why=e.strerror or e)) from None
     finally:
         if bar is not None:
             bar.close()
@@ -280,14 +283,15 @@ def cmd_evaluate(args) -> int:
     tr.check_translates()  # a fill model is refused before the corpus is read
     prepared = tr.prepare_corpus(args.data)  # --data, else $ATTNLAB_DATA_DIR, else the cache
     if args.split not in prepared.splits:
-        raise AttnlabError(f"--split {args.split} is unknown; choose one of: {', '.join(prepared.splits)}")
+        raise AttnlabError(_("--split {split} is unknown; choose one of: {choices}")
+                           .format(split=args.split, choices=", ".join(prepared.splits)))
     beam = args.beam or tr.cfg.decode.beam_size
     result = evaluate_split(tr, prepared.splits[args.split], beam_size=beam, max_sentences=args.max_sentences,
                             progress=show_progress(args))
     examples = notes_examples(tr, beam_size=beam)
     path = write_report(Path(args.run), args.split, result, examples)
     print(format_report(result, examples))
-    print(f"wrote {path}")
+    print(_("wrote {path}").format(path=path))
     return 0
 
 
@@ -302,17 +306,18 @@ def _evaluate_files(args) -> int:
     )
 
     if args.src is None or not args.ref:
-        raise AttnlabError("--src and --ref go together: give the source file and one or more reference files, "
-                           "one sentence a line")
+        raise AttnlabError(_("--src and --ref go together: give the source file and one or more reference files, "
+                             "one sentence a line"))
     if args.split is not None or args.data is not None or args.max_sentences:
-        raise AttnlabError("--src/--ref score your own files; --split, --data and --max-sentences choose a split of "
-                           "the run's corpus: drop one or the other")
+        raise AttnlabError(_("--src/--ref score your own files; --split, --data and --max-sentences choose a split "
+                             "of the run's corpus: drop one or the other"))
     sources = read_lines(args.src, "--src")
     refs = [read_lines(r, "--ref") for r in args.ref]
     for path, stream in zip(args.ref, refs):
         if len(stream) != len(sources):
-            raise AttnlabError(f"--ref {path} has {len(stream)} lines but --src {args.src} has {len(sources)}; give "
-                               "one reference line for each source line")
+            raise AttnlabError(_("--ref {ref} has {n_ref} lines but --src {src} has {n_src}; give one reference "
+                                 "line for each source line").format(ref=path, n_ref=len(stream), src=args.src,
+                                                                     n_src=len(sources)))
     tr = load_translator(args)
     tr.check_translates()
     beam = args.beam or tr.cfg.decode.beam_size
@@ -320,7 +325,7 @@ def _evaluate_files(args) -> int:
     result["files"] = {"src": _file_fact(args.src), "ref": [_file_fact(r) for r in args.ref]}  # names, not paths
     path = write_report(Path(args.run), file_report_name(args.src), result, [])
     print(format_report(result, []))
-    print(f"wrote {path}")
+    print(_("wrote {path}").format(path=path))
     return 0
 
 
@@ -337,33 +342,38 @@ def register(sub) -> None:
                                  ("evaluate", cmd_evaluate, N_("BLEU/chrF (sacreBLEU, all references) on a split"))):
         helptext = _(helptext)
         q = sub.add_parser(name, help=helptext, description=helptext[0].upper() + helptext[1:] + ".")
-        q.add_argument("run", metavar="RUN", help="run folder (the --out of `attnlab train`)")
-        q.add_argument("--checkpoint", default="best", help="best, last or step-N")
-        q.add_argument("--beam", type=int, help="beam size, 1 = greedy (default: the run's decode.beam_size)")
+        q.add_argument("run", metavar="RUN", help=_("run folder (the --out of `attnlab train`)"))
+        q.add_argument("--checkpoint", default="best", help=_("best, last or step-N"))
+        q.add_argument("--beam", type=int, help=_("beam size, 1 = greedy (default: the run's "
+                                                  "decode.beam_size)"))
         add_device_arg(q)
         if name == "translate":
             q.add_argument("text", nargs="*", default=[], metavar="TEXT",
-                           help="sentences to translate (default: lines from --file, else from stdin)")
+                           help=_("sentences to translate (default: lines from --file, else from stdin)"))
             q.add_argument("--file", metavar="FILE",
-                           help="read sentences from this file, one per line (default: none: TEXT, else stdin)")
-            q.add_argument("--output", metavar="FILE", help="write translations to this file (default: stdout)")
+                           help=_("read sentences from this file, one per line (default: none: TEXT, "
+                                  "else stdin)"))
+            q.add_argument("--output", metavar="FILE", help=_("write translations to this file "
+                                                              "(default: stdout)"))
             q.add_argument("--nbest", type=int,
-                           help="print the n best translations, separated by ' ||| ' (default: 1)")
+                           help=_("print the n best translations, separated by ' ||| ' (default: 1)"))
             q.add_argument("--engine", choices=ENGINES, default="attnlab",
-                           help="ctranslate2: decode with CTranslate2 (RUN: a folder from `attnlab export "
-                                "--format ctranslate2`) (default: attnlab)")
+                           help=_("ctranslate2: decode with CTranslate2 (RUN: a folder from `attnlab "
+                                  "export --format ctranslate2`) (default: attnlab)"))
         else:
             q.add_argument("--split", default=None,
-                           help="which split of the run's corpus: train, valid or test (default: test)")
+                           help=_("which split of the run's corpus: train, valid or test (default: "
+                                  "test)"))
             q.add_argument("--max-sentences", type=int, default=0, dest="max_sentences",
-                           help="score at most this many sentences of the split (0 = all)")
+                           help=_("score at most this many sentences of the split (0 = all)"))
             add_run_data_arg(q)
             q.add_argument("--src", metavar="FILE",
-                           help="score your own test file instead of a split: its sentences, one a line, are "
-                                "translated and scored against --ref (writes RUN/eval-file-<name>.json and the "
-                                "hypotheses) (default: none, a split)")
+                           help=_("score your own test file instead of a split: its sentences, one a "
+                                  "line, are translated and scored against --ref (writes "
+                                  "RUN/eval-file-<name>.json and the hypotheses) (default: none, a "
+                                  "split)"))
             q.add_argument("--ref", metavar="FILE", action="append", default=[],
-                           help="a reference file for --src, line for line; repeat it for several references "
-                                "per sentence (default: none)")
+                           help=_("a reference file for --src, line for line; repeat it for several "
+                                  "references per sentence (default: none)"))
         add_verbosity_args(q)
         q.set_defaults(func=func)

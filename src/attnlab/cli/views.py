@@ -30,14 +30,15 @@ def _out_dir(args, default: Path) -> Path:
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", metavar="RUN", help="run folder (from `attnlab train --out`)")
-    p.add_argument("--checkpoint", default="best", help="best, last or step-N")
+    p.add_argument("run", metavar="RUN", help=_("run folder (from `attnlab train --out`)"))
+    p.add_argument("--checkpoint", default="best", help=_("best, last or step-N"))
     add_device_arg(p)
 
 
 def _add_save_dir(p: argparse.ArgumentParser, what: str, default: str) -> None:
     """``--save-dir DIR`` (the old ``--out`` still works, with a warning): where the figures go."""
-    p.add_argument("--save-dir", dest="save_dir", metavar="DIR", help=f"folder for {what} (default: {default})")
+    p.add_argument("--save-dir", dest="save_dir", metavar="DIR", help=_("folder for {what} (default: "
+                                                                        "{default})").format(what=what, default=default))
     add_deprecated_alias(p, "--out", "--save-dir", dest="save_dir")
 
 
@@ -54,7 +55,7 @@ def cmd_attention(args) -> int:
     from attnlab.models import traits
 
     if args.beam is not None and args.beam < 1:
-        raise AttnlabError(f"--beam {args.beam} must be >= 1")
+        raise AttnlabError(_("--beam {beam} must be >= 1").format(beam=args.beam))
     if args.timeline:  # reads probes.jsonl: no model needed
         from attnlab.runs import read_run
 
@@ -68,8 +69,8 @@ def cmd_attention(args) -> int:
     if not traits(tr.cfg.model).attention:
         raise maps.no_attention(tr.cfg.model.kind)
     if not tr.encode_source(args.sentence)[0]:
-        raise AttnlabError(f"{args.sentence!r} has no token after preprocessing; give a sentence in the run's source "
-                           "language")
+        raise AttnlabError(_("{sentence!r} has no token after preprocessing; give a sentence in the "
+                             "run's source language").format(sentence=args.sentence))
     result = tr.attention(args.sentence, beam_size=beam, extra_pad=args.pad)
     print(f"{args.sentence} → {result.translation}")
     # the one alignment verdict (§1, §25): on the notes' example, what explain, doctor, the demo and the web say
@@ -95,7 +96,7 @@ def cmd_explain(args) -> int:
     from attnlab.viz.figure import save_figure
 
     if args.top < 1:
-        raise AttnlabError(f"--top {args.top} must be >= 1")
+        raise AttnlabError(_("--top {top} must be >= 1").format(top=args.top))
     tr = load_translator(args)
     default = Path(args.run) / "figures"  # written only for a GRU model's gates: not created for the others
     figures = _out_dir(args, default) if args.save_dir else default
@@ -121,11 +122,12 @@ def cmd_params(args) -> int:
         args.overrides, args.run = [args.run, *args.overrides], None
     if (args.run is None) == (args.model is None):
         raise AttnlabError(
-            "give either a run folder (attnlab params RUN) or --model KIND, not both or neither"
+            _("give either a run folder (attnlab params RUN) or --model KIND, not both or neither")
         )
     if args.run is not None:
         if args.overrides:
-            raise AttnlabError("section.key=value overrides only apply with --model; a run keeps its config")
+            raise AttnlabError(_("section.key=value overrides only apply with --model; a run keeps its "
+                                 "config"))
         tr = load_translator(args)
         model, title = tr.model, tr.name
         vocab = (len(tr.src_tok), len(tr.tgt_tok))
@@ -149,11 +151,12 @@ def _vocab_sizes(args, cfg) -> tuple[int, int]:
     if args.src_vocab is not None and args.tgt_vocab is not None:
         if min(args.src_vocab, args.tgt_vocab) < 5:
             raise AttnlabError(
-                "--src-vocab and --tgt-vocab must be >= 5 (4 special tokens + at least one word)"
+                _("--src-vocab and --tgt-vocab must be >= 5 (4 special tokens + at least one word)")
             )
         return args.src_vocab, args.tgt_vocab
     if args.src_vocab is not None or args.tgt_vocab is not None:
-        raise AttnlabError("give both --src-vocab and --tgt-vocab, or neither (then the data config decides)")
+        raise AttnlabError(_("give both --src-vocab and --tgt-vocab, or neither (then the data config "
+                             "decides)"))
     from attnlab.data import corpus
 
     prepared = corpus.prepare(cfg.data)
@@ -173,7 +176,7 @@ def cmd_positional(args) -> int:
             columns = [int(c) for c in args.columns.split(",") if c.strip()]
         except ValueError:
             raise AttnlabError(
-                f"--columns {args.columns!r} must be integers separated by commas, e.g. 0,1,6,7"
+                _("--columns {columns!r} must be integers separated by commas, e.g. 0,1,6,7").format(columns=args.columns)
             ) from None
     # with RUN: the run's own d, its own position table, and §13–14 on its model
     tr = load_translator(args) if args.run is not None else None
@@ -193,7 +196,7 @@ def cmd_selfcheck(args) -> int:
     from attnlab.analysis.diagnose import selfcheck
 
     if args.sentences < 1:
-        raise AttnlabError(f"--sentences {args.sentences} must be >= 1")
+        raise AttnlabError(_("--sentences {sentences} must be >= 1").format(sentences=args.sentences))
     report = selfcheck.run(load_translator(args), list(args.text) or None, args.sentences, args.data)
     print(report.format())
     return 0 if report.passed else 1
@@ -209,19 +212,21 @@ def register(sub) -> None:
             cite=cite("23–25"))
     )
     _add_run_args(a)
-    a.add_argument("sentence", help='English sentence, e.g. "i\'m home ."')
+    a.add_argument("sentence", metavar=_("sentence"), help=_("English sentence, e.g. \"i'm home .\""))
     _add_save_dir(a, "the figures", "RUN/figures")
-    a.add_argument("--beam", type=int, help="beam size of the translation whose maps are drawn (default: 1, greedy)")
+    a.add_argument("--beam", type=int, help=_("beam size of the translation whose maps are drawn "
+                                              "(default: 1, greedy)"))
     a.add_argument(
-        "--pad", type=int, default=3, help="extra <pad> positions on the source, as in a batch: notes " + cite(23)
+        "--pad", type=int, default=3, help=_("extra <pad> positions on the source, as in a batch: notes {section}").format(section=cite(23))
     )
     a.add_argument(
         "--timeline",
         action="store_true",
-        help="draw how the sentence's cross-attention formed during training (needs it as a probe)",
+        help=_("draw how the sentence's cross-attention formed during training (needs it as a probe)"),
     )
-    a.add_argument("--json", action="store_true", help="also write the maps as JSON (the web page's format)")
-    a.add_argument("--formats", default="png,svg", help="comma-separated figure formats")
+    a.add_argument("--json", action="store_true", help=_("also write the maps as JSON (the web page's "
+                                                         "format)"))
+    a.add_argument("--formats", default="png,svg", help=_("comma-separated figure formats"))
     a.set_defaults(func=cmd_attention)
 
     e = sub.add_parser(
@@ -230,9 +235,11 @@ def register(sub) -> None:
           "logits, loss; parameters vs computed values: notes {cite}").format(cite=cite("4–9")),
     )
     _add_run_args(e)
-    e.add_argument("sentence", help='English sentence, e.g. "i\'m home ."')
-    e.add_argument("--reference", help="a French reference: also show the teacher-forced loss and BLEU (default: none)")
-    e.add_argument("--top", type=int, default=5, help="how many of the most probable tokens to show per step")
+    e.add_argument("sentence", metavar=_("sentence"), help=_("English sentence, e.g. \"i'm home .\""))
+    e.add_argument("--reference", help=_("a French reference: also show the teacher-forced loss and "
+                                         "BLEU (default: none)"))
+    e.add_argument("--top", type=int, default=5, help=_("how many of the most probable tokens to show "
+                                                        "per step"))
     _add_save_dir(e, "gates.png (GRU models)", "RUN/figures")
     e.set_defaults(func=cmd_explain)
 
@@ -243,19 +250,24 @@ def register(sub) -> None:
           "order-blindness and adding vs concatenating on its model: notes {cite}").format(cite=cite("13–16"))
     )
     q.add_argument("run", nargs="?", metavar="RUN",
-                   help="a trained run: draw its d, and show notes §13–14 on its model (default: none, the formula alone)")
-    q.add_argument("--checkpoint", default="best", help="best, last or step-N (with RUN)")
+                   help=_("a trained run: draw its d, and show notes §13–14 on its model (default: "
+                          "none, the formula alone)"))
+    q.add_argument("--checkpoint", default="best", help=_("best, last or step-N (with RUN)"))
     add_device_arg(q)
-    q.add_argument("--sentence", default="i'm home .", help="the sentence reordered for notes §13 (with RUN)")
-    q.add_argument("--dim", type=int, help="encoding dimension d (default: the run's num_hiddens with RUN, else 32)")
-    q.add_argument("--positions", type=int, default=60, help="positions 0 … N-1 to encode and draw")
-    q.add_argument("--max-shift", type=int, default=10, dest="max_shift", help="largest offset δ checked")
+    q.add_argument("--sentence", default="i'm home .", help=_("the sentence reordered for notes §13 "
+                                                              "(with RUN)"))
+    q.add_argument("--dim", type=int, help=_("encoding dimension d (default: the run's num_hiddens "
+                                             "with RUN, else 32)"))
+    q.add_argument("--positions", type=int, default=60, help=_("positions 0 … N-1 to encode and draw"))
+    q.add_argument("--max-shift", type=int, default=10, dest="max_shift", help=_("largest offset δ "
+                                                                                 "checked"))
     q.add_argument(
         "--columns",
-        help="columns to draw as curves, e.g. 0,1,6,7 (default: 6-9 as D2L draws, the first ones for a small --dim)",
+        help=_("columns to draw as curves, e.g. 0,1,6,7 (default: 6-9 as D2L draws, the first ones for "
+               "a small --dim)"),
     )
     _add_save_dir(q, "the figures", "./figures")
-    q.add_argument("--formats", default="png,svg", help="comma-separated figure formats")
+    q.add_argument("--formats", default="png,svg", help=_("comma-separated figure formats"))
     q.set_defaults(func=cmd_positional)
 
     s = sub.add_parser(
@@ -265,9 +277,10 @@ def register(sub) -> None:
     )
     _add_run_args(s)
     s.add_argument(
-        "text", nargs="*", default=[], metavar="TEXT", help="sentences to check with (default: the run's valid split)"
+        "text", nargs="*", default=[], metavar="TEXT", help=_("sentences to check with (default: the "
+                                                              "run's valid split)")
     )
-    s.add_argument("--sentences", type=int, default=8, help="how many valid-split sentences to use")
+    s.add_argument("--sentences", type=int, default=8, help=_("how many valid-split sentences to use"))
     add_run_data_arg(s)
     s.set_defaults(func=cmd_selfcheck)
 
@@ -275,26 +288,34 @@ def register(sub) -> None:
 def _add_params(sub) -> None:
     p = sub.add_parser("params", help=_("trainable parameters by module, count and share: notes {cite}").format(
         cite=cite("9, 21, 28.4")))
-    p.add_argument("run", nargs="?", metavar="RUN", help="run folder (or use --model)")
+    p.add_argument("run", nargs="?", metavar="RUN", help=_("run folder (or use --model)"))
     p.add_argument(
         "--model",
         choices=MODEL_KINDS,
-        help="count an untrained model built from the preset and overrides (default: none: give RUN)",
+        help=_("count an untrained model built from the preset and overrides (default: none: give RUN)"),
     )
-    p.add_argument("--checkpoint", default="best", help="best, last or step-N (with RUN)")
+    p.add_argument("--checkpoint", default="best", help=_("best, last or step-N (with RUN)"))
     p.add_argument("--device", help=argparse.SUPPRESS)
-    p.add_argument("--src-vocab", type=int, dest="src_vocab", help="source vocabulary size (with --model) (default: from the data config)")
-    p.add_argument("--tgt-vocab", type=int, dest="tgt_vocab", help="target vocabulary size (with --model) (default: from the data config)")
+    p.add_argument("--src-vocab", type=int, dest="src_vocab", help=_("source vocabulary size (with "
+                                                                     "--model) (default: from the data "
+                                                                     "config)"))
+    p.add_argument("--tgt-vocab", type=int, dest="tgt_vocab", help=_("target vocabulary size (with "
+                                                                     "--model) (default: from the data "
+                                                                     "config)"))
     _add_save_dir(p, "the bar chart", "RUN/figures, or ./figures with --model")
-    p.add_argument("-v", "--verbose", action="store_true", help="also list every tensor with its shape")
-    p.add_argument("--formats", default="png,svg", help="comma-separated figure formats")
-    p.add_argument("--config", metavar="FILE", help="TOML config file (with --model) (default: none, the preset alone)")
+    p.add_argument("-v", "--verbose", action="store_true", help=_("also list every tensor with its "
+                                                                  "shape"))
+    p.add_argument("--formats", default="png,svg", help=_("comma-separated figure formats"))
+    p.add_argument("--config", metavar="FILE", help=_("TOML config file (with --model) (default: none, "
+                                                      "the preset alone)"))
     p.add_argument(
         "--data",
         metavar="PATH",
-        help="corpus location, to size the vocabularies (with --model) (default: $ATTNLAB_DATA_DIR, then the cache)",
+        help=_("corpus location, to size the vocabularies (with --model) (default: $ATTNLAB_DATA_DIR, "
+               "then the cache)"),
     )
     p.add_argument(
-        "overrides", nargs="*", default=[], metavar="section.key=value", help="typed overrides (with --model)"
+        "overrides", nargs="*", default=[], metavar="section.key=value", help=_("typed overrides (with "
+                                                                                "--model)")
     )
     p.set_defaults(func=cmd_params)

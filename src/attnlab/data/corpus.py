@@ -48,6 +48,7 @@ from attnlab.data.subword import BPETokenizer
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK, Tokenizer, Vocab
 from attnlab.errors import CorpusError
+from attnlab.i18n import _
 from attnlab.io import atomic_write_text
 
 __all__ = ["MAX_MEMBER_BYTES", "Prepared", "Split", "check_same_corpus", "for_run", "locate_parallel", "prepare",
@@ -69,7 +70,7 @@ def _zip_member(zf: zipfile.ZipFile, path: Path) -> str:
         if name == "fra.txt" or name.endswith("/fra.txt"):
             return name
     shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-    raise CorpusError(f"{path}: the zip holds no fra.txt (members: {shown or 'none'}); use D2L's fra-eng.zip")
+    raise CorpusError(_("{path}: the zip holds no fra.txt (members: {members}); use D2L's fra-eng.zip").format(path=path, members=shown or 'none'))
 
 
 def _read_member(zf: zipfile.ZipFile, member: str, path: Path) -> bytes:
@@ -80,10 +81,11 @@ def _read_member(zf: zipfile.ZipFile, member: str, path: Path) -> bytes:
     """
     cap = MAX_MEMBER_BYTES
     declared = zf.getinfo(member).file_size
-    fix = f"more than the {mib(cap)} a fra-eng corpus may have (D2L's fra.txt is 11.7 MB); use D2L's fra-eng.zip"
+    fix = _("more than the {cap} a fra-eng corpus may have (D2L's fra.txt is 11.7 MB); use D2L's fra-eng.zip").format(
+        cap=mib(cap))
     if declared > cap:
-        raise CorpusError(f"{path}:{member} declares {declared} bytes unpacked, {fix}")
-    refuse = f"{path}:{member} unpacks to {fix} (stopped reading)"
+        raise CorpusError(_("{path}:{member} declares {declared} bytes unpacked, {fix}").format(path=path, member=member, declared=declared, fix=fix))
+    refuse = _("{path}:{member} unpacks to {fix} (stopped reading)").format(path=path, member=member, fix=fix)
     out = bytearray()
     with zf.open(member) as f:
         while chunk := f.read(min(CHUNK * 16, cap + 1 - len(out))):
@@ -98,15 +100,16 @@ def _read_text_file(f, path: Path, head: bytes, fix: str = "") -> bytes:
     :data:`MAX_MEMBER_BYTES` as a zip member is: by its size on disk first, and by the bytes actually
     read (a pipe, a device or a file that grows has no size to trust). ``fix``: what the refusal says."""
     cap = MAX_MEMBER_BYTES
-    fix = fix or f"more than the {mib(cap)} a fra-eng corpus may have (D2L's fra.txt is 11.7 MB); use D2L's fra-eng.zip"
+    fix = fix or _("more than the {cap} a fra-eng corpus may have (D2L's fra.txt is 11.7 MB); use D2L's "
+                   "fra-eng.zip").format(cap=mib(cap))
     size = os.fstat(f.fileno()).st_size
     if size > cap:
-        raise CorpusError(f"{path} holds {size} bytes, {fix}")
+        raise CorpusError(_("{path} holds {size} bytes, {fix}").format(path=path, size=size, fix=fix))
     out = bytearray(head)
     while chunk := f.read(min(CHUNK * 16, cap + 1 - len(out))):
         out += chunk
         if len(out) > cap:
-            raise CorpusError(f"{path} holds {fix} (stopped reading)")
+            raise CorpusError(_("{path} holds {fix} (stopped reading)").format(path=path, fix=fix))
     return bytes(out)
 
 
@@ -122,12 +125,12 @@ def _read_bytes(path: Path) -> tuple[bytes, str]:
     except IsADirectoryError:
         found = find_in(path)
         if found is None:
-            raise CorpusError(f"{path} is a folder without {' or '.join(CANDIDATES)}") from None
+            raise CorpusError(_("{path} is a folder without {choices}").format(path=path, choices=' or '.join(CANDIDATES))) from None
         return _read_bytes(found)
     except FileNotFoundError:
-        raise CorpusError(f"{path} does not exist; pass --data a fra-eng.zip or fra.txt") from None
+        raise CorpusError(_("{path} does not exist; pass --data a fra-eng.zip or fra.txt").format(path=path)) from None
     except OSError as e:
-        raise CorpusError(f"{path} cannot be read: {e.strerror or e}") from None
+        raise CorpusError(_("{path} cannot be read: {why}").format(path=path, why=e.strerror or e)) from None
     try:
         with zipfile.ZipFile(path) as zf:
             member = _zip_member(zf, path)
@@ -136,8 +139,8 @@ def _read_bytes(path: Path) -> tuple[bytes, str]:
         raise
     except Exception as e:  # BadZipFile, EOFError, zlib.error, a CRC mismatch: a corrupt or truncated archive
         raise CorpusError(
-            f"{path} is not a readable zip (corrupt or truncated: {type(e).__name__}: {e}); "
-            "delete it and download it again"
+            _("{path} is not a readable zip (corrupt or truncated: {name}: {e}); delete it and "
+              "download it again").format(path=path, name=type(e).__name__, e=e)
         ) from None
 
 
@@ -162,7 +165,8 @@ def _decode(data: bytes, name: str, what: str = "fra-eng") -> str:
         line = data.count(b"\n", 0, e.start) + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
         raise CorpusError(
-            f"{name} line {line}: byte 0x{data[e.start]:02x} at column {col} is not UTF-8; {what} must be UTF-8 text"
+            _("{name} line {line}: byte 0x{data:02x} at column {col} is not UTF-8; {what} must be "
+              "UTF-8 text").format(name=name, line=line, data=data[e.start], col=col, what=what)
         ) from None
     return text[1:] if text.startswith("\ufeff") else text
 
@@ -185,16 +189,16 @@ def _parse_pairs(data: bytes, name: str, sides: tuple[str, str] = ("English", "F
         if not 2 <= len(cols) <= 3:
             preview = line if len(line) <= 60 else line[:57] + "..."
             raise CorpusError(
-                f"{name} line {lineno}: expected 2 or 3 tab-separated columns ({columns}), "
-                f"got {len(cols)}: {preview!r}; fix or remove that line"
+                _("{name} line {lineno}: expected 2 or 3 tab-separated columns ({columns}), got "
+                  "{n_cols}: {preview!r}; fix or remove that line").format(name=name, lineno=lineno, columns=columns, n_cols=len(cols), preview=preview)
             )
         en, fr = cols[0].strip(), cols[1].strip()
         if not en or not fr:
-            raise CorpusError(f"{name} line {lineno}: the {sides[0] if not en else sides[1]} side is empty; "
-                              "fix or remove that line")
+            raise CorpusError(_("{name} line {lineno}: the {side} side is empty; fix or remove that "
+                                "line").format(name=name, lineno=lineno, side=sides[0] if not en else sides[1]))
         append((en, fr))
     if not pairs:
-        raise CorpusError(f"{name} holds no sentence pairs (empty file); expected {lines} lines")
+        raise CorpusError(_("{name} holds no sentence pairs (empty file); expected {lines} lines").format(name=name, lines=lines))
     return pairs
 
 
@@ -210,34 +214,35 @@ def locate_parallel(spec: str, src_lang: str, tgt_lang: str) -> tuple[Path, ...]
     or a prefix ``P`` with ``P.<src_lang>`` and ``P.<tgt_lang>`` beside it. Raises :class:`CorpusError`
     naming what is missing and the three forms.
     """
-    forms = (f"pass --data a TSV file, two aligned files A,B, or a prefix P of P.{src_lang} and P.{tgt_lang}")
+    forms = _("pass --data a TSV file, two aligned files A,B, or a prefix P of P.{src} and P.{tgt}").format(
+        src=src_lang, tgt=tgt_lang)
     path = Path(spec).expanduser()
     if path.is_file():
         return (path,)
     if path.is_dir():
-        raise CorpusError(f"{spec} is a folder, not a corpus; {forms}")
+        raise CorpusError(_("{spec} is a folder, not a corpus; {forms}").format(spec=spec, forms=forms))
     if "," in spec:
         a, b = (Path(part.strip()).expanduser() for part in spec.split(",", 1))
         for f in (a, b):
             if not f.is_file():
-                raise CorpusError(f"{f} does not exist or is not a file; {forms}")
+                raise CorpusError(_("{f} does not exist or is not a file; {forms}").format(f=f, forms=forms))
         if a.suffix == f".{tgt_lang}" and b.suffix == f".{src_lang}":
             a, b = b, a  # named by their languages: the source is the one in data.src_lang
         return a, b
     pair = (Path(f"{path}.{src_lang}"), Path(f"{path}.{tgt_lang}"))
     if all(f.is_file() for f in pair):
         return pair
-    raise CorpusError(f"{spec} does not exist (nor {pair[0].name} and {pair[1].name} beside it); {forms}")
+    raise CorpusError(_("{spec} does not exist (nor {name} and {name2} beside it); {forms}").format(spec=spec, name=pair[0].name, name2=pair[1].name, forms=forms))
 
 
 def _read_corpus_file(path: Path) -> bytes:
     """The bytes of one file of a corpus of your own, under :data:`MAX_MEMBER_BYTES`."""
-    fix = f"more than the {mib(MAX_MEMBER_BYTES)} a corpus file may have; split it or keep fewer lines"
+    fix = _("more than the {cap} a corpus file may have; split it or keep fewer lines").format(cap=mib(MAX_MEMBER_BYTES))
     try:
         with open(path, "rb") as f:
             return _read_text_file(f, path, b"", fix)
     except OSError as e:
-        raise CorpusError(f"{path} cannot be read: {e.strerror or e}") from None
+        raise CorpusError(_("{path} cannot be read: {why}").format(path=path, why=e.strerror or e)) from None
 
 
 def _lines(path: Path, data: bytes) -> list[str]:
@@ -259,7 +264,7 @@ def read_parallel(spec: str, src_lang: str, tgt_lang: str) -> tuple[list[tuple[s
     Raises :class:`CorpusError` naming the file, the line and the fix.
     """
     paths = locate_parallel(spec, src_lang, tgt_lang)
-    src_side, tgt_side = f"source ({src_lang})", f"target ({tgt_lang})"
+    src_side, tgt_side = _("source ({lang})").format(lang=src_lang), _("target ({lang})").format(lang=tgt_lang)
     if len(paths) == 1:
         (path,) = paths
         data = _read_corpus_file(path)
@@ -274,8 +279,9 @@ def read_parallel(spec: str, src_lang: str, tgt_lang: str) -> tuple[list[tuple[s
             sides.append(_lines(path, data))
         src, tgt = sides
         if len(src) != len(tgt):
-            raise CorpusError(f"{paths[0]} has {len(src)} lines but {paths[1]} has {len(tgt)}; aligned files hold "
-                              "one sentence a line, the same number each: check both come from the same corpus")
+            raise CorpusError(_("{first} has {n_src} lines but {second} has {n_tgt}; aligned files "
+                                "hold one sentence a line, the same number each: check both come from "
+                                "the same corpus").format(first=paths[0], n_src=len(src), second=paths[1], n_tgt=len(tgt)))
         pairs = []
         for lineno, (s, t) in enumerate(zip(src, tgt), start=1):
             s, t = s.strip(), t.strip()
@@ -283,11 +289,11 @@ def read_parallel(spec: str, src_lang: str, tgt_lang: str) -> tuple[list[tuple[s
                 continue
             if not s or not t:
                 empty = paths[0] if not s else paths[1]
-                raise CorpusError(f"{empty} line {lineno}: the {src_side if not s else tgt_side} side is empty while "
-                                  "the other is not; fix or remove that line in both files")
+                raise CorpusError(_("{empty} line {lineno}: the {side} side is empty while the other "
+                                    "is not; fix or remove that line in both files").format(empty=empty, lineno=lineno, side=src_side if not s else tgt_side))
             pairs.append((s, t))
         if not pairs:
-            raise CorpusError(f"{paths[0]} and {paths[1]} hold no sentence pairs (empty files)")
+            raise CorpusError(_("{first} and {second} hold no sentence pairs (empty files)").format(first=paths[0], second=paths[1]))
         digest = hashlib.sha256("".join(f["sha256"] for f in files).encode()).hexdigest()
     name = ",".join(f["file"] for f in files)
     identity = {"name": name, "file": name, "sha256": digest, "langs": [src_lang, tgt_lang], "files": files}
@@ -327,7 +333,7 @@ def split_by_source(
         raise ValueError(f"valid_frac={valid_frac} and test_frac={test_frac} must be >= 0 with a sum below 1")
     memo: dict[str, str] = {}
     out: dict[str, list[int]] = {name: [] for name in SPLITS}
-    for i, (src, _) in enumerate(pairs):
+    for i, (src, _tgt) in enumerate(pairs):
         key = src if preprocessed else preprocess(src)
         name = memo.get(key)
         if name is None:
@@ -441,7 +447,7 @@ def prepare(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = No
     if tokenizers is None:
         if not by_split["train"]:
             raise CorpusError(
-                f"{source}: the training split is empty ({len(pairs)} usable pairs); use more data"
+                _("{source}: the training split is empty ({n_pairs} usable pairs); use more data").format(source=source, n_pairs=len(pairs))
             )
         tokenizers = _build_tokenizers(cfg, [pairs[i] for i in by_split["train"]])
     src_tok, tgt_tok = tokenizers
@@ -483,16 +489,16 @@ def _read_raw(cfg: DataConfig) -> tuple[list[tuple[str, str]], str, dict[str, st
     if cfg.dataset == "numbers":
         if cfg.numbers_size > NUMBERS_MAX + 1:
             raise CorpusError(
-                f"data.numbers_size={cfg.numbers_size} exceeds the {NUMBERS_MAX + 1} distinct numbers 0..{NUMBERS_MAX}; "
-                "lower it"
+                _("data.numbers_size={numbers_size} exceeds the {count} distinct numbers "
+                  "0..{top}; lower it").format(numbers_size=cfg.numbers_size, count=NUMBERS_MAX + 1, top=NUMBERS_MAX)
             )
         lang = cfg.langs[1]
         raw = numbers_pairs(cfg.numbers_size, NUMBERS_SEED, lang=lang)
         return raw, f"numbers (num2words, en-{lang}, n={cfg.numbers_size}, seed={NUMBERS_SEED})", None
     if cfg.dataset == OWN_CORPUS:
         if not cfg.data_path:
-            raise CorpusError("data.dataset=file reads a corpus of your own: pass --data FILE (a TSV, two aligned "
-                              "files A,B or a prefix)")
+            raise CorpusError(_("data.dataset=file reads a corpus of your own: pass --data FILE (a "
+                                "TSV, two aligned files A,B or a prefix)"))
         return read_parallel(cfg.data_path, *cfg.langs)
     path = locate_fra_eng(cfg.data_path)
     data, name = _read_bytes(path)
@@ -505,7 +511,7 @@ def write_tsv(cfg: DataConfig, path: str | os.PathLike[str]) -> int:
     """Write ``cfg.dataset``'s pairs (the first ``cfg.max_pairs`` when set) as a ``source<TAB>target`` TSV that
     ``--data`` reads back, as read or generated (not preprocessed: each side keeps its own script's spacing);
     returns the number of pairs. E.g. the numbers task into Japanese, to train on it as a corpus of your own."""
-    raw, _, _ = _read_raw(cfg)
+    raw = _read_raw(cfg)[0]
     if cfg.max_pairs:
         raw = raw[: cfg.max_pairs]
     if cfg.direction == "fr-en":
@@ -513,7 +519,7 @@ def write_tsv(cfg: DataConfig, path: str | os.PathLike[str]) -> int:
     try:
         atomic_write_text(path, "".join(f"{a}\t{b}\n" for a, b in raw))
     except OSError as e:
-        raise CorpusError(f"could not write {path}: {e.strerror or e}; choose another file") from None
+        raise CorpusError(_("could not write {path}: {why}; choose another file").format(path=path, why=e.strerror or e)) from None
     return len(raw)
 
 
@@ -559,9 +565,10 @@ def check_same_corpus(prepared: Prepared, trained_on: Any, run: str | os.PathLik
     was = trained_on if isinstance(trained_on, dict) else None
     if not isinstance(now, dict) or was is None or not was.get("sha256") or was.get("sha256") == now.get("sha256"):
         return True
-    print(f"warning: {prepared.stats.get('source')} (sha256 {str(now.get('sha256'))[:12]}...) is not the corpus {run} "
-          f"was trained on ({was.get('file')}, sha256 {str(was.get('sha256'))[:12]}...); its splits differ, so "
-          "scores on it are not comparable: pass --data the run's corpus", file=sys.stderr)
+    print(_("warning: {source} (sha256 {now}...) is not the corpus {run} was trained on ({file}, sha256 {was}...); "
+            "its splits differ, so scores on it are not comparable: pass --data the run's corpus").format(
+        source=prepared.stats.get("source"), now=str(now.get("sha256"))[:12], run=run, file=was.get("file"),
+        was=str(was.get("sha256"))[:12]), file=sys.stderr)
     return False
 
 
@@ -613,7 +620,7 @@ def _encode_split(
 
 def format_stats(prepared: Prepared) -> str:
     """Human-readable corpus statistics for `attnlab data` (pairs read/kept/truncated, vocabularies, lengths)."""
-    from attnlab.i18n import _, ljust, rjust
+    from attnlab.i18n import ljust, rjust
 
     st = prepared.stats
     langs = st.get("langs") or {"src": "en", "tgt": "fr"}  # recorded by runs trained before other languages

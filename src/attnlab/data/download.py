@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.errors import CorpusError
+from attnlab.i18n import _
 from attnlab.io import atomic_write_bytes
 
 FRA_ENG_URL = "https://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"  # tried first
@@ -67,8 +68,8 @@ def download_deadline() -> float:
         seconds = -1.0
     if not 0 < seconds < float("inf"):
         raise CorpusError(
-            f"ATTNLAB_DOWNLOAD_TIMEOUT={raw!r} is not a positive number of seconds; "
-            f"set e.g. ATTNLAB_DOWNLOAD_TIMEOUT=300 or unset it (default {DOWNLOAD_DEADLINE_S:g})"
+            _("ATTNLAB_DOWNLOAD_TIMEOUT={raw!r} is not a positive number of seconds; set e.g. "
+              "ATTNLAB_DOWNLOAD_TIMEOUT=300 or unset it (default {default:g})").format(raw=raw, default=DOWNLOAD_DEADLINE_S)
         )
     return seconds
 
@@ -198,7 +199,8 @@ def locate_fra_eng(data_path: str | os.PathLike[str] | None = None) -> Path:
             return p
         if not p.exists():
             raise CorpusError(
-                f"data path {p} does not exist; pass --data a fra-eng.zip, a fra.txt or a folder with one"
+                _("data path {p} does not exist; pass --data a fra-eng.zip, a fra.txt or a folder with "
+                  "one").format(p=p)
             )
         found = find_in(p)
         if found:
@@ -212,21 +214,21 @@ def locate_fra_eng(data_path: str | os.PathLike[str] | None = None) -> Path:
             return found
         looked.append(f"{p} ($ATTNLAB_DATA_DIR)")
     else:
-        looked.append("$ATTNLAB_DATA_DIR (unset)")
+        looked.append(_("$ATTNLAB_DATA_DIR (unset)"))
     cache = cache_dir()
     found = find_in(cache)
     if found:
         return found
-    looked.append(f"{cache} (cache)")
+    looked.append(_("{cache} (cache)").format(cache=cache))
     if os.environ.get("ATTNLAB_OFFLINE", "") not in ("", "0"):
-        looked.append("no download (ATTNLAB_OFFLINE is set)")
+        looked.append(_("no download (ATTNLAB_OFFLINE is set)"))
     else:
         why = _download(cache / FRA_ENG_ZIP)
         if why is None:
             return cache / FRA_ENG_ZIP
         looked.append(why)
     raise CorpusError(
-        "fra-eng corpus not found; looked in: "
-        + "; ".join(looked)
-        + f". Fix: pass --data PATH (a {FRA_ENG_ZIP} or fra.txt, e.g. from {FRA_ENG_URL}) or set ATTNLAB_DATA_DIR to its folder"
+        _("fra-eng corpus not found; looked in: {looked}. Fix: pass --data PATH (a {zip} or fra.txt, e.g. from "
+          "{url}) or set ATTNLAB_DATA_DIR to its folder").format(looked="; ".join(looked), zip=FRA_ENG_ZIP,
+                                                                  url=FRA_ENG_URL)
     )

@@ -21,7 +21,7 @@ from attnlab.data.numbers import numbers_reference
 from attnlab.data.text import preprocess
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import bleu_by_length, bleu_tokenize, corpus_scores, d2l_bleu
-from attnlab.i18n import _, ljust
+from attnlab.i18n import _, ljust, width
 from attnlab.io import atomic_write_json, atomic_write_text
 from attnlab.notes import ACCEPTED, NUMBERS_EXAMPLES, REFERENCES, SENTENCES
 from attnlab.progress import Progress
@@ -136,14 +136,14 @@ def read_lines(path: str | Path, what: str) -> list[str]:
     try:
         data = Path(path).read_bytes()
     except OSError as e:
-        raise AttnlabError(f"{what} {path} cannot be read ({e.strerror or e}); give a text file, one sentence a "
-                           "line") from None
+        raise AttnlabError(_("{what} {path} cannot be read ({why}); give a text file, one sentence a line")
+                           .format(what=what, path=path, why=e.strerror or e)) from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise AttnlabError(f"{what} {path} line {line}: byte 0x{data[e.start]:02x} is not UTF-8; convert the file "
-                           "to UTF-8 (iconv -t UTF-8)") from None
+        raise AttnlabError(_("{what} {path} line {line}: byte 0x{byte:02x} is not UTF-8; convert the file to UTF-8 "
+                             "(iconv -t UTF-8)").format(what=what, path=path, line=line, byte=data[e.start])) from None
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # the newline that ends the last line
@@ -166,9 +166,9 @@ def evaluate_files(translator: Translator, sources: Sequence[str], references: S
     """
     n = len(sources)
     if not n:
-        raise AttnlabError("the --src file holds no sentences; give one sentence a line")
+        raise AttnlabError(_("the --src file holds no sentences; give one sentence a line"))
     if not references:
-        raise AttnlabError("no --ref file; give one or more, each one reference a line for each --src line")
+        raise AttnlabError(_("no --ref file; give one or more, each one reference a line for each --src line"))
     tgt = translator.tgt_tok
     refs = [[tgt.detokenize(tgt.preprocess(stream[i]).split()) for stream in references] for i in range(n)]
     encoded = [translator.encode_source(s)[0] for s in sources]
@@ -249,8 +249,8 @@ def format_report(result: dict[str, Any], examples: list[dict[str, Any]]) -> str
                 speed=result["sentences_per_s"]),
         _("single-reference: BLEU {bleu:.2f}  chrF {chrf:.2f}").format(bleu=result["bleu_single"],
                                                                       chrf=result["chrf_single"]),
-        f"signature: {result['bleu_signature']}",
-        f"           {result['chrf_signature']}",
+        _("signature: {signature}").format(signature=result["bleu_signature"]),
+        " " * width(_("signature: ")) + result["chrf_signature"],
         _("BLEU by source length (words):"),
     ]
     for row in result["by_length"]:

@@ -40,6 +40,7 @@ from torch import nn
 from attnlab.data.specials import BOS, EOS, SPECIALS, UNK
 from attnlab.errors import AttnlabError
 from attnlab.export import QUANTIZATIONS
+from attnlab.i18n import _
 from attnlab.models import traits
 from attnlab.models.decoder_only import DecoderOnly
 from attnlab.models.transformer import Transformer
@@ -55,8 +56,8 @@ def require_ctranslate2():
         import ctranslate2
     except ImportError:
         raise AttnlabError(
-            "the CTranslate2 engine is not installed; install attnlab's ct2 extra: pip install -e '.[ct2]' in the "
-            "attnlab checkout (or pip install ctranslate2)"
+            _("the CTranslate2 engine is not installed; install attnlab's ct2 extra: pip install -e "
+              "'.[ct2]' in the attnlab checkout (or pip install ctranslate2)")
         ) from None
     return ctranslate2
 
@@ -67,8 +68,8 @@ def check_convertible(model: nn.Module) -> None:
         return
     what = "a GRU model" if traits(model.config).recurrent else f"a {model.config.kind} model"
     raise AttnlabError(
-        f"this run is {what}; CTranslate2 export covers the Transformer and the decoder-only model "
-        "(export without --format ctranslate2 to keep it for attnlab's own engine)"
+        _("this run is {what}; CTranslate2 export covers the Transformer and the decoder-only model "
+          "(export without --format ctranslate2 to keep it for attnlab's own engine)").format(what=what)
     )
 
 
@@ -153,8 +154,8 @@ def decoder_only_vocabulary(src_tok, tgt_tok) -> list[str]:
     """The one vocabulary of the decoder-only CTranslate2 model: target ids first, then prefixed source tokens."""
     vocab = _tokens(tgt_tok) + [SOURCE_PREFIX + t for t in _tokens(src_tok)]
     if len(set(vocab)) != len(vocab):
-        raise AttnlabError(f"a target token starts with {SOURCE_PREFIX!r}, which marks source tokens in the "
-                           "CTranslate2 vocabulary; this vocabulary cannot be converted")
+        raise AttnlabError(_("a target token starts with {SOURCE_PREFIX!r}, which marks source tokens "
+                             "in the CTranslate2 vocabulary; this vocabulary cannot be converted").format(SOURCE_PREFIX=SOURCE_PREFIX))
     return vocab
 
 
@@ -222,7 +223,7 @@ def convert(model: nn.Module, src_tok, tgt_tok, out_dir: Path, quantization: str
     Raises :class:`AttnlabError` for a GRU model, an unknown quantization or a missing ``ctranslate2``.
     """
     if quantization not in QUANTIZATIONS:
-        raise AttnlabError(f"--quantization {quantization} is not supported; choose one of: {', '.join(QUANTIZATIONS)}")
+        raise AttnlabError(_("--quantization {quantization} is not supported; choose one of: {choices}").format(quantization=quantization, choices=', '.join(QUANTIZATIONS)))
     check_convertible(model)
     ct2 = require_ctranslate2()
     model = model.eval()

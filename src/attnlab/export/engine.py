@@ -31,6 +31,7 @@ from attnlab.decoding.hypothesis import Hypothesis, max_lengths
 from attnlab.errors import AttnlabError, CheckpointError
 from attnlab.export import ENGINES
 from attnlab.export.ct2 import INT8_PAIR_BOUND, SOURCE_PREFIX, require_ctranslate2
+from attnlab.i18n import _
 from attnlab.translator import Translator
 
 _BANNED = [[SPECIALS[PAD]], [SPECIALS[BOS]]]  # <unk> is banned by disable_unk
@@ -77,8 +78,8 @@ class CT2Translator(Translator):
         folder = Path(folder)
         entry = ct2_entry(folder)
         if entry is None:
-            raise AttnlabError(f"{folder} holds no CTranslate2 model; make one with "
-                               f"`attnlab export RUN {folder} --format ctranslate2`")
+            raise AttnlabError(_("{folder} holds no CTranslate2 model; make one with `attnlab export "
+                                 "RUN {folder} --format ctranslate2`").format(folder=folder))
         ct2 = require_ctranslate2()
         tr = cls.from_run(folder, device=device)  # verifies every file, the CTranslate2 ones included
         where = "cuda" if tr.device.type == "cuda" else "cpu"
@@ -138,9 +139,9 @@ def _check_compute_type(compute_type: str, entry: dict[str, Any]) -> None:
     """Refuse a CPU compute type for which CTranslate2 would round the weights itself (see ``from_export``)."""
     if entry.get("quantization") != "int8":
         if compute_type in ("auto", "int16") or compute_type.startswith("int8"):
-            raise AttnlabError(f"compute type {compute_type} makes CTranslate2 round this float32 model's weights "
-                               "itself, which saturates on x86 processors without VNNI; export the run with "
-                               "--quantization int8 for int8")
+            raise AttnlabError(_("compute type {compute_type} makes CTranslate2 round this float32 "
+                                 "model's weights itself, which saturates on x86 processors without "
+                                 "VNNI; export the run with --quantization int8 for int8").format(compute_type=compute_type))
     elif entry.get("int8_pair_bound") != INT8_PAIR_BOUND and compute_type != "float32":
         print("note: this int8 export was rounded by CTranslate2, which saturates on x86 processors without VNNI; "
               "export the run again with --quantization int8 for the same outputs on every processor", file=sys.stderr)
@@ -155,10 +156,11 @@ def load_translator(run: str | Path, which: str = "best", device: str = "auto", 
     own (with a note on stderr when only the engine is missing).
     """
     if engine not in (*ENGINES, "auto"):
-        raise AttnlabError(f"--engine {engine} is unknown; choose one of: {', '.join(ENGINES)}")
+        raise AttnlabError(_("--engine {engine} is unknown; choose one of: {choices}").format(engine=engine, choices=', '.join(ENGINES)))
     if engine == "ctranslate2" or (engine == "auto" and ct2_entry(Path(run)) is not None):
         if which not in ("best", "last"):
-            raise AttnlabError(f"--engine ctranslate2 runs an exported folder's one model; drop --checkpoint {which}")
+            raise AttnlabError(_("--engine ctranslate2 runs an exported folder's one model; drop "
+                                 "--checkpoint {which}").format(which=which))
         if engine == "auto":
             try:
                 require_ctranslate2()

@@ -24,6 +24,7 @@ from attnlab._version import __version__
 from attnlab.errors import AttnlabError
 from attnlab.export import FORMATS, ct2
 from attnlab.export.standalone import DECODE_SETTINGS, decode_settings, text_rule_record, tokenizer_json
+from attnlab.i18n import _
 from attnlab.io import atomic_write_json, atomic_write_text, fsync_dir, usual_mode
 
 CT2_DIR = "ctranslate2"
@@ -128,29 +129,31 @@ def _foreign_files(out: Path) -> list[str]:
     try:
         walk(out)
     except OSError as e:
-        raise AttnlabError(f"could not read {out} to check what --force would replace: {e.strerror or e}") from None
+        raise AttnlabError(_("could not read {out} to check what --force would replace: {why}").format(out=out, why=e.strerror or e)) from None
     return sorted(foreign)
 
 
 def _check_out(run: Path, out: Path, force: bool) -> None:
     """Refuse an ``out`` whose replacement would lose anything: see :func:`export_run`."""
     if out.exists() and not out.is_dir():
-        raise AttnlabError(f"{out} exists and is not a folder; choose another OUT")
+        raise AttnlabError(_("{out} exists and is not a folder; choose another OUT").format(out=out))
     run_r, out_r = run.resolve(), out.resolve()
     if out_r == run_r or run_r in out_r.parents:
-        raise AttnlabError(f"OUT {out} lies inside RUN {run}; export to another folder")
+        raise AttnlabError(_("OUT {out} lies inside RUN {run}; export to another folder").format(out=out, run=run))
     if out_r in run_r.parents:
-        raise AttnlabError(f"OUT {out} contains RUN {run}; --force would delete the run with it. "
-                           "Export to a new folder")
+        raise AttnlabError(_("OUT {out} contains RUN {run}; --force would delete the run with it. "
+                             "Export to a new folder").format(out=out, run=run))
     if not out.is_dir() or not any(out.iterdir()):
         return
     if not force:
-        raise AttnlabError(f"{out} exists and is not empty; choose another OUT or pass --force to replace it")
+        raise AttnlabError(_("{out} exists and is not empty; choose another OUT or pass --force to "
+                             "replace it").format(out=out))
     foreign = _foreign_files(out)
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise AttnlabError(f"{out} holds files `attnlab export` did not write ({shown}); --force replaces only an "
-                           "earlier export. Choose a new or empty OUT, or move those files away")
+        raise AttnlabError(_("{out} holds files `attnlab export` did not write ({shown}); --force "
+                             "replaces only an earlier export. Choose a new or empty OUT, or move "
+                             "those files away").format(out=out, shown=shown))
 
 
 def export_run(run: str | Path, out: str | Path, which: str = "best", fmt: str = "safetensors",
@@ -167,14 +170,14 @@ def export_run(run: str | Path, out: str | Path, which: str = "best", fmt: str =
     """
     run = Path(run)
     if fmt not in FORMATS:
-        raise AttnlabError(f"--format {fmt} is unknown; choose one of: {', '.join(FORMATS)}")
+        raise AttnlabError(_("--format {fmt} is unknown; choose one of: {choices}").format(fmt=fmt, choices=', '.join(FORMATS)))
     _check_out(run, Path(out), force)
     out = Path(out).resolve()  # "." has no name to build a sibling from
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     except OSError as e:
-        raise AttnlabError(f"could not write {out}: {e.strerror or e}; choose another OUT") from None
+        raise AttnlabError(_("could not write {out}: {why}; choose another OUT").format(out=out, why=e.strerror or e)) from None
     try:
         os.chmod(tmp, usual_mode(is_dir=True))  # mkdtemp makes 0700
         _write_tree(tmp, run, which, fmt, quantization)
@@ -182,7 +185,7 @@ def export_run(run: str | Path, out: str | Path, which: str = "best", fmt: str =
         runs.swap_in(tmp, out)  # the checkpoint saver's swap: renameat2 exchange, else two renames
         fsync_dir(out.parent)
     except OSError as e:
-        raise AttnlabError(f"could not write {out}: {e.strerror or e}") from None
+        raise AttnlabError(_("could not write {out}: {why}").format(out=out, why=e.strerror or e)) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out

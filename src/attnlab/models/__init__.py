@@ -14,6 +14,7 @@ from torch import nn
 
 from attnlab.attention.additive import AdditiveAttention
 from attnlab.config import ConfigError, ModelConfig
+from attnlab.i18n import _
 from attnlab.models.decoder_only import DecoderOnly
 from attnlab.models.encoder_only import EncoderOnly
 from attnlab.models.gru import Bahdanau, Seq2Seq
@@ -36,8 +37,8 @@ def build_bahdanau(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -
     """The GRU encoder–decoder with the attention ``cfg.attention_score`` names (notes §1–3): the part is
     chosen here and passed in, so the model file never names a score function."""
     if cfg.attention_score not in BAHDANAU_SCORES:
-        raise ConfigError(f"model.attention_score={cfg.attention_score!r} is not valid; choose one of: "
-                          f"{', '.join(BAHDANAU_SCORES)}")
+        raise ConfigError(_("model.attention_score={attention_score!r} is not valid; choose one of: "
+                            "{choices}").format(attention_score=cfg.attention_score, choices=', '.join(BAHDANAU_SCORES)))
     return Bahdanau(cfg, src_vocab_size, tgt_vocab_size, attention=BAHDANAU_SCORES[cfg.attention_score])
 
 
@@ -62,14 +63,14 @@ def build_model(cfg: ModelConfig | Any, src_vocab_size: int, tgt_vocab_size: int
     if not isinstance(cfg, ModelConfig) and isinstance(getattr(cfg, "model", None), ModelConfig):
         cfg = cfg.model
     if cfg.kind not in BUILDERS:
-        raise ConfigError(f"model.kind={cfg.kind!r} is not valid; choose one of: {', '.join(BUILDERS)}")
+        raise ConfigError(_("model.kind={kind!r} is not valid; choose one of: {choices}").format(kind=cfg.kind, choices=', '.join(BUILDERS)))
     for key in ("attention_score", "attention_query"):  # Bahdanau's parts: refused on another family
         if getattr(cfg, key) != getattr(ModelConfig, key) and BUILDERS[cfg.kind] is not build_bahdanau:
-            raise ConfigError(f"model.{key}={getattr(cfg, key)} is for the bahdanau model, not {cfg.kind}; drop it")
+            raise ConfigError(_("model.{key}={value} is for the bahdanau model, not {kind}; drop it").format(key=key, value=getattr(cfg, key), kind=cfg.kind))
     if src_vocab_size < 1 or tgt_vocab_size < 1:
         raise ConfigError(
-            f"vocabulary sizes must be >= 1 (got source {src_vocab_size}, target {tgt_vocab_size}); "
-            "check the tokenizers"
+            _("vocabulary sizes must be >= 1 (got source {src_vocab_size}, target {tgt_vocab_size}); "
+              "check the tokenizers").format(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size)
         )
     return BUILDERS[cfg.kind](cfg, src_vocab_size, tgt_vocab_size)
 
@@ -79,7 +80,7 @@ def traits(cfg: ModelConfig | Any) -> ModelTraits:
     if not isinstance(cfg, ModelConfig) and isinstance(getattr(cfg, "model", None), ModelConfig):
         cfg = cfg.model
     if cfg.kind not in BUILDERS:
-        raise ConfigError(f"model.kind={cfg.kind!r} is not valid; choose one of: {', '.join(BUILDERS)}")
+        raise ConfigError(_("model.kind={kind!r} is not valid; choose one of: {choices}").format(kind=cfg.kind, choices=', '.join(BUILDERS)))
     return BUILDERS[cfg.kind].traits(cfg)
 
 

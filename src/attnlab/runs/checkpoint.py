@@ -39,6 +39,7 @@ from torch import nn
 from attnlab import config as config_mod
 from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import CheckpointError
+from attnlab.i18n import _
 from attnlab.io import atomic_write_json, atomic_write_text, fsync_dir, usual_mode
 from attnlab.runs.folder import (
     _FULL_DISK,
@@ -79,8 +80,8 @@ def _save_failed(ckpt_root: Path, name: str, err: OSError) -> CheckpointError:
     else:
         fix = "check the disk and the folder"
     return CheckpointError(
-        f"could not save checkpoint {name} in {ckpt_root}: {cause}; {fix} "
-        "(the earlier checkpoints are untouched)"
+        _("could not save checkpoint {name} in {ckpt_root}: {cause}; {fix} (the earlier checkpoints "
+          "are untouched)").format(name=name, ckpt_root=ckpt_root, cause=cause, fix=fix)
     )
 
 
@@ -243,8 +244,8 @@ def check_run_matches(path: Path, manifest: dict[str, Any], run_dir: Path) -> No
         if diff:
             k = diff[0]
             raise CheckpointError(
-                f"{path} was trained with model.{k}={saved_model.get(k)!r} but {run_dir / CONFIG} says "
-                f"{current.get(k)!r}; restore the run's config.toml or use the run folder the checkpoint came from"
+                _("{path} was trained with model.{k}={value!r} but {value2} says {value3!r}; restore "
+                  "the run's config.toml or use the run folder the checkpoint came from").format(path=path, k=k, value=saved_model.get(k), value2=run_dir / CONFIG, value3=current.get(k))
             )
     saved_vocab = manifest.get("vocab")
     if isinstance(saved_vocab, dict):
@@ -252,13 +253,13 @@ def check_run_matches(path: Path, manifest: dict[str, Any], run_dir: Path) -> No
             try:
                 now = _vocab_fingerprint(files.tokenizers[side])
             except ValueError as e:
-                raise CheckpointError(f"{run_dir / TOKENIZERS} is corrupt: {e}") from None
+                raise CheckpointError(_("{value} is corrupt: {e}").format(value=run_dir / TOKENIZERS, e=e)) from None
             was = saved_vocab.get(side)
             if isinstance(was, dict) and was != now:
                 raise CheckpointError(
-                    f"{path} was trained with another {lang} vocabulary ({was.get('size')} tokens) than "
-                    f"{run_dir / TOKENIZERS} holds ({now['size']} tokens, different ids); use the run folder "
-                    "the checkpoint came from"
+                    _("{path} was trained with another {lang} vocabulary ({value} tokens) than "
+                      "{value2} holds ({size} tokens, different ids); use the run folder the "
+                      "checkpoint came from").format(path=path, lang=lang, value=was.get('size'), value2=run_dir / TOKENIZERS, size=now['size'])
                 )
 
 
@@ -275,8 +276,8 @@ def _pointer(ckpt_root: Path, which: str) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise CheckpointError(f"{p} cannot be read ({e.strerror or e}); it should hold the name of a checkpoint "
-                              "folder beside it") from None
+        raise CheckpointError(_("{p} cannot be read ({why}); it should hold the name of a checkpoint "
+                                "folder beside it").format(p=p, why=e.strerror or e)) from None
     try:
         name = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
@@ -287,8 +288,8 @@ def _pointer(ckpt_root: Path, which: str) -> str | None:
             or "/" in name or "\\" in name):
         steps = sorted(q.name for q in ckpt_root.glob("step-*") if q.is_dir())
         fix = f"write the name of one of its checkpoints into it ({', '.join(steps[-3:])})" if steps else "delete it"
-        raise CheckpointError(f"{p} is corrupt: it must hold the name of a checkpoint folder beside it, such as "
-                              f"step-0000500; {fix}")
+        raise CheckpointError(_("{p} is corrupt: it must hold the name of a checkpoint folder beside "
+                                "it, such as step-0000500; {fix}").format(p=p, fix=fix))
     return name
 
 
@@ -312,13 +313,15 @@ def resolve_checkpoint(run_dir: str | Path, which: str = "best") -> Path:
     run_dir = Path(run_dir)
     if not run_dir.exists():
         raise CheckpointError(
-            f"run folder {run_dir} does not exist; give the --out folder of an `attnlab train` run"
+            _("run folder {run_dir} does not exist; give the --out folder of an `attnlab train` run").format(run_dir=run_dir)
         )
     if not run_dir.is_dir():
-        raise CheckpointError(f"{run_dir} is not a folder; give the --out folder of an `attnlab train` run")
+        raise CheckpointError(_("{run_dir} is not a folder; give the --out folder of an `attnlab "
+                                "train` run").format(run_dir=run_dir))
     if is_export(run_dir):  # one model, at the folder's root: nothing to choose
         if which not in ("best", "last"):
-            raise CheckpointError(f"{run_dir} is an exported folder holding one model; drop --checkpoint {which}")
+            raise CheckpointError(_("{run_dir} is an exported folder holding one model; drop "
+                                    "--checkpoint {which}").format(run_dir=run_dir, which=which))
         return run_dir
     ckpt_root = run_dir / "checkpoints"
     if which in ("best", "last"):
@@ -326,7 +329,7 @@ def resolve_checkpoint(run_dir: str | Path, which: str = "best") -> Path:
         if name is None and which == "best":
             name = _pointer(ckpt_root, "last")
         if name is None:
-            raise CheckpointError(f"{run_dir} holds no checkpoint yet (no {ckpt_root / 'LAST'}); train first")
+            raise CheckpointError(_("{run_dir} holds no checkpoint yet (no {value}); train first").format(run_dir=run_dir, value=ckpt_root / 'LAST'))
         path = ckpt_root / name
     else:
         path = ckpt_root / which if (ckpt_root / which).is_dir() else Path(which)
@@ -350,15 +353,16 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
     if not isinstance(files, dict) or not all(isinstance(d, str) for d in files.values()):
         raise CheckpointError(corrupt)
     if WEIGHTS not in files:
-        raise CheckpointError(f"{mpath} does not list {WEIGHTS}: the checkpoint is incomplete or was changed")
+        raise CheckpointError(_("{mpath} does not list {WEIGHTS}: the checkpoint is incomplete or was "
+                                "changed").format(mpath=mpath, WEIGHTS=WEIGHTS))
     paths = {fname: member_path(path, fname, mpath) for fname in files}  # every name checked before any read
     for fname, digest in files.items():
         fpath = paths[fname]
         if not fpath.is_file():
-            raise CheckpointError(f"{fpath} is missing from the checkpoint")
+            raise CheckpointError(_("{fpath} is missing from the checkpoint").format(fpath=fpath))
         if sha256_file(fpath) != digest:
             raise CheckpointError(
-                f"{fpath} does not match its sha256 in {MANIFEST}: the file is corrupt or was changed"
+                _("{fpath} does not match its sha256 in {MANIFEST}: the file is corrupt or was changed").format(fpath=fpath, MANIFEST=MANIFEST)
             )
     if path.parent.name == "checkpoints" and (path.parent.parent / CONFIG).is_file():
         check_run_matches(path, manifest, path.parent.parent)
@@ -372,27 +376,27 @@ def check_safetensors_header(wpath: Path) -> None:
             head = f.read(8)
             if len(head) < 8:
                 raise CheckpointError(
-                    f"{wpath} is not a valid safetensors file (shorter than its 8-byte header "
-                    "length); it was not loaded"
+                    _("{wpath} is not a valid safetensors file (shorter than its 8-byte header "
+                      "length); it was not loaded").format(wpath=wpath)
                 )
             (n,) = struct.unpack("<Q", head)
             size = os.fstat(f.fileno()).st_size
             if n > min(size - 8, 100 * 2**20):
                 raise CheckpointError(
-                    f"{wpath} is not a valid safetensors file (its header claims {n} bytes, "
-                    f"the file has {size}); it was not loaded"
+                    _("{wpath} is not a valid safetensors file (its header claims {n} bytes, the file "
+                      "has {size}); it was not loaded").format(wpath=wpath, n=n, size=size)
                 )
             raw = f.read(n)
     except OSError as e:
-        raise CheckpointError(f"{wpath} cannot be read: {e.strerror or e}") from None
+        raise CheckpointError(_("{wpath} cannot be read: {why}").format(wpath=wpath, why=e.strerror or e)) from None
 
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: dict[str, Any] = {}
         for k, v in pairs:
             if k in seen:
                 raise CheckpointError(
-                    f"{wpath} is not a valid safetensors file (its header names the tensor "
-                    f"{k!r} twice); it was not loaded"
+                    _("{wpath} is not a valid safetensors file (its header names the tensor {k!r} "
+                      "twice); it was not loaded").format(wpath=wpath, k=k)
                 )
             seen[k] = v
         return seen
@@ -401,7 +405,7 @@ def check_safetensors_header(wpath: Path) -> None:
         json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates)
     except (UnicodeDecodeError, ValueError):
         raise CheckpointError(
-            f"{wpath} is not a valid safetensors file (its header is not JSON); it was not loaded"
+            _("{wpath} is not a valid safetensors file (its header is not JSON); it was not loaded").format(wpath=wpath)
         ) from None
 
 
@@ -416,7 +420,7 @@ def load_weights(path: Path, model: nn.Module, verify: bool = True) -> None:
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise CheckpointError(
-            f"{wpath} is not a valid safetensors file ({reason}); it was not loaded"
+            _("{wpath} is not a valid safetensors file ({reason}); it was not loaded").format(wpath=wpath, reason=reason)
         ) from None
     module = getattr(model, "module", model)
     own = module.state_dict()
@@ -424,13 +428,13 @@ def load_weights(path: Path, model: nn.Module, verify: bool = True) -> None:
     unexpected = sorted(set(tensors) - set(own))
     if missing or unexpected:
         raise CheckpointError(
-            f"{wpath} does not fit this model: missing {missing[:3]}, unexpected {unexpected[:3]}"
+            _("{wpath} does not fit this model: missing {missing}, unexpected {unexpected}").format(wpath=wpath, missing=missing[:3], unexpected=unexpected[:3])
         )
     for k, v in tensors.items():
         if tuple(v.shape) != tuple(own[k].shape):
             raise CheckpointError(
-                f"{wpath}: tensor {k} has shape {tuple(v.shape)}, the model expects "
-                f"{tuple(own[k].shape)} (config or vocabulary mismatch)"
+                _("{wpath}: tensor {k} has shape {tuple}, the model expects {tuple2} (config or "
+                  "vocabulary mismatch)").format(wpath=wpath, k=k, tuple=tuple(v.shape), tuple2=tuple(own[k].shape))
             )
     module.load_state_dict(tensors, strict=True)
 
@@ -438,10 +442,10 @@ def load_weights(path: Path, model: nn.Module, verify: bool = True) -> None:
 def load_state(path: Path) -> dict[str, Any]:
     spath = path / STATE
     if not spath.is_file():
-        raise CheckpointError(f"{spath} is missing: this checkpoint cannot resume training")
+        raise CheckpointError(_("{spath} is missing: this checkpoint cannot resume training").format(spath=spath))
     try:
         return torch.load(spath, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - pickle refusals come as several exception types
         reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-        raise CheckpointError(f"{spath} was refused: {reason}") from None
+        raise CheckpointError(_("{spath} was refused: {reason}").format(spath=spath, reason=reason)) from None
 

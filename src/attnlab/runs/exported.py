@@ -22,6 +22,7 @@ from attnlab import config as config_mod
 from attnlab.data.tokenizer_files import from_hf
 from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import CheckpointError
+from attnlab.i18n import _
 from attnlab.runs.checkpoint import _model_fingerprint, _vocab_fingerprint, verify_checkpoint
 from attnlab.runs.folder import (
     EXPORT_CONFIG,
@@ -48,7 +49,7 @@ def _weights_fingerprint(wpath: Path) -> Any:
         with safe_open(str(wpath), "pt") as f:
             return json.loads((f.metadata() or {}).get("attnlab_fingerprint", "null"))
     except (SafetensorError, OSError, ValueError, RecursionError) as e:
-        raise CheckpointError(f"{wpath} is not a valid safetensors file ({e}); it was not loaded") from None
+        raise CheckpointError(_("{wpath} is not a valid safetensors file ({e}); it was not loaded").format(wpath=wpath, e=e)) from None
 
 
 def _export_tokenizers(path: Path, entries: Any, listed: dict[str, str]) -> dict[str, Any]:
@@ -58,9 +59,10 @@ def _export_tokenizers(path: Path, entries: Any, listed: dict[str, str]) -> dict
             e = entries[side]
             name, kind, lang, min_freq = e["file"], e["kind"], e["lang"], int(e.get("min_freq", 1))
         except (KeyError, TypeError, ValueError, AttributeError):
-            raise CheckpointError(f"{path / EXPORT_CONFIG} does not describe the {side} tokenizer") from None
+            raise CheckpointError(_("{value} does not describe the {side} tokenizer").format(value=path / EXPORT_CONFIG, side=side)) from None
         if not isinstance(name, str) or name not in listed:
-            raise CheckpointError(f"{path / EXPORT_CONFIG} names the {side} tokenizer {name!r}, not a file of its manifest")
+            raise CheckpointError(_("{value} names the {side} tokenizer {name!r}, not a file of its "
+                                    "manifest").format(value=path / EXPORT_CONFIG, side=side, name=name))
         fpath = member_path(path, name, path / EXPORT_CONFIG)
         bad = f"{fpath} is not a usable tokenizer"
         data = _read_capped(fpath, MAX_JSON_BYTES, f"{fpath} is missing", bad)
@@ -84,19 +86,19 @@ def export_engine_folder(path: Path, entry: Any, listed: dict[str, str]) -> Path
     rel = entry.get("path") if isinstance(entry, dict) else None
     folder = member_path(path, rel, cpath)
     if folder == path or not folder.is_dir() or folder.is_symlink():
-        raise CheckpointError(f"{cpath} names the CTranslate2 model {rel!r}, which is not a folder inside {path}; "
-                              "export the run again")
+        raise CheckpointError(_("{cpath} names the CTranslate2 model {rel!r}, which is not a folder "
+                                "inside {path}; export the run again").format(cpath=cpath, rel=rel, path=path))
     prefix = folder.relative_to(path).as_posix()
     if f"{prefix}/model.bin" not in listed:
-        raise CheckpointError(f"{path / MANIFEST} does not list {prefix}/model.bin: the CTranslate2 model is not "
-                              "covered by the manifest; export the run again")
+        raise CheckpointError(_("{value} does not list {prefix}/model.bin: the CTranslate2 model is "
+                                "not covered by the manifest; export the run again").format(value=path / MANIFEST, prefix=prefix))
     for root, dirs, names in os.walk(folder):
         for n in [*dirs, *names]:
             p = Path(root) / n
             rel_p = p.relative_to(path).as_posix()
             if p.is_symlink() or (n in names and (not p.is_file() or rel_p not in listed)):
-                raise CheckpointError(f"{p} is not a file {path / MANIFEST} lists and verified; the CTranslate2 "
-                                      "model holds a file attnlab did not write: export the run again")
+                raise CheckpointError(_("{p} is not a file {value} lists and verified; the CTranslate2 "
+                                        "model holds a file attnlab did not write: export the run again").format(p=p, value=path / MANIFEST))
     return folder
 
 
@@ -107,15 +109,15 @@ def _read_export(path: Path) -> tuple[RunFiles, dict[str, Any]]:
     cpath = path / EXPORT_CONFIG
     for name in (EXPORT_CONFIG, WEIGHTS):
         if name not in listed:
-            raise CheckpointError(f"{path / MANIFEST} does not list {name}: the export is incomplete")
+            raise CheckpointError(_("{value} does not list {name}: the export is incomplete").format(value=path / MANIFEST, name=name))
     corrupt = f"{cpath} is not the config.json of an `attnlab export` folder"
     spec = read_json(cpath, MAX_JSON_BYTES, f"{cpath} is missing", corrupt)
     if not isinstance(spec, dict) or "attnlab_export" not in spec or not isinstance(spec.get("config"), dict):
         raise CheckpointError(corrupt)
     version = spec["attnlab_export"]
     if type(version) is not int or version != EXPORT_FORMAT:
-        raise CheckpointError(f"{cpath} has export format {version!r}, this attnlab reads {EXPORT_FORMAT}; "
-                              "export the run again with this version")
+        raise CheckpointError(_("{cpath} has export format {version!r}, this attnlab reads "
+                                "{EXPORT_FORMAT}; export the run again with this version").format(cpath=cpath, version=version, EXPORT_FORMAT=EXPORT_FORMAT))
     try:
         cfg = config_mod.from_dict(spec["config"])
     except config_mod.ConfigError as e:
@@ -130,8 +132,8 @@ def _read_export(path: Path) -> tuple[RunFiles, dict[str, Any]]:
     now = fingerprint(cfg, toks)
     for where, recorded in ((cpath, spec.get("fingerprint")), (path / WEIGHTS, _weights_fingerprint(path / WEIGHTS))):
         if recorded != now:
-            raise CheckpointError(f"{where} records another model config or vocabulary than the folder holds; "
-                                  "export the run again")
+            raise CheckpointError(_("{where} records another model config or vocabulary than the "
+                                    "folder holds; export the run again").format(where=where))
     source = spec.get("source")
     return RunFiles(cfg, toks, dict(source) if isinstance(source, dict) else {}), manifest
 

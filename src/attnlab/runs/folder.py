@@ -29,6 +29,7 @@ from typing import Any
 from attnlab import config as config_mod
 from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import CheckpointError
+from attnlab.i18n import _
 
 _FULL_DISK = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # what a full disk or a size limit raises
 
@@ -69,9 +70,9 @@ def _read_capped(path: Path, cap: int, missing: str, corrupt: str) -> bytes:
     except FileNotFoundError:
         raise CheckpointError(missing) from None
     except OSError as e:
-        raise CheckpointError(f"{corrupt} ({e.strerror or e})") from None
+        raise CheckpointError(_("{corrupt} ({why})").format(corrupt=corrupt, why=e.strerror or e)) from None
     if len(data) > cap:
-        raise CheckpointError(f"{corrupt} (larger than {_mib(cap)})")
+        raise CheckpointError(_("{corrupt} (larger than {mib})").format(corrupt=corrupt, mib=_mib(cap)))
     return data
 
 
@@ -93,16 +94,16 @@ def member_path(folder: Path, name: Any, where: Path) -> Path:
     ok = isinstance(name, str) and name != "" and "\0" not in name and "\\" not in name
     pure = PurePosixPath(name) if ok else None
     if pure is None or pure.is_absolute() or ".." in pure.parts:
-        raise CheckpointError(f"{where} names {name!r}, which is not a path inside {folder}; the folder was "
-                              "changed after attnlab wrote it: use the original")
+        raise CheckpointError(_("{where} names {name!r}, which is not a path inside {folder}; the "
+                                "folder was changed after attnlab wrote it: use the original").format(where=where, name=name, folder=folder))
     full = folder / pure
     try:
         inside = full.resolve().is_relative_to(folder.resolve())
     except (OSError, RuntimeError):  # a symlink loop
         inside = False
     if not inside:
-        raise CheckpointError(f"{where} names {name!r}, which leads out of {folder} (a symbolic link); "
-                              "the folder was changed after attnlab wrote it: use the original")
+        raise CheckpointError(_("{where} names {name!r}, which leads out of {folder} (a symbolic "
+                                "link); the folder was changed after attnlab wrote it: use the original").format(where=where, name=name, folder=folder))
     return full
 
 
@@ -121,22 +122,26 @@ def read_run(run_dir: str | Path) -> RunFiles:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise CheckpointError(
-            f"run folder {run_dir} does not exist; give the --out folder of an `attnlab train` run"
+            _("run folder {run_dir} does not exist; give the --out folder of an `attnlab train` run").format(run_dir=run_dir)
         )
+    if not (run_dir / CONFIG).is_file():  # not "check --config": the learner gave a folder, not a config
+        raise CheckpointError(_("{run_dir} is not a run folder (it has no {config}); give the --out folder of an "
+                                "`attnlab train` run").format(run_dir=run_dir, config=CONFIG))
     try:
         cfg = config_mod.load_toml(run_dir / CONFIG)
     except config_mod.ConfigError as e:
-        raise CheckpointError(f"{run_dir} is not a usable run folder: {e}") from None
+        raise CheckpointError(_("{run_dir} is not a usable run folder: {e}").format(run_dir=run_dir, e=e)) from None
     tpath = run_dir / TOKENIZERS
-    corrupt = f"{tpath} is corrupt (not the JSON that attnlab writes)"
-    toks = read_json(tpath, MAX_JSON_BYTES, f"{tpath} is missing; the run folder is incomplete", corrupt)
+    corrupt = _("{path} is corrupt (not the JSON that attnlab writes)").format(path=tpath)
+    toks = read_json(tpath, MAX_JSON_BYTES, _("{path} is missing; the run folder is incomplete").format(path=tpath),
+                     corrupt)
     if not isinstance(toks, dict) or "src" not in toks or "tgt" not in toks:
         raise CheckpointError(corrupt)
     for side in ("src", "tgt"):
         try:
             load_tokenizer(toks[side])
         except ValueError as e:
-            raise CheckpointError(f"{tpath} is corrupt: its {side} tokenizer: {e}") from None
+            raise CheckpointError(_("{tpath} is corrupt: its {side} tokenizer: {e}").format(tpath=tpath, side=side, e=e)) from None
     try:
         meta = read_json(run_dir / META, MAX_JSON_BYTES, "", "")
     except CheckpointError:
@@ -204,9 +209,9 @@ def append_jsonl(path: str | Path, records: list[dict[str, Any]]) -> bool:
     except OSError as e:
         if str(path) not in _APPEND_FAILING:
             _APPEND_FAILING.add(str(path))
-            fix = "; free some space" if e.errno in _FULL_DISK else ""
-            print(f"warning: could not append to {path} ({e.strerror or e}); training goes on without these "
-                  f"records{fix}", file=sys.stderr)
+            fix = _("; free some space") if e.errno in _FULL_DISK else ""
+            print(_("warning: could not append to {path} ({why}); training goes on without these records{fix}")
+                  .format(path=path, why=e.strerror or e, fix=fix), file=sys.stderr)
         return False
     _APPEND_FAILING.discard(str(path))
     return True

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.interrupts import exit_code
 
 
@@ -87,8 +88,8 @@ def processes(nproc: int, device: str = "auto") -> int:
     the count.
     """
     if nproc < 0:
-        raise AttnlabError(f"--nproc {nproc} is negative; give the number of processes (0 or 1 = this process "
-                           "alone, 2 or more = data-parallel workers)")
+        raise AttnlabError(_("--nproc {nproc} is negative; give the number of processes (0 or 1 = this "
+                             "process alone, 2 or more = data-parallel workers)").format(nproc=nproc))
     if nproc <= 1:
         return 1
     from attnlab.device import pick_device  # torch: loaded only when workers are asked for
@@ -98,13 +99,15 @@ def processes(nproc: int, device: str = "auto") -> int:
 
         gpus = torch.cuda.device_count()
         if nproc > gpus:
-            raise AttnlabError(f"--nproc {nproc} is more than the {gpus} GPU{'s' if gpus != 1 else ''} visible "
-                               f"(one per worker); use --nproc {gpus} or fewer, or train.device=cpu")
+            visible = (_("the {gpus} GPUs visible") if gpus != 1 else _("the 1 GPU visible")).format(gpus=gpus)
+            raise AttnlabError(_("--nproc {nproc} is more than {visible} (one per worker); use --nproc {gpus} or "
+                                 "fewer, or train.device=cpu").format(nproc=nproc, visible=visible, gpus=gpus))
         return nproc
     cores = usable_cores()
     if nproc > cores:
-        raise AttnlabError(f"--nproc {nproc} is more than the {cores} CPU core{'s' if cores != 1 else ''} this "
-                           f"process may use (one per worker at least); use --nproc {cores} or fewer")
+        usable = (_("the {cores} CPU cores") if cores != 1 else _("the 1 CPU core")).format(cores=cores)
+        raise AttnlabError(_("--nproc {nproc} is more than {usable} this process may use (one per worker at least); "
+                             "use --nproc {cores} or fewer").format(nproc=nproc, usable=usable, cores=cores))
     return nproc
 
 
@@ -117,11 +120,11 @@ def launch_nproc(nproc: int, argv: list[str], max_restarts: int | None = None) -
     :class:`AttnlabError` for ``nproc < 1`` or when called from inside a torchrun worker.
     """
     if nproc < 1:
-        raise AttnlabError(f"--nproc {nproc}: the number of processes must be at least 1")
+        raise AttnlabError(_("--nproc {nproc}: the number of processes must be at least 1").format(nproc=nproc))
     if "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ:
         raise AttnlabError(
-            "--nproc inside a torchrun worker would launch workers of workers; "
-            "drop --nproc when you start attnlab with torchrun"
+            _("--nproc inside a torchrun worker would launch workers of workers; drop --nproc when you "
+              "start attnlab with torchrun")
         )
     if max_restarts is None:
         raw = os.environ.get("ATTNLAB_MAX_RESTARTS", "0")
@@ -129,7 +132,7 @@ def launch_nproc(nproc: int, argv: list[str], max_restarts: int | None = None) -
             max_restarts = int(raw)
         except ValueError:
             raise AttnlabError(
-                f"ATTNLAB_MAX_RESTARTS={raw!r} is not a whole number; set e.g. 1 or unset it"
+                _("ATTNLAB_MAX_RESTARTS={raw!r} is not a whole number; set e.g. 1 or unset it").format(raw=raw)
             ) from None
     # The workers of every round join through torchrun's own store, open on one port for the whole
     # job, each round under a prefix of its own (distributed._attempt_store): nothing of a dead round

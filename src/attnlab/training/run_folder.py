@@ -23,6 +23,7 @@ from attnlab import runs
 from attnlab._version import __version__
 from attnlab.config import Config
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
 from attnlab.training.resume import set_aside_dead_records
 from attnlab.training.tensorboard import BOARD_DIR
@@ -56,18 +57,20 @@ def _check_new_run_dir(out_dir: Path) -> None:
     """Refuse an ``out_dir`` whose files a new run would overwrite: only a new or empty folder, a run
     (its ``meta.json`` is attnlab's) or a folder holding nothing but a run's records may take one."""
     if out_dir.exists() and not out_dir.is_dir():
-        raise AttnlabError(f"--out {out_dir} is a file, not a folder; choose an empty or new folder for the run")
+        raise AttnlabError(_("--out {out_dir} is a file, not a folder; choose an empty or new folder "
+                             "for the run").format(out_dir=out_dir))
     try:
         names = sorted(p.name for p in out_dir.iterdir()) if out_dir.is_dir() else []
     except OSError as e:
-        raise AttnlabError(f"could not read --out {out_dir}: {e.strerror or e}; choose another folder") from None
+        raise AttnlabError(_("could not read --out {out_dir}: {why}; choose another folder").format(out_dir=out_dir, why=e.strerror or e)) from None
     if not names or _is_run(out_dir):
         return
     foreign = [n for n in names if not _is_dead_record(n)]
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise AttnlabError(f"--out {out_dir} is not empty and is not a run folder (it holds {shown}), so training "
-                           "would overwrite its files; choose an empty or new folder, or --resume to continue a run")
+        raise AttnlabError(_("--out {out_dir} is not empty and is not a run folder (it holds {shown}), "
+                             "so training would overwrite its files; choose an empty or new folder, or "
+                             "--resume to continue a run").format(out_dir=out_dir, shown=shown))
 
 
 def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = False) -> None:
@@ -85,11 +88,13 @@ def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = 
         return
     if resume:
         if not (out_dir / "checkpoints" / "LAST").is_file():
-            raise AttnlabError(f"--resume: {out_dir} holds no checkpoint to resume from; drop --resume to start a new run")
+            raise AttnlabError(_("--resume: {out_dir} holds no checkpoint to resume from; drop "
+                                 "--resume to start a new run").format(out_dir=out_dir))
         return
     _check_new_run_dir(out_dir)
     if (out_dir / "checkpoints").exists() and any((out_dir / "checkpoints").iterdir()):
-        raise AttnlabError(f"{out_dir} already holds a run; add --resume to continue it or choose another --out")
+        raise AttnlabError(_("{out_dir} already holds a run; add --resume to continue it or choose "
+                             "another --out").format(out_dir=out_dir))
     writable_folder(out_dir, "--out", keep=True)  # created, and a bad --out fails before training
     for moved in set_aside_dead_records(out_dir, (*RECORDS, BOARD_DIR)):  # a run that died before saving
         print(f"note: {out_dir} held records of a run with no checkpoint; moved them to {moved.name}", file=sys.stderr)
@@ -112,8 +117,8 @@ def drop_records_after(out_dir: Path, step: int) -> None:
         try:
             atomic_write_text(path, "".join(x + "\n" for x in kept))
         except OSError as e:
-            raise AttnlabError(f"could not rewrite {path} to resume the run: {e.strerror or e}; its checkpoints "
-                               "are untouched: free some space and resume again") from None
+            raise AttnlabError(_("could not rewrite {path} to resume the run: {why}; its checkpoints "
+                                 "are untouched: free some space and resume again").format(path=path, why=e.strerror or e)) from None
 
 
 def write_run_files(out_dir: Path, cfg: Config, prepared, model: torch.nn.Module, device: torch.device,
@@ -134,8 +139,8 @@ def write_run_files(out_dir: Path, cfg: Config, prepared, model: torch.nn.Module
             else:
                 atomic_write_json(out_dir / name, content)
         except OSError as e:
-            raise AttnlabError(f"could not write {out_dir / name}: {e.strerror or e}; free some space or choose "
-                               "another --out (no checkpoint was written or changed)") from None
+            raise AttnlabError(_("could not write {value}: {why}; free some space or choose another "
+                                 "--out (no checkpoint was written or changed)").format(value=out_dir / name, why=e.strerror or e)) from None
 
 
 def finish_meta(out_dir: Path, facts: dict[str, Any]) -> None:
@@ -153,8 +158,8 @@ def finish_meta(out_dir: Path, facts: dict[str, Any]) -> None:
     try:
         atomic_write_json(meta_path, meta)
     except OSError as e:
-        raise AttnlabError(f"could not write {meta_path}: {e.strerror or e}; the run's checkpoints are saved, "
-                           "only this record of how it ended is missing: free some space") from None
+        raise AttnlabError(_("could not write {meta_path}: {why}; the run's checkpoints are saved, "
+                             "only this record of how it ended is missing: free some space").format(meta_path=meta_path, why=e.strerror or e)) from None
     try:
         from attnlab.viz.curves import plot_curves  # matplotlib is heavy: loaded only to draw
 

@@ -39,6 +39,7 @@ from attnlab.data.batching import Batch, collate
 from attnlab.data.vocab import load_tokenizer
 from attnlab.device import set_threads
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.interrupts import Interrupted
 from attnlab.models import build_model
 from attnlab.training import distributed as D
@@ -148,8 +149,8 @@ def resolve_size(cfg: Config, prepared, explicit: frozenset[str] | None = None) 
     if why and D.is_main():
         print(why, file=sys.stderr)
     if prepared is not None and prepared.stats.get("tokenizer") not in (None, cfg.data.tokenizer):
-        raise AttnlabError("train(): data prepared before train.size=auto was resolved; call "
-                           "attnlab.training.sizing.resolve(cfg) first and prepare its cfg.data")
+        raise AttnlabError(_("train(): data prepared before train.size=auto was resolved; call "
+                             "attnlab.training.sizing.resolve(cfg) first and prepare its cfg.data"))
     return cfg
 
 
@@ -161,7 +162,7 @@ def load_data(cfg: Config, saved: runs.RunFiles | None, prepared):
             toks = (load_tokenizer(saved.tokenizers["src"]), load_tokenizer(saved.tokenizers["tgt"]))
         prepared = corpus.prepare(cfg.data, tokenizers=toks)
     if not prepared.splits["train"].src:
-        raise AttnlabError("the training split is empty; raise data.max_pairs or check the corpus")
+        raise AttnlabError(_("the training split is empty; raise data.max_pairs or check the corpus"))
     return prepared
 
 
@@ -213,8 +214,8 @@ class Session:
         train_model = D.wrap_ddp(model, device) if D.is_distributed() else model
         n_train, world = len(prepared.splits["train"].src), D.world_size()
         if n_train < world:
-            raise AttnlabError(f"the training split has {n_train} pairs, fewer than the {world} processes; "
-                               "use fewer processes or more data")
+            raise AttnlabError(_("the training split has {n_train} pairs, fewer than the {world} "
+                                 "processes; use fewer processes or more data").format(n_train=n_train, world=world))
         per_epoch = len(epoch_batches(cfg, prepared.splits["train"], 0, None, world)) if cfg.train.max_epochs else 0
         s = cls(cfg, out_dir, device, prepared, model, train_model, optimizer, BudgetPlan.make(cfg.train, per_epoch), clock)
         if D.rank():
@@ -466,14 +467,14 @@ class SkippedUpdates:
         self.in_a_row += 1
         if self.first_bad is None:
             self.first_bad = first_nonfinite(s.model, loss)
-        print(f"warning: step {s.progress.step}: non-finite loss/gradient ({self.first_bad}); update skipped",
-              file=sys.stderr)
+        print(_("warning: step {step}: non-finite loss/gradient ({first_bad}); update skipped")
+              .format(step=s.progress.step, first_bad=self.first_bad), file=sys.stderr)
         s.optimizer.zero_grad(set_to_none=True)
         if self.in_a_row >= max(s.cfg.train.max_nonfinite, 1):
             s.save()
             raise NonFiniteLossError(
-                f"{self.in_a_row} consecutive non-finite steps (first: {self.first_bad}); the run stopped at "
-                f"step {s.progress.step}. Lower train.lr (now {s.cfg.train.lr}) or raise train.warmup_steps")
+                _("{in_a_row} consecutive non-finite steps (first: {first_bad}); the run stopped at "
+                  "step {step}. Lower train.lr (now {lr}) or raise train.warmup_steps").format(in_a_row=self.in_a_row, first_bad=self.first_bad, step=s.progress.step, lr=s.cfg.train.lr))
 
     def reset(self) -> None:
         self.in_a_row, self.first_bad = 0, None

@@ -24,6 +24,7 @@ from attnlab.analysis.align.aer import Link
 from attnlab.analysis.align.extract import AlignError, Side
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK
+from attnlab.i18n import _
 
 if TYPE_CHECKING:
     from attnlab.translator import Translator
@@ -86,20 +87,23 @@ def gold_dir(path: str | os.PathLike[str] | None = None) -> Path:
     if path:
         p = Path(path).expanduser()
         if not p.is_dir():
-            raise AlignError(f"--gold {p} is not a folder; name the folder holding test.en-fr.en/.fr/.naacl")
+            raise AlignError(_("--gold {p} is not a folder; name the folder holding "
+                               "test.en-fr.en/.fr/.naacl").format(p=p))
         return p
     env = os.environ.get(GOLD_ENV)
     if env:
         p = Path(env).expanduser()
         if not p.is_dir():
-            raise AlignError(f"${GOLD_ENV}={p} is not a folder; point it at the WPT-2003 en-fr gold folder")
+            raise AlignError(_("${GOLD_ENV}={p} is not a folder; point it at the WPT-2003 en-fr gold "
+                               "folder").format(GOLD_ENV=GOLD_ENV, p=p))
         return p
     data = os.environ.get("ATTNLAB_DATA_DIR")
     if data and (Path(data).expanduser() / GOLD_FOLDER).is_dir():
         return Path(data).expanduser() / GOLD_FOLDER
     raise AlignError(
-        f"no gold alignment folder: pass --gold DIR or set ${GOLD_ENV} (the WPT-2003 en-fr set: "
-        f"test.en-fr.en, test.en-fr.fr, test.en-fr.naacl), or put it at $ATTNLAB_DATA_DIR/{GOLD_FOLDER}"
+        _("no gold alignment folder: pass --gold DIR or set ${GOLD_ENV} (the WPT-2003 en-fr set: "
+          "test.en-fr.en, test.en-fr.fr, test.en-fr.naacl), or put it at "
+          "$ATTNLAB_DATA_DIR/{GOLD_FOLDER}").format(GOLD_ENV=GOLD_ENV, GOLD_FOLDER=GOLD_FOLDER)
     )
 
 
@@ -120,7 +124,7 @@ def has_split(folder: Path, split: str) -> bool:
 def _read_lines(path: Path) -> list[list[str]]:
     if not path.is_file():
         raise AlignError(
-            f"{path} is missing; the gold folder needs {path.name} (one tokenised sentence a line)"
+            _("{path} is missing; the gold folder needs {name} (one tokenised sentence a line)").format(path=path, name=path.name)
         )
     text = path.read_text(encoding="utf-8", errors="replace")
     return [line.split() for line in text.splitlines()]
@@ -136,14 +140,14 @@ def read_gold(folder: str | os.PathLike[str], split: str = "test") -> GoldSet:
     stem = f"{split}.en-fr"
     en, fr = _read_lines(folder / f"{stem}.en"), _read_lines(folder / f"{stem}.fr")
     if len(en) != len(fr):
-        raise AlignError(f"{folder / stem}.en has {len(en)} lines but .fr has {len(fr)}; they must pair up")
+        raise AlignError(_("{value}.en has {n_en} lines but .fr has {n_fr}; they must pair up").format(value=folder / stem, n_en=len(en), n_fr=len(fr)))
     if not en or not all(en) or not all(fr):
         n = next((i for i, (e, f) in enumerate(zip(en, fr), 1) if not e or not f), 0)
         where = f"line {n} is empty" if n else "it is empty"
-        raise AlignError(f"{folder / stem}.en/.fr: {where}; each line must hold one tokenised sentence")
+        raise AlignError(_("{value}.en/.fr: {where}; each line must hold one tokenised sentence").format(value=folder / stem, where=where))
     naacl = folder / f"{stem}.naacl"
     if not naacl.is_file():
-        raise AlignError(f"{naacl} is missing; the gold folder needs the links file {naacl.name}")
+        raise AlignError(_("{naacl} is missing; the gold folder needs the links file {name}").format(naacl=naacl, name=naacl.name))
     sure, possible = _read_links(naacl, en, fr)
     return GoldSet(folder, split, en, fr, sure, possible)
 
@@ -165,14 +169,14 @@ def _read_links(naacl: Path, en: list[list[str]], fr: list[list[str]]
             label = ""
         if len(parts) not in (3, 4) or label not in ("S", "P") or not 1 <= s <= len(en):
             raise AlignError(
-                f"{naacl}:{n}: {line.strip()!r} is not `SENTENCE EN FR S|P` for {len(en)} sentences"
+                _("{naacl}:{n}: {value!r} is not `SENTENCE EN FR S|P` for {n_en} sentences").format(naacl=naacl, n=n, value=line.strip(), n_en=len(en))
             )
         if e == 0 or f == 0:
             continue  # a NULL link: not a word pair
         if not (1 <= e <= len(en[s - 1]) and 1 <= f <= len(fr[s - 1])):
             raise AlignError(
-                f"{naacl}:{n}: word {e} or {f} is outside sentence {s} "
-                f"({len(en[s - 1])} English, {len(fr[s - 1])} French words)"
+                _("{naacl}:{n}: word {e} or {f} is outside sentence {s} ({n_en} English, {n_fr} French "
+                  "words)").format(naacl=naacl, n=n, e=e, f=f, s=s, n_en=len(en[s - 1]), n_fr=len(fr[s - 1]))
             )
         link = (e - 1, f - 1)
         possible[s - 1].add(link)  # S ⊆ P (Och & Ney 2003)
@@ -235,7 +239,7 @@ def map_side(tok, words: Sequence[str], contract: bool = False) -> Side:
     grouped = contract_french(words) if contract else [(w, [i]) for i, w in enumerate(words)]
     ids: list[int] = []
     owner: list[int] = []
-    for g, (word, _) in enumerate(grouped):
+    for g, (word, _span) in enumerate(grouped):
         pieces = tok.encode(word)
         ids += pieces
         owner += [g] * len(pieces)
@@ -270,8 +274,8 @@ def gold_sides(tr: Translator, gold: GoldSet, contract: bool = True) -> tuple[li
     way round), or a numbers-task run that does not know the gold's words (:data:`NUMBERS_UNKNOWN_MAX`)."""
     langs = (getattr(tr.src_tok, "lang", "en"), getattr(tr.tgt_tok, "lang", "fr"))
     if langs not in (("en", "fr"), ("fr", "en")):
-        raise AlignError(f"{run_name(tr)} translates {langs[0]}→{langs[1]}; the gold is English–French word "
-                         "alignments: align a run of data.direction=en-fr or fr-en")
+        raise AlignError(_("{run_name} translates {langs}→{langs2}; the gold is English–French word "
+                           "alignments: align a run of data.direction=en-fr or fr-en").format(run_name=run_name(tr), langs=langs[0], langs2=langs[1]))
     en_first = langs[0] == "en"
     pairs = []
     for en, fr in zip(gold.en, gold.fr):
@@ -284,9 +288,10 @@ def gold_sides(tr: Translator, gold: GoldSet, contract: bool = True) -> tuple[li
         for lang, rates in sides_oov(tr, pairs, en_first).items():
             if rates["not_in_vocab"] > NUMBERS_UNKNOWN_MAX:
                 raise AlignError(
-                    f"{run_name(tr)} was trained on the numbers task (number words, not English–French "
-                    f"sentences): {100 * rates['not_in_vocab']:.0f} % of the gold's {LANG_NAMES[lang]} words are not "
-                    "in its vocabulary, so its AER would measure nothing; align a run trained on data.dataset=fra-eng")
+                    _("{run_name} was trained on the numbers task (number words, not English–French "
+                      "sentences): {share} of the gold's {language} words are not in its "
+                      "vocabulary, so its AER would measure nothing; align a run trained on "
+                      "data.dataset=fra-eng").format(run_name=run_name(tr), share=f"{100 * rates['not_in_vocab']:.0f} %", language=LANG_NAMES[lang]))
     return pairs, en_first
 
 

@@ -134,17 +134,17 @@ def check_same_split(runs: list[tuple[str, Any]]) -> None:
         a, b = cfg0.data.direction, cfg.data.direction
         if a != b:
             raise AttnlabError(
-                f"{name0} translates {a.replace('-', '→')} and {name} {b.replace('-', '→')}: their sources and "
-                "references are in different languages, so no BLEU of one sits beside the other's; compare runs "
-                "of one data.direction"
+                _("{name0} translates {value} and {name} {value2}: their sources and references are in "
+                  "different languages, so no BLEU of one sits beside the other's; compare runs of one "
+                  "data.direction").format(name0=name0, value=a.replace('-', '→'), name=name, value2=b.replace('-', '→'))
             )
         for key in SPLIT_KEYS:
             a, b = getattr(cfg0.data, key), getattr(cfg.data, key)
             if a != b:
                 raise AttnlabError(
-                    f"{name0} and {name} split the data differently (data.{key} = {a} vs {b}): a test "
-                    "sentence of one may be a training sentence of the other; compare runs trained with "
-                    "the same data.dataset, data.valid_frac and data.test_frac"
+                    _("{name0} and {name} split the data differently (data.{key} = {a} vs {b}): a test "
+                      "sentence of one may be a training sentence of the other; compare runs trained "
+                      "with the same data.dataset, data.valid_frac and data.test_frac").format(name0=name0, name=name, key=key, a=a, b=b)
                 )
 
 
@@ -160,7 +160,8 @@ def common_sample(tr: Translator, n: int, data: str | Path | None = None) -> _Sa
         if split is not None and len(rows) < n:
             rows += [(split, i) for i in split.unique_sources()]
     if not rows:
-        raise AttnlabError(f"{tr.run_dir}: the validation and test splits are empty; nothing to compare on")
+        raise AttnlabError(_("{run_dir}: the validation and test splits are empty; nothing to compare "
+                             "on").format(run_dir=tr.run_dir))
     if len(rows) > n:
         rows = [rows[k * len(rows) // n] for k in range(n)]
     out = _Sample([], [], [], [])
@@ -306,9 +307,10 @@ def run(
     from attnlab.progress import Progress
 
     if len(runs) < 2:
-        raise AttnlabError("give at least two run folders to compare, e.g. `attnlab compare runs/a runs/b`")
+        raise AttnlabError(_("give at least two run folders to compare, e.g. `attnlab compare runs/a "
+                             "runs/b`"))
     if bleu_sentences < 1:
-        raise AttnlabError(f"--sentences {bleu_sentences} must be at least 1")
+        raise AttnlabError(_("--sentences {bleu_sentences} must be at least 1").format(bleu_sentences=bleu_sentences))
     run_dirs = [Path(r) for r in runs]
     trs = [Translator.from_run(d, which=which, device=device) for d in run_dirs]
     check_same_split([(d.name, tr.cfg) for d, tr in zip(run_dirs, trs)])

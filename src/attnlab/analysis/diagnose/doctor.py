@@ -719,14 +719,15 @@ def _read_config(run_dir: Path):
 
     if not run_dir.is_dir():
         raise AttnlabError(
-            f"run folder {run_dir} does not exist; give the --out folder of an `attnlab train` run"
+            _("run folder {run_dir} does not exist; give the --out folder of an `attnlab train` run").format(run_dir=run_dir)
         )
     if not (run_dir / "config.toml").is_file():
-        raise AttnlabError(f"{run_dir} has no config.toml: it is not the folder of an `attnlab train` run")
+        raise AttnlabError(_("{run_dir} has no config.toml: it is not the folder of an `attnlab train` "
+                             "run").format(run_dir=run_dir))
     try:
         return config_mod.load_toml(run_dir / "config.toml")
     except config_mod.ConfigError as e:
-        raise AttnlabError(f"{run_dir} is not a usable run folder: {e}") from None
+        raise AttnlabError(_("{run_dir} is not a usable run folder: {e}").format(run_dir=run_dir, e=e)) from None
 
 
 def _vocab_size(run_dir: Path, stats: dict[str, Any]) -> int:
@@ -754,8 +755,8 @@ def run(run_dir: str | Path) -> DoctorReport:
     valid = [r for r in records if r.get("event") == "valid" and "step" in r]
     if not train and not valid:
         raise AttnlabError(
-            f"{run_dir / 'metrics.jsonl'} holds no training or validation records; "
-            "train the run (with train.log_every > 0) before asking the doctor"
+            _("{path} holds no training or validation records; train the run (with train.log_every > "
+              "0) before asking the doctor").format(path=run_dir / "metrics.jsonl")
         )
     try:
         meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))

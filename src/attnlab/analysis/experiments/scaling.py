@@ -130,20 +130,20 @@ class Ladder:
     def __post_init__(self) -> None:
         unknown = set(self.widths) - set(FAMILIES)
         if unknown:
-            raise AttnlabError(f"unknown families {sorted(unknown)}; choose from {', '.join(FAMILIES)}")
+            raise AttnlabError(_("unknown families {sorted}; choose from {choices}").format(sorted=sorted(unknown), choices=', '.join(FAMILIES)))
         for name, widths in self.widths.items():
             for w in widths:
                 if w < 8 or w % 4:
-                    raise AttnlabError(f"width {w} for {name} must be a multiple of 4 and >= 8 "
-                                       "(the Transformer splits it between 4 heads)")
+                    raise AttnlabError(_("width {w} for {name} must be a multiple of 4 and >= 8 (the "
+                                         "Transformer splits it between 4 heads)").format(w=w, name=name))
                 if w > MAX_WIDTH:
-                    raise AttnlabError(f"width {w} for {name} is wider than the ladder plans ({MAX_WIDTH}: a rung's "
-                                       "weights grow as width squared); give --widths up to "
-                                       f"{MAX_WIDTH}, e.g. --widths 64,128,256")
+                    raise AttnlabError(_("width {w} for {name} is wider than the ladder plans "
+                                         "({MAX_WIDTH}: a rung's weights grow as width squared); give "
+                                         "--widths up to {MAX_WIDTH}, e.g. --widths 64,128,256").format(w=w, name=name, MAX_WIDTH=MAX_WIDTH))
         if not self.budget_flops > 0:
-            raise AttnlabError(f"the budget per rung ({self.budget_flops:g} FLOPs) must be > 0")
+            raise AttnlabError(_("the budget per rung ({budget_flops:g} FLOPs) must be > 0").format(budget_flops=self.budget_flops))
         if min(self.lengths, default=2) < 2 or min(self.decode_steps, default=1) < 1:
-            raise AttnlabError("benchmark lengths must be >= 2 and decoding steps >= 1")
+            raise AttnlabError(_("benchmark lengths must be >= 2 and decoding steps >= 1"))
 
 
 #: three widths per family at 2e12 counted FLOPs per rung: sized for a laptop's CPU (how long it took:
@@ -191,7 +191,7 @@ def rung_config(ladder: Ladder, family: Family, width: int, where: Where, steps:
 def steps_for_budget(budget_flops: float, flops_per_step: float) -> int:
     """Updates that spend ``budget_flops`` at ``flops_per_step`` each (rounded, at least 1)."""
     if not flops_per_step > 0:
-        raise AttnlabError(f"a training step must cost FLOPs; counted {flops_per_step!r}")
+        raise AttnlabError(_("a training step must cost FLOPs; counted {flops_per_step!r}").format(flops_per_step=flops_per_step))
     return max(1, round(budget_flops / flops_per_step))
 
 
@@ -460,8 +460,8 @@ def bench_estimate_s(rung: Rung, ladder: Ladder) -> float:
 def check_out_dir(out_dir: Path) -> None:
     """Refuse a folder that already holds a ladder (its rungs' run folders would be mixed)."""
     if (out_dir / "scaling.json").exists() or (out_dir / "runs").exists():
-        raise AttnlabError(f"{out_dir} already holds a scaling ladder (scaling.json or runs/); "
-                           "choose another --out or remove it")
+        raise AttnlabError(_("{out_dir} already holds a scaling ladder (scaling.json or runs/); choose "
+                             "another --out or remove it").format(out_dir=out_dir))
 
 
 @dataclass

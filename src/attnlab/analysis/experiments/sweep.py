@@ -75,7 +75,7 @@ class SweepResult(TextReport):
         """The ``attnlab train`` line that trains the best trial again into ``out``: ``best.toml`` with the
         best trial's own kind (``--model`` must agree with the file's ``model.kind``)."""
         if self.best_config is None:
-            raise AttnlabError("the sweep has no best trial yet")
+            raise AttnlabError(_("the sweep has no best trial yet"))
         return (f"attnlab train --model {self.best_config.model.kind} "
                 f"--config {shlex.quote(str(self.out_dir / 'best.toml'))} --out {shlex.quote(out)}")
 
@@ -101,18 +101,19 @@ def parse_grid(items: list[str]) -> dict[str, list[str]]:
     for item in items:
         if "=" not in item or "." not in item.split("=", 1)[0]:
             raise ConfigError(
-                f"--grid item {item!r} must look like section.key=v1,v2, e.g. train.lr=1e-3,3e-3"
+                _("--grid item {item!r} must look like section.key=v1,v2, e.g. train.lr=1e-3,3e-3").format(item=item)
             )
         key, values = item.split("=", 1)
         key = key.strip()
         vals = [v.strip() for v in values.split(",") if v.strip()]
         if not vals:
-            raise ConfigError(f"--grid item {item!r} lists no values; give them comma-separated: {key}=v1,v2")
+            raise ConfigError(_("--grid item {item!r} lists no values; give them comma-separated: "
+                                "{key}=v1,v2").format(item=item, key=key))
         if key in axes:
-            raise ConfigError(f"--grid names {key} twice; list all its values in one item: {key}=v1,v2")
+            raise ConfigError(_("--grid names {key} twice; list all its values in one item: {key}=v1,v2").format(key=key))
         axes[key] = vals
     if not axes:
-        raise ConfigError("--grid needs at least one axis, e.g. --grid train.lr=1e-3,3e-3")
+        raise ConfigError(_("--grid needs at least one axis, e.g. --grid train.lr=1e-3,3e-3"))
     return axes
 
 
@@ -167,10 +168,10 @@ def run(
     """
     out_dir = Path(out_dir)
     if (out_dir / "sweep.json").exists() or any(out_dir.glob("trial-*")):
-        raise AttnlabError(f"{out_dir} already holds a sweep; choose another --runs-dir")
+        raise AttnlabError(_("{out_dir} already holds a sweep; choose another --runs-dir").format(out_dir=out_dir))
     if minutes_per_trial <= 0 and not base.train.max_steps and not base.train.max_epochs:
         raise AttnlabError(
-            "a trial needs a budget: give --max-minutes, train.max_steps or train.max_epochs"
+            _("a trial needs a budget: give --max-minutes, train.max_steps or train.max_epochs")
         )
     points = grid_points(axes, random_n, seed)
     configs = [trial_config(base, p, minutes_per_trial) for p in points]
@@ -251,8 +252,8 @@ def _pick_best(result: SweepResult, configs: list[Config]) -> None:
     if not scored:
         atomic_write_json(out_dir / "sweep.json", result.to_json())
         raise AttnlabError(
-            f"no trial finished with a validation score (see {out_dir / 'sweep.json'}); "
-            "lower train.lr or give each trial more time"
+            _("no trial finished with a validation score (see {value}); lower train.lr or give each "
+              "trial more time").format(value=out_dir / 'sweep.json')
         )
     best = max(scored, key=_rank_key)
     result.best = best.index

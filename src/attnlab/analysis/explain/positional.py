@@ -60,14 +60,15 @@ def default_columns(dim: int) -> list[int]:
 
 def _check_args(dim: int, positions: int, max_shift: int, columns: list[int]) -> None:
     if dim < 2 or dim > 4096:
-        raise AttnlabError(f"--dim {dim} must lie between 2 and 4096 (one sin/cos pair needs 2 columns)")
+        raise AttnlabError(_("--dim {dim} must lie between 2 and 4096 (one sin/cos pair needs 2 "
+                             "columns)").format(dim=dim))
     if positions < 2 or positions > 100_000:
-        raise AttnlabError(f"--positions {positions} must lie between 2 and 100000")
+        raise AttnlabError(_("--positions {positions} must lie between 2 and 100000").format(positions=positions))
     if max_shift < 1:
-        raise AttnlabError(f"--max-shift {max_shift} must be >= 1")
+        raise AttnlabError(_("--max-shift {max_shift} must be >= 1").format(max_shift=max_shift))
     bad = [c for c in columns if not 0 <= c < dim]
     if bad:
-        raise AttnlabError(f"--columns {bad} out of range; columns lie in 0..{dim - 1}")
+        raise AttnlabError(_("--columns {bad} out of range; columns lie in 0..{value}").format(bad=bad, value=dim - 1))
 
 
 def run(dim: int | None = None, positions: int = 60, max_shift: int = 10, columns: list[int] | None = None,
@@ -84,7 +85,8 @@ def run(dim: int | None = None, positions: int = 60, max_shift: int = 10, column
     if translator is not None:
         own = translator.cfg.model.num_hiddens
         if dim is not None and dim != own:
-            raise AttnlabError(f"--dim {dim} differs from the run's model.num_hiddens={own}; drop --dim with RUN")
+            raise AttnlabError(_("--dim {dim} differs from the run's model.num_hiddens={own}; drop "
+                                 "--dim with RUN").format(dim=dim, own=own))
         dim = own
     dim = 32 if dim is None else dim
     columns = default_columns(dim) if columns is None else list(columns)
@@ -253,12 +255,12 @@ def delta_example(dim: int, delta: int = 2, a: int = 3, b: int = 10, table: Tens
     None: :func:`sinusoidal_table` in float64. Raises AttnlabError when the table is too short.
     """
     if dim < 2:
-        raise AttnlabError(f"d={dim} must be >= 2 (one sin/cos pair needs 2 columns)")
+        raise AttnlabError(_("d={dim} must be >= 2 (one sin/cos pair needs 2 columns)").format(dim=dim))
     rows = max(a, b) + delta + 1
     from_model = table is not None
     table = sinusoidal_table(rows, dim) if table is None else table[:rows].detach().cpu()
     if table.shape[0] < rows:
-        raise AttnlabError(f"the position table has {table.shape[0]} rows; the example needs {rows}")
+        raise AttnlabError(_("the position table has {shape} rows; the example needs {rows}").format(shape=table.shape[0], rows=rows))
     J = dim // 2
     shown = sorted({0, 1, J // 2, J - 1} & set(range(J)))
     err_a = (_rotate_all(table, a, delta) - table[a + delta].double()).abs().max().item()

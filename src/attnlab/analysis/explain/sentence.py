@@ -204,9 +204,10 @@ def run(translator: Translator, sentence: str, reference: str | None = None, top
     t = traits(tr.cfg.model)
     ids, truncated = tr.encode_source(sentence)
     if not ids:
-        raise AttnlabError(f"{sentence!r} has no token after preprocessing; give an English sentence")
+        raise AttnlabError(_("{sentence!r} has no token after preprocessing; give an English sentence").format(sentence=sentence))
     if reference is not None and not tr.tgt_tok.encode(reference):
-        raise AttnlabError(f"--reference {reference!r} has no token after preprocessing; give a French sentence")
+        raise AttnlabError(_("--reference {reference!r} has no token after preprocessing; give a "
+                             "French sentence").format(reference=reference))
     model = scratch_gru_copy(tr) if t.recurrent else tr.model  # the GRU's gates need the scratch cell
     model.eval()
     # decoding first, so the teacher-forced passes can follow the model's own output
