@@ -114,6 +114,19 @@ def register(sub) -> None:
                                                    "$ATTNLAB_GOLD_DIR, else "
                                                    "$ATTNLAB_DATA_DIR/hansards-enfr)"))
     add_device_arg(s)
+    _limit_arguments(s)
+    s.add_argument(
+        "--log-level",
+        default="info",
+        dest="log_level",
+        choices=("critical", "error", "warning", "info", "debug"),
+        help=_("the server's log level (uvicorn's)"),
+    )
+    s.set_defaults(func=cmd_serve)
+
+
+def _limit_arguments(s) -> None:
+    """The options of `web.guards.Limits`: what one server accepts, and how much of the machine it takes."""
     s.add_argument("--workers", type=_positive, default=2, help=_("threads running models"))
     s.add_argument(
         "--threads", type=_positive, default=None, help=_("PyTorch intra-op threads (default: cores / "
@@ -162,14 +175,6 @@ def register(sub) -> None:
         dest="read_timeout",
         help=_("seconds a client has to send a request head, and then its body (408 and closed after)"),
     )
-    s.add_argument(
-        "--log-level",
-        default="info",
-        dest="log_level",
-        choices=("critical", "error", "warning", "info", "debug"),
-        help=_("the server's log level (uvicorn's)"),
-    )
-    s.set_defaults(func=cmd_serve)
 
 
 def _positive(text: str) -> int:
