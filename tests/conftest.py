@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
 import torch
 
 from attnlab import config as C
+
+# A shell starts a job it puts in the background (`pytest … &`, a script's `( … &)`) with SIGINT ignored,
+# and an ignored signal stays ignored across exec: every `attnlab` the tests start would then ignore the
+# Ctrl-C the signal tests send it, and those tests would test the shell instead. The tests' children start
+# as from a terminal: SIGINT at its default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 torch.set_num_threads(1)  # tests run under pytest-xdist on 2 cores: one thread per worker
 os.environ.setdefault("ATTNLAB_OFFLINE", "1")

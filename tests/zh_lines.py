@@ -2,7 +2,7 @@
 
 A line passes when it holds a CJK character, or when every word in it is something a Chinese page also
 shows as it is: a token of the run's vocabularies (the sentences and translations), a number, code (an
-option, a path, a dotted or snake_case name, a CamelCase class, a `backticked` span, a ``key = value`` config line, a shell command line), a model or method name from
+option, a path, a dotted or snake_case name, an example line's sentence and translation, a CamelCase class, a `backticked` span, a ``key = value`` config line, a shell command line), a model or method name from
 :data:`ALLOWED` (GRU, Transformer, BLEU, …), or a single letter. A line with two or more other English
 words is English prose that was not translated.
 """
@@ -29,13 +29,16 @@ _CODE = re.compile(r"`[^`]*`|\S*[/\\=_@#$%^&*<>{}\[\]|~]\S*|(?<![\w-])--?\w[\w-]
 _ASSIGNMENT = re.compile(r"\s*[\w.-]+\s*=\s")  # a config line, `direction = "en-fr"`: code
 _SHELL = re.compile(r"\s*(\$ )?(attnlab|echo|python3?|pip|git|cd|curl)\s")  # a command line: code
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*")
+# an example line, `  SOURCE => TRANSLATION   …`: the sentence and the model's output are data, whatever a
+# barely trained model writes (joined BPE pieces are in no vocabulary)
+_EXAMPLE = re.compile(r"^\s*\S.*?\s=>\s.*?(?=\s{2,}|$)")
 
 
 def english_words(line: str, vocab: frozenset[str] = frozenset()) -> list[str]:
     """The words of ``line`` that are English prose (see the module docstring); [] for a CJK line."""
     if _CJK.search(line) or _ASSIGNMENT.match(line) or _SHELL.match(line):
         return []
-    stripped = _CODE.sub(" ", line)
+    stripped = _CODE.sub(" ", _EXAMPLE.sub(" ", line))
     words = [w for w in _WORD.findall(stripped) if len(w) > 1]
     return [w for w in words if w.lower() not in ALLOWED and w.lower() not in vocab and w not in vocab]
 
