@@ -112,13 +112,7 @@ def evaluate_split(translator: Translator, split, beam_size: int = 1, batch_size
         rows = rows[:max_sentences]
     n = len(rows)
     src = [split.src[i][: translator.max_src_tokens] for i in rows]
-    t0 = time.perf_counter()
-    if progress:
-        hyps = decode_with_bar(translator, src, beam_size, batch_size)
-    else:
-        hyps = decode_many(translator.model, src, translator.cfg.decode, translator.device, beam_size=beam_size,
-                           batch_size=batch_size)
-    seconds = time.perf_counter() - t0
+    hyps, seconds = _decode(translator, src, beam_size, batch_size, progress)
     texts = [translator.tgt_tok.decode(h[0].tokens) for h in hyps]
     refs = [[translator.tgt_tok.detokenize(r.split()) for r in split.references[i]] for i in rows]
     tok = bleu_tokenize(translator.tgt_tok.lang)
@@ -174,13 +168,7 @@ def evaluate_files(translator: Translator, sources: Sequence[str], references: S
     encoded = [translator.encode_source(s)[0] for s in sources]
     todo = [i for i, ids in enumerate(encoded) if ids]
     src = [encoded[i] for i in todo]
-    t0 = time.perf_counter()
-    if progress:
-        hyps = decode_with_bar(translator, src, beam_size, batch_size)
-    else:
-        hyps = decode_many(translator.model, src, translator.cfg.decode, translator.device, beam_size=beam_size,
-                           batch_size=batch_size)
-    seconds = time.perf_counter() - t0
+    hyps, seconds = _decode(translator, src, beam_size, batch_size, progress)
     texts = [""] * n
     for i, h in zip(todo, hyps):
         texts[i] = tgt.decode(h[0].tokens)
@@ -197,6 +185,19 @@ def file_report_name(src: str | Path) -> str:
     """The name a ``--src`` file's report takes in the run folder: ``file-<its name without the extension>`` (``eval-file-….json``),
     never a split's (``eval-test.json`` is the test split's, which the web page and ``compare`` read)."""
     return "file-" + (re.sub(r"[^\w.-]+", "_", Path(src).stem).strip("._") or "src")
+
+
+def _decode(translator: Translator, src: list[list[int]], beam_size: int, batch_size: int,
+            progress: bool) -> tuple[list, float]:
+    """Every source decoded (with progress on stderr or without: the same batches and hypotheses), and the
+    seconds it took."""
+    t0 = time.perf_counter()
+    if progress:
+        hyps = decode_with_bar(translator, src, beam_size, batch_size)
+    else:
+        hyps = decode_many(translator.model, src, translator.cfg.decode, translator.device, beam_size=beam_size,
+                           batch_size=batch_size)
+    return hyps, time.perf_counter() - t0
 
 
 def decode_with_bar(translator: Translator, src: list[list[int]], beam_size: int | None,
