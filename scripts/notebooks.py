@@ -258,14 +258,21 @@ ig = attribution.run(gru, SENTENCE)  # `attnlab attribute`: integrated gradients
 print(ig.format())
 '''),
     section(2, """
-Bahdanau attention is the Query–Key–Value framework: the **Query** is the decoder's previous state
-$\\mathbf{s}_{t'-1}$, the **Keys** and the **Values** are the encoder states $\\mathbf{h}_t$, and the output
-is the context vector. `explain` names each tensor with its shape and recomputes step 1's scores by hand from
-$W_q$, $W_k$ and $w_v$ (the additive score $w_v^\\top \\tanh(W_q q + W_k k)$).
+Bahdanau attention is the Query–Key–Value framework: the **Query** is a decoder state, the **Keys** and the
+**Values** are the encoder states $\\mathbf{h}_t$, and the output is the context vector. D2L's query is the
+previous state $\\mathbf{s}_{t'-1}$; attnlab's Bahdanau model asks with the state just computed,
+$\\mathbf{s}_{t'}$, and its output layer reads $\\tanh(W_c[\\mathbf{s}_{t'}; \\mathbf{c}_{t'}])$ (Luong et al.
+2015's order; `model.attention_query=previous` trains D2L's): the context then bears on the word it is
+computed for, and the map moves from word to word (docs/experiments/bahdanau-alignment.md). `explain` names
+each tensor with its shape and recomputes step 1's scores by hand from $W_q$, $W_k$ and $w_v$ (the additive
+score $w_v^\\top \\tanh(W_q q + W_k k)$).
 """, """
-Bahdanau 注意力本质上还是 QKV 框架：**查询**是解码器上一时间步的隐藏状态 $\\mathbf{s}_{t'-1}$，**键**和**值**
-都是编码器的隐藏状态 $\\mathbf{h}_t$，输出是上下文向量。`explain` 给出每个张量和它的形状，并用 $W_q$、$W_k$、
-$w_v$ 手算第 1 步的评分（加性注意力 $w_v^\\top \\tanh(W_q q + W_k k)$）。
+Bahdanau 注意力本质上还是 QKV 框架：**查询**是解码器的隐藏状态，**键**和**值**都是编码器的隐藏状态
+$\\mathbf{h}_t$，输出是上下文向量。D2L 用上一时间步的状态 $\\mathbf{s}_{t'-1}$ 作查询；attnlab 的 Bahdanau
+模型用这一步刚算出的状态 $\\mathbf{s}_{t'}$ 作查询，输出层读入 $\\tanh(W_c[\\mathbf{s}_{t'}; \\mathbf{c}_{t'}])$
+（Luong 等 2015 的顺序；`model.attention_query=previous` 则训练 D2L 的顺序）：这样上下文向量直接作用于它所
+计算的那个词，注意力图会随输出的词移动（docs/experiments/bahdanau-alignment.md）。`explain` 给出每个张量和
+它的形状，并用 $W_q$、$W_k$、$w_v$ 手算第 1 步的评分（加性注意力 $w_v^\\top \\tanh(W_q q + W_k k)$）。
 """),
     code('''
 print(part(explain_gru, 6))

@@ -73,10 +73,12 @@ def _dataset(data: str | None) -> tuple[str, str | None]:
         return "numbers", None
 
 
-def _config(kind: str, dataset: str, path: str | None, minutes: float, threads: int, peak: float):
+def _config(kind: str, dataset: str, path: str | None, minutes: float, threads: int, peak: float,
+            seed: int | None = None):
     cfg = config_mod.apply_overrides(config_mod.preset(kind), [
         f"data.dataset={dataset}", *([f"data.data_path={path}"] if path else []),
-        f"train.max_minutes={minutes}", f"train.threads={threads}", *DEMO_OVERRIDES])
+        f"train.max_minutes={minutes}", f"train.threads={threads}", *DEMO_OVERRIDES,
+        *([f"train.seed={seed}"] if seed is not None else [])])
     cfg, why = sizing.resolve(cfg, frozenset(), peak=peak)
     if dataset != "fra-eng" or peak * minutes >= SHORT_DEMO_COMPUTE:
         return cfg, why
@@ -94,10 +96,11 @@ def _config(kind: str, dataset: str, path: str | None, minutes: float, threads: 
 
 
 def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: int = 0,
-             progress: bool = True, verbose: bool = False, dataset: str | None = None) -> int:
+             progress: bool = True, verbose: bool = False, dataset: str | None = None,
+             seed: int | None = None) -> int:
     """Train :data:`DEMO_MODELS` for ``minutes`` each into ``out/KIND`` and show what they learnt.
     ``progress``: the training progress bars on stderr (off under ``--quiet``); ``verbose``: also
-    each model's sized config, as TOML, on stderr.
+    each model's sized config, as TOML, on stderr. ``seed``: both models' ``train.seed`` (None: the config's).
 
     ``minutes`` must be a positive, finite budget: the models are sized for it, and without one nothing
     but a signal would end the first model's training. Ctrl-C or SIGTERM during training saves that
@@ -128,7 +131,7 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
         run = out / kind
         if run.exists():
             shutil.rmtree(run)
-        cfg, why = _config(kind, dataset, path, minutes, threads, peak)
+        cfg, why = _config(kind, dataset, path, minutes, threads, peak, seed)
         print("\n" + _("== training {kind} for {minutes:g} minutes ==").format(kind=kind, minutes=minutes))
         if why:
             print(why)
@@ -173,7 +176,7 @@ def _show(kind: str, tr, dataset: str, out: Path, peak: float, minutes: float) -
                   .format(peak=peak, command=f"attnlab demo --max-minutes {max(2 * minutes, USABLE_COMPUTE / peak):.1f}"))
         sentence = EXAMPLE[0]
     result, depends = attention_report(tr, sentence)
-    print(cross_attention_table(result))
+    print(cross_attention_table(result, getattr(tr.cfg.model, "attention_query", "previous")))
     print(depends.format())  # the alignment verdict beside integrated gradients (§1, §25)
     for p in result.save(out / kind / "attention", tr.name, formats=("png",)):
         print(f"  wrote {p}")
@@ -191,10 +194,11 @@ def attention_report(tr, sentence: str):
     return result, depends_on(tr, sentence, ig_steps=IG_STEPS, result=result)
 
 
-def cross_attention_table(result) -> str:
+def cross_attention_table(result, query: str = "previous") -> str:
     """The map every alignment verdict reads (:func:`~attnlab.evaluation.alignment.verdict_map`: the last
     layer's cross-attention, heads averaged) as a text table: rows are the generated tokens, columns the
-    source tokens, and each row names the source token it looks at most."""
+    source tokens, and each row names the source token it looks at most. ``query``: a Bahdanau model's
+    ``model.attention_query``, named in the title (its query is s(t'−1) or s(t'))."""
     maps = result.attention.get("cross")
     if maps is None:  # the decoder-only model: its one map is causal self-attention (§28)
         return "  " + _("(no cross-attention in this model)")
@@ -202,7 +206,8 @@ def cross_attention_table(result) -> str:
     src = result.src_tokens[: w.shape[1]]
     queries = result.tgt_tokens[: w.shape[0]]
     width = max(6, *(len(s) + 1 for s in src))
-    title = _("Bahdanau attention α(s_t'-1, h_t)") if maps.shape[1] == 1 and maps.shape[0] == 1 else \
+    bahdanau = _("Bahdanau attention α(s_t', h_t)") if query == "current" else _("Bahdanau attention α(s_t'-1, h_t)")
+    title = bahdanau if maps.shape[1] == 1 and maps.shape[0] == 1 else \
         _("cross-attention, layer {layer} of {layers}, {heads} heads averaged").format(
             layer=maps.shape[0], layers=maps.shape[0], heads=maps.shape[1])
     lines = ["  " + _("{title} for {sentence!r} (rows: output tokens, columns: source tokens)").format(

@@ -198,9 +198,11 @@ def _expected(cfg: C.ModelConfig, Vs: int, Vt: int) -> int:
         M = 2 * D
     else:
         enc, M = Vs * E + _gru(E, D, L), D
-    dec = Vt * E + _gru(E + (M if cfg.kind == "bahdanau" else D), D, L)
+    after = cfg.kind == "bahdanau" and cfg.attention_query == "current"  # the GRU reads the embedding alone
+    dec = Vt * E + _gru(E + (0 if after else M if cfg.kind == "bahdanau" else D), D, L)
     att = M * D + D * D + D if cfg.kind == "bahdanau" else 0  # W_k (M×D), W_q (D×D), w_v (D), no biases (§2)
-    return enc + dec + att + out
+    combine = (D + M) * D + D if after else 0  # W_c of tanh(W_c [s; c]) and its bias (Luong et al. 2015)
+    return enc + dec + att + combine + out
 
 
 @pytest.mark.parametrize(
@@ -214,6 +216,8 @@ def _expected(cfg: C.ModelConfig, Vs: int, Vt: int) -> int:
         ("bahdanau", []),
         ("bahdanau", ["model.embed_size=16", "model.tie_embeddings=false", "model.num_layers=2"]),
         ("bahdanau", ["model.bidirectional=true", "model.num_layers=2"]),
+        ("bahdanau", ["model.attention_query=previous"]),  # D2L §10.4's order: the GRU reads emb ⊕ c
+        ("bahdanau", ["model.attention_query=previous", "model.bidirectional=true"]),
         ("seq2seq", []),
         ("seq2seq", ["model.num_layers=2"]),
         ("seq2seq", ["model.bidirectional=true"]),
@@ -238,6 +242,8 @@ def test_param_counts_equal_formulas(kind, extra):
         assert report.count("FFN") == 2 * L * _ffn(D, cfg.ffn_num_hiddens)
     if kind == "bahdanau":
         assert report.count("additive attention") == (3 if cfg.bidirectional else 2) * D * D + D
+        M = (2 if cfg.bidirectional else 1) * D
+        assert report.count("attentional layer W_c") == ((D + M) * D + D if cfg.attention_query == "current" else 0)
     output = next(g for g in report.groups if g.name.startswith("output"))
     assert bool(output.tied) == cfg.tie_embeddings
 

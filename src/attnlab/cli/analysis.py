@@ -192,8 +192,8 @@ def _add_sweep(sub) -> None:
         help=_("seed of the random points (default: 0) and train.seed of every trial (default: the "
                "config's, 42)"),
     )
-    s.add_argument("--threads", type=int, help=_("torch threads (default: the config's train.threads, "
-                                                 "all cores)"))
+    s.add_argument("--threads", type=int, help=_("torch threads (default: the config's train.threads: "
+                                                 "one per core this process may use)"))
     add_device_arg(s, config_key=True)
     s.add_argument(  # not required=True: argparse would refuse the deprecated --out that sets it too
         "--runs-dir",

@@ -19,7 +19,8 @@ def cmd_demo(args) -> int:
 
     writable_folder(args.runs_dir, "--runs-dir")  # before the machine is measured and the corpus read
     return run_demo(out=Path(args.runs_dir), minutes=args.max_minutes, data=args.data, threads=args.threads,
-                    progress=show_progress(args), verbose=args.verbose, dataset=args.dataset)
+                    progress=show_progress(args), verbose=args.verbose, dataset=args.dataset,
+                    seed=args.seed)
 
 
 def register(sub) -> None:
@@ -41,7 +42,11 @@ def register(sub) -> None:
     m.add_argument("--dataset", choices=config_mod.DATASETS, default=None,
                    help=_("fra-eng (Tatoeba) or the offline numbers task (default: fra-eng where it "
                           "can be found, else numbers)"))
-    m.add_argument("--threads", type=int, default=0, help=_("torch threads (0 = PyTorch's default, all "
-                                                            "cores)"))
+    m.add_argument("--threads", type=int, default=0, help=_("torch threads (0 = one per core this process "
+                                                            "may use, no more than a CPU quota allows)"))
+    m.add_argument("--seed", type=int, default=config_mod.TrainConfig.seed, metavar="N",
+                   help=_("train.seed of both models (default: {seed}); another seed draws other initial "
+                          "weights and batches, to see which of the demo's results hold").format(
+                       seed=config_mod.TrainConfig.seed))
     add_verbosity_args(m)
     m.set_defaults(func=cmd_demo)

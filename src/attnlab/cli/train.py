@@ -103,8 +103,8 @@ def _add_train_config_args(p: argparse.ArgumentParser, model_required: bool) -> 
                           "§5–8) (default: the config's, auto)"))
     p.add_argument("--seed", type=int, help=_("random seed (default: the config's train.seed, 42)"))
     p.add_argument("--threads", type=int,
-                   help=_("torch threads (default: the config's train.threads; 0 = PyTorch's default, "
-                          "all cores)"))
+                   help=_("torch threads (default: the config's train.threads; 0 = one per core this "
+                          "process may use, no more than a CPU quota allows)"))
     add_device_arg(p, config_key=True)
     add_config_args(p)
 

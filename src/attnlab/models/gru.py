@@ -350,7 +350,7 @@ class Seq2Seq(nn.Module):
 
 @dataclass
 class BahdanauState(DecoderState):
-    hidden: Tensor  # (L, B, D) decoder GRU state; hidden[-1] is the next query s(t'-1)
+    hidden: Tensor  # (L, B, D) decoder GRU state; hidden[-1] is the next query s(t'-1) under "previous"
     memory: Tensor  # (B, S, M) encoder states: keys = values (notes §2); M = D, or 2D if bidirectional
     projected_keys: Tensor  # (B, S, D) W_k h_t, computed once per sentence
     mask: Tensor  # (B, 1, S) True = real source token
@@ -360,16 +360,18 @@ class BahdanauState(DecoderState):
 class Bahdanau(nn.Module):
     """GRU encoder, GRU decoder with additive attention over all encoder states.
 
-    Step t': query = previous decoder top state s(t'-1), keys = values = encoder states h_t,
-    context c(t') = Σ α h_t; the decoder GRU reads ``embedding(y_{t'-1}) ⊕ c(t')``. The decoder starts
-    from the encoder's final state, as in D2L §10.4.
+    ``model.attention_query="previous"``, D2L §10.4 as written: at step t' the query is the previous decoder
+    top state s(t'-1), keys = values = encoder states h_t, context c(t') = Σ α h_t; the decoder GRU reads
+    ``embedding(y_{t'-1}) ⊕ c(t')`` and W_o reads its new state. The decoder starts from the encoder's final
+    state.
 
-    ``model.attention_query="current"`` orders the step as Luong et al. 2015 (§3.1, global attention, here
-    with the same score): the decoder GRU reads ``embedding(y_{t'-1})`` alone, its new top state s(t') is the
-    query, and W_o reads the attentional state ``s̃(t') = tanh(W_c [s(t'); c(t')])`` (``combine``) instead of
-    s(t'). The context then bears on the word it is computed for (with s(t'-1) it reaches the output only
-    through the next GRU step), and since the GRU no longer waits for the context, it runs over the whole
-    target in one call when training.
+    ``model.attention_query="current"`` (the Bahdanau preset's) orders the step as Luong et al. 2015 (§3.1,
+    global attention, here with the same additive score): the decoder GRU reads ``embedding(y_{t'-1})`` alone,
+    its new top state s(t') is the query, and W_o reads the attentional state ``s̃(t') = tanh(W_c [s(t');
+    c(t')])`` (``combine``) instead of s(t'). The context then bears on the word it is computed for (with
+    s(t'-1) it reaches the output only through the next GRU step), and since the GRU no longer waits for the
+    context, it runs over the whole target in one call when training. The score, the keys, the values and
+    the context are the notes' (§1–2) either way.
 
     How soon the rows of this map move from word to word, and what was tried to make them align on the
     notes' example, is measured in docs/experiments/ (bahdanau-movement.md, bahdanau-alignment.md).
@@ -383,7 +385,7 @@ class Bahdanau(nn.Module):
     @staticmethod
     def sizes(cfg: ModelConfig) -> tuple[int, int]:
         """``(key_size, query_size)`` of the attention: keys = values = encoder states (D, or 2D when the
-        encoder reads both ways), query = the decoder state s(t'-1) (D)."""
+        encoder reads both ways), query = the decoder state, s(t'-1) or s(t') (D)."""
         return cfg.num_hiddens * (2 if cfg.bidirectional else 1), cfg.num_hiddens
 
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int,

@@ -49,14 +49,20 @@ def test_in_proj_split_into_heads_is_nn_multiheadattentions_layout():
     torch.testing.assert_close(ours, cap.fwd.attention["cross"][0, 0], atol=1e-6, rtol=1e-5)
 
 
-def test_additive_scores_are_the_bahdanau_models_weights():
-    model, cap = _captured("bahdanau")
+@pytest.mark.parametrize("query", ["previous", "current"])
+def test_additive_scores_are_the_bahdanau_models_weights(query):
+    model, cap = _captured("bahdanau", f"model.attention_query={query}")
     calls = [c for c in cap.calls if c.name == "attention"]
-    assert len(calls) == len(TGT) + 1  # one additive attention per decoder step (<bos> y1 y2 y3)
-    for t, call in enumerate(calls):
-        query, values = call.args[0][0, 0], call.args[2][0]  # s(t'−1) (D,), h_t (S, M): keys = values
+    if query == "previous":  # one additive attention per decoder step (<bos> y1 y2 y3), s(t'−1) each
+        assert len(calls) == len(TGT) + 1
+        queries = [call.args[0][0, 0] for call in calls]
+    else:  # the GRU ran first over the whole target: one call, s(1) … s(T) as its queries
+        assert len(calls) == 1 and calls[0].args[0].shape[1] == len(TGT) + 1
+        queries = list(calls[0].args[0][0])
+    values = calls[0].args[2][0]  # h_t (S, M): keys = values
+    for t, q in enumerate(queries):
         with torch.inference_mode():
-            alpha = torch.softmax(additive_scores(model.attention, query, values), dim=-1)
+            alpha = torch.softmax(additive_scores(model.attention, q, values), dim=-1)
         torch.testing.assert_close(alpha, cap.fwd.attention["cross"][0, 0, 0, t], atol=1e-6, rtol=1e-5)
 
 

@@ -43,6 +43,7 @@ _RULES: tuple[tuple[str, str, str], ...] = (
     (r"^positional\.", N_("positional encoding (learned)"), "§13"),
     (r"^encoder\.(rnn|bridge)\.", N_("encoder GRU"), "§6–7"),
     (r"^attention\.", N_("additive attention"), "§2"),
+    (r"^combine\.", N_("attentional layer W_c"), "§1"),
     (r"^decoder\.", N_("decoder GRU"), "§6–7"),
     (r"^encoder_blocks\.\d+\.attention\.", N_("encoder self-attention"), "§11–12"),
     (r"^decoder_blocks\.\d+\.self_attention\.", N_("decoder masked self-attention"), "§18"),

@@ -120,6 +120,8 @@ TEXT: dict[str, str] = Templates({
                       "{gap_row:.1e} against the row step 1 printed"),
     "add.q": N_("  Query   q = s(t'−1), the decoder's previous top state {q} (at step 1 the encoder's final state, "
                 "where the decoder starts)"),
+    "add.q.current": N_("  Query   q = s(t'), the decoder's top state after this step's GRU update {q} (Luong et al. 2015's "
+                        "order, model.attention_query=current; D2L §10.4 queries with s(t'−1))"),
     "add.k": N_("  Keys    k_t = h_t, the encoder states {k}"),
     "add.v": N_("  Values  v_t = h_t, the same encoder states (Key = Value, §2): there is no W_v, the values are mixed "
                 "as they are"),
@@ -142,6 +144,8 @@ TEXT: dict[str, str] = Templates({
     "logit.W": N_("  W_o {W}, b_o {b}: the output layer's parameters (the notes' Dense layer, §8)"),
     "logit.tied": N_("  weight tying (model.tie_embeddings=true): W_o is the {table} table itself, one {W} tensor, "
                      "shared, counted once in §9's table; row id of W_o is token id's embedding"),
+    "logit.out.current": N_("  out = tanh(W_c [s; c]) at step 1, the attentional state the output layer reads (the "
+                            "decoder state and the context vector joined by W_c), {shape} = {vec}"),
     "logit.untied": N_("  W_o is its own matrix (model.tie_embeddings=false), apart from the target embedding"),
     "logit.id": N_("  id = {id} ({tok!r}, the token step 1 chose): W_o[{id}] = {vec}"),
     "logit.sum": N_("  W_o[{id}]·out = {dot:+.4f}, b_o[{id}] = {bias:+.4f} → logit = {hand:+.4f}; the model's logit "
@@ -407,7 +411,8 @@ def roles_section(model: nn.Module, t: ModelTraits, cap: Capture, src: list[str]
     module = attention_module(model, t, shown)
     with torch.inference_mode():
         if t.recurrent:  # Bahdanau: one attention module, whatever its score
-            _recurrent_roles(module, cap.of(attention_path(t, shown)), cap, src, printed_row, out)
+            _recurrent_roles(module, cap.of(attention_path(t, shown)), cap, src, printed_row, out,
+                             after_step=bool(getattr(model, "after_step", False)))
             return
         for kind in t.attention:
             call = cap.of(attention_path(t, kind))[0]
@@ -498,14 +503,15 @@ def additive_scores(att: nn.Module, query: Tensor, keys: Tensor) -> Tensor:
 
 
 def _recurrent_roles(att: nn.Module, calls: list[Call], cap: Capture, src: list[str], printed_row: Tensor | None,
-                     out: Out) -> None:
-    """Bahdanau's Query, Key and Value (the same for every score: s(t'−1) against the encoder states h_t),
-    then step 1's scores worked by hand when the module scores additively (:func:`is_additive`)."""
-    call = calls[0]  # step 1's call
-    query = _cpu(call.arg(0, "queries"))[0, 0]  # (D,) s(0)
+                     out: Out, after_step: bool = False) -> None:
+    """Bahdanau's Query, Key and Value (the same for every score: the decoder state, s(t'−1) or with
+    ``after_step`` s(t'), against the encoder states h_t), then step 1's scores worked by hand when the
+    module scores additively (:func:`is_additive`)."""
+    call = calls[0]  # step 1's call (after_step: every step's queries in one call, step 1's first)
+    query = _cpu(call.arg(0, "queries"))[0, 0]  # (D,) s(0), or s(1) after the step
     values = _cpu(call.arg(2, "values"))[0]  # (S, M): the keys are these same states
     context = call.output[0]
-    _say(out, "add.q", q=_fmt((1, 1, query.numel())))
+    _say(out, "add.q.current" if after_step else "add.q", q=_fmt((1, 1, query.numel())))
     _say(out, "add.k", k=_fmt((1, *values.shape)))
     _say(out, "add.v")
     _say(out, "add.o", c=_fmt(context.shape))
@@ -547,7 +553,8 @@ def logit_section(model: nn.Module, t: ModelTraits, cap: Capture, tgt_tok, out: 
         bias = float(b[tok_id]) if b is not None else 0.0
     hand = dot + bias
     _say(out, "logit.head")
-    _say(out, "logit.out", shape=_fmt(hidden.shape), vec=_vec(hidden))
+    _say(out, "logit.out.current" if getattr(model, "after_step", False) else "logit.out",
+         shape=_fmt(hidden.shape), vec=_vec(hidden))
     _say(out, "logit.W", W=_fmt(W.shape), b=_fmt(b.shape) if b is not None else "(none)")
     tied = [name for name in t.embeddings if model.get_submodule(name).weight is W]
     if tied:

@@ -263,7 +263,8 @@ class ExplainReport(TextReport):
             _gates_section(tr, self.tracks, self.scratch_gap, out)  # 4 (GRU models)
         roles.residual_section(model, cap, src_labels, tgt_labels, out)  # 4 (Transformers)
         roles.ffn_section(cap, src_labels, tgt_labels, out)  # 4, §19 (Transformers)
-        _decoding_section(self.steps, self.translation, len(tr.tgt_tok), self.top_k, out)  # 5
+        _decoding_section(self.steps, self.translation, len(tr.tgt_tok), self.top_k, out,
+                          after_step=getattr(tr.cfg.model, "attention_query", "previous") == "current")  # 5
         if self.depends is not None:
             out(self.depends.format())  # 5: the alignment verdict beside integrated gradients
         first_row = self.steps[0].weights if self.steps else None
@@ -527,8 +528,10 @@ def gates_figure(tracks: dict[str, GateTrack]):
     return fig
 
 
-def _decoding_section(steps: list[_Step], translation: str, V: int, top_k: int, out: Out) -> None:
-    """5. greedy decoding, one step at a time (§3, §8, §22), over a target vocabulary of ``V`` entries."""
+def _decoding_section(steps: list[_Step], translation: str, V: int, top_k: int, out: Out,
+                      after_step: bool = False) -> None:
+    """5. greedy decoding, one step at a time (§3, §8, §22), over a target vocabulary of ``V`` entries.
+    ``after_step``: a Bahdanau model whose query is its state after the step (``model.attention_query``)."""
     out(
         "\n" + _("== 5. greedy decoding, one step at a time (§22): attention over the source, then logits = "
                  "W_o s + b_o (§8), shape (1, {V}), softmax → probabilities; top {k} shown").format(
@@ -537,8 +540,14 @@ def _decoding_section(steps: list[_Step], translation: str, V: int, top_k: int, 
     with_context = [st for st in steps if st.context is not None]
     if with_context:
         gap = max(st.context_gap for st in with_context)
-        out(_("  context vector (§1): c_t' = Σ_t α(s_t'−1, h_t) h_t — the encoder states h_t (the values) weighted by"))
-        out(_("  this step's attention; the decoder GRU reads embedding(y_t'−1) ⊕ c_t'. Σ α h recomputed from the weights"))
+        if after_step:
+            out(_("  context vector (§1): c_t' = Σ_t α(s_t', h_t) h_t — the encoder states h_t (the values) weighted by"))
+            out(_("  this step's attention; the decoder GRU reads embedding(y_t'−1), its new state s_t' is the query, and"))
+            out(_("  W_o reads tanh(W_c [s_t'; c_t']) (Luong et al. 2015's order; D2L queries with s_t'−1)."))
+            out(_("  Σ α h recomputed from the weights"))
+        else:
+            out(_("  context vector (§1): c_t' = Σ_t α(s_t'−1, h_t) h_t — the encoder states h_t (the values) weighted by"))
+            out(_("  this step's attention; the decoder GRU reads embedding(y_t'−1) ⊕ c_t'. Σ α h recomputed from the weights"))
         out(_("  equals the attention module's own output: max |Δ| = {gap:.1e}").format(gap=gap))
     for t, st in enumerate(steps):
         out(_("  step {step}: input {input!r}").format(step=t + 1, input=st.input))
