@@ -1,8 +1,10 @@
 """The demo's two models on a slow machine, at fixed update counts: which sized config gets the notes' four
-sentences right, and whose attention map of ``i'm home .`` forms, over seeds.
+sentences right, and whose attention map of ``i'm home .`` forms, over seeds. ``--as train --minutes 12``
+does the same for the config ``attnlab train`` sizes for a 12-minute budget (the tiers of training/sizing.py).
 
     python bench/demo_budget.py --model transformer --updates 700,420 --seeds 1,2,3
     python bench/demo_budget.py --model bahdanau --updates 990 --set model.attention_query=current
+    python bench/demo_budget.py --as train --minutes 12 --updates 1232 --seeds 1,2 --set train.lr=0.0025
     python bench/demo_budget.py --report
 
 Each run builds exactly the config ``attnlab demo`` builds on a machine whose probe reads ``--peak`` GFLOP/s
@@ -33,17 +35,28 @@ from attnlab.data import corpus  # noqa: E402
 from attnlab.device import set_threads  # noqa: E402
 from attnlab.evaluation.alignment import check_result  # noqa: E402
 from attnlab.evaluation.evaluate import evaluate_split, is_right, notes_examples  # noqa: E402
+from attnlab.training import sizing  # noqa: E402
 from attnlab.training.loop import train  # noqa: E402
 from attnlab.translator import Translator  # noqa: E402
 
 SENTENCE = "i'm home ."
 
 
+def sized_config(kind: str, args) -> C.Config:
+    """The config ``attnlab demo`` (``--as demo``) or ``attnlab train --model KIND --max-minutes M``
+    (``--as train``) builds on a machine whose probe reads ``--peak``, for ``--minutes``."""
+    if args.as_ == "demo":
+        return demo._config(kind, "fra-eng", args.data, args.minutes, 1, args.peak)[0]
+    cfg = C.apply_overrides(C.preset(kind), [f"data.data_path={args.data}", f"train.max_minutes={args.minutes}",
+                                              "train.threads=1"])
+    return sizing.resolve(cfg, frozenset(), peak=args.peak)[0]
+
+
 def run_one(kind: str, updates: int, seed: int, extra: list[str], args, cache: dict) -> dict:
-    cfg, _ = demo._config(kind, "fra-eng", args.data, 1.5, 1, args.peak)
+    cfg = sized_config(kind, args)
     overrides = ["train.max_minutes=0", f"train.max_steps={updates}", f"train.seed={seed}", *extra]
     cfg = C.apply_overrides(cfg, overrides)
-    tag = "-".join([kind, str(updates), *[e.replace("=", "_").replace("/", "_") for e in extra], f"s{seed}"])
+    tag = "-".join([args.as_, f"{args.minutes:g}min", kind, str(updates), *[e.replace("=", "_").replace("/", "_") for e in extra], f"s{seed}"])
     run = args.out / tag
     key = (cfg.data.tokenizer, cfg.data.min_freq, cfg.data.bpe_vocab_size, cfg.data.max_pairs)
     if key not in cache:
@@ -61,7 +74,7 @@ def run_one(kind: str, updates: int, seed: int, extra: list[str], args, cache: d
     verdict = check_result(res_map)
     scores = evaluate_split(tr, cache[tkey], beam_size=1, max_sentences=args.test_sentences)
     m = tr.cfg.model
-    return {"model": kind, "updates": res.step, "seed": seed, "extra": extra, "peak": args.peak,
+    return {"as": args.as_, "minutes": args.minutes, "model": kind, "updates": res.step, "seed": seed, "extra": extra, "peak": args.peak,
             "train_s": round(train_s, 1), "size": tr.cfg.train.size, "d": m.num_hiddens,
             "max_pairs": tr.cfg.data.max_pairs, "lr": tr.cfg.train.lr,
             "notes_right": sum(is_right(e["source"], e["translation"]) for e in examples),
@@ -76,14 +89,14 @@ def report(path: Path) -> str:
     rows: dict[tuple, dict] = {}
     for line in path.read_text().splitlines():
         r = json.loads(line)
-        rows[(r["model"], r["updates"], tuple(r["extra"]), r["seed"])] = r
+        rows[(r.get("as", "demo"), r.get("minutes", 1.5), r["model"], r["updates"], tuple(r["extra"]), r["seed"])] = r
     groups: dict[tuple, list[dict]] = {}
-    for (kind, updates, extra, _seed), r in sorted(rows.items()):
-        groups.setdefault((kind, updates, extra), []).append(r)
-    out = ["| model | updates | overrides | seeds | notes' right per seed | map formed | rows on the table | "
-           "test BLEU (mean) |", "|---|---|---|---|---|---|---|---|"]
-    for (kind, updates, extra), rs in groups.items():
-        out.append(f"| {kind} | {updates} | {' '.join(extra) or '(the demo as it is)'} | "
+    for (as_, minutes, kind, updates, extra, _seed), r in sorted(rows.items()):
+        groups.setdefault((as_, minutes, kind, updates, extra), []).append(r)
+    out = ["| sized as | model | updates | overrides | seeds | notes' right per seed | map formed | rows on the table | "
+           "test BLEU (mean) |", "|---|---|---|---|---|---|---|---|---|"]
+    for (as_, minutes, kind, updates, extra), rs in groups.items():
+        out.append(f"| {as_} {minutes:g} min | {kind} | {updates} | {' '.join(extra) or '(as it ships)'} | "
                    f"{','.join(str(r['seed']) for r in rs)} | {' '.join(str(r['notes_right']) for r in rs)} | "
                    f"{sum(r['formed'] for r in rs)}/{len(rs)} | {' '.join(r['agree'] for r in rs)} | "
                    f"{sum(r['test_bleu'] for r in rs) / len(rs):.1f} |")
@@ -97,7 +110,10 @@ def main() -> int:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="overrides on top of the demo's sized config")
-    ap.add_argument("--peak", type=float, default=64.0, help="the probe the demo is sized for (GFLOP/s)")
+    ap.add_argument("--peak", type=float, default=64.0, help="the probe the config is sized for (GFLOP/s)")
+    ap.add_argument("--as", dest="as_", choices=("demo", "train"), default="demo",
+                    help="the config of `attnlab demo` or of `attnlab train --max-minutes M` (default: demo)")
+    ap.add_argument("--minutes", type=float, default=1.5, help="the budget the config is sized for (default 1.5)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/demo_budget"))
     ap.add_argument("--results", type=Path, default=None, help="JSON lines (default OUT/results.jsonl)")
     ap.add_argument("--data", default="/work/shared/data/fra-eng.zip")
