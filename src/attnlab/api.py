@@ -23,6 +23,7 @@ from typing import Any
 
 from attnlab import config as C
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.training.loop import TrainResult
 from attnlab.training.loop import train as _train_loop
 from attnlab.translator import Translator
@@ -72,7 +73,8 @@ def resolve_config(config: C.Config | str | Path | Mapping[str, Any], overrides:
     --model KIND --config FILE`` does. Raises :class:`~attnlab.config.ConfigError` naming the mistake.
     """
     if isinstance(overrides, str):
-        raise C.ConfigError(f"overrides must be a list of section.key=value strings, e.g. [{overrides!r}]")
+        raise C.ConfigError(_("overrides must be a list of section.key=value strings, e.g. [{overrides!r}]").format(
+            overrides=overrides))
     if isinstance(config, C.Config):
         cfg = config
     elif isinstance(config, Mapping):
@@ -124,7 +126,7 @@ def train(
     :class:`AttnlabError` for a bad config, an unusable ``out`` or missing data.
     """
     if not str(out).strip():
-        raise AttnlabError("out is empty; give the run folder to train into, e.g. 'runs/notebook'")
+        raise AttnlabError(_("out is empty; give the run folder to train into, e.g. 'runs/notebook'"))
     if resume:
         from attnlab.runs import read_run
 

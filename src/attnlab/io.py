@@ -47,18 +47,20 @@ def writable_folder(path: str | Path, option: str, keep: bool = False) -> Path:
     (a command that may still refuse its input leaves nothing behind; its writers create them).
     Raises :class:`~attnlab.errors.AttnlabError` naming ``option``."""
     from attnlab.errors import AttnlabError
+    from attnlab.i18n import _
 
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise AttnlabError(f"{option} {path} is a file, not a folder; give a folder (it is created if needed)")
+        raise AttnlabError(_("{option} {path} is a file, not a folder; give a folder (it is created if needed)").format(
+            option=option, path=path))
     created = [p for p in (path, *path.parents) if not p.exists()]
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as e:
-        raise AttnlabError(f"cannot write in {option} {path}: {e.strerror or e}; choose a folder you can "
-                           "write to") from None
+        raise AttnlabError(_("cannot write in {option} {path}: {error}; choose a folder you can write to").format(
+            option=option, path=path, error=e.strerror or e)) from None
     if not keep:
         for p in created:  # deepest first
             with contextlib.suppress(OSError):

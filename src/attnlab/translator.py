@@ -44,6 +44,7 @@ from attnlab.decoding.greedy import greedy_search
 from attnlab.decoding.hypothesis import length_cap, max_lengths
 from attnlab.device import pick_device
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.maps import AttentionResult
 from attnlab.models import ModelOutput, traits
 
@@ -267,8 +268,9 @@ class Translator:
     def check_translates(self) -> None:
         """Raise :class:`AttnlabError` for a fill model (encoder-only): it cannot generate a translation."""
         if traits(self.cfg.model).task == "fill":
-            raise AttnlabError(f"model.kind={self.cfg.model.kind} fills masked words and cannot translate (it reads "
-                               "the whole sentence at once, notes §28.2); use `attnlab fill RUN \"i'm [MASK] .\"`")
+            raise AttnlabError(_("model.kind={kind} fills masked words and cannot translate (it reads the whole "
+                                 "sentence at once, notes §28.2); use `attnlab fill RUN \"i'm [MASK] .\"`").format(
+                kind=self.cfg.model.kind))
 
     def translate_full(
         self,
@@ -300,7 +302,7 @@ class Translator:
         encoded = [self.encode_source(s) for s in sentences]
         todo = [(i, ids) for i, (ids, _) in enumerate(encoded) if ids]
         hyps = self._search([ids for _, ids in todo], dcfg, beam, nbest, max_len=max_len)
-        for (i, _), hs in zip(todo, hyps):
+        for (i, _ids), hs in zip(todo, hyps):
             out[i] = [
                 Translation(
                     self._cased(sentences[i], self.tgt_tok.decode(h.tokens)),

@@ -185,13 +185,20 @@ def test_the_chinese_readme_starts_with_the_same_two_commands():
      "error: attnlab train: argument --size: invalid choice: 'huge' (choose from "),
     (["translate", "RUN", "go ."], "error: RUN 不是运行文件夹（其中没有 config.toml）；请给一次 `attnlab train` 训练的 --out 文件夹",
      "error: RUN is not a run folder (it has no config.toml); give the --out folder of an `attnlab train` run"),
-], ids=["unknown-key", "out-of-range", "beam", "size", "not-a-run"])
+    (["demo", "--runs-dir", "FILE"], "error: --runs-dir FILE 是一个文件，不是文件夹；请给出一个文件夹",
+     "error: --runs-dir FILE is a file, not a folder; give a folder"),
+    (["data", "--write-tsv", "RUN/x.tsv", "--run", "RUN"], "error: --write-tsv 写出一个语料，--run 读取一次运行的语料",
+     "error: --write-tsv writes a corpus, --run reads a run's: drop one of them"),
+], ids=["unknown-key", "out-of-range", "beam", "size", "not-a-run", "file-for-folder", "two-data-sources"])
 def test_an_error_that_teaches_speaks_chinese(argv, zh, en, tmp_path, capsys):
     """A learner's first mistakes (a config typo, a value out of range, a count below 1, a --size that is not
-    one, a folder that is not a run) end in one Chinese
+    one, a folder that is not a run, a file where a folder goes, two options that contradict) end in one Chinese
     ``error:`` line, exit 2, with the option and key names as they are typed; English stays English."""
-    argv = [str(tmp_path) if a == "RUN" else a for a in argv]
-    zh, en = zh.replace("RUN", str(tmp_path)), en.replace("RUN", str(tmp_path))
+    file = tmp_path / "a-file"
+    file.write_text("not a folder\n")
+    argv = [a.replace("RUN", str(tmp_path)).replace("FILE", str(file)) for a in argv]
+    zh = zh.replace("RUN", str(tmp_path)).replace("FILE", str(file))
+    en = en.replace("RUN", str(tmp_path)).replace("FILE", str(file))
     assert _exit_code([*argv, "--lang", "zh"]) == 2
     err = capsys.readouterr().err.splitlines()[-1]  # a usage error prints the usage first
     assert err.startswith(zh) and english_lines(err, VOCAB) == [], err

@@ -23,7 +23,8 @@ def cmd_attribute(args) -> int:
     from attnlab.viz.figure import save_figure
 
     if args.steps < 1:
-        raise AttnlabError(f"--steps {args.steps} must be >= 1 (integrated gradients' interpolation points)")
+        raise AttnlabError(_("--steps {steps} must be >= 1 (integrated gradients' interpolation points)").format(
+            steps=args.steps))
     tr = load_translator(args)
     out = writable_folder(Path(args.save_dir) if args.save_dir else Path(args.run) / "figures", "--save-dir")
     report = A.run(tr, args.sentence, args.method, steps=args.steps)

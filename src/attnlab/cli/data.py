@@ -50,17 +50,18 @@ def cmd_data(args) -> int:
 
     if args.write_tsv is not None:
         if args.run is not None:
-            raise AttnlabError("--write-tsv writes a corpus, --run reads a run's: drop one of them")
+            raise AttnlabError(_("--write-tsv writes a corpus, --run reads a run's: drop one of them"))
         cfg = build_config(args, dataset=args.dataset)
         n = corpus.write_tsv(cfg.data, args.write_tsv)
         src, tgt = cfg.data.langs
-        print(f"wrote {n:,} {src}-{tgt} pairs of {cfg.data.dataset} to {args.write_tsv}; train on them with "
-              f"--data {args.write_tsv} data.src_lang={src} data.tgt_lang={tgt}")
+        print(_("wrote {n:,} {src}-{tgt} pairs of {dataset} to {path}; train on them with --data {path} "
+                "data.src_lang={src} data.tgt_lang={tgt}").format(n=n, src=src, tgt=tgt, dataset=cfg.data.dataset,
+                                                                  path=args.write_tsv))
         return 0
     if args.run is not None:
         if args.dataset or args.config or args.overrides:
-            raise AttnlabError("--dataset, --config and section.key=value overrides do not apply with --run: "
-                               "a run keeps the data config it was trained with; drop them or drop --run")
+            raise AttnlabError(_("--dataset, --config and section.key=value overrides do not apply with --run: "
+                                 "a run keeps the data config it was trained with; drop them or drop --run"))
         files = _run_files(args.run)
         tokenizers = (load_tokenizer(files.tokenizers["src"]), load_tokenizer(files.tokenizers["tgt"]))
         data_cfg = files.config.data

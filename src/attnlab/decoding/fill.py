@@ -29,6 +29,7 @@ from torch import nn
 from attnlab.data.batching import collate
 from attnlab.data.specials import EOS, MASK, MASK_TOKEN, PAD
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 
 __all__ = ["FillError", "FillResult", "MaskFill", "encode_masked", "fill_masks", "format_fills", "mask_labels", "rank_fillers"]
 
@@ -65,15 +66,16 @@ def encode_masked(tok, sentence: str, max_tokens: int | None = None, require_mas
     """
     pieces = _MASK_RE.split(sentence)
     if require_mask and len(pieces) < 2:
-        raise FillError(f"{sentence!r} has no {MASK_TOKEN}; write it where a word should be filled, "
-                        f"e.g. \"i'm {MASK_TOKEN} .\"")
+        raise FillError(_("{sentence!r} has no {mask}; write it where a word should be filled, e.g. \"i'm {mask} .\"")
+                        .format(sentence=sentence, mask=MASK_TOKEN))
     ids: list[int] = []
     for n, piece in enumerate(pieces):
         if n:
             ids.append(MASK)
         ids += tok.encode(piece)
     if max_tokens is not None and len(ids) > max_tokens:
-        raise FillError(f"{sentence!r} has {len(ids)} tokens; this model reads at most {max_tokens}; shorten it")
+        raise FillError(_("{sentence!r} has {n} tokens; this model reads at most {max_tokens}; shorten it").format(
+            sentence=sentence, n=len(ids), max_tokens=max_tokens))
     return ids
 
 
@@ -87,7 +89,7 @@ def fill_masks(model: nn.Module, tok, sentences: Sequence[str], top_k: int = 5,
     """The ``top_k`` fillers of every ``[MASK]`` of every sentence (one batch, in eval mode; the
     model's mode is restored). Raises :class:`FillError` for a sentence without ``[MASK]``."""
     if top_k < 1:
-        raise FillError(f"top_k={top_k} must be >= 1")
+        raise FillError(_("top_k={top_k} must be >= 1").format(top_k=top_k))
     device = device or next(model.parameters()).device
     limit = int(model.config.max_positions) - 1  # room for <eos>
     encoded = [encode_masked(tok, s, limit) for s in sentences]

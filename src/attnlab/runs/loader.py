@@ -14,6 +14,7 @@ from torch import nn
 from attnlab import config as config_mod
 from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import CheckpointError
+from attnlab.i18n import _
 from attnlab.models import build_model
 from attnlab.runs.checkpoint import (
     check_safetensors_header,
@@ -37,7 +38,8 @@ def weights_shapes(wpath: Path) -> dict[str, tuple[int, ...]]:
             return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CheckpointError(f"{wpath} is not a valid safetensors file ({reason}); it was not loaded") from None
+        raise CheckpointError(_("{path} is not a valid safetensors file ({reason}); it was not loaded").format(
+            path=wpath, reason=reason)) from None
 
 
 def model_shapes(model_cfg: config_mod.ModelConfig, src_vocab: int, tgt_vocab: int) -> dict[str, tuple[int, ...]]:

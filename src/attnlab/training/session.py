@@ -332,8 +332,9 @@ class Session:
         try:
             self.optimizer.load_state_dict(st["optimizer"])
         except (ValueError, KeyError) as e:  # torch's refusal of parameter groups that do not fit this model
-            raise runs.CheckpointError(f"{path / runs.STATE}: its optimizer state does not fit this model ({e}); "
-                                       "resume with the run's own config.toml or start a new run with another --out") from None
+            raise runs.CheckpointError(_("{path}: its optimizer state does not fit this model ({error}); resume with the "
+                                         "run's own config.toml or start a new run with another --out").format(
+                path=path / runs.STATE, error=e)) from None
         self.budget.load_state_dict(st.get("budget", {}))
         exclude = st.get("epoch_exclude")
         self.progress = p = Progress(st["step"], st["epoch"], st["batch_in_epoch"], st["best_bleu"], st["tokens_seen"],

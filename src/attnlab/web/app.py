@@ -122,7 +122,7 @@ def create_app(
     if not isinstance(runs, Mapping):
         runs = load_runs(list(runs), which=which, device=device)
     if not runs:
-        raise AttnlabError("no run to serve; pass at least one run folder")
+        raise AttnlabError(_("no run to serve; pass at least one run folder"))
     folder = gold_dir(gold) if gold else None
     if folder is not None:
         read_gold(folder, alignment_routes.SPLIT)  # a wrong --gold stops the server before it starts

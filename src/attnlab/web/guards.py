@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from fastapi import HTTPException, Request
 
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,13 @@ class Limits:
             "max_header_bytes",
         ):
             if getattr(self, name) < 1:
-                raise AttnlabError(f"web limit {name}={getattr(self, name)} must be >= 1")
+                raise AttnlabError(_("web limit {name}={value} must be >= 1").format(name=name, value=getattr(self, name)))
         if self.max_pending < self.workers:
-            raise AttnlabError(f"web limit max_pending={self.max_pending} must be >= workers={self.workers}")
+            raise AttnlabError(_("web limit max_pending={pending} must be >= workers={workers}").format(
+                pending=self.max_pending, workers=self.workers))
         for name in ("deadline_s", "header_timeout_s", "body_timeout_s", "keep_alive_s"):
             if not getattr(self, name) > 0:
-                raise AttnlabError(f"web limit {name}={getattr(self, name)} must be > 0")
+                raise AttnlabError(_("web limit {name}={value} must be > 0").format(name=name, value=getattr(self, name)))
 
 
 # ------------------------------------------------------------------------------------ Host guard

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from attnlab.errors import AttnlabError
 from attnlab.export.engine import load_translator
+from attnlab.i18n import _
 from attnlab.runs.probes import read_probes
 from attnlab.web.deadline import check
 from attnlab.web.responses import GZIP_MIN, gzip_bytes, json_bytes
@@ -85,7 +86,7 @@ def load_runs(specs: Sequence[str | Path], which: str = "best", device: str = "c
                 f"run name {name!r} must be 1-64 letters, digits, '.', '_' or '-' (as in bahdanau=runs/b)"
             )
         if name in runs:
-            raise AttnlabError(f"run name {name!r} is given twice; name them apart, e.g. a={path} b=…")
+            raise AttnlabError(_("run name {name!r} is given twice; name them apart, e.g. a={path} b=…").format(name=name, path=path))
         tr = load_translator(path, which=which, device=device, engine="auto")  # an export's CTranslate2 model
         runs[name] = LoadedRun(name, tr, path, {**run_facts(tr, path), "engine": getattr(tr, "engine", "attnlab")})
     return runs

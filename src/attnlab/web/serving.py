@@ -23,6 +23,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from attnlab.device import cpu_threads
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.web.guards import Limits
 
 
@@ -203,7 +204,7 @@ def listen_socket(host: str, port: int) -> socket.socket:
     is taken, needs privileges, or ``host`` is not an address of this machine.
     """
     if not 0 <= port <= 65535:
-        raise AttnlabError(f"--port {port} is not a TCP port; give one from 1 to 65535, e.g. --port 8000")
+        raise AttnlabError(_("--port {port} is not a TCP port; give one from 1 to 65535, e.g. --port 8000").format(port=port))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -214,12 +215,12 @@ def listen_socket(host: str, port: int) -> socket.socket:
         sock.close()
         where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         if e.errno == errno.EADDRINUSE:
-            fix = f"port {port} is in use (another server?); stop it or choose another port with --port N"
+            fix = _("port {port} is in use (another server?); stop it or choose another port with --port N").format(port=port)
         elif e.errno == errno.EACCES:
-            fix = f"port {port} needs privileges here; choose one above 1023 with --port N"
+            fix = _("port {port} needs privileges here; choose one above 1023 with --port N").format(port=port)
         else:
-            fix = f"{e.strerror or e}; --host must be an address of this machine, e.g. 127.0.0.1"
-        raise AttnlabError(f"cannot listen on {where}: {fix}") from None
+            fix = _("{error}; --host must be an address of this machine, e.g. 127.0.0.1").format(error=e.strerror or e)
+        raise AttnlabError(_("cannot listen on {where}: {fix}").format(where=where, fix=fix)) from None
     return sock
 
 

@@ -58,6 +58,7 @@ from attnlab.analysis.align.score import (
     saliency_scores,
     score_links,
 )
+from attnlab.i18n import _
 from attnlab.models import traits
 from attnlab.translator import Translator
 
@@ -159,8 +160,8 @@ def _check_first(tr: Translator, gold: GoldSet, contract: bool, reverse: Transla
     if reverse is not None:
         check_directions(tr, reverse)
         if ibm_method == "argmax":
-            raise AlignError("a reverse run is symmetrised with the other: give it a method that joins two "
-                             "directions (--ibm-links grow-diag-final-and, grow-diag, intersect or union)")
+            raise AlignError(_("a reverse run is symmetrised with the other: give it a method that joins two "
+                               "directions (--ibm-links grow-diag-final-and, grow-diag, intersect or union)"))
     for t in (tr,) if reverse is None else (tr, reverse):
         gold_sides(t, gold, contract)
     if not ibm:
@@ -213,11 +214,12 @@ def teach_head(tr: Translator, gold: GoldSet, epochs: int, weight: float = TEACH
     is the one picked on the trial split (else the best on ``gold``). Returns the copy, what was done,
     and that head's and the average's scores before (shift 0)."""
     if aligned_kind(tr.model.config) != "cross":
-        raise AlignError(f"model.kind={tr.model.config.kind} has no cross-attention head to teach; drop --teach")
+        raise AlignError(_("model.kind={kind} has no cross-attention head to teach; drop --teach").format(
+            kind=tr.model.config.kind))
     before = attention_scores(tr, gold, contract, ex=ex)
     chosen = picked_on_trial(tr, before, contract, ex) or before.best()
     head = next(s for s in before.scores if (s.layer, s.head, s.shift) == (chosen.layer, chosen.head, 0))
-    pairs, _ = gold_sides(tr, gold, contract)
+    pairs, _sides = gold_sides(tr, gold, contract)
     labels = teaching_labels(tr, pairs, ex)
     taught, done = teach(tr, pairs, labels, head.layer or 0, head.head or 0, epochs, weight, lr, seed=seed)
     return taught, done, [head] + [s for s in (before.overall(0),) if s is not None]
