@@ -83,7 +83,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from attnlab._version import __version__
 from attnlab.analysis.align.gold import gold_dir, read_gold
 from attnlab.errors import AttnlabError
-from attnlab.i18n import catalogue, language
+from attnlab.i18n import _, catalogue, language
 from attnlab.web.guards import LOOPBACK_NAMES, BodyLimit, HostGuard, Limits, security_headers
 from attnlab.web.registry import LoadedRun, load_runs
 from attnlab.web.responses import GZIP_LEVEL, GZIP_MIN
@@ -118,7 +118,7 @@ def create_app(
     thread pool is shut down with the app.
     """
     limits = limits or Limits()
-    code, _ = catalogue(lang or language())
+    code, _catalogue = catalogue(lang or language())  # checks that the language has one
     if not isinstance(runs, Mapping):
         runs = load_runs(list(runs), which=which, device=device)
     if not runs:
