@@ -128,8 +128,8 @@ def select_maps(w: Tensor, layer: int | None, head: int | str | None, kind: str)
         if not -n_layers <= layer < n_layers:
             raise SelectionError(
                 "layer",
-                f"layer {layer} is out of range: the {kind} maps have {n_layers} layer(s), "
-                f"0…{n_layers - 1} (-1 is the last)",
+                _("layer {layer} is out of range: the {kind} maps have {n} layer(s), "
+                  "0…{last} (-1 is the last)").format(layer=layer, kind=kind, n=n_layers, last=n_layers - 1),
             )
         w = w[layer % n_layers : layer % n_layers + 1]  # (1, H, Q, K)
     if head == "mean":
@@ -138,7 +138,8 @@ def select_maps(w: Tensor, layer: int | None, head: int | str | None, kind: str)
         if not -n_heads <= head < n_heads:
             raise SelectionError(
                 "head",
-                f'head {head} is out of range: the {kind} maps have {n_heads} head(s), 0…{n_heads - 1}, or "mean"',
+                _('head {head} is out of range: the {kind} maps have {n} head(s), 0…{last}, or "mean"').format(
+                    head=head, kind=kind, n=n_heads, last=n_heads - 1),
             )
         w = w[:, head % n_heads : head % n_heads + 1]  # (L', 1, Q, K)
     return w

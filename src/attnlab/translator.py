@@ -381,9 +381,11 @@ def _sentence_list(sentences: Any) -> list[str]:
         items = None
     if items is None or not all(isinstance(s, str) for s in items):
         raise AttnlabError(
-            f"translate() takes a sentence (str) or a list of sentences, not {type(sentences).__name__}"
-            + ("" if items is None else " holding " + ", ".join(sorted({type(s).__name__ for s in items})))
-            + "; e.g. tr.translate(\"i'm home .\") or tr.translate([\"go .\", \"i'm home .\"])"
+            _("translate() takes a sentence (str) or a list of sentences, not {given}; "
+              "e.g. tr.translate(\"i'm home .\") or tr.translate([\"go .\", \"i'm home .\"])").format(
+                given=type(sentences).__name__ if items is None else
+                _("{kind} holding {kinds}").format(kind=type(sentences).__name__,
+                                                   kinds=", ".join(sorted({type(s).__name__ for s in items}))))
         )
     return items
 

@@ -189,18 +189,26 @@ def test_the_chinese_readme_starts_with_the_same_two_commands():
      "error: --runs-dir FILE is a file, not a folder; give a folder"),
     (["data", "--write-tsv", "RUN/x.tsv", "--run", "RUN"], "error: --write-tsv 写出一个语料，--run 读取一次运行的语料",
      "error: --write-tsv writes a corpus, --run reads a run's: drop one of them"),
-], ids=["unknown-key", "out-of-range", "beam", "size", "not-a-run", "file-for-folder", "two-data-sources"])
+    (["attribute", "RUN", "go .", "--steps", "0"], "error: --steps 0 必须 >= 1（积分梯度的插值点数）",
+     "error: --steps 0 must be >= 1 (integrated gradients' interpolation points)"),
+    (["serve", "RUN", "--workers", "0"], "error: attnlab serve：参数 --workers：0 必须 >= 1",
+     "error: attnlab serve: argument --workers: 0 must be >= 1"),
+], ids=["unknown-key", "out-of-range", "beam", "size", "not-a-run", "file-for-folder", "two-data-sources", "steps",
+        "type-check"])
 def test_an_error_that_teaches_speaks_chinese(argv, zh, en, tmp_path, capsys):
     """A learner's first mistakes (a config typo, a value out of range, a count below 1, a --size that is not
-    one, a folder that is not a run, a file where a folder goes, two options that contradict) end in one Chinese
-    ``error:`` line, exit 2, with the option and key names as they are typed; English stays English."""
+    one, a folder that is not a run, a file where a folder goes, two options that contradict, a count an option's
+    type refuses) end in one Chinese ``error:`` line, exit 2, no traceback, with the option and key names as
+    they are typed; English stays English."""
     file = tmp_path / "a-file"
     file.write_text("not a folder\n")
     argv = [a.replace("RUN", str(tmp_path)).replace("FILE", str(file)) for a in argv]
     zh = zh.replace("RUN", str(tmp_path)).replace("FILE", str(file))
     en = en.replace("RUN", str(tmp_path)).replace("FILE", str(file))
     assert _exit_code([*argv, "--lang", "zh"]) == 2
-    err = capsys.readouterr().err.splitlines()[-1]  # a usage error prints the usage first
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    err = err.splitlines()[-1]  # a usage error prints the usage first
     assert err.startswith(zh) and english_lines(err, VOCAB) == [], err
     assert _exit_code(argv) == 2
     assert capsys.readouterr().err.splitlines()[-1].startswith(en)
@@ -234,3 +242,34 @@ def test_plain_progress_lines_speak_chinese_and_json_keeps_its_keys():
     assert english_lines(plain.getvalue(), VOCAB) == []
     rec = json.loads(js.getvalue().splitlines()[0])
     assert {"event", "step", "total", "loss", "lr", "tokens_per_s", "elapsed_s"} <= set(rec)
+
+
+def test_the_library_errors_a_command_can_end_in_speak_chinese():
+    """Errors raised below the CLI (a too-long sentence, a layer that is not there, a resume that changes the
+    model, a model that cannot translate) are written in the current language too: the CLI prints them as
+    they are."""
+    import torch
+
+    from attnlab import config
+    from attnlab.attention.positional import check_positions
+    from attnlab.errors import AttnlabError
+    from attnlab.maps import select_maps
+    from attnlab.models.encoder_only import _cannot_generate
+    from attnlab.training.resume import check_resume_overrides
+
+    def cannot_generate():
+        raise _cannot_generate()
+
+    saved = config.preset("transformer")
+    changed = config.apply_overrides(saved, ["model.num_layers=7"])
+    raisers = [lambda: check_positions(90, 64), lambda: select_maps(torch.zeros(2, 1, 3, 3), 5, None, "cross"),
+               lambda: check_resume_overrides(saved, changed), cannot_generate]
+    for lang in ("zh", "en"):
+        with i18n.using(lang):
+            texts = []
+            for raise_it in raisers:
+                with pytest.raises((AttnlabError, ValueError)) as e:  # select_maps: a ValueError (a 422)
+                    raise_it()
+                texts.append(str(e.value))
+        bad = [t for t in texts if english_lines(t, VOCAB)]
+        assert (bad == []) if lang == "zh" else (len(bad) == len(texts)), texts

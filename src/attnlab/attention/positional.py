@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 
 
 class SequenceTooLongError(AttnlabError):
@@ -32,8 +33,9 @@ def check_positions(needed: int, max_positions: int) -> None:
     """
     if needed > max_positions:
         raise SequenceTooLongError(
-            f"a sequence needs {needed} positions but model.max_positions={max_positions}; "
-            f"shorten the input (data.num_steps) or train a model with a larger model.max_positions"
+            _("a sequence needs {needed} positions but model.max_positions={max_positions}; "
+              "shorten the input (data.num_steps) or train a model with a larger model.max_positions").format(
+                needed=needed, max_positions=max_positions)
         )
 
 

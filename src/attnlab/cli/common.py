@@ -117,6 +117,8 @@ _ARGPARSE = [(re.compile(p), t) for p, t in (
     (r"^argument (?P<arg>\S+): not allowed with argument (?P<other>\S+)$",
      N_("argument {arg}: not allowed with argument {other}")),
     (r"^the following arguments are required: (?P<args>.*)$", N_("the following arguments are required: {args}")),
+    # last: a type function's own message (ArgumentTypeError), already in the current language
+    (r"^argument (?P<arg>\S+): (?P<message>.*)$", N_("argument {arg}: {message}")),
 )]
 
 

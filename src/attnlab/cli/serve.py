@@ -29,8 +29,9 @@ def cmd_serve(args) -> int:
         from attnlab.web.serving import listen_socket, model_threads, serve
     except ModuleNotFoundError as e:
         raise AttnlabError(
-            f"`attnlab serve` needs the web extra ({e.name} is missing); "
-            "install it with `pip install -e '.[web]'` in the attnlab checkout (or `scripts/setup.sh dev`)"
+            _("`attnlab serve` needs the web extra ({name} is missing); "
+              "install it with `pip install -e '.[web]'` in the attnlab checkout (or `scripts/setup.sh dev`)").format(
+                name=e.name)
         ) from None
     model_threads(args.workers, args.threads)
     limits = Limits(
@@ -181,7 +182,7 @@ def _positive(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        raise argparse.ArgumentTypeError(_("{text!r} is not a whole number").format(text=text)) from None
     if v < 1:
-        raise argparse.ArgumentTypeError(f"{v} must be >= 1")
+        raise argparse.ArgumentTypeError(_("{v} must be >= 1").format(v=v))
     return v

@@ -34,6 +34,7 @@ from attnlab.attention.positional import check_positions
 from attnlab.config import ModelConfig
 from attnlab.data.specials import MASK, PAD, SPECIALS
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.models.outputs import EncoderOutput, ModelOutput, StepOutput
 from attnlab.models.state import DecoderState
 from attnlab.models.traits import ModelTraits
@@ -57,8 +58,8 @@ class CannotGenerateError(AttnlabError):
 
 def _cannot_generate() -> CannotGenerateError:
     return CannotGenerateError(
-        "an encoder-only model cannot generate left to right: each position's state depends on the "
-        "words after it (notes §28.2), so it fills masked words instead; use `attnlab fill RUN \"i'm [MASK] .\"`"
+        _("an encoder-only model cannot generate left to right: each position's state depends on the "
+          "words after it (notes §28.2), so it fills masked words instead; use `attnlab fill RUN \"i'm [MASK] .\"`")
     )
 
 

@@ -30,6 +30,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from attnlab.attention.additive import AdditiveAttention
 from attnlab.attention.masks import padding_mask
 from attnlab.config import ConfigError, ModelConfig
+from attnlab.i18n import _
 from attnlab.models.outputs import EncoderOutput, ModelOutput, StepOutput
 from attnlab.models.protocol import DecoderState
 from attnlab.models.traits import ModelTraits
@@ -281,8 +282,9 @@ def _output_layer(cfg: ModelConfig, embedding: nn.Embedding, vocab_size: int) ->
     if cfg.tie_embeddings:
         if cfg.embed_size != cfg.num_hiddens:
             raise ConfigError(
-                f"model.tie_embeddings=true needs model.embed_size == model.num_hiddens for {cfg.kind} "
-                f"(got {cfg.embed_size} and {cfg.num_hiddens}); make them equal or set model.tie_embeddings=false"
+                _("model.tie_embeddings=true needs model.embed_size == model.num_hiddens for {kind} "
+                  "(got {embed} and {hidden}); make them equal or set model.tie_embeddings=false").format(
+                    kind=cfg.kind, embed=cfg.embed_size, hidden=cfg.num_hiddens)
             )
         output.weight = embedding.weight
     return output

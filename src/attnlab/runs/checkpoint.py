@@ -335,8 +335,8 @@ def resolve_checkpoint(run_dir: str | Path, which: str = "best") -> Path:
         path = ckpt_root / which if (ckpt_root / which).is_dir() else Path(which)
     if not path.is_dir():
         raise CheckpointError(
-            f"checkpoint {path} is missing; use best, last or one of: "
-            + ", ".join(sorted(p.name for p in ckpt_root.glob("step-*")))
+            _("checkpoint {path} is missing; use best, last or one of: {names}").format(
+                path=path, names=", ".join(sorted(p.name for p in ckpt_root.glob("step-*"))))
         )
     return path
 

@@ -67,15 +67,15 @@ def check_weights_fit(wpath: Path, model_cfg: config_mod.ModelConfig, src_vocab:
     wrong = sorted(k for k in set(want) & set(have) if want[k] != have[k])
     if wrong:
         k = wrong[0]
-        detail = f"tensor {k} has shape {have[k]} in the file, {want[k]} in the config"
+        detail = _("tensor {k} has shape {have} in the file, {want} in the config").format(k=k, have=have[k], want=want[k])
     else:
-        detail = f"missing {missing[:3]}, unexpected {unexpected[:3]}"
+        detail = _("missing {missing}, unexpected {unexpected}").format(missing=missing[:3], unexpected=unexpected[:3])
     n_want = sum(math.prod(v) for v in want.values())
     n_have = sum(math.prod(v) for v in have.values())
     raise CheckpointError(
-        f"{wpath} does not fit the {model_cfg.kind} model its config describes ({n_want:,} parameters; the file "
-        f"ships {n_have:,}: {detail}); the config or a vocabulary was changed: restore it or use the folder "
-        "the weights came from"
+        _("{wpath} does not fit the {kind} model its config describes ({n_want:,} parameters; the file "
+          "ships {n_have:,}: {detail}); the config or a vocabulary was changed: restore it or use the folder "
+          "the weights came from").format(wpath=wpath, kind=model_cfg.kind, n_want=n_want, n_have=n_have, detail=detail)
     )
 
 

@@ -41,6 +41,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from attnlab.data.batching import TokenBatchSampler
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 
 DEFAULT_TIMEOUT_S = 1800.0  # torch's own default for gloo/nccl collectives
 _TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -102,8 +103,8 @@ def timeout() -> datetime.timedelta:
         seconds = -1.0
     if not seconds > 0:
         raise AttnlabError(
-            f"ATTNLAB_DIST_TIMEOUT={raw!r} is not a positive number of seconds; "
-            "set e.g. ATTNLAB_DIST_TIMEOUT=600 or unset it (default 1800)"
+            _("ATTNLAB_DIST_TIMEOUT={raw!r} is not a positive number of seconds; "
+              "set e.g. ATTNLAB_DIST_TIMEOUT=600 or unset it (default 1800)").format(raw=raw)
         )
     return datetime.timedelta(seconds=seconds)
 
@@ -261,8 +262,9 @@ def epoch_batches(
     widest = max((max(s, t) + 1 for s, t in zip(src_lens, tgt_lens)), default=0)
     if widest > batch_tokens:
         raise ValueError(
-            f"a pair needs {widest} tokens per row, more than data.batch_tokens={batch_tokens}; "
-            "raise data.batch_tokens or truncate to a smaller data.num_steps"
+            _("a pair needs {widest} tokens per row, more than data.batch_tokens={batch_tokens}; "
+              "raise data.batch_tokens or truncate to a smaller data.num_steps").format(
+                widest=widest, batch_tokens=batch_tokens)
         )
     keep = np.arange(n) if exclude is None else np.flatnonzero(~np.asarray(exclude, dtype=bool))
     if len(keep) == 0:

@@ -18,6 +18,7 @@ from typing import Any
 
 from attnlab import config as config_mod
 from attnlab.errors import AttnlabError
+from attnlab.i18n import N_, _
 
 RESUME_MAY_CHANGE = frozenset({
     "train.max_steps", "train.max_minutes", "train.max_epochs", "train.eval_every", "train.save_every",
@@ -61,7 +62,7 @@ def resume_differences(saved: dict[str, dict[str, Any]], given: dict[str, dict[s
 
 
 def _show(v: Any) -> str:
-    return "(absent)" if v is _ABSENT else repr(v)
+    return _("(absent)") if v is _ABSENT else repr(v)
 
 
 def _trained_model(run_dir: Path) -> dict[str, Any] | None:
@@ -83,19 +84,19 @@ def check_resume_overrides(saved_cfg: config_mod.Config, new_cfg: config_mod.Con
     (the model that was actually built and trained). Raises :class:`ResumeError` with one line.
     """
     given = config_mod.to_dict(new_cfg)
-    diffs = [(k, "saved", a, b) for k, a, b in resume_differences(config_mod.to_dict(saved_cfg), given)]
+    diffs = [(k, N_("{key}: saved {was}, given {now}"), a, b) for k, a, b in resume_differences(config_mod.to_dict(saved_cfg), given)]
     if run_dir is not None and not any(k.startswith("model.") for k, *_ in diffs):
         # config.toml may have been edited (or rewritten by an older attnlab) since LAST was saved
         for key, was in (_trained_model(Path(run_dir)) or {}).items():
             if key in given["model"] and was != given["model"][key]:
-                diffs.append((f"model.{key}", "trained with", was, given["model"][key]))
+                diffs.append((f"model.{key}", N_("{key}: trained with {was}, given {now}"), was, given["model"][key]))
     if diffs:
-        shown = "; ".join(f"{k}: {how} {_show(a)}, given {_show(b)}" for k, how, a, b in diffs)
+        shown = "; ".join(_(how).format(key=k, was=_show(a), now=_show(b)) for k, how, a, b in diffs)
         raise ResumeError(
-            f"--resume cannot change {shown} (a resumed run keeps its model, data split, seed, optimizer and "
-            "schedule; it may change only the limits, logging, saving, threads, device, data.data_path, "
-            "probe sentences and [decode]); nothing was written. To train with these settings start a new run: "
-            "drop --resume and choose another --out"
+            _("--resume cannot change {shown} (a resumed run keeps its model, data split, seed, optimizer and "
+              "schedule; it may change only the limits, logging, saving, threads, device, data.data_path, "
+              "probe sentences and [decode]); nothing was written. To train with these settings start a new run: "
+              "drop --resume and choose another --out").format(shown=shown)
         )
 
 

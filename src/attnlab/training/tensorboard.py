@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from attnlab.errors import AttnlabError
+from attnlab.i18n import _
 from attnlab.runs.probes import read_probes
 
 BOARD_DIR = "tensorboard"  # inside the run folder
@@ -56,9 +57,9 @@ def require(enabled: bool) -> None:
         from torch.utils.tensorboard import SummaryWriter  # noqa: F401  (raises without the package)
     except ImportError as e:
         raise TensorBoardMissingError(
-            f"train.tensorboard=true needs the tensorboard package ({e}); install it with "
-            "`pip install -e '.[tensorboard]'` in the attnlab checkout (or `pip install tensorboard`), or set "
-            "train.tensorboard=false"
+            _("train.tensorboard=true needs the tensorboard package ({e}); install it with "
+              "`pip install -e '.[tensorboard]'` in the attnlab checkout (or `pip install tensorboard`), or set "
+              "train.tensorboard=false").format(e=e)
         ) from None
 
 

@@ -71,7 +71,7 @@ def load_runs(specs: Sequence[str | Path], which: str = "best", device: str = "c
     """
     if not specs:
         raise AttnlabError(
-            "no run given; pass one or more run folders, e.g. `attnlab serve runs/transformer`"
+            _("no run given; pass one or more run folders, e.g. `attnlab serve runs/transformer`")
         )
     runs: dict[str, LoadedRun] = {}
     for spec in specs:
@@ -83,7 +83,8 @@ def load_runs(specs: Sequence[str | Path], which: str = "best", device: str = "c
                 name, k = f"{base}-{k}", k + 1
         elif not re.match(RUN_NAME_PATTERN, name):
             raise AttnlabError(
-                f"run name {name!r} must be 1-64 letters, digits, '.', '_' or '-' (as in bahdanau=runs/b)"
+                _("run name {name!r} must be 1-64 letters, digits, '.', '_' or '-' (as in bahdanau=runs/b)").format(
+                    name=name)
             )
         if name in runs:
             raise AttnlabError(_("run name {name!r} is given twice; name them apart, e.g. a={path} b=…").format(name=name, path=path))

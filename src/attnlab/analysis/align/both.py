@@ -35,6 +35,7 @@ from attnlab.analysis.align.extract import (
     symmetrise,
     word_matrix,
 )
+from attnlab.i18n import _
 
 Keys = list[tuple[int | None, int | None]]
 
@@ -75,7 +76,7 @@ def one_way(
     for i, m in maps:
         src, tgt = pairs[i]
         words = word_matrix(stack_heads(m), src, tgt, shift)  # (N, Gt, Gs + 1)
-        for t2s, _ in directional_links(words, src, tgt, Extraction("argmax", ex.threshold, ex.null)):
+        for t2s, _s2t in directional_links(words, src, tgt, Extraction("argmax", ex.threshold, ex.null)):
             gold = {(a, b) for s, g in t2s for a in src.groups[s] for b in tgt.groups[g]}  # (source, target)
             out[i].append(gold if en_first else {(b, a) for a, b in gold})
     return OneWay(run, "en→fr" if en_first else "fr→en", keys, out)
@@ -166,8 +167,9 @@ def check_directions(forward_tr, reverse_tr) -> tuple[Any, Any]:
     langs = [(getattr(t.src_tok, "lang", "en"), getattr(t.tgt_tok, "lang", "fr")) for t in (forward_tr, reverse_tr)]
     if langs[0] == langs[1] or set(langs) != {("en", "fr"), ("fr", "en")}:
         raise AlignError(
-            f"--reverse needs a run of the other direction: both read {langs[0][0]}→{langs[0][1]}; "
-            "train one with `attnlab train ... data.direction=" + ("fr-en" if langs[0][0] == "en" else "en-fr") + "`"
+            _("--reverse needs a run of the other direction: both read {src}→{tgt}; "
+              "train one with `attnlab train ... data.direction={direction}`").format(
+                src=langs[0][0], tgt=langs[0][1], direction="fr-en" if langs[0][0] == "en" else "en-fr")
         )
     return (forward_tr, reverse_tr) if langs[0] == ("en", "fr") else (reverse_tr, forward_tr)
 

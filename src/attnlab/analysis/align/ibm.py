@@ -19,6 +19,7 @@ from typing import Any
 from attnlab.analysis.align.extract import AlignError, symmetrise
 from attnlab.data import corpus, download
 from attnlab.data.text import preprocess
+from attnlab.i18n import _
 
 Link = tuple[int, int]
 
@@ -41,8 +42,8 @@ def require_nltk():
         from nltk.translate import AlignedSent, IBMModel2
     except ImportError:
         raise AlignError(
-            "the IBM Model 2 baseline needs NLTK: pip install -e '.[align]' in the attnlab checkout "
-            "(or skip the baseline with --no-ibm)"
+            _("the IBM Model 2 baseline needs NLTK: pip install -e '.[align]' in the attnlab checkout "
+              "(or skip the baseline with --no-ibm)")
         ) from None
     return AlignedSent, IBMModel2
 

@@ -42,6 +42,7 @@ from attnlab.analysis.align.gold import GoldSet, gold_sides, has_split, read_gol
 from attnlab.analysis.align.report import AlignReport, HeadScore
 from attnlab.analysis.align.saliency import saliency_maps
 from attnlab.data.batching import collate
+from attnlab.i18n import _
 from attnlab.models import traits
 from attnlab.translator import Translator, teacher_forced
 
@@ -70,8 +71,8 @@ def aligned_kind(model_cfg: Any) -> str:
     if t.one_sequence and "self" in t.attention:
         return "self"
     raise AlignError(
-        f"model.kind={model_cfg.kind} has no attention from target to source words; "
-        "align a run with attention (bahdanau, transformer, decoder-only)"
+        _("model.kind={kind} has no attention from target to source words; "
+          "align a run with attention (bahdanau, transformer, decoder-only)").format(kind=model_cfg.kind)
     )
 
 
