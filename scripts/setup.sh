@@ -30,7 +30,8 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     pip install "torch==${TORCH_VERSION}"
   fi
 fi
-extras="web"
+# explain: Captum, for the integrated-gradients row the demo prints beside each attention map (notes §1)
+extras="web,explain"
 [ "${1:-}" = "dev" ] && extras="web,dev,align,tensorboard,ct2,explain"
 pip install -e ".[${extras}]"
 # A CJK font, so figures draw Chinese labels (--lang zh) and CJK tokens (attnlab/viz/fonts.py falls
