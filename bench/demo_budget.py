@@ -20,7 +20,6 @@ sentences (the demo's ``ACCEPTED``), the one alignment verdict (evaluation/align
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -29,10 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from _fixed_updates import add_common_args, run_all, whole_test_split  # noqa: E402
+
 from attnlab import config as C  # noqa: E402
 from attnlab import demo  # noqa: E402
 from attnlab.data import corpus  # noqa: E402
-from attnlab.device import set_threads  # noqa: E402
 from attnlab.evaluation.alignment import check_result  # noqa: E402
 from attnlab.evaluation.evaluate import evaluate_split, is_right, notes_examples  # noqa: E402
 from attnlab.training import sizing  # noqa: E402
@@ -65,14 +65,11 @@ def run_one(kind: str, updates: int, seed: int, extra: list[str], args, cache: d
     res = train(cfg, run, progress=False, prepared=cache[key])
     train_s = time.time() - t0
     tr = Translator.from_run(run, which="best")  # what the demo shows
-    tkey = ("test", *key)
-    if tkey not in cache:  # every length: a run trained on the shortest pairs is scored on the whole split
-        full = corpus.prepare(dataclasses.replace(tr.cfg.data, max_pairs=0), tokenizers=(tr.src_tok, tr.tgt_tok))
-        cache[tkey] = full.splits["test"]
+    test = whole_test_split(cache, key, tr)
     examples = notes_examples(tr)
     res_map = tr.attention(SENTENCE)
     verdict = check_result(res_map)
-    scores = evaluate_split(tr, cache[tkey], beam_size=1, max_sentences=args.test_sentences)
+    scores = evaluate_split(tr, test, beam_size=1, max_sentences=args.test_sentences)
     m = tr.cfg.model
     return {"as": args.as_, "minutes": args.minutes, "model": kind, "updates": res.step, "seed": seed, "extra": extra, "peak": args.peak,
             "train_s": round(train_s, 1), "size": tr.cfg.train.size, "d": m.num_hiddens,
@@ -107,36 +104,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="transformer", help="comma-separated: bahdanau, transformer")
     ap.add_argument("--updates", default="700", help="comma-separated update counts")
-    ap.add_argument("--seeds", default="1,2,3")
-    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                    help="overrides on top of the demo's sized config")
     ap.add_argument("--peak", type=float, default=64.0, help="the probe the config is sized for (GFLOP/s)")
     ap.add_argument("--as", dest="as_", choices=("demo", "train"), default="demo",
                     help="the config of `attnlab demo` or of `attnlab train --max-minutes M` (default: demo)")
     ap.add_argument("--minutes", type=float, default=1.5, help="the budget the config is sized for (default 1.5)")
-    ap.add_argument("--out", type=Path, default=Path("/tmp/demo_budget"))
-    ap.add_argument("--results", type=Path, default=None, help="JSON lines (default OUT/results.jsonl)")
-    ap.add_argument("--data", default="/work/shared/data/fra-eng.zip")
-    ap.add_argument("--test-sentences", type=int, default=1000)
-    ap.add_argument("--report", action="store_true", help="print the table of the results so far and stop")
+    add_common_args(ap, "/tmp/demo_budget")
     args = ap.parse_args()
-    results = args.results or args.out / "results.jsonl"
-    if args.report:
-        print(report(results))
-        return 0
-    set_threads(1)
-    args.out.mkdir(parents=True, exist_ok=True)
-    cache: dict = {}
-    for kind in args.model.split(","):
-        for updates in (int(u) for u in args.updates.split(",")):
-            for seed in (int(s) for s in args.seeds.split(",")):
-                r = run_one(kind, updates, seed, args.set, args, cache)
-                with results.open("a") as f:
-                    f.write(json.dumps(r) + "\n")
-                print(f"{kind} {updates} {' '.join(args.set)} seed {seed}: {r['train_s']:.0f} s | "
-                      f"notes {r['notes_right']}/4 {r['notes']} | {r['translation']} map {r['agree']} | "
-                      f"BLEU {r['test_bleu']:.1f}", flush=True)
-    return 0
+    jobs = [(kind, int(updates), int(seed), args.set, args) for kind in args.model.split(",")
+            for updates in args.updates.split(",") for seed in args.seeds.split(",")]
+
+    def line(r: dict) -> str:
+        return (f"{r['model']} {r['updates']} {' '.join(r['extra'])} seed {r['seed']}: {r['train_s']:.0f} s | "
+                f"notes {r['notes_right']}/4 {r['notes']} | {r['translation']} map {r['agree']} | "
+                f"BLEU {r['test_bleu']:.1f}")
+
+    return run_all(args, jobs, run_one, line, report)
 
 
 if __name__ == "__main__":

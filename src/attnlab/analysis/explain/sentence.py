@@ -264,7 +264,7 @@ class ExplainReport(TextReport):
         roles.residual_section(model, cap, src_labels, tgt_labels, out)  # 4 (Transformers)
         roles.ffn_section(cap, src_labels, tgt_labels, out)  # 4, §19 (Transformers)
         _decoding_section(self.steps, self.translation, len(tr.tgt_tok), self.top_k, out,
-                          after_step=getattr(tr.cfg.model, "attention_query", "previous") == "current")  # 5
+                          after_step=bool(getattr(tr.model, "after_step", False)))  # 5, as roles reads it
         if self.depends is not None:
             out(self.depends.format())  # 5: the alignment verdict beside integrated gradients
         first_row = self.steps[0].weights if self.steps else None
