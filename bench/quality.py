@@ -197,7 +197,7 @@ def main() -> int:
         machine = f"like {args.like_peak:g}" if args.like_peak else f"native {peak:.0f}"
         tag = f"{args.minutes:g}min-like{args.like_peak:g}" if args.like_peak else ""
     print(f"machine peak {peak:.0f} GFLOP/s on {args.threads} threads; budget {args.minutes:g} min "
-          f"({machine} GFLOP/s) = {minutes:.2f} min here", flush=True)
+          f"({machine if args.slow_share else machine + ' GFLOP/s'}) = {minutes:.2f} min here", flush=True)
     rows = []
     for kind in args.models.split(","):
         row = run_one(kind.strip(), minutes, Path(args.out), args.data, args.threads, args.overrides, args.beam,
