@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from attnlab.analysis.align.extract import Side
 from attnlab.data.batching import TokenBatchSampler, collate
+from attnlab.i18n import _
 from attnlab.models import traits
 from attnlab.training.loop import train_step
 from attnlab.training.losses import LossOutput, token_loss
@@ -83,11 +84,12 @@ def adapt(
     in ``seed``.
     """
     t0 = time.perf_counter()
-    model, updates, nll, _ = _train_copy(tr, pairs, epochs, lr, batch_tokens, seed)
+    model, updates, nll, _per_epoch = _train_copy(tr, pairs, epochs, lr, batch_tokens, seed)
     adapted = Translator(model, tr.src_tok, tr.tgt_tok, tr.cfg, tr.device, tr.run_dir, tr.checkpoint)
     done = Adaptation(epochs, updates, lr, nll[0], nll[-1], time.perf_counter() - t0, seed)
     if not math.isfinite(done.nll_last):
-        raise ValueError(f"adapting at lr {lr} diverged (loss {done.nll_last}); try a smaller lr")
+        raise ValueError(_("adapting at lr {lr} diverged (loss {loss}); try a smaller lr").format(
+            lr=lr, loss=done.nll_last))
     return adapted, done
 
 
@@ -159,11 +161,11 @@ def teach(
         seen.append(float(term.detach()))
         return lo, weight * term
 
-    model, updates, _, per_epoch = _train_copy(tr, pairs, epochs, lr, batch_tokens, seed, objective, seen)
+    model, updates, _nll, per_epoch = _train_copy(tr, pairs, epochs, lr, batch_tokens, seed, objective, seen)
     taught = Translator(model, tr.src_tok, tr.tgt_tok, tr.cfg, tr.device, tr.run_dir, tr.checkpoint)
     done = Teaching(layer, head, epochs, updates, weight, per_epoch[0], per_epoch[-1], time.perf_counter() - t0, seed)
     if not math.isfinite(done.align_last):
-        raise ValueError(f"teaching at lr {lr} diverged; try a smaller lr")
+        raise ValueError(_("teaching at lr {lr} diverged; try a smaller lr").format(lr=lr))
     return taught, done
 
 
@@ -178,8 +180,8 @@ def _train_copy(tr: Translator, pairs: Sequence[tuple[Side, Side]], epochs: int,
     model: nn.Module = copy.deepcopy(tr.model).train()
     tc = dataclasses.replace(tr.cfg.train, lr=lr)
     opt = make_optimizer(model, tc)
-    src = [s.ids for s, _ in pairs]
-    tgt = [t.ids for _, t in pairs]
+    src = [s.ids for s, _t in pairs]
+    tgt = [t.ids for _s, t in pairs]
     longest = max(max(len(a), len(b)) + 1 for a, b in zip(src, tgt))
     sampler = TokenBatchSampler(
         [len(a) for a in src], [len(b) for b in tgt], max(batch_tokens, longest), len(pairs), True, seed
@@ -192,7 +194,7 @@ def _train_copy(tr: Translator, pairs: Sequence[tuple[Side, Side]], epochs: int,
         first = len(seen) if seen is not None else 0
         for idx in sampler.epoch(epoch):
             batch = collate([src[i] for i in idx], [tgt[i] for i in idx], idx).to(tr.device)
-            out, _, _ = train_step(model, opt, batch, 1.0 / batch.num_tgt_tokens, lr, tc, tr.device, objective)
+            out, _loss, _updated = train_step(model, opt, batch, 1.0 / batch.num_tgt_tokens, lr, tc, tr.device, objective)
             updates += 1
             total += float(out.nll_sum)
             tokens += batch.num_tgt_tokens
