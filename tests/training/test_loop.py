@@ -45,6 +45,14 @@ def test_run_folder_describes_itself(tiny_runs):
     valid = [r for r in runs.read_metrics(run) if r.get("event") == "valid"]
     assert valid and math.isfinite(valid[-1]["valid_loss"]) and "valid_bleu" in valid[-1]
     assert (run / "curves.png").stat().st_size > 1000
+    # Where the invocation's seconds went: every part of a step budget's run, none negative, and together
+    # (setup aside) the training seconds meta reports (the parts do not overlap), to rounding.
+    wall = meta["wall_s"]
+    assert {"setup", "batch", "agree", "update", "log", "valid_loss", "valid_bleu", "probes", "checkpoint",
+            "other"} <= set(wall)
+    assert all(v >= 0 for v in wall.values()) and wall["update"] > 0
+    training = sum(v for k, v in wall.items() if k != "setup")
+    assert training == pytest.approx(meta["elapsed_s"], abs=0.002 * len(wall) + 0.05)
 
 
 def test_existing_run_needs_resume(tiny_runs):

@@ -45,6 +45,7 @@ from attnlab.training.session import (
     all_finite,
 )
 from attnlab.training.validation import record_probes
+from attnlab.training.wall import WallClock
 
 __all__ = ["NonFiniteLossError", "TrainResult", "train", "train_step"]
 
@@ -104,17 +105,21 @@ def fit(s: Session, stop: StopFlag, bar: Progress | None) -> str:
     tc, p = s.cfg.train, s.progress
     timer, log, skipped = UpdateClock(s), TrainLog(s, bar), SkippedUpdates(s)
     while not (tc.max_epochs and p.epoch >= tc.max_epochs):
-        for global_batch in s.epoch_batches()[p.pos:]:
+        with s.timed("batch"):
+            batches = s.epoch_batches()[p.pos:]
+        for global_batch in batches:
             if tc.max_steps and p.step >= tc.max_steps:
                 return "max_steps"
             time_up = timer.start_update()
             batch, real = s.my_share(global_batch)
-            votes = s.agree_step(batch, real, time_up, stop.signal is not None)
+            with s.timed("agree"):
+                votes = s.agree_step(batch, real, time_up, stop.signal is not None)
             if votes.stop:
                 return votes.stop
             scale = (D.world_size() if real else 0.0) / votes.tokens
-            out, loss, updated = train_step(s.train_model, s.optimizer, batch, scale,
-                                            tc.lr * s.budget.factor(p.step), tc, s.device)
+            with s.timed("update"):
+                out, loss, updated = train_step(s.train_model, s.optimizer, batch, scale,
+                                                tc.lr * s.budget.factor(p.step), tc, s.device)
             if not updated:
                 skipped.skip(loss)  # raises after train.max_nonfinite in a row
                 p.pos += 1
@@ -123,7 +128,8 @@ def fit(s: Session, stop: StopFlag, bar: Progress | None) -> str:
             p.step += 1
             timer.end_update()
             p.pos += 1
-            log.add(out, votes, real)
+            with s.timed("log"):
+                log.add(out, votes, real)
             if s.budget.due_validation(p.step):
                 _say_valid(bar, p.step, s.validate())
             elif tc.save_every and p.step % tc.save_every == 0:
@@ -150,15 +156,20 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     device = pick_device(cfg.train.device)
     device, own_group = D.setup(device)
     try:
-        s = Session.open(cfg, Path(out_dir), resume, prepared, argv, device, clock, explicit)
+        wall = WallClock()
+        with wall.part("setup"):
+            s = Session.open(cfg, Path(out_dir), resume, prepared, argv, device, clock, explicit)
+        s.wall = wall
         bar = _progress(s, log_format, log_interval_s) if progress and D.is_main() else None
         s.model.train()
         set_lr(s.optimizer, s.cfg.train.lr * s.budget.factor(s.progress.step))
         if bar is not None:
             bar.message(s.budget.describe())
         s.t_start = clock()
+        s.wall.start()
         if s.progress.step == 0 and not s.resumed and D.is_main():
-            record_probes(s.model, s.prepared, s.cfg, device, s.out_dir, 0)  # attention before any training
+            with s.timed("probes"):
+                record_probes(s.model, s.prepared, s.cfg, device, s.out_dir, 0)  # attention before any training
         with StopFlag() as stop:
             try:
                 stopped_by = fit(s, stop, bar)
@@ -209,7 +220,8 @@ def _result(s: Session, stopped_by: str) -> TrainResult:
                          p.tokens_seen / max(elapsed, 1e-9), p.examples_seen)
     if D.is_main():
         finish_meta(s.out_dir, {"steps": p.step, "epochs_done": p.epoch, "stopped_by": stopped_by,
-                                "elapsed_s": elapsed, "tokens_seen": p.tokens_seen,
+                                "elapsed_s": elapsed, "wall_s": s.wall.report(),
+                                "tokens_seen": p.tokens_seen,
                                 "mean_tokens_per_s": result.tokens_per_s, "best_valid_bleu": p.best_bleu,
                                 "last_valid": s.last_valid})
     return result

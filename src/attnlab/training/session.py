@@ -50,6 +50,7 @@ from attnlab.training.optim import make_optimizer
 from attnlab.training.resume import check_resume_overrides
 from attnlab.training.run_folder import CurvesPainter, drop_records_after, prepare_run_dir, write_run_files
 from attnlab.training.validation import record_probes, selection_score, validation_bleu, validation_loss
+from attnlab.training.wall import WallClock
 
 
 @dataclass
@@ -192,6 +193,7 @@ class Session:
     last_valid: dict[str, Any] = field(default_factory=dict)
     board: tb.Board = field(default_factory=tb.Board)  # TensorBoard on rank 0 with train.tensorboard
     curves: CurvesPainter = field(default_factory=CurvesPainter)
+    wall: WallClock = field(default_factory=WallClock)  # where this invocation's seconds go (training/wall.py)
 
     @classmethod
     def open(cls, cfg: Config, out_dir: Path, resume: bool, prepared, argv, device, clock,
@@ -241,8 +243,9 @@ class Session:
         """This rank's part of a global batch, on the device; ``real``: False for a weight-0 filler."""
         split = self.prepared.splits["train"]
         idx, real = D.shard(global_batch, D.rank(), D.world_size())
-        batch = collate([split.src[i] for i in idx], [split.tgt[i] for i in idx], idx)
-        return batch.to(self.device, non_blocking=True), real
+        with self.timed("batch"):
+            batch = collate([split.src[i] for i in idx], [split.tgt[i] for i in idx], idx)
+            return batch.to(self.device, non_blocking=True), real
 
     def next_epoch(self) -> None:
         self.progress.epoch += 1
@@ -282,11 +285,16 @@ class Session:
                 "elapsed_s": self.elapsed(), "rng": rng}
 
     def save(self, is_best: bool = False) -> None:
-        st = self.state_dict()
-        if D.is_main():
-            runs.save_checkpoint(self.out_dir, self.progress.step, self.model, st,
-                                 keep=self.cfg.train.keep_checkpoints, best=is_best)
-        D.barrier()
+        with self.timed("checkpoint"):
+            st = self.state_dict()
+            if D.is_main():
+                runs.save_checkpoint(self.out_dir, self.progress.step, self.model, st,
+                                     keep=self.cfg.train.keep_checkpoints, best=is_best)
+            D.barrier()
+
+    def timed(self, part: str):
+        """A ``with`` block whose seconds count towards ``part`` of :attr:`wall` (see training/wall.py)."""
+        return self.wall.part(part)
 
     def validate(self) -> dict[str, Any]:
         """Loss, BLEU and probes on rank 0 (the same figures as one process; the other ranks wait in the
@@ -295,15 +303,19 @@ class Session:
         p, main = self.progress, D.is_main()
         rec: dict[str, Any] = {"event": "valid", "step": p.step, "epoch": p.epoch}
         if main:
-            rec.update(validation_loss(self.model, self.prepared.splits["valid"], self.cfg, self.device))
-            rec.update(validation_bleu(self.model, self.prepared, self.cfg, self.device))
-            record_probes(self.model, self.prepared, self.cfg, self.device, self.out_dir, p.step)
+            with self.timed("valid_loss"):
+                rec.update(validation_loss(self.model, self.prepared.splits["valid"], self.cfg, self.device))
+            with self.timed("valid_bleu"):
+                rec.update(validation_bleu(self.model, self.prepared, self.cfg, self.device))
+            with self.timed("probes"):
+                record_probes(self.model, self.prepared, self.cfg, self.device, self.out_dir, p.step)
         is_best = main and selection_score(rec) > p.best_bleu  # BLEU, or a fill model's masked-token accuracy
         if is_best:
             p.best_bleu = selection_score(rec)
         if main:
             runs.append_metrics(self.out_dir, rec)
-            self.curves.after_validation(self.out_dir)  # inside the validation's time: the budget sees it
+            with self.timed("curves"):
+                self.curves.after_validation(self.out_dir)  # inside the validation's time: the budget sees it
             self.board.valid(rec, self.out_dir)
         rec, is_best, p.best_bleu = D.broadcast_object((rec, is_best, p.best_bleu))
         self.save(is_best=is_best)
