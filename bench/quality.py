@@ -86,7 +86,9 @@ def run_one(kind: str, minutes: float, out: Path, data: str | None, threads: int
     tr = Translator.from_run(run, which="last")  # what the schedule was planned to end on
     # Every run is scored on the whole test split, also one trained on the shortest pairs only
     # (data.max_pairs): the split is by a hash of the source, so its test sentences are never trained on.
-    prepared = corpus.prepare(dataclasses.replace(tr.cfg.data, max_pairs=0), tokenizers=(tr.src_tok, tr.tgt_tok))
+    # A run folder keeps no data path (it may move), so the corpus is the one this invocation was given.
+    prepared = corpus.prepare(dataclasses.replace(tr.cfg.data, max_pairs=0, data_path=data or tr.cfg.data.data_path),
+                              tokenizers=(tr.src_tok, tr.tgt_tok))
     greedy = evaluate_split(tr, prepared.splits["test"], beam_size=1)
     beamed = evaluate_split(tr, prepared.splits["test"], beam_size=beam) if beam > 1 else greedy
     examples = notes_examples(tr, beam_size=beam)
