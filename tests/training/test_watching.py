@@ -67,6 +67,21 @@ def test_curves_png_is_drawn_at_the_first_validation(watched):
     assert len(seen) == 2 and (run / "curves.png").is_file() and (run / "curves.svg").is_file()  # the end draws both
 
 
+def test_an_unwatched_run_draws_its_curves_at_the_end_only(tmp_path):
+    drawn = []
+    original = CurvesPainter.after_validation
+
+    def spy(self, run_dir):
+        drawn.append(original(self, run_dir))
+        return drawn[-1]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CurvesPainter, "after_validation", spy)
+        train(_watched_config("train.tensorboard=false"), tmp_path / "run", progress=False, watch=False)
+    assert drawn == [False, False]  # both validations (steps 5 and 10) left it alone
+    assert (tmp_path / "run" / "curves.png").is_file() and (tmp_path / "run" / "curves.svg").is_file()
+
+
 def test_curves_painter_throttles_by_its_own_cost(tmp_path):
     runs.append_metrics(tmp_path, {"event": "train", "step": 1, "loss": 2.0, "lr": 1e-3})
     painter = CurvesPainter()

@@ -140,11 +140,16 @@ def fit(s: Session, stop: StopFlag, bar: Progress | None) -> str:
 
 def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool = True,
           prepared=None, argv: list[str] | None = None, explicit: frozenset[str] | None = None,
-          log_format: str = "auto", log_interval_s: float = INTERVAL_S) -> TrainResult:
+          log_format: str = "auto", log_interval_s: float = INTERVAL_S, watch: bool = True) -> TrainResult:
     """Train ``cfg`` into ``out_dir`` (a new run, or the continuation of one with ``resume``).
 
     ``progress``: report on stderr (rank 0), as ``log_format`` says (:mod:`attnlab.progress`: a bar on a
     terminal, else a plain line every ``log_interval_s`` seconds, or JSON lines).
+
+    ``watch``: redraw ``curves.png`` after each validation, so the run can be watched while it trains
+    (:class:`~attnlab.training.run_folder.CurvesPainter`); False draws it once, at the end: the demo's
+    runs end before anyone opens the file, and under a 1.5-minute budget on a slow machine a mid-run
+    draw (loading matplotlib) took 2 % of the updates' time (bench/RESULTS.md).
 
     ``explicit``: the dotted keys the caller set (``model.num_hiddens``, …), which a size tier
     (``train.size``) must leave as they are; None = the keys where ``cfg`` differs from its preset,
@@ -160,6 +165,7 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
         with wall.part("setup"):
             s = Session.open(cfg, Path(out_dir), resume, prepared, argv, device, clock, explicit)
         s.wall = wall
+        s.curves.enabled = watch
         bar = _progress(s, log_format, log_interval_s) if progress and D.is_main() else None
         s.model.train()
         set_lr(s.optimizer, s.cfg.train.lr * s.budget.factor(s.progress.step))

@@ -185,6 +185,7 @@ class CurvesPainter:
     RATIO = 50
 
     def __init__(self) -> None:
+        self.enabled = True  # False: a run nobody watches while it trains (the demo's): drawn at the end only
         self.cost_s = 0.0  # what the last draw took
         self.last_end: float | None = None
         self.draws = self.skipped = 0
@@ -192,7 +193,7 @@ class CurvesPainter:
     def after_validation(self, run_dir: Path) -> bool:
         """Redraw ``run_dir/curves.png`` unless it is too soon (see the class docstring); True when drawn."""
         start = time.perf_counter()
-        if self.last_end is not None and start - self.last_end < self.RATIO * self.cost_s:
+        if not self.enabled or self.last_end is not None and start - self.last_end < self.RATIO * self.cost_s:
             self.skipped += 1
             return False
         try:
