@@ -148,8 +148,9 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
 
     ``watch``: redraw ``curves.png`` after each validation, so the run can be watched while it trains
     (:class:`~attnlab.training.run_folder.CurvesPainter`); False draws it once, at the end: the demo's
-    runs end before anyone opens the file, and under a 1.5-minute budget on a slow machine a mid-run
-    draw (loading matplotlib) took 2 % of the updates' time (bench/RESULTS.md).
+    runs end before anyone opens the file, and in a short budget on a slow machine a mid-run draw, which
+    loads matplotlib, is the largest cost besides the updates (bench/RESULTS.md, "Where a slow machine's
+    seconds go").
 
     ``explicit``: the dotted keys the caller set (``model.num_hiddens``, …), which a size tier
     (``train.size``) must leave as they are; None = the keys where ``cfg`` differs from its preset,
