@@ -45,7 +45,6 @@ from attnlab.training.session import (
     all_finite,
 )
 from attnlab.training.validation import record_probes
-from attnlab.training.wall import WallClock
 
 __all__ = ["NonFiniteLossError", "TrainResult", "train", "train_step"]
 
@@ -162,10 +161,9 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     device = pick_device(cfg.train.device)
     device, own_group = D.setup(device)
     try:
-        wall = WallClock()
-        with wall.part("setup"):
-            s = Session.open(cfg, Path(out_dir), resume, prepared, argv, device, clock, explicit)
-        s.wall = wall
+        t_open = time.perf_counter()  # the wall record's clock (training/wall.py), not the loop's
+        s = Session.open(cfg, Path(out_dir), resume, prepared, argv, device, clock, explicit)
+        s.wall.add("setup", time.perf_counter() - t_open)
         s.curves.enabled = watch
         bar = _progress(s, log_format, log_interval_s) if progress and D.is_main() else None
         s.model.train()
