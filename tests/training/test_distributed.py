@@ -123,6 +123,50 @@ def test_timeout_comes_from_the_environment(monkeypatch):
             D.timeout()
 
 
+def _fake_exit(monkeypatch) -> list[int]:
+    """os._exit recorded instead of done (end_process then returns, and so does main)."""
+    codes: list[int] = []
+    monkeypatch.setattr(os, "_exit", codes.append)
+    return codes
+
+
+def test_a_process_that_joined_no_group_returns_from_main(monkeypatch, tmp_path):
+    from attnlab import cli
+
+    codes = _fake_exit(monkeypatch)
+    assert cli.main(["translate", str(tmp_path / "nowhere"), "hello ."]) == 2
+    assert codes == []
+
+
+def test_a_worker_ends_with_the_commands_code_without_finalizing(monkeypatch, tmp_path, capsys):
+    """A torchrun worker's mistake (2), and its bug (1, with the traceback), both end in os._exit."""
+    from attnlab import cli
+
+    codes = _fake_exit(monkeypatch)
+    monkeypatch.setattr(D, "_joined", True)
+    assert cli.main(["translate", str(tmp_path / "nowhere"), "hello ."]) == 2
+    assert codes == [2] and "error:" in capsys.readouterr().err
+
+    def bug(argv):
+        raise RuntimeError("Connection closed by peer")
+
+    monkeypatch.setattr(cli, "_main", bug)
+    assert cli.main([]) == 1
+    assert codes == [2, 1]
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "Connection closed by peer" in err
+
+
+def test_a_bug_outside_a_worker_keeps_its_traceback(monkeypatch):
+    from attnlab import cli
+
+    codes = _fake_exit(monkeypatch)
+    monkeypatch.setattr(cli, "_main", lambda argv: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        cli.main([])
+    assert codes == []
+
+
 def test_threads_are_shared_among_local_processes(monkeypatch):
     cores = len(os.sched_getaffinity(0))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")

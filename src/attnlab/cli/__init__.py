@@ -3,7 +3,8 @@
 A user mistake (bad path, config typo, corrupt checkpoint) prints one line, ``error: …``, and
 exits with code 2; a command-line mistake prints that (sub)command's usage above that line. A command
 stopped by Ctrl-C or SIGTERM exits 130 or 143 (attnlab.interrupts). Anything else is a bug and keeps its
-traceback.
+traceback. A torchrun worker (one that joined a process group) ends with that code through
+:func:`attnlab.training.distributed.end_process` instead of returning.
 
 Each command imports the library inside its body (here and in the command modules): building the
 parser then never imports torch, so ``attnlab --help`` and a mistyped option answer at once.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 
 from attnlab._version import __version__
 from attnlab.cli import (
@@ -149,6 +151,27 @@ def _say_what_is_missing() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+    except Exception:
+        if _worker() is None:
+            raise
+        traceback.print_exc()
+        code = 1
+    worker = _worker()
+    if worker is not None:
+        worker.end_process(code)
+    return code
+
+
+def _worker():
+    """attnlab.training.distributed when this process joined a process group, else None (never
+    imported here: building the parser must not import torch)."""
+    D = sys.modules.get("attnlab.training.distributed")
+    return D if D is not None and D.joined_a_group() else None
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         set_language(_language_before_parsing(argv))  # --lang, else $ATTNLAB_LANG, else English

@@ -32,7 +32,7 @@ import datetime
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -44,6 +44,7 @@ from attnlab.errors import AttnlabError
 from attnlab.i18n import _
 
 DEFAULT_TIMEOUT_S = 1800.0  # torch's own default for gloo/nccl collectives
+_joined = False  # set by setup(): this process initialised a group (it is a torchrun worker)
 _TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -133,6 +134,8 @@ def setup(device: torch.device) -> tuple[torch.device, bool]:
         dist.init_process_group("nccl", device_id=device, **kwargs)
     else:
         dist.init_process_group("gloo", **kwargs)
+    global _joined
+    _joined = True
     return device, True
 
 
@@ -170,8 +173,34 @@ def _attempt_store(wait: datetime.timedelta) -> dist.Store | None:
 
 
 def teardown() -> None:
+    """Leave the group. The group is not always freed by this: see :func:`end_process`."""
     if is_distributed():
         dist.destroy_process_group()
+
+
+def joined_a_group() -> bool:
+    """True once :func:`setup` has initialised a process group in this process."""
+    return _joined
+
+
+def end_process(code: int) -> NoReturn:
+    """End a torchrun worker with ``code`` now, without the interpreter's finalization.
+
+    :class:`~torch.nn.parallel.DistributedDataParallel` keeps the gloo group alive after
+    ``destroy_process_group()``: the group's threads are still running when the command returns, and
+    the interpreter's shutdown then runs beside them. A thread of C++ code that needs the GIL while
+    the interpreter finalizes (to free a tensor Python made, say) is ended inside that code, which
+    aborts the process ("terminate called without an active exception", SIGABRT) or leaves a lock
+    held. Under load a finished rank died so while another was still writing, failing the job.
+    Nothing is left to do at this point: everything the command writes is written and closed before
+    it returns, so only the standard streams are flushed here.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can be said
+            pass
+    os._exit(code)
 
 
 def threads_per_process() -> int:
