@@ -227,7 +227,8 @@ def test_train_refuses_a_bad_nproc_before_starting_anything(tmp_path, monkeypatc
 
 # ------------------------------------------------------------------------- real torchrun jobs (slow)
 
-ENV = {**os.environ, "ATTNLAB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+# PYTHONFAULTHANDLER: a worker that dies by a signal prints every thread's Python stack into the job's output.
+ENV = {**os.environ, "ATTNLAB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
 
 
 def _write_config(cfg, path: Path) -> Path:
