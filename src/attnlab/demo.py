@@ -58,6 +58,10 @@ SHORTEST_PAIRS = 10_000
 #: encoder's last state holds less of the sentence, so the decoder gains by reading the others (§1; measured
 #: in docs/experiments/bahdanau-movement.md).
 SLOW_DEMO_GRU_WIDTH = 128
+#: The demo's Transformer has two layers where its tier has one (the tiny and small tiers translate better per
+#: minute with one): over seeds, two layers' last cross-attention put je, suis on `i'm` and chez, moi on `home`
+#: in every demo measured, where one layer's mostly left moi on `i'm` (bench/RESULTS.md, "Depth under the quota").
+DEMO_TRANSFORMER_LAYERS = 2
 
 
 def _dataset(data: str | None) -> tuple[str, str | None]:
@@ -80,6 +84,10 @@ def _config(kind: str, dataset: str, path: str | None, minutes: float, threads: 
         f"train.max_minutes={minutes}", f"train.threads={threads}", *DEMO_OVERRIDES,
         *([f"train.seed={seed}"] if seed is not None else [])])
     cfg, why = sizing.resolve(cfg, frozenset(), peak=peak)
+    if not traits(cfg.model).recurrent and cfg.model.num_layers < DEMO_TRANSFORMER_LAYERS:
+        cfg = config_mod.apply_overrides(cfg, [f"model.num_layers={DEMO_TRANSFORMER_LAYERS}"])
+        why += _("; the demo gives it {layers} layers instead, whose attention forms the notes' table of §1 more "
+                 "often").format(layers=DEMO_TRANSFORMER_LAYERS)
     if dataset != "fra-eng" or peak * minutes >= SHORT_DEMO_COMPUTE:
         return cfg, why
     if traits(cfg.model).recurrent and cfg.model.num_hiddens > SLOW_DEMO_GRU_WIDTH:

@@ -65,6 +65,9 @@ def test_the_demo_sizes_a_slow_machines_models_for_the_notes(kind, peak, pairs, 
     assert cfg.train.size == "tiny" and cfg.data.max_pairs == pairs and cfg.model.num_hiddens == width
     assert ("shortest pairs instead" in why) == (pairs == 10_000)
     assert ("d=128 instead" in why) == (kind == "bahdanau" and width == 128)
+    # the tier's Transformer has one layer; the demo's has two, whose map of the notes' example forms more often
+    assert cfg.model.num_layers == (2 if kind == "transformer" else 1)
+    assert ("2 layers instead" in why) == (kind == "transformer")
     if kind == "bahdanau":
         assert cfg.model.embed_size == width
 
