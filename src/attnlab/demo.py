@@ -148,7 +148,9 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
         key = (cfg.data.tokenizer, cfg.data.min_freq, cfg.data.bpe_vocab_size, cfg.data.max_pairs)
         if key not in prepared:
             prepared[key] = corpus.prepare(cfg.data)
-        res = train(cfg, run, prepared=prepared[key], progress=progress, watch=False)  # curves drawn at the end
+        # sized above (two layers where the tier has one is a preset's value): train must not size it again
+        res = train(cfg, run, prepared=prepared[key], progress=progress, watch=False,  # curves drawn at the end
+                    explicit=sizing.every_key(cfg))
         if res.stopped_by == "signal":  # the user asked the demo to stop, not only this model
             print(_("interrupted: {kind} saved its last checkpoint in {run}; the demo stopped there").format(
                 kind=kind, run=run))

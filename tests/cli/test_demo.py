@@ -60,6 +60,7 @@ def test_demo_runs_offline_on_numbers(tmp_path):
 ])
 def test_the_demo_sizes_a_slow_machines_models_for_the_notes(kind, peak, pairs, width):
     from attnlab.demo import _config
+    from attnlab.training import sizing
 
     cfg, why = _config(kind, "fra-eng", "fra-eng.zip", 1.5, 1, peak)
     assert cfg.train.size == "tiny" and cfg.data.max_pairs == pairs and cfg.model.num_hiddens == width
@@ -68,6 +69,8 @@ def test_the_demo_sizes_a_slow_machines_models_for_the_notes(kind, peak, pairs, 
     # the tier's Transformer has one layer; the demo's has two, whose map of the notes' example forms more often
     assert cfg.model.num_layers == (2 if kind == "transformer" else 1)
     assert ("2 layers instead" in why) == (kind == "transformer")
+    # what train() does with the keys the demo passes (training/session.py, settle_config): nothing
+    assert sizing.resolve(cfg, sizing.every_key(cfg))[0] == cfg
     if kind == "bahdanau":
         assert cfg.model.embed_size == width
 

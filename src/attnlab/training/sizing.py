@@ -131,6 +131,13 @@ def explicit_keys(cfg: Config) -> frozenset[str]:
     return frozenset(f"{s}.{k}" for s, sec in mine.items() for k, v in sec.items() if base[s].get(k) != v)
 
 
+def every_key(cfg: Config) -> frozenset[str]:
+    """Every key of ``cfg``: the ``explicit`` of a config already sized (:func:`resolve`) and then adjusted by its
+    caller, which the library's ``train`` must not size again. Without it, ``train`` takes a key set back to
+    its preset's value for one left unset (:func:`explicit_keys`) and gives it the tier's value again."""
+    return frozenset(f"{s}.{k}" for s, sec in config_mod.to_dict(cfg).items() for k in sec)
+
+
 def resolve(cfg: Config, explicit: frozenset[str] | None = None, peak: float | None = None) -> tuple[Config, str]:
     """Settle ``train.size``: returns the concrete config and one line saying what was chosen and why.
 
