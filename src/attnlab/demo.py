@@ -60,7 +60,8 @@ SHORTEST_PAIRS = 10_000
 SLOW_DEMO_GRU_WIDTH = 128
 #: The demo's Transformer has two layers where its tier has one (the tiny and small tiers translate better per
 #: minute with one): over seeds, two layers' last cross-attention put je, suis on `i'm` and chez, moi on `home`
-#: in every demo measured, where one layer's mostly left moi on `i'm` (bench/RESULTS.md, "Depth under the quota").
+#: in every demo measured, where one layer's left a word elsewhere (moi on `i'm`, mostly) in half of them
+#: (bench/RESULTS.md, "Depth under the quota").
 DEMO_TRANSFORMER_LAYERS = 2
 
 
