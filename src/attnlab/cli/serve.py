@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 import sys
 
 from attnlab.cli.common import add_device_arg
@@ -43,8 +44,10 @@ def cmd_serve(args) -> int:
         max_beam=args.max_beam,
         max_output_tokens=args.max_output_tokens,
         max_connections=args.max_connections,
+        max_client_connections=args.max_client_connections,
         header_timeout_s=args.read_timeout,
         body_timeout_s=args.read_timeout,
+        send_timeout_s=args.send_timeout,
     )
     hosts = allowed_host_names(args.host, args.allowed_hosts or ())
     # The port first: a busy or invalid one is one error line, before any model loads or banner prints.
@@ -151,7 +154,7 @@ def _limit_arguments(s) -> None:
         "--max-beam", type=_positive, default=8, dest="max_beam", help=_("largest beam size a request "
                                                                          "may ask for")
     )
-    s.add_argument("--deadline", type=float, default=30.0, help=_("seconds per request that computes "
+    s.add_argument("--deadline", type=_seconds, default=30.0, help=_("seconds per request that computes "
                                                                   "(translation, attribution, "
                                                                   "alignment, probes) before 504; its "
                                                                   "work stops then"))
@@ -167,14 +170,30 @@ def _limit_arguments(s) -> None:
         type=_positive,
         default=64,
         dest="max_connections",
-        help=_("connections and requests at once; more get 503"),
+        help=_("open connections at once; past it an idle one is closed to make room, else 503 (an eighth, "
+               "at least one, stays free for /health) (default: 64)"),
+    )
+    s.add_argument(
+        "--max-client-connections",
+        type=_positive,
+        default=16,
+        dest="max_client_connections",
+        help=_("open connections one client address may hold; its next one gets 503 (default: 16)"),
     )
     s.add_argument(
         "--read-timeout",
-        type=float,
+        type=_seconds,
         default=10.0,
         dest="read_timeout",
         help=_("seconds a client has to send a request head, and then its body (408 and closed after)"),
+    )
+    s.add_argument(
+        "--send-timeout",
+        type=_seconds,
+        default=10.0,
+        dest="send_timeout",
+        help=_("seconds a response may wait for a client that does not read before its connection is "
+               "dropped (default: 10)"),
     )
 
 
@@ -185,4 +204,17 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(_("{text!r} is not a whole number").format(text=text)) from None
     if v < 1:
         raise argparse.ArgumentTypeError(_("{v} must be >= 1").format(v=v))
+    return v
+
+
+def _seconds(text: str) -> float:
+    """A deadline in seconds: finite and > 0 (``inf`` would turn it off, ``nan`` never expires)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(_("{text!r} is not a number of seconds").format(text=text)) from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(
+            _("{text} seconds: a deadline must be a finite number > 0 (it cannot be turned off); e.g. 30").format(
+                text=text))
     return v

@@ -58,11 +58,14 @@ Limits, all checked before any model work (:class:`~attnlab.web.guards.Limits`):
 - a response's attention maps are at most ``max_response_bytes``: a kind that would not fit is sent
   with ``weights: null`` and an ``omitted`` note saying what to ask for instead (the translation is
   never lost);
-- served by :func:`~attnlab.web.serving.serve`: at most ``max_connections`` connections and requests
-  at once (503 above), a request head must arrive within ``header_timeout_s`` of its first byte (or
-  of the connection) and its body within ``body_timeout_s`` after that (408 and closed otherwise),
-  and an idle keep-alive connection is closed after ``keep_alive_s``; a request head over
-  ``max_header_bytes`` gets 431, however it arrives.
+- served by :func:`~attnlab.web.serving.serve`: at most ``max_connections`` open connections, of
+  which one client address holds at most ``max_client_connections`` (503 to its next one); past the
+  total an idle connection is closed to make room, and requests other than ``/health`` get 503 once
+  all but a reserve are busy (``slots.py``); a request head must arrive within ``header_timeout_s``
+  of its first byte (or of the connection) and its body within ``body_timeout_s`` after that (408
+  and closed otherwise), a response whose bytes stay unsent for ``send_timeout_s`` is dropped with
+  its connection, and an idle keep-alive connection is closed after ``keep_alive_s``; a request head
+  over ``max_header_bytes`` gets 431, however it arrives. ``HEAD`` answers as ``GET`` without the body.
 
 A request can only reach files of the loaded runs, by run *name* and fixed file names
 (``eval-test.json``, ``probes.jsonl``), and the gold folder the server's environment names; no request
@@ -86,7 +89,7 @@ from attnlab.errors import AttnlabError
 from attnlab.i18n import _, catalogue, language
 from attnlab.web.guards import LOOPBACK_NAMES, BodyLimit, HostGuard, Limits, security_headers
 from attnlab.web.registry import LoadedRun, load_runs
-from attnlab.web.responses import GZIP_LEVEL, GZIP_MIN
+from attnlab.web.responses import GZIP_LEVEL, GZIP_MIN, HeadAsGet
 from attnlab.web.routes import alignment as alignment_routes
 from attnlab.web.routes import attribution as attribution_routes
 from attnlab.web.routes import page
@@ -161,6 +164,7 @@ def _add_guards(app: FastAPI, limits: Limits, hosts: tuple[str, ...]) -> None:
     # Small responses (pages, /api/runs) are compressed here, cheaply; the large ones (translations,
     # probes) arrive already compressed by their worker, inside the admission slot, and pass through.
     app.add_middleware(GZipMiddleware, minimum_size=GZIP_MIN, compresslevel=GZIP_LEVEL)
+    app.add_middleware(HeadAsGet)  # HEAD is GET without the body, for every route
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     app.middleware("http")(security_headers)
     app.add_middleware(HostGuard, allowed=hosts)  # outermost: a foreign Host reaches nothing else

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -41,9 +42,11 @@ class Limits:
     max_probe_bytes: int = 64 * 2**20  # the newest this many bytes of probes.jsonl are read
     max_output_tokens: int = 160  # output tokens per translation (final <eos> included); `max_len` <= this
     max_response_bytes: int = 1_000_000  # attention maps per response (estimated before encoding)
-    max_connections: int = 64  # uvicorn's limit_concurrency: connections + requests at once, 503 above
+    max_connections: int = 64  # open connections; past it an idle one is closed, or the new one gets 503 (web/slots.py)
+    max_client_connections: int = 16  # open connections of one client address; 503 to its next one
     header_timeout_s: float = 10.0  # a request head must arrive within this (408 and closed)
     body_timeout_s: float = 10.0  # ... and its body within this after the head
+    send_timeout_s: float = 10.0  # a response whose unsent bytes do not go down for this long is dropped
     keep_alive_s: float = 5.0  # an idle keep-alive connection is closed after this
     max_header_bytes: int = 16_384  # request line + headers (431 above, serving.HeadLimitConnection)
 
@@ -59,6 +62,7 @@ class Limits:
             "max_output_tokens",
             "max_response_bytes",
             "max_connections",
+            "max_client_connections",
             "max_header_bytes",
         ):
             if getattr(self, name) < 1:
@@ -66,9 +70,14 @@ class Limits:
         if self.max_pending < self.workers:
             raise AttnlabError(_("web limit max_pending={pending} must be >= workers={workers}").format(
                 pending=self.max_pending, workers=self.workers))
-        for name in ("deadline_s", "header_timeout_s", "body_timeout_s", "keep_alive_s"):
-            if not getattr(self, name) > 0:
-                raise AttnlabError(_("web limit {name}={value} must be > 0").format(name=name, value=getattr(self, name)))
+        if self.max_connections < 2:
+            raise AttnlabError(_("web limit max_connections={value} must be >= 2: one slot stays free for /health").format(
+                value=self.max_connections))
+        for name in ("deadline_s", "header_timeout_s", "body_timeout_s", "send_timeout_s", "keep_alive_s"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):  # inf would turn the deadline off; nan compares false
+                raise AttnlabError(_("web limit {name}={value} must be a finite number of seconds > 0, e.g. 10").format(
+                    name=name, value=value))
 
 
 # ------------------------------------------------------------------------------------ Host guard

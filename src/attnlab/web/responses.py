@@ -65,3 +65,24 @@ def too_slow(
         status_code=504,
         content={"detail": f"{what} took longer than {limits.deadline_s:g} s and was stopped; try {instead}"},
     )
+
+
+class HeadAsGet:
+    """ASGI middleware: ``HEAD`` is answered as ``GET`` is, headers and all, without the body (RFC 9110
+    §9.3.2), as web servers do; FastAPI routes ``GET`` only, so ``HEAD /`` was 405. The route sees
+    ``GET``; a ``HEAD`` where ``GET`` is not allowed gets the 405 a ``GET`` gets."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)

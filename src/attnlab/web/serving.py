@@ -1,8 +1,10 @@
-"""How ``attnlab serve`` runs the app: uvicorn with read deadlines, a connection cap and model threads.
+"""How ``attnlab serve`` runs the app: uvicorn with read deadlines, fair connection slots and model threads.
 
-uvicorn bounds idle keep-alive connections but not a request in progress, so
-:func:`deadline_protocol` adds the two read deadlines of :class:`~attnlab.web.guards.Limits` to its
-h11 protocol, and the head limit whatever the read sizes (:class:`HeadLimitConnection`);
+uvicorn bounds idle keep-alive connections but not a request in progress, nor a response nobody
+reads, and its connection limit counts idle sockets, so :func:`deadline_protocol` adds to its h11
+protocol the two read deadlines of :class:`~attnlab.web.guards.Limits`, the head limit whatever the
+read sizes (:class:`HeadLimitConnection`), and the connection slots of :mod:`attnlab.web.slots`
+(per client, idle ones reclaimed, a reserve for ``/health``, a send timeout);
 :func:`uvicorn_config` is every setting ``attnlab serve`` uses, and the tests start their live
 servers with it. :func:`listen_socket` binds the port before anything else, so that a busy or
 invalid port is one ``error:`` line before any model loads.
@@ -24,6 +26,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from attnlab.device import cpu_threads
 from attnlab.errors import AttnlabError
 from attnlab.i18n import _
+from attnlab.web import slots
 from attnlab.web.guards import Limits
 
 
@@ -70,7 +73,8 @@ class HeadLimitConnection(h11.Connection):
 
 
 class DeadlineH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with read deadlines (uvicorn has none for a request in progress).
+    """uvicorn's h11 protocol with read deadlines (uvicorn has none for a request in progress) and
+    fair connection slots (:mod:`attnlab.web.slots`).
 
     A request head must be complete within ``header_timeout`` seconds of the connection's start or
     of the request's first byte, and its body within ``body_timeout`` after the head; otherwise the
@@ -80,19 +84,45 @@ class DeadlineH11Protocol(H11Protocol):
 
     A request head over ``h11_max_incomplete_event_size`` bytes (``Limits.max_header_bytes``) gets
     ``431`` and the connection is closed, in one read or many (:class:`HeadLimitConnection`).
+
+    A new connection is admitted by :func:`~attnlab.web.slots.make_room` (503 and closed when its
+    address holds ``max_client_connections`` or nothing idle can give way), each request by
+    :func:`~attnlab.web.slots.request_refusal` (503 past the reserve kept for ``/health``), and
+    bytes that stay unsent for ``send_timeout`` seconds drop the connection
+    (:class:`~attnlab.web.slots.WriteWatch`).
     """
 
     header_timeout = Limits.header_timeout_s  # seconds; the defaults, replaced by deadline_protocol
     body_timeout = Limits.body_timeout_s
+    send_timeout = Limits.send_timeout_s
+    max_connections = Limits.max_connections
+    max_client_connections = Limits.max_client_connections
 
     def __init__(self, config, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
         self.conn = HeadLimitConnection(config.h11_max_incomplete_event_size or Limits.max_header_bytes)
+        self.idle_since = 0.0  # loop time it last had no request: the longest idle gives way first
+        self.app = self._admitted(self.app)
+
+    def _admitted(self, app: Any) -> Any:
+        """``app`` behind :func:`~attnlab.web.slots.request_refusal` (uvicorn's own limit is off)."""
+        reserve = slots.health_reserve(self.max_connections)
+
+        async def admitted(scope, receive, send) -> None:
+            reason = slots.request_refusal(self.connections, self, scope, self.max_connections, reserve)
+            if reason is None:
+                await app(scope, receive, send)
+                return
+            self.logger.info("refused a request (503): %s", reason)
+            await slots.refuse_request(send, reason)
+
+        return admitted
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn answers every request h11 cannot parse with 400; an oversized head gets 431."""
         if not getattr(self.conn, "too_large", False):
             super().send_400_response(msg)
+            self._writes.arm()
             return
         body = (
             f"the request head (request line and headers) is over {self.conn.max_head} bytes; "
@@ -105,12 +135,32 @@ class DeadlineH11Protocol(H11Protocol):
         out = (out or b"") + (self.conn.send(h11.Data(data=body)) or b"") + (self.conn.send(h11.EndOfMessage()) or b"")
         self.transport.write(out)
         self.transport.close()
+        self._writes.arm()
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         self._deadline: asyncio.TimerHandle | None = None
         self._phase: str | None = None
         super().connection_made(transport)
+        self.idle_since = self.loop.time()
+        self._writes = slots.WriteWatch(self.loop, transport, self.send_timeout, self._dropped)
+        reason = slots.make_room(self.connections, self, self.max_connections, self.max_client_connections)
+        if reason is not None:
+            self.logger.info("refused a connection from %s (503): %s", slots.client_key(self), reason)
+            self.transport.write(slots.refusal_bytes(reason))
+            self.transport.close()
+            self._writes.arm()
+            return
         self._arm("head")  # a connection that sends nothing is closed too
+
+    def reclaim(self) -> None:
+        """Close this idle connection to make room for a new one (:func:`~attnlab.web.slots.make_room`)."""
+        self.logger.info("closed an idle connection from %s to make room", slots.client_key(self))
+        self._cancel()
+        self.transport.close()
+
+    def _dropped(self, unsent: int) -> None:
+        self.logger.info("dropped a connection from %s: %d bytes unsent for %g s",
+                         slots.client_key(self), unsent, self.send_timeout)
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -118,10 +168,17 @@ class DeadlineH11Protocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        self.idle_since = self.loop.time()
+        self._writes.arm()  # a response handed to a client that does not read
         self._track(False)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._writes.arm()  # a response waiting for a client that does not read
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel()
+        self._writes.cancel()
         super().connection_lost(exc)
 
     def _track(self, fresh: bool) -> None:
@@ -168,28 +225,33 @@ class DeadlineH11Protocol(H11Protocol):
             "closed a connection whose request %s did not arrive within %g s", phase, seconds
         )
         self.transport.close()
+        self._writes.arm()
 
 
-def deadline_protocol(header_timeout_s: float, body_timeout_s: float) -> type:
-    """:class:`DeadlineH11Protocol` with these deadlines, for ``uvicorn.Config(http=…)`` (uvicorn
-    takes a protocol *class* and makes one per connection, so the settings ride on a subclass)."""
+def deadline_protocol(header_timeout_s: float, body_timeout_s: float, send_timeout_s: float = Limits.send_timeout_s,
+                      max_connections: int = Limits.max_connections,
+                      max_client_connections: int = Limits.max_client_connections) -> type:
+    """:class:`DeadlineH11Protocol` with these deadlines and slots, for ``uvicorn.Config(http=…)``
+    (uvicorn takes a protocol *class* and makes one per connection, so the settings ride on a subclass)."""
     return type(
         "DeadlineH11Protocol",
         (DeadlineH11Protocol,),
-        {"header_timeout": header_timeout_s, "body_timeout": body_timeout_s},
+        {"header_timeout": header_timeout_s, "body_timeout": body_timeout_s, "send_timeout": send_timeout_s,
+         "max_connections": max_connections, "max_client_connections": max_client_connections},
     )
 
 
 def uvicorn_config(app: FastAPI, host: str, port: int, limits: Limits, log_level: str = "info") -> Any:
-    """The uvicorn settings ``attnlab serve`` uses: read deadlines, a connection limit, small heads."""
+    """The uvicorn settings ``attnlab serve`` uses: read deadlines, fair connection slots, small heads."""
     return uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        http=deadline_protocol(limits.header_timeout_s, limits.body_timeout_s),
+        http=deadline_protocol(limits.header_timeout_s, limits.body_timeout_s, limits.send_timeout_s,
+                               limits.max_connections, limits.max_client_connections),
         ws="none",
-        limit_concurrency=limits.max_connections,
+        limit_concurrency=None,  # it counts idle sockets too: the protocol's slots (web/slots.py) replace it
         timeout_keep_alive=limits.keep_alive_s,
         h11_max_incomplete_event_size=limits.max_header_bytes,
         timeout_graceful_shutdown=5,
