@@ -27,7 +27,7 @@ from attnlab.data.numbers import numbers_reference
 from attnlab.i18n import N_, _
 from attnlab.notes import EXAMPLE, NOTES_ALIGNMENT, NUMBERS_EXAMPLES, REFERENCES, SENTENCES
 
-__all__ = ["CORPORA", "LANGUAGE_NAMES", "Corpus", "Pair", "corpus_of", "language_name", "pair_of", "resolved"]
+__all__ = ["CORPORA", "GOLD_LANGS", "gold_files", "LANGUAGE_NAMES", "Corpus", "Pair", "corpus_of", "language_name", "pair_of", "resolved"]
 
 #: Display names of the languages attnlab's records and examples use (translated where shown, ``_()``); any
 #: other ISO 639-1 code is shown as it is.
@@ -36,6 +36,17 @@ LANGUAGE_NAMES: dict[str, str] = {
     "ja": N_("Japanese"), "it": N_("Italian"), "pt": N_("Portuguese"), "ru": N_("Russian"), "ko": N_("Korean"),
     "nl": N_("Dutch"), "ar": N_("Arabic"),
 }
+
+
+#: The languages of the gold word alignments ``attnlab align`` scores against (the Hansards' English–French
+#: sets of Mihalcea & Pedersen 2003, files ``<split>.en-fr.{en,fr,naacl}``), English first.
+GOLD_LANGS: tuple[str, str] = ("en", "fr")
+
+
+def gold_files(split: str) -> tuple[str, str, str]:
+    """The gold split's three file names: its English side, its French side, its NAACL links."""
+    a, b = GOLD_LANGS
+    return f"{split}.{a}-{b}.{a}", f"{split}.{a}-{b}.{b}", f"{split}.{a}-{b}.naacl"
 
 
 def language_name(code: str) -> str:
