@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.config import OWN_CORPUS, DataConfig
+from attnlab.config import OWN_CORPUS, UNSEGMENTED, DataConfig
 from attnlab.data.download import CHUNK, cache_dir, find_in, locate, mib
-from attnlab.data.languages import text_rules
+from attnlab.data.languages import SCRIPT_SAMPLE, text_rules, unspaced_share
 from attnlab.data.numbers import NUMBERS_MAX, NUMBERS_SEED, numbers_pairs
 from attnlab.data.pairs import CORPORA, LANGUAGE_NAMES, Corpus, corpus_of, pair_of
 from attnlab.data.subword import BPETokenizer
@@ -304,9 +304,32 @@ def read_parallel(spec: str, src_lang: str, tgt_lang: str) -> tuple[list[tuple[s
         if not pairs:
             raise CorpusError(_("{first} and {second} hold no sentence pairs (empty files)").format(first=paths[0], second=paths[1]))
         digest = hashlib.sha256("".join(f["sha256"] for f in files).encode()).hexdigest()
+    _check_scripts(pairs, (src_lang, tgt_lang), paths)
     name = ",".join(f["file"] for f in files)
     identity = {"name": name, "file": name, "sha256": digest, "langs": [src_lang, tgt_lang], "files": files}
     return pairs, ",".join(str(p) for p in paths), identity
+
+
+def _check_scripts(pairs: list[tuple[str, str]], langs: tuple[str, str], paths: tuple[Path, ...]) -> None:
+    """Refuse a column whose script contradicts its declared language: mostly CJK (or Thai ...) characters under
+    a space-separated language such as ``en``, or mostly none under ``zh`` or ``ja`` (judged on the first lines,
+    :func:`~attnlab.data.languages.unspaced_share`). A wrong code would cut the text by the wrong rule and
+    score it with the wrong BLEU tokenizer, silently."""
+    shares = [unspaced_share([p[i] for p in pairs[:SCRIPT_SAMPLE]]) for i in (0, 1)]
+    wrong = [(share > 0.5) != (lang in UNSEGMENTED) for share, lang in zip(shares, langs)]
+    if not any(wrong):
+        return
+    swapped_fits = all((share > 0.5) == (lang in UNSEGMENTED) for share, lang in zip(shares, langs[::-1]))
+    fix = (_("swap data.src_lang and data.tgt_lang") if swapped_fits
+           else _("give that column's language code"))
+    i = wrong.index(True)
+    where = paths[i] if len(paths) == 2 else _("{path} column {n}").format(path=paths[0], n=i + 1)
+    key = ("data.src_lang", "data.tgt_lang")[i]
+    share = shares[i] if shares[i] > 0.5 else 1 - shares[i]
+    raise CorpusError(_("{where} is declared {key}={lang}, but {share} of its first lines are written in {script}; "
+                        "{fix}").format(where=where, key=key, lang=langs[i], share=f"{100 * share:.0f} %",
+                                       script=_("a script without spaces (CJK, Thai ...)") if shares[i] > 0.5
+                                       else _("a space-separated script"), fix=fix))
 
 
 # ----------------------------------------------------------------------------------------------
