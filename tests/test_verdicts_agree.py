@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from attnlab.data.pairs import pair_of
 from attnlab.evaluation.alignment import AlignmentCheck, check_result
 from attnlab.translator import Translator
 
@@ -18,7 +19,7 @@ def test_every_verdict_on_one_run_agrees(notes_run, tmp_path, capsys):
     from attnlab.runs.probes import read_probes
 
     tr = Translator.from_run(notes_run)  # `best`, every command's default
-    expected = check_result(tr.attention("i'm home ."), tr.cfg.data.direction)
+    expected = check_result(tr.attention("i'm home ."), pair_of(tr.cfg.data))
     assert expected is not None and expected.formed is not None and expected.judged == 4  # je suis chez moi .
     said = expected.summary()
 

@@ -28,9 +28,10 @@ from attnlab.i18n import _
 from attnlab.notes import SENTENCES
 
 MODEL_KINDS = ("seq2seq", "bahdanau", "transformer", "decoder-only", "encoder-only")
-DATASETS = ("fra-eng", "numbers")  # the corpora attnlab knows by name (demo, sweep and scaling choose one)
+# The corpora attnlab knows by name, the default first; what each one is (its languages, files, text rules,
+# sentences) is its record in data/pairs.py (CORPORA), which also checks that a direction fits it.
+DATASETS = ("fra-eng", "cmn-eng", "numbers")
 OWN_CORPUS = "file"  # data.dataset of a corpus of your own (`train --data FILE`, data/corpus.py)
-DIRECTIONS = ("en-fr", "fr-en")  # data.direction of fra-eng: source language, then target language
 # data.src_lang / data.tgt_lang: ISO 639-1 codes (two letters), the codes Moses' rules and num2words use.
 LANGUAGES = tuple(
     "aa ab ae af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu cv cy da de dv dz ee "
@@ -42,9 +43,9 @@ LANGUAGES = tuple(
 # Scripts written without spaces between words: with no segmenter, their text is cut into characters.
 UNSEGMENTED = frozenset({"ja", "zh", "th", "lo", "km", "my", "bo", "dz"})
 NUMBERS_LANGS = ("fr", "de", "es", "ja")  # data.tgt_lang of the numbers task (num2words); the source is English
-# data.preprocess: how text becomes tokens (data/languages.py). auto: D2L's rules for fra-eng (the notes rely on
-# them) and the numbers task's English, Moses' rules (sacremoses) for other space-separated languages, characters
-# for UNSEGMENTED ones.
+# data.preprocess: how text becomes tokens (data/languages.py). auto: the rule the corpus's record names for a
+# language (data/pairs.py: D2L's for fra-eng, on which the notes rely), else Moses' rules (sacremoses) for a
+# space-separated language, characters for an UNSEGMENTED one.
 PREPROCESS = ("auto", "d2l", "moses", "chars")
 TOKENIZERS = ("word", "bpe")
 SCHEDULES = ("auto", "linear", "wsd", "inverse_sqrt", "constant", "cosine")
@@ -103,14 +104,16 @@ MAX_LEN_B = 10_000  # decode.max_len_b (the position table caps outputs further)
 
 @dataclass(frozen=True)
 class DataConfig:
-    dataset: str = "fra-eng"
-    direction: str = "en-fr"  # "fr-en" swaps the sides of fra-eng: French sources, English targets
-    # fra-eng: a zip, a fra.txt or a folder; else $ATTNLAB_DATA_DIR, then the cache. file: a TSV, two aligned
+    dataset: str = DATASETS[0]
+    # "src-tgt" (ISO 639-1 codes): which way a named corpus is read, e.g. fr-en (French sources) or zh-en; "" = the
+    # corpus's default. A run folder records it resolved (data.pairs.resolved), so it always names the pair.
+    direction: str = ""
+    # a named corpus: a zip, a fra.txt or a folder; else $ATTNLAB_DATA_DIR, then the cache. file: a TSV, two aligned
     # files "A,B" or a prefix P (P.<src_lang>, P.<tgt_lang>). Never written into a run folder
     # (runs.run_config): a run records its corpus by name and checksum and finds it again at use time.
     data_path: str | None = None
-    # ISO 639-1 codes of the source and the target; "" = the dataset's own (fra-eng: data.direction; numbers:
-    # English to French). Required for data.dataset=file: a TSV's first column (or the first file) is the source.
+    # ISO 639-1 codes of the source and the target; "" = the dataset's own (data.direction, else its default;
+    # numbers: English to French). Required for data.dataset=file: a TSV's first column (or the first file) is the source.
     src_lang: str = ""
     tgt_lang: str = ""
     preprocess: str = "auto"  # PREPROCESS: D2L's rules, Moses' (sacremoses) or characters, per language
@@ -129,11 +132,11 @@ class DataConfig:
         _finite("data", self)
         _choice("data.dataset", self.dataset, (*DATASETS, OWN_CORPUS))
         _choice("data.tokenizer", self.tokenizer, TOKENIZERS)
-        _choice("data.direction", self.direction, DIRECTIONS)
-        _check(self.direction == "en-fr" or self.dataset == "fra-eng",
-               _("data.direction={direction} is for data.dataset=fra-eng (numbers are read in English; "
-                 "a corpus of your own reads its first column or file as the source, or its files by "
-                 "data.src_lang); drop it").format(direction=self.direction))
+        src, _sep, tgt = self.direction.partition("-")
+        _check(self.direction == "" or (src in LANGUAGES and tgt in LANGUAGES and src != tgt),
+               _("data.direction={direction!r} is not a direction; give source-target as two ISO 639-1 codes, "
+                 "e.g. en-fr, fr-en, en-zh or zh-en, or drop it for the corpus's default").format(
+                   direction=self.direction))
         _choice("data.preprocess", self.preprocess, PREPROCESS)
         self._check_langs()
         _check(2 <= self.num_steps <= 1024, _("data.num_steps={num_steps} must be between 2 and 1024").format(num_steps=self.num_steps))
@@ -153,56 +156,13 @@ class DataConfig:
             _check(code == "" or code in LANGUAGES,
                    _("data.{key}={code!r} is not an ISO 639-1 language code; give two lowercase "
                      "letters, e.g. en, de, es, ja or zh").format(key=key, code=code))
-        given = (self.src_lang, self.tgt_lang)
         if self.dataset == OWN_CORPUS:
-            _check(all(given), _("a corpus of your own (data.dataset=file, --data FILE) needs its "
-                                 "languages: add data.src_lang=.. data.tgt_lang=.. (ISO 639-1 codes, "
-                                 "e.g. data.src_lang=en data.tgt_lang=de); for Tatoeba's fra-eng give "
-                                 "--dataset fra-eng"))
-        elif self.dataset == "numbers":
-            _check(self.src_lang in ("", "en"),
-                   _("data.src_lang={src_lang} does not fit data.dataset=numbers, whose sources are "
-                     "English; drop it").format(src_lang=self.src_lang))
-            _check(self.tgt_lang in ("", *NUMBERS_LANGS),
-                   _("data.tgt_lang={tgt_lang} is not a language of the numbers task; choose one of: "
-                     "{choices}").format(tgt_lang=self.tgt_lang, choices=', '.join(NUMBERS_LANGS)))
-        else:
-            src, tgt = self.direction.split("-")
-            _check(self.src_lang in ("", src) and self.tgt_lang in ("", tgt),
-                   _("data.src_lang={value} data.tgt_lang={value2} do not fit data.dataset=fra-eng "
-                     "with data.direction={direction}; for fra-eng use data.direction=en-fr or fr-en, "
-                     "for a corpus of your own data.dataset=file (--data FILE)").format(value=self.src_lang or src, value2=self.tgt_lang or tgt, direction=self.direction))
-
-    @property
-    def langs(self) -> tuple[str, str]:
-        """The source and the target language (ISO 639-1): fra-eng's :attr:`direction`, the numbers task's English
-        and :attr:`tgt_lang` (French by default), or a file's :attr:`src_lang` and :attr:`tgt_lang`."""
-        if self.dataset == OWN_CORPUS:
-            return self.src_lang, self.tgt_lang
-        if self.dataset == "numbers":
-            return "en", self.tgt_lang or "fr"
-        src, tgt = self.direction.split("-")
-        return src, tgt
-
-    @property
-    def text_rules(self) -> tuple[str, str]:
-        """How the source's and the target's text become tokens (a :data:`PREPROCESS` name each, never auto).
-
-        ``auto``: D2L's rules for fra-eng (the notes' §4 relies on them) and for the numbers task's English and
-        French; otherwise Moses' rules for a space-separated language, characters for an :data:`UNSEGMENTED` one.
-        """
-        if self.preprocess != "auto":
-            return self.preprocess, self.preprocess
-
-        def by_script(lang: str) -> str:
-            return "chars" if lang in UNSEGMENTED else "moses"
-
-        src, tgt = self.langs
-        if self.dataset == "fra-eng":
-            return "d2l", "d2l"
-        if self.dataset == "numbers":
-            return "d2l", "d2l" if tgt == "fr" else by_script(tgt)
-        return by_script(src), by_script(tgt)
+            _check(bool(self.src_lang and self.tgt_lang),
+                   _("a corpus of your own (data.dataset=file, --data FILE) needs its "
+                     "languages: add data.src_lang=.. data.tgt_lang=.. (ISO 639-1 codes, "
+                     "e.g. data.src_lang=en data.tgt_lang=de); for Tatoeba's fra-eng give "
+                     "--dataset fra-eng"))
+        # Whether the languages fit a named corpus is its record's to say (data.pairs.pair_of).
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 from attnlab import config as config_mod
 from attnlab import device
 from attnlab.data import corpus, download
+from attnlab.data.pairs import CORPORA, pair_of
 from attnlab.device import set_threads
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.alignment import verdict_map
@@ -28,7 +29,6 @@ from attnlab.evaluation.evaluate import is_right, notes_examples
 from attnlab.i18n import _, ljust
 from attnlab.interrupts import Interrupted
 from attnlab.models import traits
-from attnlab.notes import EXAMPLE, NUMBERS_EXAMPLES
 from attnlab.training import sizing
 from attnlab.training.loop import train
 from attnlab.translator import Translator
@@ -65,17 +65,21 @@ SLOW_DEMO_GRU_WIDTH = 128
 DEMO_TRANSFORMER_LAYERS = 2
 
 
-def _dataset(data: str | None) -> tuple[str, str | None]:
-    """fra-eng where it can be found (``data``, else $ATTNLAB_DATA_DIR, the cache or a download), else the
-    offline numbers task. A ``data`` the user named that cannot be read is their mistake, not a fallback."""
+def _dataset(data: str | None, name: str) -> tuple[str, str | None]:
+    """The named corpus ``name`` where it can be found (``data``, else $ATTNLAB_DATA_DIR, the cache or a
+    download), else the offline generated task (numbers). A ``data`` the user named that cannot be read is their
+    mistake, not a fallback."""
+    c = CORPORA[name]
     try:
-        path = download.locate_fra_eng(data)
-        return "fra-eng", str(path)
+        path = download.locate(c.name, c.candidates, c.urls, c.sha256, data)
+        return name, str(path)
     except AttnlabError as e:
         if data is not None:
             raise
-        print(_("fra-eng is not available ({error}); using the offline `numbers` task instead").format(error=e))
-        return "numbers", None
+        offline = next(n for n, other in CORPORA.items() if other.generated)
+        print(_("{name} is not available ({error}); using the offline `{offline}` task instead").format(
+            name=name, error=e, offline=offline))
+        return offline, None
 
 
 def _config(kind: str, dataset: str, path: str | None, minutes: float, threads: int, peak: float,
@@ -89,7 +93,7 @@ def _config(kind: str, dataset: str, path: str | None, minutes: float, threads: 
         cfg = config_mod.apply_overrides(cfg, [f"model.num_layers={DEMO_TRANSFORMER_LAYERS}"])
         why += _("; the demo gives it {layers} layers instead, whose attention forms the notes' table of §1 more "
                  "often").format(layers=DEMO_TRANSFORMER_LAYERS)
-    if dataset != "fra-eng" or peak * minutes >= SHORT_DEMO_COMPUTE:
+    if not CORPORA[dataset].sized or peak * minutes >= SHORT_DEMO_COMPUTE:
         return cfg, why
     if traits(cfg.model).recurrent and cfg.model.num_hiddens > SLOW_DEMO_GRU_WIDTH:
         w = SLOW_DEMO_GRU_WIDTH
@@ -120,7 +124,8 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
                              "models are sized for it); give a positive number of minutes, e.g. "
                              "--max-minutes 1.5").format(minutes=minutes))
     t0 = time.monotonic()
-    dataset, path = ("numbers", None) if dataset == "numbers" else _dataset(data)
+    dataset = dataset or config_mod.DATASETS[0]
+    dataset, path = (dataset, None) if CORPORA[dataset].generated else _dataset(data, dataset)
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
         raise AttnlabError(_("{out} exists and is not a demo folder; choose another --runs-dir").format(out=out))
     out.mkdir(parents=True, exist_ok=True)
@@ -129,7 +134,7 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
     peak = device.measure_peak_gflops()
     print(_("attnlab demo: dataset {dataset}, {minutes:g} min per model, out {out}").format(
         dataset=dataset + (f" ({path})" if path else ""), minutes=minutes, out=out))
-    if dataset == "fra-eng" and peak * minutes < USABLE_COMPUTE:
+    if CORPORA[dataset].notes_table and peak * minutes < USABLE_COMPUTE:
         need = USABLE_COMPUTE / peak
         print(_("note: this machine measures {peak:.0f} GFLOP/s; in {minutes:g} min a model will not yet translate "
                 "the notes' sentences. About {need:.1f} min per model would: `attnlab demo --max-minutes {need:.1f}`")
@@ -164,33 +169,39 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
     for kind, tr in translators.items():
         _show(kind, tr, dataset, out, peak, minutes)
     print("\n" + _("runs are in {out} ({seconds:.0f} s in all); try `{command}`").format(
-        out=out, seconds=time.monotonic() - t0, command=f"attnlab translate {out / 'transformer'} \"i'm home .\""))
+        out=out, seconds=time.monotonic() - t0, command=f"attnlab translate {out / 'transformer'} \"{_sentence(tr)}\""))
     return 0
 
 
 def _show(kind: str, tr, dataset: str, out: Path, peak: float, minutes: float) -> None:
     print("\n" + _("== {kind}: the notes' examples ==").format(kind=kind))
-    if dataset == "numbers":
-        for s, t in zip(NUMBERS_EXAMPLES, tr.translate(list(NUMBERS_EXAMPLES))):
+    pair = pair_of(tr.cfg.data)
+    if pair.generated:
+        sources = [s for s, _ref in pair.examples]
+        for s, t in zip(sources, tr.translate(sources)):
             print(f"  {s:<26} => {t}")
-        sentence = NUMBERS_EXAMPLES[0]
     else:
         rows = notes_examples(tr)
         for row in rows:
-            mark = ljust(_("right"), 5) if is_right(row["source"], row["translation"]) else "     "
+            mark = ljust(_("right"), 5) if is_right(row["source"], row["translation"], row["reference"]) else "     "
             print(f"  {row['source']:<14} => {row['translation']:<26} {mark}  D2L BLEU {row['d2l_bleu']:.3f}   "
                   + _("(reference: {reference})").format(reference=row["reference"]))
-        right = sum(is_right(r["source"], r["translation"]) for r in rows)
+        right = sum(is_right(r["source"], r["translation"], r["reference"]) for r in rows)
         print("  " + _("{right} of {n} right").format(right=right, n=len(rows)))
         if right < 2:
             print("  " + _("not usable yet: give it more time (the machine measures {peak:.0f} GFLOP/s; `{command}`)")
                   .format(peak=peak, command=f"attnlab demo --max-minutes {max(2 * minutes, USABLE_COMPUTE / peak):.1f}"))
-        sentence = EXAMPLE[0]
-    result, depends = attention_report(tr, sentence)
+    result, depends = attention_report(tr, _sentence(tr))
     print(cross_attention_table(result, getattr(tr.cfg.model, "attention_query", "previous")))
     print(depends.format())  # the alignment verdict beside integrated gradients (§1, §25)
     for p in result.save(out / kind / "attention", tr.name, formats=("png",)):
         print(f"  wrote {p}")
+
+
+def _sentence(tr) -> str:
+    """The sentence whose map the demo shows: the notes' example where its table applies, else the pair's first."""
+    pair = pair_of(tr.cfg.data)
+    return pair.notes_example or pair.examples[0][0]
 
 
 def attention_report(tr, sentence: str):

@@ -17,6 +17,7 @@ from attnlab.data import corpus, download, numbers
 from attnlab.data.corpus import prepare, read_pairs, split_by_source
 from attnlab.data.download import locate_fra_eng
 from attnlab.data.numbers import numbers_pairs
+from attnlab.data.pairs import pair_of
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import EOS, UNK, Vocab
 from attnlab.errors import AttnlabError, CorpusError
@@ -353,7 +354,7 @@ def test_prepare_bpe(isolated, tmp_path):
 def test_prepare_fr_en_swaps_sides_and_groups_references_by_the_french_source(isolated, tmp_path):
     zpath = make_zip(tmp_path / "fra-eng.zip", SAMPLE * 3 + "".join(f"Cat {k}.\tChat {k}.\n" for k in range(200)))
     cfg = DataConfig(data_path=str(zpath), direction="fr-en", min_freq=1, valid_frac=0.1, test_frac=0.1)
-    assert cfg.langs == ("fr", "en")
+    assert pair_of(cfg).langs == ("fr", "en")
     fwd, rev = prepare(dataclasses.replace(cfg, direction="en-fr")), prepare(cfg)
     assert (rev.src_tok.lang, rev.tgt_tok.lang) == ("fr", "en")
     pairs = lambda p: {(s, t) for sp in p.splits.values() for s, t in zip(sp.src_text, sp.tgt_text)}
@@ -367,10 +368,12 @@ def test_prepare_fr_en_swaps_sides_and_groups_references_by_the_french_source(is
 
 
 def test_fr_en_is_for_fra_eng_only():
-    with pytest.raises(AttnlabError, match="data.direction=fr-en is for data.dataset=fra-eng"):
-        DataConfig(dataset="numbers", direction="fr-en")
-    with pytest.raises(AttnlabError, match="choose one of: en-fr, fr-en"):
-        DataConfig(direction="en-de")
+    with pytest.raises(AttnlabError, match="data.direction=fr-en does not fit data.dataset=numbers, which reads en-fr"):
+        pair_of(DataConfig(dataset="numbers", direction="fr-en"))
+    with pytest.raises(AttnlabError, match="data.dataset=fra-eng, which reads en-fr, fr-en"):
+        pair_of(DataConfig(direction="en-de"))
+    with pytest.raises(AttnlabError, match="is not a direction; give source-target as two ISO 639-1 codes"):
+        DataConfig(direction="english-french")
 
 
 def test_prepare_missing_corpus_is_a_corpus_error(isolated):

@@ -54,14 +54,19 @@ def test_characters_for_chinese_and_japanese(lang, sentence, tokens, back):
 
 
 def test_auto_rules_follow_the_languages_and_keep_d2l_for_fra_eng():
-    assert DataConfig().text_rules == ("d2l", "d2l")
-    assert DataConfig(direction="fr-en").text_rules == ("d2l", "d2l")
-    assert DataConfig(dataset="numbers").text_rules == ("d2l", "d2l")  # the task as it always was
-    assert DataConfig(dataset="numbers", tgt_lang="ja").text_rules == ("d2l", "chars")
-    assert DataConfig(dataset="numbers", tgt_lang="de").text_rules == ("d2l", "moses")
-    assert DataConfig(dataset="file", src_lang="en", tgt_lang="de").text_rules == ("moses", "moses")
-    assert DataConfig(dataset="file", src_lang="zh", tgt_lang="en").text_rules == ("chars", "moses")
-    assert DataConfig(dataset="file", src_lang="en", tgt_lang="fr", preprocess="d2l").text_rules == ("d2l", "d2l")
+    from attnlab.data.pairs import pair_of
+
+    def rules(**kw):
+        return pair_of(DataConfig(**kw)).rules
+
+    assert rules() == ("d2l", "d2l")
+    assert rules(direction="fr-en") == ("d2l", "d2l")
+    assert rules(dataset="numbers") == ("d2l", "d2l")  # the task as it always was
+    assert rules(dataset="numbers", tgt_lang="ja") == ("d2l", "chars")
+    assert rules(dataset="numbers", tgt_lang="de") == ("d2l", "moses")
+    assert rules(dataset="file", src_lang="en", tgt_lang="de") == ("moses", "moses")
+    assert rules(dataset="file", src_lang="zh", tgt_lang="en") == ("chars", "moses")
+    assert rules(dataset="file", src_lang="en", tgt_lang="fr", preprocess="d2l") == ("d2l", "d2l")
 
 
 def test_d2l_rules_are_the_notes_preprocessing_unchanged():

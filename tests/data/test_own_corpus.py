@@ -84,22 +84,29 @@ def test_two_files_of_different_lengths_or_a_missing_side_are_one_line(tmp_path)
      r"data.tgt_lang='deu' is not an ISO 639-1 language code; give two lowercase letters"),
     ({"dataset": "file", "src_lang": "xx", "tgt_lang": "de"}, r"data.src_lang='xx' is not an ISO 639-1"),
     ({"dataset": "file"}, r"a corpus of your own .* needs its languages: add data.src_lang=.. data.tgt_lang=.."),
-    ({"dataset": "numbers", "tgt_lang": "it"}, r"data.tgt_lang=it is not a language of the numbers task; choose one "
-                                               r"of: fr, de, es, ja"),
-    ({"src_lang": "en", "tgt_lang": "de"}, r"do not fit data.dataset=fra-eng .* data.dataset=file \(--data FILE\)"),
+    ({"dataset": "numbers", "tgt_lang": "it"}, r"data.tgt_lang=it does not fit data.dataset=numbers, which reads "
+                                               r"en-fr, en-de, en-es, en-ja"),
+    ({"src_lang": "en", "tgt_lang": "de"}, r"does not fit data.dataset=fra-eng, .* data.dataset=file \(--data FILE\)"),
 ])
 def test_unknown_or_missing_languages_are_one_line_config_errors(kwargs, match):
+    from attnlab.data.pairs import pair_of
+
     with pytest.raises(ConfigError, match=match) as err:
-        DataConfig(**kwargs)
+        pair_of(DataConfig(**kwargs))  # the form is checked on creation, the fit to a corpus by its record
     assert "\n" not in str(err.value) and isinstance(err.value, AttnlabError)
 
 
 def test_languages_of_each_dataset():
-    assert DataConfig().langs == ("en", "fr") and DataConfig(direction="fr-en").langs == ("fr", "en")
-    assert DataConfig(src_lang="fr", tgt_lang="en", direction="fr-en").langs == ("fr", "en")
-    assert DataConfig(dataset="numbers").langs == ("en", "fr")
-    assert DataConfig(dataset="numbers", tgt_lang="ja").langs == ("en", "ja")
-    assert DataConfig(dataset="file", src_lang="zh", tgt_lang="en").langs == ("zh", "en")
+    from attnlab.data.pairs import pair_of
+
+    def langs(**kw):
+        return pair_of(DataConfig(**kw)).langs
+
+    assert langs() == ("en", "fr") and langs(direction="fr-en") == ("fr", "en")
+    assert langs(src_lang="fr", tgt_lang="en", direction="fr-en") == ("fr", "en")
+    assert langs(dataset="numbers") == ("en", "fr")
+    assert langs(dataset="numbers", tgt_lang="ja") == ("en", "ja")
+    assert langs(dataset="file", src_lang="zh", tgt_lang="en") == ("zh", "en")
 
 
 @pytest.mark.parametrize("lang, word", [("de", "einundzwanzigtausenddreihundertfünfundvierzig"),

@@ -76,7 +76,11 @@ def test_a_french_to_english_run_reads_the_table_the_other_way():
     check = check_alignment("je suis chez moi .", src, out, w, reverse=True)
     assert check.formed is True and check.judged == 2
     assert check_alignment("je suis chez moi .", src, out, _map([1, 5, 4, 5], S=6), reverse=True).formed is False
-    assert example_sentence("fr-en") == "je suis chez moi ." and example_sentence("en-fr") == "i'm home ."
+    from attnlab.config import DataConfig
+    from attnlab.data.pairs import pair_of
+
+    assert example_sentence(pair_of(DataConfig(direction="fr-en"))) == "je suis chez moi ."
+    assert example_sentence(pair_of(DataConfig())) == example_sentence() == "i'm home ."
 
 
 def test_no_judged_row_is_no_verdict():

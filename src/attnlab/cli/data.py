@@ -45,6 +45,7 @@ def _run_stats(args, files, tokenizers) -> str:
 
 def cmd_data(args) -> int:
     from attnlab.data import corpus, numbers
+    from attnlab.data.pairs import pair_of
     from attnlab.data.vocab import load_tokenizer
     from attnlab.data.walkthrough import format_walkthrough, walk_through
 
@@ -53,7 +54,7 @@ def cmd_data(args) -> int:
             raise AttnlabError(_("--write-tsv writes a corpus, --run reads a run's: drop one of them"))
         cfg = build_config(args, dataset=args.dataset)
         n = corpus.write_tsv(cfg.data, args.write_tsv)
-        src, tgt = cfg.data.langs
+        src, tgt = pair_of(cfg.data).langs
         print(_("wrote {n:,} {src}-{tgt} pairs of {dataset} to {path}; train on them with --data {path} "
                 "data.src_lang={src} data.tgt_lang={tgt}").format(n=n, src=src, tgt=tgt, dataset=cfg.data.dataset,
                                                                   path=args.write_tsv))

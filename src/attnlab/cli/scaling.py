@@ -92,7 +92,7 @@ def register(sub) -> None:
     s.add_argument("--widths", metavar="W1,W2,…",
                    help=_("model widths (num_hiddens) of both families, multiples of 4 (default: "
                           "64,128,256; --quick: 32,64)"))
-    s.add_argument("--dataset", choices=DATASETS, default="fra-eng", help=_("corpus (numbers: offline, "
+    s.add_argument("--dataset", choices=DATASETS, default=DATASETS[0], help=_("corpus (numbers: offline, "
                                                                             "for tests)"))
     s.add_argument("--data", metavar="PATH",
                    help=_("fra-eng zip, fra.txt or folder (default: $ATTNLAB_DATA_DIR, then the cache)"))

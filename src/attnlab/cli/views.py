@@ -51,6 +51,7 @@ def _formats(args) -> tuple[str, ...]:
 
 def cmd_attention(args) -> int:
     from attnlab import maps
+    from attnlab.data.pairs import pair_of
     from attnlab.evaluation.alignment import check_result
     from attnlab.models import traits
 
@@ -74,7 +75,7 @@ def cmd_attention(args) -> int:
     result = tr.attention(args.sentence, beam_size=beam, extra_pad=args.pad)
     print(f"{args.sentence} → {result.translation}")
     # the one alignment verdict (§1, §25): on the notes' example, what explain, doctor, the demo and the web say
-    check = check_result(result, tr.cfg.data.direction)
+    check = check_result(result, pair_of(tr.cfg.data))
     if check is not None and check.formed is not None:
         print(check.summary())
     for path in result.save(out, tr.name, _formats(args)):

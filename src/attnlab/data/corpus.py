@@ -14,7 +14,7 @@ pairs, splits them by English source, builds the tokenizers from the training sp
 truncates to ``num_steps - 1`` tokens (so ``<eos>`` fits, the notes' §4) and reports every
 truncation and dropped pair in ``Prepared.stats`` — nothing is lost silently.
 
-Where the corpus is looked for (first hit wins), see :func:`locate_fra_eng`:
+Where a named corpus is looked for (first hit wins), see :func:`~attnlab.data.download.locate`:
 ``--data PATH`` (a zip, a ``fra.txt`` or a folder holding one), ``$ATTNLAB_DATA_DIR``, the user
 cache ``$XDG_CACHE_HOME/attnlab`` (default ``~/.cache/attnlab``), and finally a download of D2L's
 copy into that cache, kept only if its sha256 matches. ``ATTNLAB_OFFLINE=1`` forbids the download.
@@ -40,10 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.config import OWN_CORPUS, DataConfig
-from attnlab.data.download import CANDIDATES, CHUNK, cache_dir, find_in, locate_fra_eng, mib
-from attnlab.data.languages import text_rules
+from attnlab.config import OWN_CORPUS, UNSEGMENTED, DataConfig
+from attnlab.data.download import CHUNK, cache_dir, find_in, locate, mib
+from attnlab.data.languages import SCRIPT_SAMPLE, text_rules, unspaced_share
 from attnlab.data.numbers import NUMBERS_MAX, NUMBERS_SEED, numbers_pairs
+from attnlab.data.pairs import CORPORA, LANGUAGE_NAMES, Corpus, corpus_of, pair_of
 from attnlab.data.subword import BPETokenizer
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK, Tokenizer, Vocab
@@ -62,15 +63,16 @@ SPLITS = ("train", "valid", "test")
 # Parsing
 
 
-def _zip_member(zf: zipfile.ZipFile, path: Path) -> str:
+def _zip_member(zf: zipfile.ZipFile, path: Path, corpus: Corpus) -> str:
     names = zf.namelist()
-    if "fra-eng/fra.txt" in names:
-        return "fra-eng/fra.txt"
+    if corpus.member in names:
+        return corpus.member
     for name in names:
-        if name == "fra.txt" or name.endswith("/fra.txt"):
+        if name == corpus.file_name or name.endswith("/" + corpus.file_name):
             return name
     shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-    raise CorpusError(_("{path}: the zip holds no fra.txt (members: {members}); use D2L's fra-eng.zip").format(path=path, members=shown or 'none'))
+    raise CorpusError(_("{path}: the zip holds no {file} (members: {members}); use the corpus's own {zip}").format(
+        path=path, file=corpus.file_name, members=shown or 'none', zip=corpus.zip_name))
 
 
 def _read_member(zf: zipfile.ZipFile, member: str, path: Path) -> bytes:
@@ -113,9 +115,9 @@ def _read_text_file(f, path: Path, head: bytes, fix: str = "") -> bytes:
     return bytes(out)
 
 
-def _read_bytes(path: Path) -> tuple[bytes, str]:
-    """The raw bytes of ``fra.txt`` and a display name (``archive.zip:member`` for a zip); either is
-    refused past :data:`MAX_MEMBER_BYTES`."""
+def _read_bytes(path: Path, corpus: Corpus = CORPORA["fra-eng"]) -> tuple[bytes, str]:
+    """The raw bytes of ``corpus``'s text file (``fra.txt``) and a display name (``archive.zip:member`` for a
+    zip); either is refused past :data:`MAX_MEMBER_BYTES`."""
     try:
         with open(path, "rb") as f:
             head = f.read(4)
@@ -123,17 +125,18 @@ def _read_bytes(path: Path) -> tuple[bytes, str]:
             if not is_zip:
                 return _read_text_file(f, path, head), str(path)
     except IsADirectoryError:
-        found = find_in(path)
+        found = find_in(path, corpus.candidates)
         if found is None:
-            raise CorpusError(_("{path} is a folder without {choices}").format(path=path, choices=' or '.join(CANDIDATES))) from None
-        return _read_bytes(found)
+            raise CorpusError(_("{path} is a folder without {choices}").format(path=path, choices=' or '.join(corpus.candidates))) from None
+        return _read_bytes(found, corpus)
     except FileNotFoundError:
-        raise CorpusError(_("{path} does not exist; pass --data a fra-eng.zip or fra.txt").format(path=path)) from None
+        raise CorpusError(_("{path} does not exist; pass --data a {zip} or {file}").format(
+            path=path, zip=corpus.zip_name, file=corpus.file_name)) from None
     except OSError as e:
         raise CorpusError(_("{path} cannot be read: {why}").format(path=path, why=e.strerror or e)) from None
     try:
         with zipfile.ZipFile(path) as zf:
-            member = _zip_member(zf, path)
+            member = _zip_member(zf, path, corpus)
             return _read_member(zf, member, path), f"{path}:{member}"
     except CorpusError:
         raise
@@ -144,8 +147,9 @@ def _read_bytes(path: Path) -> tuple[bytes, str]:
         ) from None
 
 
-def read_pairs(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
-    """Raw ``(english, french)`` pairs from a fra-eng zip, a ``fra.txt`` or a folder holding one.
+def read_pairs(path: str | os.PathLike[str], corpus: Corpus = CORPORA["fra-eng"]) -> list[tuple[str, str]]:
+    """Raw pairs, in ``corpus``'s columns (fra-eng: ``(english, french)``), from its zip, its text file
+    (``fra.txt``) or a folder holding one.
 
     Accepts D2L's two-column ``english<TAB>french`` lines and manythings' three-column lines (the
     third column, the attribution, is ignored). Blank lines are skipped; ``\\r\\n`` endings and a
@@ -153,8 +157,13 @@ def read_pairs(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
     corrupt or truncated file, bytes that are not UTF-8, a line with the wrong number of columns or
     an empty side, and a file with no pairs at all.
     """
-    data, name = _read_bytes(Path(path))
-    return _parse_pairs(data, name)
+    data, name = _read_bytes(Path(path), corpus)
+    return _parse_pairs(data, name, _sides(corpus))
+
+
+def _sides(corpus: Corpus) -> tuple[str, str]:
+    """How errors call a named corpus's two columns: ``("English", "French")``."""
+    return LANGUAGE_NAMES[corpus.columns[0]], LANGUAGE_NAMES[corpus.columns[1]]
 
 
 def _decode(data: bytes, name: str, what: str = "fra-eng") -> str:
@@ -295,9 +304,32 @@ def read_parallel(spec: str, src_lang: str, tgt_lang: str) -> tuple[list[tuple[s
         if not pairs:
             raise CorpusError(_("{first} and {second} hold no sentence pairs (empty files)").format(first=paths[0], second=paths[1]))
         digest = hashlib.sha256("".join(f["sha256"] for f in files).encode()).hexdigest()
+    _check_scripts(pairs, (src_lang, tgt_lang), paths)
     name = ",".join(f["file"] for f in files)
     identity = {"name": name, "file": name, "sha256": digest, "langs": [src_lang, tgt_lang], "files": files}
     return pairs, ",".join(str(p) for p in paths), identity
+
+
+def _check_scripts(pairs: list[tuple[str, str]], langs: tuple[str, str], paths: tuple[Path, ...]) -> None:
+    """Refuse a column whose script contradicts its declared language: mostly CJK (or Thai ...) characters under
+    a space-separated language such as ``en``, or mostly none under ``zh`` or ``ja`` (judged on the first lines,
+    :func:`~attnlab.data.languages.unspaced_share`). A wrong code would cut the text by the wrong rule and
+    score it with the wrong BLEU tokenizer, silently."""
+    shares = [unspaced_share([p[i] for p in pairs[:SCRIPT_SAMPLE]]) for i in (0, 1)]
+    wrong = [(share > 0.5) != (lang in UNSEGMENTED) for share, lang in zip(shares, langs)]
+    if not any(wrong):
+        return
+    swapped_fits = all((share > 0.5) == (lang in UNSEGMENTED) for share, lang in zip(shares, langs[::-1]))
+    fix = (_("swap data.src_lang and data.tgt_lang") if swapped_fits
+           else _("give that column's language code"))
+    i = wrong.index(True)
+    where = paths[i] if len(paths) == 2 else _("{path} column {n}").format(path=paths[0], n=i + 1)
+    key = ("data.src_lang", "data.tgt_lang")[i]
+    share = shares[i] if shares[i] > 0.5 else 1 - shares[i]
+    raise CorpusError(_("{where} is declared {key}={lang}, but {share} of its first lines are written in {script}; "
+                        "{fix}").format(where=where, key=key, lang=langs[i], share=f"{100 * share:.0f} %",
+                                       script=_("a script without spaces (CJK, Thai ...)") if shares[i] > 0.5
+                                       else _("a space-separated script"), fix=fix))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -390,10 +422,11 @@ def _histogram(lengths: list[int]) -> list[int]:
 
 def _build_tokenizers(cfg: DataConfig, train: list[tuple[str, str]]) -> tuple[Tokenizer, Tokenizer]:
     """Source and target tokenizers learnt from the **training** pairs only (``cfg.tokenizer`` decides the
-    kind, ``cfg.langs`` each one's language and ``cfg.text_rules`` how its text is cut)."""
+    kind, the pair's record each one's language and how its text is cut, :func:`attnlab.data.pairs.pair_of`)."""
     src_texts = [s for s, _ in train]
     tgt_texts = [t for _, t in train]
-    (src_lang, tgt_lang), (src_text, tgt_text) = cfg.langs, cfg.text_rules
+    pair = pair_of(cfg)
+    (src_lang, tgt_lang), (src_text, tgt_text) = pair.langs, pair.rules
     if cfg.tokenizer == BPETokenizer.kind:
         return (
             BPETokenizer.train(src_texts, cfg.bpe_vocab_size, lang=src_lang, preprocessed=True, text=src_text),
@@ -408,12 +441,12 @@ def _build_tokenizers(cfg: DataConfig, train: list[tuple[str, str]]) -> tuple[To
 def prepare(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = None) -> Prepared:
     """Read or generate ``cfg.dataset``, split it, build or reuse tokenizers, encode and truncate.
 
-    * ``fra-eng``: :func:`locate_fra_eng` + :func:`read_pairs`; ``numbers``: :func:`numbers_pairs`
-      with ``cfg.numbers_size`` pairs into ``cfg.langs[1]`` and the fixed seed :data:`NUMBERS_SEED`;
+    * a named corpus (fra-eng, cmn-eng): :func:`~attnlab.data.download.locate` + :func:`read_pairs`;
+      ``numbers``: :func:`numbers_pairs` with ``cfg.numbers_size`` pairs into the target language and the fixed seed :data:`NUMBERS_SEED`;
       ``file``: :func:`read_parallel` of ``cfg.data_path``.
     * ``cfg.max_pairs > 0`` keeps the first ``max_pairs`` pairs of the file.
-    * Each side is preprocessed by its language's rules (``cfg.text_rules``, :mod:`attnlab.data.languages`).
-    * ``cfg.direction == "fr-en"`` swaps every pair's sides: French sources, English targets.
+    * Each side is preprocessed by its language's rules (the pair's record, :mod:`attnlab.data.languages`).
+    * A direction against the corpus's columns (``fr-en``, ``zh-en``) swaps every pair's sides.
     * Pairs whose source or target preprocesses to nothing are dropped and counted.
     * Tokenizers are built from the **training split only** unless ``tokenizers=(src_tok, tgt_tok)``
       is given (a trained run passes its saved ones so ids match the model).
@@ -435,9 +468,10 @@ def prepare(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = No
     pairs_read = len(raw)
     if cfg.max_pairs:
         raw = raw[: cfg.max_pairs]
-    # The file's columns are the source and the target, except fra-eng's: English, French whatever the direction.
-    swapped = cfg.direction == "fr-en"
-    rules = [text_rules(name, lang) for name, lang in zip(cfg.text_rules, cfg.langs)]
+    # The file's columns are the source and the target, except a named corpus's: its columns whatever the direction.
+    pair = pair_of(cfg)
+    swapped = _swapped(cfg)
+    rules = [text_rules(name, lang) for name, lang in zip(pair.rules, pair.langs)]
     first, second = (rules[1], rules[0]) if swapped else rules
     preprocessed = ((first.preprocess(a), second.preprocess(b)) for a, b in raw)
     pairs = [(en, fr) for en, fr in preprocessed if en and fr]  # a side with nothing left drops the pair
@@ -492,19 +526,26 @@ def _read_raw(cfg: DataConfig) -> tuple[list[tuple[str, str]], str, dict[str, st
                 _("data.numbers_size={numbers_size} exceeds the {count} distinct numbers "
                   "0..{top}; lower it").format(numbers_size=cfg.numbers_size, count=NUMBERS_MAX + 1, top=NUMBERS_MAX)
             )
-        lang = cfg.langs[1]
+        lang = pair_of(cfg).tgt
         raw = numbers_pairs(cfg.numbers_size, NUMBERS_SEED, lang=lang)
         return raw, f"numbers (num2words, en-{lang}, n={cfg.numbers_size}, seed={NUMBERS_SEED})", None
     if cfg.dataset == OWN_CORPUS:
         if not cfg.data_path:
             raise CorpusError(_("data.dataset=file reads a corpus of your own: pass --data FILE (a "
                                 "TSV, two aligned files A,B or a prefix)"))
-        return read_parallel(cfg.data_path, *cfg.langs)
-    path = locate_fra_eng(cfg.data_path)
-    data, name = _read_bytes(path)
+        return read_parallel(cfg.data_path, *pair_of(cfg).langs)
+    corpus = CORPORA[cfg.dataset]
+    path = locate(corpus.name, corpus.candidates, corpus.urls, corpus.sha256, cfg.data_path)
+    data, name = _read_bytes(path, corpus)
     # The text's digest, not the file's: D2L's zip and the fra.txt unpacked from it are the same corpus.
     identity = {"name": cfg.dataset, "file": path.name, "sha256": hashlib.sha256(data).hexdigest()}
-    return _parse_pairs(data, name), str(path), identity
+    return _parse_pairs(data, name, _sides(corpus)), str(path), identity
+
+
+def _swapped(cfg: DataConfig) -> bool:
+    """Whether ``cfg`` reads a named corpus against its columns (fra-eng's English, French read fr-en)."""
+    corpus = corpus_of(cfg.dataset)
+    return corpus is not None and not corpus.generated and pair_of(cfg).langs != corpus.columns
 
 
 def write_tsv(cfg: DataConfig, path: str | os.PathLike[str]) -> int:
@@ -514,8 +555,8 @@ def write_tsv(cfg: DataConfig, path: str | os.PathLike[str]) -> int:
     raw = _read_raw(cfg)[0]
     if cfg.max_pairs:
         raw = raw[: cfg.max_pairs]
-    if cfg.direction == "fr-en":
-        raw = [(fr, en) for en, fr in raw]
+    if _swapped(cfg):
+        raw = [(b, a) for a, b in raw]
     try:
         atomic_write_text(path, "".join(f"{a}\t{b}\n" for a, b in raw))
     except OSError as e:
@@ -529,7 +570,7 @@ def for_run(cfg: DataConfig, data: str | os.PathLike[str] | None = None) -> Data
 
     A run folder records its corpus by name and checksum, never by path (a path is relative to a working
     folder, or names a machine, and the run may move). So the corpus is looked for at use time: ``data``
-    (``--data``), else ``$ATTNLAB_DATA_DIR``, else the cache (:func:`locate_fra_eng`). A run written by an
+    (``--data``), else ``$ATTNLAB_DATA_DIR``, else the cache (:func:`~attnlab.data.download.locate`). A run written by an
     older attnlab may hold a ``data.data_path``; it is tried last, only while it still exists. A corpus of
     your own (``data.dataset=file``) has no default place: ``data`` names it, and the run's recorded sha256
     tells whether it is the same (:func:`check_same_corpus`).
@@ -538,20 +579,21 @@ def for_run(cfg: DataConfig, data: str | os.PathLike[str] | None = None) -> Data
         return dataclasses.replace(cfg, data_path=str(data))
     recorded = cfg.data_path
     cfg = dataclasses.replace(cfg, data_path=None)
-    if cfg.dataset != "fra-eng" or not recorded or _local_copy() is not None:
+    corpus = corpus_of(cfg.dataset)
+    if corpus is None or not corpus.zip_name or not recorded or _local_copy(corpus) is not None:
         return cfg
     return dataclasses.replace(cfg, data_path=recorded) if Path(recorded).expanduser().exists() else cfg
 
 
-def _local_copy() -> Path | None:
+def _local_copy(corpus: Corpus) -> Path | None:
     """The corpus in ``$ATTNLAB_DATA_DIR`` or the cache, without downloading (None when neither has it)."""
     env = os.environ.get("ATTNLAB_DATA_DIR")
     if env:
         p = Path(env).expanduser()
-        found = p if p.is_file() else find_in(p)
+        found = p if p.is_file() else find_in(p, corpus.candidates)
         if found:
             return found
-    return find_in(cache_dir())
+    return find_in(cache_dir(), corpus.candidates)
 
 
 def check_same_corpus(prepared: Prepared, trained_on: Any, run: str | os.PathLike[str]) -> bool:

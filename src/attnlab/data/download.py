@@ -1,6 +1,7 @@
-"""Finding Tatoeba fra-eng, and fetching D2L's copy of it when it is nowhere on the machine.
+"""Finding a named corpus (its record: :mod:`attnlab.data.pairs`), and fetching it when it has a download and is
+nowhere on the machine: Tatoeba fra-eng from D2L's copy; cmn-eng has none and is only found.
 
-Where the corpus is looked for (first hit wins), see :func:`locate_fra_eng`: ``--data PATH`` (a zip, a
+Where a corpus is looked for (first hit wins), see :func:`locate` (fra-eng's: :func:`locate_fra_eng`): ``--data PATH`` (a zip, a
 ``fra.txt`` or a folder holding one), ``$ATTNLAB_DATA_DIR``, the user cache ``$XDG_CACHE_HOME/attnlab``
 (default ``~/.cache/attnlab``), and finally a download into that cache, kept only if its sha256 matches.
 ``ATTNLAB_OFFLINE=1`` forbids the download. A download stops past :data:`MAX_DOWNLOAD_BYTES` or its total
@@ -33,7 +34,8 @@ DOWNLOAD_DEADLINE_S = 120.0  # the whole download, both URLs together; $ATTNLAB_
 MAX_DOWNLOAD_BYTES = 64 * 2**20  # the zip is 3.4 MB
 CHUNK = 1 << 16
 
-__all__ = ["CorpusError", "FRA_ENG_HTTP_URL", "FRA_ENG_SHA256", "FRA_ENG_URL", "MAX_DOWNLOAD_BYTES", "cache_dir", "download_deadline", "find_in", "locate_fra_eng"]
+__all__ = ["CorpusError", "FRA_ENG_HTTP_URL", "FRA_ENG_SHA256", "FRA_ENG_URL", "MAX_DOWNLOAD_BYTES", "cache_dir",
+           "download_deadline", "find_in", "locate", "locate_fra_eng"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -46,8 +48,9 @@ def cache_dir() -> Path:
     return Path(base) / "attnlab"
 
 
-def find_in(folder: Path) -> Path | None:
-    for name in CANDIDATES:
+def find_in(folder: Path, candidates: tuple[str, ...] = CANDIDATES) -> Path | None:
+    """The first of ``candidates`` (names inside ``folder``) that is a file, else None."""
+    for name in candidates:
         p = folder / name
         if p.is_file():
             return p
@@ -145,15 +148,14 @@ def _fetch_within(url: str, cap: int, deadline: float) -> bytes:
     return box["data"]
 
 
-def _download(dest: Path) -> str | None:
-    """Fetch :data:`FRA_ENG_URL` (then :data:`FRA_ENG_HTTP_URL`) to ``dest`` if its sha256 is
-    :data:`FRA_ENG_SHA256`; None on success, else why not (one line).
+def _download(dest: Path, urls: tuple[str, ...], sha256: str) -> str | None:
+    """Fetch the first of ``urls`` that delivers to ``dest`` if its sha256 is ``sha256``; None on success,
+    else why not (one line).
 
-    At most :data:`MAX_DOWNLOAD_BYTES`, within :func:`download_deadline` seconds in all. Plain HTTP
+    At most :data:`MAX_DOWNLOAD_BYTES`, within :func:`download_deadline` seconds in all. fra-eng's plain HTTP
     is tried only when HTTPS fails to deliver, and is as safe: nothing is kept unless its sha256 matches.
     """
-    sha256 = FRA_ENG_SHA256  # module attributes are read at call time so tests can point them elsewhere
-    urls = list(dict.fromkeys((FRA_ENG_URL, FRA_ENG_HTTP_URL)))
+    urls = list(dict.fromkeys(urls))
     total = download_deadline()
     deadline = time.monotonic() + total
     why: list[str] = []
@@ -181,17 +183,27 @@ def _download(dest: Path) -> str | None:
 
 
 def locate_fra_eng(data_path: str | os.PathLike[str] | None = None) -> Path:
-    """Return the path of a fra-eng zip or ``fra.txt``, fetching it into the cache if needed.
+    """:func:`locate` for fra-eng: a zip or ``fra.txt``, fetched from :data:`FRA_ENG_URL` (then
+    :data:`FRA_ENG_HTTP_URL`) into the cache if needed, kept only if its sha256 is :data:`FRA_ENG_SHA256`
+    (module attributes read at call time, so tests can point them elsewhere)."""
+    return locate("fra-eng", CANDIDATES, (FRA_ENG_URL, FRA_ENG_HTTP_URL), FRA_ENG_SHA256, data_path)
 
-    Looks, in order, at ``data_path`` (a file, or a folder holding ``fra-eng.zip``, ``fra.txt`` or
-    ``fra-eng/fra.txt``), ``$ATTNLAB_DATA_DIR`` (same rules), the cache folder (:func:`cache_dir`),
-    then downloads :data:`FRA_ENG_URL` into the cache and keeps it only if its sha256 is
-    :data:`FRA_ENG_SHA256` (skipped when ``ATTNLAB_OFFLINE=1``).
+
+def locate(name: str, candidates: tuple[str, ...], urls: tuple[str, ...], sha256: str,
+           data_path: str | os.PathLike[str] | None = None) -> Path:
+    """Return the path of corpus ``name``'s file, fetching it into the cache if it has ``urls``.
+
+    ``candidates``: what is looked for inside a folder, in order (its zip first, e.g. ``fra-eng.zip``, then its
+    text file, ``fra.txt``, then ``fra-eng/fra.txt``). Looks, in order, at ``data_path`` (a file, or a folder
+    holding a candidate), ``$ATTNLAB_DATA_DIR`` (same rules), the cache folder (:func:`cache_dir`), then
+    downloads ``urls`` into the cache and keeps the zip only if its sha256 is ``sha256`` (skipped when
+    ``ATTNLAB_OFFLINE=1`` or there is no URL).
 
     Raises :class:`CorpusError` if ``data_path`` names something that does not exist (a typo must
     not silently fall back to another copy), or, when every place fails, with one line naming all
     places looked and the fix.
     """
+    zip_name, file_name = candidates[0], candidates[1]
     looked: list[str] = []
     if data_path is not None and str(data_path) != "":
         p = Path(data_path).expanduser()
@@ -199,36 +211,41 @@ def locate_fra_eng(data_path: str | os.PathLike[str] | None = None) -> Path:
             return p
         if not p.exists():
             raise CorpusError(
-                _("data path {p} does not exist; pass --data a fra-eng.zip, a fra.txt or a folder with "
-                  "one").format(p=p)
+                _("data path {p} does not exist; pass --data a {zip}, a {file} or a folder with "
+                  "one").format(p=p, zip=zip_name, file=file_name)
             )
-        found = find_in(p)
+        found = find_in(p, candidates)
         if found:
             return found
         looked.append(f"{p} (--data)")
     env = os.environ.get("ATTNLAB_DATA_DIR")
     if env:
         p = Path(env).expanduser()
-        found = p if p.is_file() else find_in(p)
+        found = p if p.is_file() else find_in(p, candidates)
         if found:
             return found
         looked.append(f"{p} ($ATTNLAB_DATA_DIR)")
     else:
         looked.append(_("$ATTNLAB_DATA_DIR (unset)"))
     cache = cache_dir()
-    found = find_in(cache)
+    found = find_in(cache, candidates)
     if found:
         return found
     looked.append(_("{cache} (cache)").format(cache=cache))
+    if not urls:
+        raise CorpusError(
+            _("{name} corpus not found; looked in: {looked}. It has no download: put its {zip} (or {file}) in "
+              "{cache}, or set ATTNLAB_DATA_DIR to its folder, or pass --data PATH").format(
+                name=name, looked="; ".join(looked), zip=zip_name, file=file_name, cache=cache))
     if os.environ.get("ATTNLAB_OFFLINE", "") not in ("", "0"):
         looked.append(_("no download (ATTNLAB_OFFLINE is set)"))
     else:
-        why = _download(cache / FRA_ENG_ZIP)
+        why = _download(cache / zip_name, urls, sha256)
         if why is None:
-            return cache / FRA_ENG_ZIP
+            return cache / zip_name
         looked.append(why)
     raise CorpusError(
-        _("fra-eng corpus not found; looked in: {looked}. Fix: pass --data PATH (a {zip} or fra.txt, e.g. from "
-          "{url}) or set ATTNLAB_DATA_DIR to its folder").format(looked="; ".join(looked), zip=FRA_ENG_ZIP,
-                                                                  url=FRA_ENG_URL)
+        _("{name} corpus not found; looked in: {looked}. Fix: pass --data PATH (a {zip} or {file}, e.g. from "
+          "{url}) or set ATTNLAB_DATA_DIR to its folder").format(name=name, looked="; ".join(looked), zip=zip_name,
+                                                                  file=file_name, url=urls[0])
     )

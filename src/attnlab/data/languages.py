@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from attnlab.data import text as d2l
 
-__all__ = ["RULES", "UNSPACED", "TextRules", "clean", "text_rules"]
+__all__ = ["RULES", "SCRIPT_SAMPLE", "UNSPACED", "TextRules", "clean", "text_rules", "unspaced_share"]
 
 RULES = ("d2l", "moses", "chars")
 
@@ -56,6 +56,18 @@ _UNSPACED = (
 UNSPACED = _UNSPACED  # as a regex character class's contents (the chars rule spelled for HF, export/standalone.py)
 _CHAR_TOKEN = re.compile(rf"[{_UNSPACED}]|[^\W{_UNSPACED}]+|[^\w\s{_UNSPACED}]")
 _RUN = re.compile(rf"[^\W{_UNSPACED}]")  # a letter or digit of a space-separated script
+
+
+_ANY_UNSPACED = re.compile(f"[{_UNSPACED}]")
+SCRIPT_SAMPLE = 1000  # lines a column's script is judged on (a corpus of your own): the first ones
+
+
+def unspaced_share(lines: Sequence[str]) -> float:
+    """The share of ``lines`` (the first :data:`SCRIPT_SAMPLE`) holding a character of a script written without
+    spaces (CJK, Thai ...): near 1 for a Chinese or Japanese column, near 0 for English or German. A majority
+    judges a column, so a few names or quotations in the other script do not."""
+    sample = [s for s in lines[:SCRIPT_SAMPLE] if s.strip()]
+    return sum(bool(_ANY_UNSPACED.search(s)) for s in sample) / max(len(sample), 1)
 
 
 def clean(s: str) -> str:

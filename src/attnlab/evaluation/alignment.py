@@ -16,7 +16,9 @@ the same way.
 Word-level: BPE pieces are joined into words first (a source word's weight is the sum of its pieces'
 weights; a target word's row is the mean of its pieces' rows), so a word and a BPE run are judged alike.
 A French → English run is held against the same table read the other way (i'm → je or suis; home → chez
-or moi …), on the French sentences Tatoeba accepts for the example.
+or moi …), on the French sentences Tatoeba accepts for the example. The table is an English ↔ French one: a run
+of another pair (its record, :func:`attnlab.data.pairs.pair_of`, has no ``notes_table``) gets no verdict, and its
+summary says so plainly.
 
 Dimension key: L layers, H heads, T target (query) positions, S source (key) positions, W words.
 """
@@ -30,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab.data.pairs import Pair
 from attnlab.data.text import preprocess
 from attnlab.i18n import _
 from attnlab.maps import CONTINUES, WORD_START
@@ -73,6 +76,7 @@ class AlignmentCheck:
 
     sentence: str
     rows: tuple[RowCheck, ...]
+    other_pair: str = ""  # the run's pair ("English → Chinese") when the notes' en-fr table is not for it
 
     @property
     def judged(self) -> int:
@@ -93,6 +97,9 @@ class AlignmentCheck:
 
     def summary(self) -> str:
         """One line in the current language: formed or not, and on how many of the notes' words."""
+        if self.other_pair:
+            return _("no verdict: the notes' table of §1 is an English → French table ({table}); this run "
+                     "translates {pair}").format(table=_TABLE_TEXT, pair=self.other_pair)
         if self.formed is None:
             return _("no verdict: the notes' table of §1 places no word of this translation")
         if self.formed:
@@ -105,7 +112,7 @@ class AlignmentCheck:
     def to_json(self) -> dict[str, Any]:
         """The verdict as data; ``summary`` in the current language (the web page rebuilds it in its own)."""
         return {"sentence": self.sentence, "formed": self.formed, "agree": self.agree, "judged": self.judged,
-                "wrong": self.wrong, "table": _TABLE_TEXT, "summary": self.summary(),
+                "wrong": self.wrong, "table": _TABLE_TEXT, "summary": self.summary(), "other_pair": self.other_pair,
                 "rows": [{"output": r.output, "looks_at": r.looks_at, "weight": round(r.weight, 4),
                           "expected": list(r.expected)} for r in self.rows]}
 
@@ -115,7 +122,7 @@ class AlignmentCheck:
         try:
             rows = tuple(RowCheck(str(r["output"]), str(r["looks_at"]), float(r["weight"]),
                                   tuple(str(e) for e in r["expected"])) for r in data["rows"])
-            return cls(str(data["sentence"]), rows)
+            return cls(str(data["sentence"]), rows, str(data.get("other_pair", "")))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not an alignment verdict: {e}") from None
 
@@ -136,10 +143,11 @@ def verdict_map(weights: Tensor) -> Tensor:
                      f"(queries, keys); got shape {tuple(w.shape)}")
 
 
-def example_sentence(direction: str = "en-fr") -> str:
-    """The sentence the verdict is read on in a run of ``direction``: the notes' ``i'm home .``, or its
-    French, ``je suis chez moi .``, for a French → English run."""
-    return EXAMPLE[0] if direction == "en-fr" else EXAMPLE[1]
+def example_sentence(pair: Pair | None = None) -> str | None:
+    """The sentence the verdict is read on in a run of ``pair`` (None: the notes' own English → French): the
+    notes' ``i'm home .``, or its French, ``je suis chez moi .``, for a French → English run; None for a pair
+    the notes' table is not for."""
+    return EXAMPLE[0] if pair is None else pair.notes_example
 
 
 def expected_words(sentence: str, reverse: bool = False) -> dict[str, tuple[str, ...]]:
@@ -188,8 +196,9 @@ def _words(tokens: Sequence[str]) -> tuple[list[str], list[int]]:
 
 
 def check_alignment(sentence: str, src_tokens: Sequence[str], out_tokens: Sequence[str], weights: Tensor,
-                    reverse: bool = False) -> AlignmentCheck:
-    """Hold a map against the notes' table for ``sentence``.
+                    reverse: bool = False, other_pair: str = "") -> AlignmentCheck:
+    """Hold a map against the notes' table for ``sentence``; ``other_pair``: the run's pair when the table is not
+    for it (every row is shown, none judged).
 
     ``weights``: any shape :func:`verdict_map` takes; its rows are the output tokens ``out_tokens`` (the
     token each query produced), its columns the source tokens ``src_tokens``. A masked ``<pad>`` column
@@ -207,13 +216,22 @@ def check_alignment(sentence: str, src_tokens: Sequence[str], out_tokens: Sequen
     to_word = torch.zeros(S, len(src_words))
     to_word[torch.arange(S), torch.tensor(src_owner)] = 1.0
     by_src_word = w @ to_word  # (T, W_src): a source word's weight is its pieces' sum
-    expected = expected_words(sentence, reverse)
+    expected = {} if other_pair else expected_words(sentence, reverse)
     rows = []
     for j, word in enumerate(out_words):
         row = by_src_word[[i for i, o in enumerate(out_owner) if o == j]].mean(dim=0)  # (W_src,) its pieces' mean
         best = int(row.argmax())
         rows.append(RowCheck(word, src_words[best], round(float(row[best]), 4), expected.get(word, ())))
-    return AlignmentCheck(preprocess(sentence), tuple(rows))
+    return AlignmentCheck(preprocess(sentence), tuple(rows), other_pair)
+
+
+def _how(pair: Pair | None) -> dict[str, Any]:
+    """How a run of ``pair`` (None: the notes' own English → French) reads the table: reversed, or not at all."""
+    if pair is None:
+        return {"reverse": False}
+    if pair.notes_table is None:
+        return {"other_pair": pair.title()}
+    return {"reverse": pair.notes_reversed}
 
 
 def _target_to_source(kind: str, w: Tensor, n_src: int, n_out: int) -> Tensor:
@@ -226,9 +244,9 @@ def _target_to_source(kind: str, w: Tensor, n_src: int, n_out: int) -> Tensor:
     return w[..., start:, :n_src]
 
 
-def check_result(result: Any, direction: str = "en-fr") -> AlignmentCheck | None:
+def check_result(result: Any, pair: Pair | None = None) -> AlignmentCheck | None:
     """The verdict on an :class:`~attnlab.maps.AttentionResult` (what ``Translator.attention`` returns)
-    of a run of ``direction``: its cross-attention (a decoder-only model: its target rows' self-attention
+    of a run of ``pair`` (its record; None: the notes' English → French): its cross-attention (a decoder-only model: its target rows' self-attention
     on the source) through :func:`check_alignment`. None when the model has no such map (seq2seq's fixed
     context, the encoder-only model) or the result has no output."""
     kind = "cross" if "cross" in result.attention else "self" if "self" in result.attention else None
@@ -236,10 +254,10 @@ def check_result(result: Any, direction: str = "en-fr") -> AlignmentCheck | None
     if kind is None or n_out == 0 or n_src == 0:
         return None
     w = _target_to_source(kind, result.attention[kind], n_src, n_out)
-    return check_alignment(result.source, result.src_tokens, result.tgt_tokens, w, reverse=direction != "en-fr")
+    return check_alignment(result.source, result.src_tokens, result.tgt_tokens, w, **_how(pair))
 
 
-def check_probe(record: Mapping[str, Any], direction: str = "en-fr", sentence: str | None = None
+def check_probe(record: Mapping[str, Any], pair: Pair | None = None, sentence: str | None = None
                 ) -> AlignmentCheck | None:
     """The verdict on one ``probes.jsonl`` record (``sentence``, ``src_tokens``, ``tgt_tokens`` and
     ``attention``: ``kind → (layers, T_out, keys)``, heads averaged; ``sentence`` given apart for a record
@@ -265,4 +283,4 @@ def check_probe(record: Mapping[str, Any], direction: str = "en-fr", sentence: s
         return None
     w = _target_to_source(kind, w, len(src), len(out))
     sentence = sentence if sentence is not None else str(record.get("sentence", ""))
-    return check_alignment(sentence, src, out, w, reverse=direction != "en-fr")
+    return check_alignment(sentence, src, out, w, **_how(pair))

@@ -17,19 +17,28 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.config import AUTO_DECODE_ROWS
-from attnlab.data.numbers import numbers_reference
+from attnlab.data.pairs import pair_of
 from attnlab.data.text import preprocess
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import bleu_by_length, bleu_tokenize, corpus_scores, d2l_bleu
-from attnlab.i18n import _, ljust, width
+from attnlab.i18n import N_, _, ljust, width
 from attnlab.io import atomic_write_json, atomic_write_text
-from attnlab.notes import ACCEPTED, NUMBERS_EXAMPLES, REFERENCES, SENTENCES
+from attnlab.notes import ACCEPTED, REFERENCES, SENTENCES
 from attnlab.progress import Progress
 from attnlab.runs import MANIFEST, WEIGHTS
 from attnlab.translator import Translator, decode_many
 
 #: The notes' example sentences (§3, §4, §22) and D2L's reference translations (attnlab.notes).
 NOTES_EXAMPLES: tuple[tuple[str, str], ...] = tuple((s, REFERENCES[s]) for s in SENTENCES)
+
+#: The heading of the BLEU-by-length table, by the unit of the source's length (the pair's record).
+BY_LENGTH_HEADINGS = {"words": N_("BLEU by source length (words):"),
+                      "characters": N_("BLEU by source length (characters):")}
+
+#: The heading of each set of examples :func:`notes_examples` gives (its rows' ``"set"``).
+EXAMPLE_HEADINGS = {"notes": N_("the notes' examples (D2L BLEU, k=2):"),
+                    "numbers": N_("the numbers task's examples (D2L BLEU, k=2):"),
+                    "corpus": N_("the corpus's examples (D2L BLEU, k=2):")}
 
 
 def checkpoint_identity(path: str | Path | None) -> dict[str, Any] | None:
@@ -56,12 +65,6 @@ def checkpoint_identity(path: str | Path | None) -> dict[str, Any] | None:
     return out
 
 
-def notes_pairs(direction: str = "en-fr") -> tuple[tuple[str, str], ...]:
-    """The notes' examples as ``(source, reference)`` in a run's ``data.direction``: a French → English
-    run reads D2L's French sentences and is scored against the notes' English ones."""
-    return NOTES_EXAMPLES if direction == "en-fr" else tuple((fr, en) for en, fr in NOTES_EXAMPLES)
-
-
 def is_right(source: str, translation: str, reference: str = "") -> bool:
     """Whether ``translation`` of one of the notes' sentences is right: one of the accepted French translations
     of an English source (:data:`attnlab.notes.ACCEPTED`, Tatoeba's own), or, for a source it has none for (a
@@ -70,25 +73,20 @@ def is_right(source: str, translation: str, reference: str = "") -> bool:
     return any(norm == preprocess(ok) for ok in ACCEPTED.get(source, (reference,) if reference else ()))
 
 
-def numbers_pairs_of(tgt_lang: str) -> tuple[tuple[str, str], ...]:
-    """The numbers task's examples (:data:`attnlab.notes.NUMBERS_EXAMPLES`) with their targets in ``tgt_lang``."""
-    return tuple((s, numbers_reference(s, tgt_lang) or "") for s in NUMBERS_EXAMPLES)
-
-
 def notes_examples(translator: Translator, beam_size: int = 1) -> list[dict[str, Any]]:
-    """Translate the notes' sentences and score each with D2L's BLEU (k = 2).
+    """Translate the pair's example sentences (:func:`attnlab.data.pairs.pair_of`) and score each with D2L's BLEU
+    (k = 2).
 
-    A numbers-task run reads the task's own examples (:data:`attnlab.notes.NUMBERS_EXAMPLES`, its vocabulary
-    holds no other words), scored in the run's target text rules (characters for Japanese); each row then has
-    ``"set": "numbers"``. None for a run of another pair of languages than English and French (the notes'
-    sentences are English and French)."""
-    data = translator.cfg.data
-    if data.dataset == "numbers":
-        pairs, words, kind = numbers_pairs_of(data.langs[1]), translator.tgt_tok.preprocess, "numbers"
-    elif set(data.langs) == {"en", "fr"}:
-        pairs, words, kind = notes_pairs(data.direction), preprocess, "notes"
-    else:
+    fra-eng reads the notes' sentences (``"set": "notes"``, either way); the numbers task its own examples
+    (``"numbers"``, its vocabulary holds no other words), another named corpus its record's (``"corpus"``), each
+    scored in the run's target text rules (characters for Chinese or Japanese). Empty for a corpus of your own
+    (no references)."""
+    pair = pair_of(translator.cfg.data)
+    pairs = tuple((src, ref) for src, ref in pair.examples if ref)
+    if not pairs:
         return []
+    kind = "numbers" if pair.generated else "notes" if pair.notes_table is not None else "corpus"
+    words = preprocess if pair.notes_table is not None else translator.tgt_tok.preprocess
     outs = translator.translate_full([src for src, _ in pairs], beam_size=beam_size)
     rows = []
     for (src, ref), out in zip(pairs, outs):
@@ -119,8 +117,8 @@ def evaluate_split(translator: Translator, split, beam_size: int = 1, batch_size
     scores = corpus_scores(texts, refs, tokenize=tok)
     by_len = bleu_by_length(texts, refs, [len(split.src_text[i].split()) for i in rows], tokenize=tok)
     return {"sentences": n, "beam_size": beam_size, "seconds": seconds, "sentences_per_s": n / max(seconds, 1e-9),
-            **scores, "by_length": by_len, "hypotheses": texts,
-            "checkpoint": checkpoint_identity(getattr(translator, "checkpoint", None)),
+            **scores, "by_length": by_len, "length_unit": pair_of(translator.cfg.data).length_unit("src"),
+            "hypotheses": texts, "checkpoint": checkpoint_identity(getattr(translator, "checkpoint", None)),
             "sources": [translator.src_tok.detokenize(split.src_text[i].split()) for i in rows]}
 
 
@@ -177,7 +175,8 @@ def evaluate_files(translator: Translator, sources: Sequence[str], references: S
     lengths = [len(translator.src_tok.preprocess(s).split()) for s in sources]
     by_len = bleu_by_length(texts, refs, lengths, tokenize=tok)
     return {"sentences": n, "beam_size": beam_size, "seconds": seconds, "sentences_per_s": n / max(seconds, 1e-9),
-            **scores, "by_length": by_len, "hypotheses": texts, "reference_rules": tgt.text,
+            **scores, "by_length": by_len, "length_unit": pair_of(translator.cfg.data).length_unit("src"),
+            "hypotheses": texts, "reference_rules": tgt.text,
             "checkpoint": checkpoint_identity(getattr(translator, "checkpoint", None)), "sources": list(sources)}
 
 
@@ -252,17 +251,15 @@ def format_report(result: dict[str, Any], examples: list[dict[str, Any]]) -> str
                                                                       chrf=result["chrf_single"]),
         _("signature: {signature}").format(signature=result["bleu_signature"]),
         " " * width(_("signature: ")) + result["chrf_signature"],
-        _("BLEU by source length (words):"),
+        _(BY_LENGTH_HEADINGS[result.get("length_unit", "words")]),
     ]
     for row in result["by_length"]:
         lines.append(f"  {row['bucket']:>8}  n={row['sentences']:<6d} BLEU {row['bleu']:.2f}")
     if result.get("reference_rules"):
         lines.append(_("references read through the run's target text rules ({rules}) and back, as the split's "
                        "are").format(rules=result["reference_rules"]))
-    if examples and examples[0].get("set") == "numbers":
-        lines.append(_("the numbers task's examples (D2L BLEU, k=2):"))
-    elif examples:
-        lines.append(_("the notes' examples (D2L BLEU, k=2):"))
+    if examples:
+        lines.append(_(EXAMPLE_HEADINGS[examples[0].get("set", "notes")]))
     for ex in examples:
         lines.append(f"  {ljust(ex['source'], 14)} => {ljust(ex['translation'], 24)} bleu {ex['d2l_bleu']:.3f}  "
                      + _("(ref: {reference})").format(reference=ex["reference"]))

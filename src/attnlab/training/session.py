@@ -18,6 +18,7 @@ Under torchrun every rank holds its own Session; the agreements keep them in ste
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import signal
 import sys
@@ -34,7 +35,7 @@ from torch import nn
 from attnlab import config as config_mod
 from attnlab import fast, runs
 from attnlab.config import Config
-from attnlab.data import corpus
+from attnlab.data import corpus, pairs
 from attnlab.data.batching import Batch, collate
 from attnlab.data.vocab import load_tokenizer
 from attnlab.device import set_threads
@@ -122,7 +123,10 @@ def all_finite(finite: bool) -> bool:
 
 def settle_config(cfg: Config, out_dir: Path, resume: bool, prepared,
                   explicit: frozenset[str] | None = None) -> tuple[Config, runs.RunFiles | None]:
-    """Threads, ``train.size`` and a resumed run's checks, before anything in ``out_dir`` is written."""
+    """Threads, ``train.size``, the pair (``data.direction`` as the corpus's record resolves it, so config.toml
+    names it: ``en-zh``, never another pair's default) and a resumed run's checks, before anything in ``out_dir``
+    is written."""
+    cfg = dataclasses.replace(cfg, data=pairs.resolved(cfg.data))  # a direction that does not fit stops here
     if cfg.train.threads > 0:
         set_threads(cfg.train.threads)
     elif D.is_distributed():
@@ -136,7 +140,8 @@ def settle_config(cfg: Config, out_dir: Path, resume: bool, prepared,
         cfg = resolve_size(cfg, prepared, explicit)
     seed_everything(cfg.train.seed)
     if saved is not None:
-        check_resume_overrides(saved.config, cfg, out_dir)
+        # An older run's config.toml may say the old default, en-fr, of any pair: compare pairs, not spellings.
+        check_resume_overrides(dataclasses.replace(saved.config, data=pairs.resolved(saved.config.data)), cfg, out_dir)
     return cfg, saved
 
 

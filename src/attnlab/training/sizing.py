@@ -22,6 +22,7 @@ from typing import Any
 from attnlab import config as config_mod
 from attnlab import device
 from attnlab.config import Config, ModelConfig
+from attnlab.data.pairs import corpus_of
 from attnlab.i18n import _
 from attnlab.models import traits
 
@@ -149,13 +150,17 @@ def resolve(cfg: Config, explicit: frozenset[str] | None = None, peak: float | N
             return cfg, ""
         tier = next(t for t in NAMED_TIERS if t.name == tc.size)
         return apply_tier(cfg, tier, explicit if explicit is not None else explicit_keys(cfg)), ""
-    if tc.max_minutes <= 0 or cfg.data.dataset != "fra-eng":
+    corpus = corpus_of(cfg.data.dataset)
+    if tc.max_minutes <= 0 or corpus is None or not corpus.sized:
         return apply_tier(cfg, None, frozenset()), ""
     explicit = explicit if explicit is not None else explicit_keys(cfg)
     peak = peak if peak is not None else device.measure_peak_gflops()
     compute = peak * tc.max_minutes
     tier = tier_for(compute)
     sized = apply_tier(cfg, tier, explicit)
+    if sized.data.max_pairs >= corpus.pairs and "data.max_pairs" not in explicit:
+        # A tier's "first N pairs" of fra-eng is the whole of a smaller corpus (cmn-eng's 29k): say so, read all.
+        sized = config_mod.apply_overrides(sized, ["data.max_pairs=0"])
     return sized, describe(sized, peak, tier)
 
 

@@ -22,15 +22,14 @@ from attnlab import config as config_mod
 from attnlab import runs
 from attnlab.config import Config
 from attnlab.data.batching import TokenBatchSampler, collate
+from attnlab.data.pairs import pair_of
 from attnlab.device import autocast
 from attnlab.evaluation.alignment import check_result
 from attnlab.evaluation.bleu import bleu_tokenize, corpus_scores
-from attnlab.evaluation.evaluate import notes_pairs
 from attnlab.models import traits
 from attnlab.training.losses import sequence_loss
 from attnlab.translator import Translator, decode_many
 
-NUMBERS_PROBES = ("twenty-one", "three hundred and five", "one thousand two hundred and thirty-four")
 FILL_SEED = 0  # the validation masks' generator seed (fixed: every validation scores the same masks)
 
 
@@ -94,10 +93,9 @@ def validation_bleu(model: nn.Module, prepared, cfg: Config, device: torch.devic
 def record_probes(model: nn.Module, prepared, cfg: Config, device: torch.device, run_dir: Path, step: int) -> None:
     """Attention of the probe sentences at this step (inspection: `attnlab attention --timeline`)."""
     sentences = [s for s in cfg.train.probe_sentences if s.strip()]
-    if cfg.data.dataset == "numbers" and tuple(cfg.train.probe_sentences) == config_mod.TrainConfig().probe_sentences:
-        sentences = list(NUMBERS_PROBES)  # the notes' English examples are all <unk> on the numbers task
-    elif cfg.data.direction != "en-fr" and tuple(cfg.train.probe_sentences) == config_mod.TrainConfig().probe_sentences:
-        sentences = [src for src, _ in notes_pairs(cfg.data.direction)]  # a French source reads the notes' French
+    pair = pair_of(cfg.data)
+    if tuple(cfg.train.probe_sentences) == config_mod.TrainConfig().probe_sentences:
+        sentences = list(pair.probes)  # the default: the pair's own (the notes' English, French, Mandarin ...)
     if not sentences:
         return
     # The translator's attention capture (the figures' and the web page's), one sentence at a time
@@ -120,7 +118,7 @@ def record_probes(model: nn.Module, prepared, cfg: Config, device: torch.device,
             "step": step, "sentence": s, "src_tokens": r.src_tokens, "tgt_tokens": r.tgt_tokens,
             "translation": r.translation, "attention": att,
         }
-        verdict = check_result(r, cfg.data.direction)  # the one alignment verdict, on the unrounded map
+        verdict = check_result(r, pair)  # the one alignment verdict, on the unrounded map
         if verdict is not None and verdict.formed is not None:  # only the notes' example has a table
             rec["alignment"] = verdict.to_json()
         records.append(rec)

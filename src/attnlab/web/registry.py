@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from attnlab.data.pairs import gold_files
 from attnlab.errors import AttnlabError
 from attnlab.export.engine import load_translator
 from attnlab.i18n import _
@@ -230,7 +231,7 @@ class AlignmentCache:
     @staticmethod
     def key(run: str, folder: Path, split: str, sentences: int, method: str) -> tuple:
         """The key of one answer: a gold file that changes (or appears) makes a new one."""
-        files = tuple(_file_key(folder / f"{split}.en-fr.{ext}") for ext in ("en", "fr", "naacl"))
+        files = tuple(_file_key(folder / name) for name in gold_files(split))
         return (run, str(folder), split, files, sentences, method)
 
     def get(self, key: tuple) -> dict[str, Any] | None:

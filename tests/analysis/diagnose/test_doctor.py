@@ -306,7 +306,11 @@ def test_a_french_to_english_run_is_judged_on_the_french_example():
     rec = {"step": 500, "src_tokens": src, "tgt_tokens": out,
            "translation": "i'm home .", "attention": {"cross": [rows]}}
     probes = {"sentences": [{"sentence": "je suis chez moi .", "steps": [rec]}]}
-    f = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=probes, direction="fr-en").finding(
+    from attnlab.config import DataConfig
+    from attnlab.data.pairs import pair_of
+
+    pair = pair_of(DataConfig(direction="fr-en"))
+    f = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=probes, pair=pair).finding(
         "attention_not_formed")
     assert f.checked and not f.detected
 

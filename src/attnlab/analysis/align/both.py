@@ -35,6 +35,7 @@ from attnlab.analysis.align.extract import (
     symmetrise,
     word_matrix,
 )
+from attnlab.data.pairs import GOLD_LANGS
 from attnlab.i18n import _
 
 Keys = list[tuple[int | None, int | None]]
@@ -164,14 +165,14 @@ def score_pairs(forward: OneWay, reverse: OneWay, gold, method: str) -> list[Pai
 def check_directions(forward_tr, reverse_tr) -> tuple[Any, Any]:
     """``(en→fr translator, fr→en translator)`` from two runs in either order; :class:`AlignError`
     (one line) when they read the same way."""
-    langs = [(getattr(t.src_tok, "lang", "en"), getattr(t.tgt_tok, "lang", "fr")) for t in (forward_tr, reverse_tr)]
-    if langs[0] == langs[1] or set(langs) != {("en", "fr"), ("fr", "en")}:
+    langs = [(getattr(t.src_tok, "lang", GOLD_LANGS[0]), getattr(t.tgt_tok, "lang", GOLD_LANGS[1])) for t in (forward_tr, reverse_tr)]
+    if langs[0] == langs[1] or set(langs) != {GOLD_LANGS, GOLD_LANGS[::-1]}:
         raise AlignError(
             _("--reverse needs a run of the other direction: both read {src}→{tgt}; "
               "train one with `attnlab train ... data.direction={direction}`").format(
-                src=langs[0][0], tgt=langs[0][1], direction="fr-en" if langs[0][0] == "en" else "en-fr")
+                src=langs[0][0], tgt=langs[0][1], direction="-".join(langs[0][::-1]))
         )
-    return (forward_tr, reverse_tr) if langs[0] == ("en", "fr") else (reverse_tr, forward_tr)
+    return (forward_tr, reverse_tr) if langs[0] == GOLD_LANGS else (reverse_tr, forward_tr)
 
 
 def pick_on_trial(fwd_trial: OneWay, rev_trial: OneWay, trial, method: str,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from attnlab.analysis.align.aer import Link
 from attnlab.analysis.align.extract import AlignError, Side
+from attnlab.data.pairs import GOLD_LANGS, gold_files, pair_of
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK
 from attnlab.i18n import _
@@ -118,7 +119,7 @@ def gold_for_heads(path: str | os.PathLike[str] | None = None) -> Path | None:
 
 def has_split(folder: Path, split: str) -> bool:
     """Whether ``folder`` holds the three files of ``split`` (``trial``, ``test``)."""
-    return all((folder / f"{split}.en-fr.{ext}").is_file() for ext in ("en", "fr", "naacl"))
+    return all((folder / name).is_file() for name in gold_files(split))
 
 
 def _read_lines(path: Path) -> list[list[str]]:
@@ -272,11 +273,11 @@ def gold_sides(tr: Translator, gold: GoldSet, contract: bool = True) -> tuple[li
     Raises :class:`AlignError` (one line) for a run the English–French gold cannot measure: one whose
     languages are not English and French (either direction: a French → English run is read the other
     way round), or a numbers-task run that does not know the gold's words (:data:`NUMBERS_UNKNOWN_MAX`)."""
-    langs = (getattr(tr.src_tok, "lang", "en"), getattr(tr.tgt_tok, "lang", "fr"))
-    if langs not in (("en", "fr"), ("fr", "en")):
+    langs = (getattr(tr.src_tok, "lang", GOLD_LANGS[0]), getattr(tr.tgt_tok, "lang", GOLD_LANGS[1]))
+    if langs not in (GOLD_LANGS, GOLD_LANGS[::-1]):
         raise AlignError(_("{run_name} translates {langs}→{langs2}; the gold is English–French word "
                            "alignments: align a run of data.direction=en-fr or fr-en").format(run_name=run_name(tr), langs=langs[0], langs2=langs[1]))
-    en_first = langs[0] == "en"
+    en_first = langs == GOLD_LANGS
     pairs = []
     for en, fr in zip(gold.en, gold.fr):
         e, f = (
@@ -284,7 +285,7 @@ def gold_sides(tr: Translator, gold: GoldSet, contract: bool = True) -> tuple[li
             map_side(tr.tgt_tok if en_first else tr.src_tok, fr, contract),
         )
         pairs.append((e, f) if en_first else (f, e))
-    if getattr(tr.cfg.data, "dataset", "fra-eng") == "numbers":
+    if pair_of(tr.cfg.data).generated:
         for lang, rates in sides_oov(tr, pairs, en_first).items():
             if rates["not_in_vocab"] > NUMBERS_UNKNOWN_MAX:
                 raise AlignError(

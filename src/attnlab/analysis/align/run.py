@@ -58,6 +58,7 @@ from attnlab.analysis.align.score import (
     saliency_scores,
     score_links,
 )
+from attnlab.data.pairs import GOLD_LANGS
 from attnlab.i18n import _
 from attnlab.models import traits
 from attnlab.translator import Translator
@@ -129,7 +130,7 @@ def run(
         if reverse is not None:  # the other direction's run gets its own taught head
             reverse, other, _ = teach_head(reverse, gold, teach_epochs, teach_weight, contract, ex, adapt_lr, seed)
             taught_pair = [(t.layer, t.head) for t in (teaching, other)]
-            if getattr(tr.src_tok, "lang", "en") == "fr":  # RUN read French → English: it is the reverse
+            if getattr(tr.src_tok, "lang", GOLD_LANGS[0]) == GOLD_LANGS[1]:  # RUN read French → English: it is the reverse
                 taught_pair.reverse()
     report = attention_scores(tr, gold, contract, ex=ex, top_k=top_k)
     report.adaptation, report.as_trained = adaptation, as_trained
@@ -144,7 +145,7 @@ def run(
         report.saliency = saliency_scores(tr, gold, contract, ex)
         report.saliency_seconds = time.perf_counter() - t0
     if ibm:
-        en_first = getattr(tr.src_tok, "lang", "en") != "fr"
+        en_first = getattr(tr.src_tok, "lang", GOLD_LANGS[0]) != GOLD_LANGS[1]
         base = ibm_baseline(gold.en, gold.fr, extra, en_first, ibm_iterations, ibm_method, ibm_null)
         base["counts"] = score_links(base.pop("links"), gold)
         report.ibm = base

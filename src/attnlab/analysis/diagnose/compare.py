@@ -53,11 +53,15 @@ from attnlab.data.text import detokenize
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import bleu_by_length, corpus_scores
 from attnlab.evaluation.evaluate import checkpoint_identity, notes_examples
-from attnlab.i18n import _
+from attnlab.i18n import N_, _
 from attnlab.models import traits
 from attnlab.runs import read_metrics, read_run
 from attnlab.translator import Translator
 from attnlab.viz.figure import new_figure
+
+#: The heading of each set of examples (``notes_examples``'s rows' ``"set"``).
+EXAMPLE_SECTIONS = {"notes": N_("## The notes' examples"), "numbers": N_("## The numbers task's examples"),
+                    "corpus": N_("## The corpus's examples")}
 
 #: The config keys that decide which split a sentence falls in (corpus.split_by_source hashes each
 #: source against these fractions): runs that differ in one of them do not share a test set.
@@ -390,8 +394,7 @@ def _markdown(comparison: Comparison) -> str:
     if runs and runs[0].examples:
         lines += [
             "",
-            _("## The numbers task's examples") if runs[0].examples[0].get("set") == "numbers"
-            else _("## The notes' examples"),
+            _(EXAMPLE_SECTIONS[runs[0].examples[0].get("set", "notes")]),
             "",
             "| " + _("source") + " | " + _("reference") + " | " + " | ".join(names) + " |",
             "|---|---|" + "---|" * len(names),

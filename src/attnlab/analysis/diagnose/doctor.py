@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.analysis.report import TextReport
+from attnlab.data.pairs import Pair, pair_of
 from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.alignment import AlignmentCheck, check_probe, example_sentence
@@ -558,11 +559,15 @@ def check_num_steps(data_stats: dict[str, Any], eval_report: dict[str, Any] | No
     return f
 
 
-def _example_probe(probes: dict[str, Any] | None, direction: str) -> dict[str, Any] | None:
-    """The probe sentence the verdict reads (the notes' example in the run's direction), or None."""
+def _example_probe(probes: dict[str, Any] | None, pair: Pair | None) -> dict[str, Any] | None:
+    """The probe sentence the verdict reads (the notes' example in the run's direction), or None (also for a
+    pair the notes' table is not for)."""
     from attnlab.data.text import preprocess
 
-    want = preprocess(example_sentence(direction))
+    example = example_sentence(pair)
+    if example is None:
+        return None
+    want = preprocess(example)
     for s in (probes or {}).get("sentences", []):
         if s.get("steps") and preprocess(str(s.get("sentence", ""))) == want:
             return s
@@ -574,16 +579,16 @@ def _at_step(steps: list[dict[str, Any]], step: int | None) -> dict[str, Any]:
     return next((r for r in steps if step is not None and r.get("step") == step), steps[-1])
 
 
-def check_attention(probes: dict[str, Any] | None, direction: str = "en-fr", best_step: int | None = None
+def check_attention(probes: dict[str, Any] | None, pair: Pair | None = None, best_step: int | None = None
                     ) -> Finding:
     """Attention formed: the alignment verdict (:func:`attnlab.evaluation.alignment.check_probe`) on the
     probe of the notes' example at ``best_step`` (the checkpoint ``explain``, ``attention`` and the web page
     load by default; else the last record). Not checked when the run recorded no such probe or its
     translation holds none of the table's words."""
     f = _new_finding("attention_not_formed")
-    probe = _example_probe(probes, direction)
+    probe = _example_probe(probes, pair)
     rec = _at_step(probe["steps"], best_step) if probe is not None else None
-    check: AlignmentCheck | None = check_probe(rec, direction, probe["sentence"]) if rec is not None else None
+    check: AlignmentCheck | None = check_probe(rec, pair, probe["sentence"]) if rec is not None else None
     if check is None or check.formed is None:
         f.checked = False
         return f
@@ -593,7 +598,7 @@ def check_attention(probes: dict[str, Any] | None, direction: str = "en-fr", bes
     f.evidence.append(line)
     if not check.formed:
         f.detected = True
-        first = check_probe(probe["steps"][0], direction, probe["sentence"])
+        first = check_probe(probe["steps"][0], pair, probe["sentence"])
         if first is not None and first.formed is not None and probe["steps"][0]["step"] != rec["step"]:
             f.evidence.append(_("at step {step}: {verdict}").format(step=probe["steps"][0]["step"],
                                                                     verdict=first.summary()))
@@ -642,7 +647,7 @@ def diagnose_curves(
     run: str = "",
     probes: dict[str, Any] | None = None,
     budget: dict[str, Any] | None = None,
-    direction: str = "en-fr",
+    pair: Pair | None = None,
     best_step: int | None = None,
 ) -> DoctorReport:
     """Run every check on curves given as ``metrics.jsonl`` records.
@@ -656,12 +661,13 @@ def diagnose_curves(
         lr: the run's ``train.lr`` (the suggestions scale it).
         probes: :func:`attnlab.runs.probes.read_probes` of the run, if any.
         budget: ``max_minutes``/``max_steps`` of the run (the "train longer" suggestion uses them).
-        direction: the run's ``data.direction`` (which probe is the notes' example, which way the table reads).
+        pair: the run's pair (:func:`attnlab.data.pairs.pair_of`; which probe is the notes' example, which way the
+            table reads, or that it is not for this pair); None: the notes' own English → French.
         best_step: the step of the run's ``best`` checkpoint: the probe recorded then is the one judged.
     """
     high = check_lr_too_high(train, vocab_size, lr)
     low = check_lr_too_low(train, valid, lr, vocab_size)
-    attention = check_attention(probes, direction, best_step)
+    attention = check_attention(probes, pair, best_step)
     report = DoctorReport(
         run,
         [
@@ -774,7 +780,7 @@ def run(run_dir: str | Path) -> DoctorReport:
         run=str(run_dir),
         probes=read_probes(run_dir, max_bytes=8 << 20),  # the newest records are the ones read
         budget={"max_minutes": tc.max_minutes, "max_steps": tc.max_steps},
-        direction=cfg.data.direction,
+        pair=pair_of(cfg.data),
         best_step=_best_step(run_dir),
     )
 

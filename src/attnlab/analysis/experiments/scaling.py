@@ -51,9 +51,10 @@ from attnlab import config as config_mod
 from attnlab import device as device_mod
 from attnlab import fast
 from attnlab.analysis.report import TextReport
-from attnlab.config import Config, ModelConfig
+from attnlab.config import DATASETS, Config, ModelConfig
 from attnlab.data import corpus
 from attnlab.data.batching import Batch, collate
+from attnlab.data.pairs import CORPORA
 from attnlab.data.vocab import BOS, EOS
 from attnlab.device import autocast, pick_device, set_threads
 from attnlab.errors import AttnlabError
@@ -159,7 +160,7 @@ QUICK = Ladder({"gru": (32, 64), "transformer": (32, 64)}, budget_flops=2e11, le
 class Where:
     """Where a ladder runs: the corpus, the device and the torch threads (0 = PyTorch's default)."""
 
-    dataset: str = "fra-eng"
+    dataset: str = DATASETS[0]
     data_path: str | None = None
     device: str = "auto"
     threads: int = 0
@@ -174,8 +175,8 @@ def rung_config(ladder: Ladder, family: Family, width: int, where: Where, steps:
     batches (identical for every rung, so the losses compare), trained for ``steps`` updates."""
     data = [f"data.dataset={where.dataset}", "data.tokenizer=word", "data.min_freq=3",
             f"data.batch_tokens={ladder.batch_tokens}"]
-    data += ([f"data.max_pairs={ladder.max_pairs}"] if where.dataset == "fra-eng"
-             else [f"data.numbers_size={ladder.numbers_size}"])
+    data += ([f"data.numbers_size={ladder.numbers_size}"] if CORPORA[where.dataset].generated
+             else [f"data.max_pairs={ladder.max_pairs}"])
     if where.data_path:
         data.append(f"data.data_path={where.data_path}")
     train = ["train.size=base", "train.max_minutes=0", f"train.max_steps={steps}", "train.max_epochs=0",

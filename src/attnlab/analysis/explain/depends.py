@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from attnlab.analysis.report import TextReport
+from attnlab.data.pairs import Pair, pair_of
 from attnlab.evaluation.alignment import AlignmentCheck, check_result, example_sentence, verdict_map
 from attnlab.i18n import _, ljust, width
 from attnlab.maps import display_tokens
@@ -52,7 +53,7 @@ class DependsReport(TextReport):
     attribution: Attribution | None
     recurrent: bool
     missing: str = ""
-    direction: str = "en-fr"
+    pair: Pair | None = None  # the run's pair (its record); None: the notes' own English → French
 
     def rows(self) -> list[tuple[str, str | None, float | None, str | None, float | None]]:
         """Per output token: ``(token, looks at, its weight, depends on, its share)`` (None: not known)."""
@@ -97,12 +98,12 @@ class DependsReport(TextReport):
                                     "`attnlab attribute --steps 64` gives finer rows"))
         if self.missing:
             lines.append("    " + self.missing)
-        if self.check is not None and self.check.formed is not None:
+        if self.check is not None and (self.check.formed is not None or self.check.other_pair):
             lines.append("  " + self.check.summary())
         elif self.check is not None:
             lines.append("  " + _("no verdict on this sentence: the notes' table of §1 is for {example!r}; "
                                   "`attnlab align` scores any sentence against gold word alignments (AER)").format(
-                example=example_sentence(self.direction)))
+                example=example_sentence(self.pair)))
         if self.recurrent:
             lines.append("  " + _("why attention can sit still (§1): information also travels through the recurrent "
                                   "state — the decoder's hidden state starts from the encoder's summary and carries it "
@@ -130,7 +131,8 @@ def run(tr: Translator, sentence: str, ig_steps: int = IG_STEPS, result: Attenti
     from attnlab.analysis.attribution import run as attribute
 
     result = result if result is not None else tr.attention(sentence)
-    check = check_result(result, tr.cfg.data.direction)
+    pair = pair_of(tr.cfg.data)
+    check = check_result(result, pair)
     t = traits(tr.cfg.model)
     attribution, missing = None, ""
     if t.task == "translate" and result.tgt_tokens:
@@ -140,4 +142,4 @@ def run(tr: Translator, sentence: str, ig_steps: int = IG_STEPS, result: Attenti
             if "Captum" not in str(e):
                 raise
             missing = _("integrated gradients need Captum: pip install 'attnlab[explain]'")
-    return DependsReport(result, check, attribution, t.recurrent, missing, tr.cfg.data.direction)
+    return DependsReport(result, check, attribution, t.recurrent, missing, pair)

@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
+from attnlab.data.pairs import pair_of
 from attnlab.data.text import preprocess
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.alignment import check_result
@@ -193,7 +194,7 @@ def translate_job(job: TranslateJob, cache: ResultCache, t0: float) -> tuple[byt
 def alignment_verdict(tr: Any, res: Any) -> dict[str, Any] | None:
     """The one alignment verdict (:func:`attnlab.evaluation.alignment.check_result`, what ``explain``,
     ``doctor``, ``attention`` and the demo say) on the notes' example; None for any other sentence."""
-    check = check_result(res, tr.cfg.data.direction)
+    check = check_result(res, pair_of(tr.cfg.data))
     return check.to_json() if check is not None and check.formed is not None else None
 @dataclass(frozen=True)
 class BatchJob:
