@@ -28,3 +28,28 @@ def test_repr_names_the_run_and_the_model(tiny_runs):
     text = repr(Translator.from_run(run, device="cpu"))
     assert text.startswith(f"Translator({run}, kind=transformer, en→fr, checkpoint=step-") and "device=cpu" in text
     assert "params=" in text and "<" not in text
+
+
+def test_decoding_times_each_batch_for_the_thread_tuner(tiny_runs):
+    """`translate`, `evaluate` and `serve` adapt their threads per batch of sentences (attnlab/threads.py):
+    every batch is timed once, by the calling thread's tuner, and the translations do not change."""
+    import dataclasses
+
+    import torch
+
+    from attnlab.threads import ThreadTuner
+
+    tr = Translator.from_run(tiny_runs("transformer"), which="last", device="cpu")
+    sentences = ["one", "two hundred", "three thousand four", "five", "six", "seven"]
+    plain = tr.translate(sentences)
+    seen: list[int] = []
+    tr.adapt_threads(2)
+    try:
+        tuner = tr.thread_tuner()
+    finally:
+        torch.set_num_threads(1)  # the tuner starts on its maximum; later tests expect the conftest's one
+    assert isinstance(tuner, ThreadTuner) and tuner is tr.thread_tuner() and (tuner.min, tuner.max) == (1, 2)
+    tuner._apply = seen.append  # the decisions, not torch's thread count
+    tr.cfg = dataclasses.replace(tr.cfg, decode=dataclasses.replace(tr.cfg.decode, batch_size=2))
+    assert tr.translate(sentences) == plain
+    assert tuner.count == 3  # three batches of two

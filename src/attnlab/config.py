@@ -254,7 +254,9 @@ class TrainConfig:
     # vocabulary and batches for it (training/sizing.py); keys you set yourself always win.
     # "base" = the preset as it is; or one of the sizing tiers by name.
     size: str = "auto"
-    threads: int = 0  # torch intra-op threads; 0 = leave PyTorch's default
+    # torch intra-op threads: 0 = auto, the count measured fastest now, up to one per CPU this process may use
+    # (re-measured as other programs come and go: attnlab/threads.py); N = exactly N, never changed
+    threads: int = 0
     device: str = "auto"  # "auto", "cpu", "cuda", "cuda:N"
     amp: bool = True  # bf16 autocast on CUDA (ignored on CPU)
     # "auto": the measured CPU kernels of attnlab/fast/ (W_o + loss in chunks, cheaper dropout masks, block

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from attnlab import config as config_mod
 from attnlab import device
 from attnlab.data import corpus, download
@@ -63,6 +65,35 @@ SLOW_DEMO_GRU_WIDTH = 128
 #: in every demo measured, where one layer's left a word elsewhere (moi on `i'm`, mostly) in half of them
 #: (bench/RESULTS.md, "Depth under the quota").
 DEMO_TRANSFORMER_LAYERS = 2
+
+#: A quiet machine's matmul on n threads runs at well over this share of n times one thread's (memory and
+#: clocks take the rest); below it, other programs hold some of the cores.
+QUIET_SCALING = 0.7
+
+
+def machine_speed(threads: int) -> tuple[float, str]:
+    """The GFLOP/s the demo sizes for, and a line saying why when other programs share the cores.
+
+    The probe's best batch is the machine's quietest moment. So the demo also measures one thread: when
+    ``n`` threads reach less than :data:`QUIET_SCALING` of ``n`` times its speed, the cores are shared, and
+    it sizes for the median batch of the faster of the two counts and starts training on that count (the
+    training then re-measures: attnlab/threads.py). ``threads``: the user's ``--threads``, never changed.
+    The load average is not read: inside a container it counts the host's programs, not this one's cores."""
+    peak, n = device.measure_peak_gflops(), torch.get_num_threads()
+    if threads > 0 or n == 1:
+        return peak, ""
+    torch.set_num_threads(1)
+    one = device.measure_peak_gflops(seconds=0.5)
+    torch.set_num_threads(n)
+    if peak >= QUIET_SCALING * n * one:
+        return peak, ""
+    start = 1 if one >= peak else n
+    torch.set_num_threads(start)
+    typical = device.measure_peak_gflops(seconds=0.5, typical=True)
+    return typical, _("note: other programs are using this machine's cores ({n} threads ran {ratio:.1f}× one "
+                      "thread's speed, a quiet machine's about {n}×): the demo sizes for {typical:.0f} GFLOP/s, the "
+                      "typical speed on {start} thread(s), not the best moment's {peak:.0f}, and starts training "
+                      "there").format(n=n, ratio=peak / one, typical=typical, start=start, peak=max(peak, one))
 
 
 def _dataset(data: str | None, name: str) -> tuple[str, str | None]:
@@ -131,9 +162,11 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text("made by `attnlab demo`; rerunning the demo replaces this folder's runs\n")
     set_threads(threads)
-    peak = device.measure_peak_gflops()
+    peak, loaded = machine_speed(threads)
     print(_("attnlab demo: dataset {dataset}, {minutes:g} min per model, out {out}").format(
         dataset=dataset + (f" ({path})" if path else ""), minutes=minutes, out=out))
+    if loaded:
+        print(loaded)
     if CORPORA[dataset].notes_table and peak * minutes < USABLE_COMPUTE:
         need = USABLE_COMPUTE / peak
         print(_("note: this machine measures {peak:.0f} GFLOP/s; in {minutes:g} min a model will not yet translate "

@@ -47,6 +47,7 @@ from attnlab.errors import AttnlabError
 from attnlab.i18n import _
 from attnlab.maps import AttentionResult
 from attnlab.models import ModelOutput, traits
+from attnlab.threads import PerThread, ThreadTuner
 
 
 def decode_many(
@@ -59,13 +60,16 @@ def decode_many(
     need_weights: bool = False,
     batch_size: int | None = None,
     max_len: int | None = None,
+    threads: ThreadTuner | None = None,
 ) -> list[list[Any]]:
     """Translate id sequences (no ``<eos>``); returns, per input and in input order, a list of hypotheses.
 
     Inputs are sorted by length so each batch holds similar lengths (less padding), then restored.
     ``max_len`` caps the decoding steps per sentence (the final ``<eos>`` included) below what
     ``decode.max_len_a/b`` and the model's position table allow (the web server's output limit).
-    The model decodes in eval mode; its previous mode is restored, also when decoding raises.
+    ``threads``: times each batch per padded source token, so the thread count follows the load
+    (attnlab/threads.py). The model decodes in eval mode; its previous mode is restored, also when
+    decoding raises.
     """
     beam = beam_size or dcfg.beam_size
     bs = batch_size or dcfg.batch_size or max(1, AUTO_DECODE_ROWS // beam)  # auto: a fixed number of rows
@@ -84,12 +88,15 @@ def decode_many(
                 if max_len is not None:
                     cap = max(1, min(cap, int(max_len)))
                 limit = max_lengths(valid, dcfg.max_len_a, dcfg.max_len_b, cap=cap)
+                t0 = threads.begin() if threads is not None else 0.0
                 if beam == 1 and nbest == 1:
                     hyps = [[h] for h in greedy_search(model, src, valid, limit, need_weights=need_weights)]
                 else:
                     hyps = beam_search(
                         model, src, valid, beam, limit, dcfg.length_penalty, nbest=nbest, need_weights=need_weights
                     )
+                if threads is not None:
+                    threads.end(t0, src.numel() * beam)
                 for i, h in zip(idx, hyps):
                     results[i] = h
     finally:
@@ -167,6 +174,7 @@ class Translator:
     """
 
     restore_case: bool = True
+    threads: PerThread | None = None  # see adapt_threads
 
     def __init__(
         self,
@@ -186,6 +194,15 @@ class Translator:
         self.run_dir, self.checkpoint = run_dir, checkpoint
         self.max_src_tokens = _longest_source(cfg) if max_src_tokens is None else max_src_tokens
         self.trained_on: dict[str, Any] | None = None  # the corpus's name and sha256, as the run recorded them
+        self.threads: PerThread | None = None  # set by adapt_threads: each decoding thread tunes its count
+
+    def adapt_threads(self, most: int, say=None) -> None:
+        """Let each thread that decodes with this translator pick its intra-op thread count, between 1 and
+        ``most``, by timing its batches (attnlab/threads.py); ``say`` gets one line per change. On a GPU
+        the CPU threads do not set the pace, and nothing changes."""
+        if self.device.type == "cpu":
+            self.threads = PerThread(lambda: ThreadTuner(most, window=3, warmup=1, recheck_every=60, unit="batch",
+                                                         say=say))
 
     @property
     def name(self) -> str:
@@ -237,10 +254,15 @@ class Translator:
     def _cased(self, source: str, translation: str) -> str:
         return restore_case(source, translation) if self.restore_case else translation
 
+    def thread_tuner(self) -> ThreadTuner | None:
+        """This thread's tuner when :meth:`adapt_threads` was called, for :func:`decode_many`; else None."""
+        return self.threads.get() if self.threads is not None else None
+
     def _search(self, src_seqs: list[list[int]], dcfg: DecodeConfig, beam_size: int, nbest: int = 1,
                 max_len: int | None = None) -> list[list[Any]]:
         """Decode id sequences with :func:`decode_many`: the seam another engine replaces (attnlab/export/)."""
-        return decode_many(self.model, src_seqs, dcfg, self.device, beam_size=beam_size, nbest=nbest, max_len=max_len)
+        return decode_many(self.model, src_seqs, dcfg, self.device, beam_size=beam_size, nbest=nbest, max_len=max_len,
+                           threads=self.thread_tuner())
 
     def encode_source(self, sentence: str) -> tuple[list[int], bool]:
         """The source ids (cut to :attr:`max_src_tokens`) and whether they were cut. The sentence is first

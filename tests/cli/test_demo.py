@@ -94,3 +94,28 @@ def test_a_demo_run_validates_twice_so_doctor_can_check_overfitting(tmp_path, mo
     assert valid[0]["step"] < valid[1]["step"] == res.step
     finding = next(f for f in doctor.run(tmp_path / "run").findings if f.symptom == "overfitting")
     assert finding.checked
+
+
+@pytest.mark.parametrize("best, typical, speed, start, said", [
+    ({2: 78.0, 1: 40.0}, {}, 78.0, 2, False),  # quiet: two threads nearly twice one; the probe as before
+    ({2: 30.0, 1: 40.0}, {1: 35.0}, 35.0, 1, True),  # a busy neighbour: one thread beats two
+    ({2: 50.0, 1: 40.0}, {2: 33.0}, 33.0, 2, True),  # shared cores, two still ahead: their typical speed
+])
+def test_the_demo_sizes_for_the_load_it_measures(monkeypatch, best, typical, speed, start, said):
+    import torch
+
+    from attnlab import demo, device
+
+    def probe(*a, **k):
+        n = torch.get_num_threads()
+        return typical[n] if k.get("typical") else best[n]
+
+    monkeypatch.setattr(device, "measure_peak_gflops", probe)
+    torch.set_num_threads(2)
+    try:
+        got, why = demo.machine_speed(0)
+        assert (got, torch.get_num_threads(), bool(why)) == (speed, start, said)
+        torch.set_num_threads(2)
+        assert demo.machine_speed(2) == (best[2], "")  # --threads 2: the user's count, measured as it is
+    finally:
+        torch.set_num_threads(1)

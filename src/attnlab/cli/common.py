@@ -141,11 +141,13 @@ def load_translator(args, run: str | None = None, which: str | None = None):
     run = run if run is not None else args.run
     which = which or getattr(args, "checkpoint", None) or "best"
     device = getattr(args, "device", None) or "auto"
-    from attnlab.device import set_threads
+    from attnlab.device import cpu_threads, set_threads
 
     set_threads(0)  # PyTorch's threads, but no more than a CPU quota lets this process use
     tr = load_with_engine(run, which=which, device=device, engine=getattr(args, "engine", None) or "attnlab")
     say(args, f"loaded {run} ({tr.cfg.model.kind}, checkpoint {which}) on {tr.device}")
+    if hasattr(tr, "adapt_threads") and getattr(tr, "engine", "attnlab") == "attnlab":
+        tr.adapt_threads(cpu_threads(), say=lambda line: say(args, line))  # the count the load allows
     return tr
 
 

@@ -34,7 +34,7 @@ def cmd_serve(args) -> int:
               "install it with `pip install -e '.[web]'` in the attnlab checkout (or `scripts/setup.sh dev`)").format(
                 name=e.name)
         ) from None
-    model_threads(args.workers, args.threads)
+    per_worker = model_threads(args.workers, args.threads)
     limits = Limits(
         max_chars=args.max_chars,
         max_sentences=args.max_sentences,
@@ -58,6 +58,10 @@ def cmd_serve(args) -> int:
     except BaseException:
         sock.close()
         raise
+    if args.threads is None:  # each model thread times its batches and keeps the count the load allows
+        for run in app.state.runs.values():
+            if getattr(run.translator, "engine", "attnlab") == "attnlab":
+                run.translator.adapt_threads(per_worker)
     port = sock.getsockname()[1]  # --port 0: the one the system chose
     if not _is_loopback(args.host):
         print(

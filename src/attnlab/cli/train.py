@@ -61,6 +61,8 @@ def _train(args) -> int:
     stop_code = exit_code(res.signal) if res.stopped_by == "signal" else 0  # 130 Ctrl-C, 143 SIGTERM
     if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
         return stop_code
+    if res.threads:
+        say(args, res.threads)  # how the thread count followed the load (attnlab/threads.py)
     v = res.last_valid
     line = _("stopped by {why} at step {step} (epoch {epoch}); {speed:,.0f} target tokens/s").format(
         why=res.stopped_by, step=res.step, epoch=res.epoch, speed=res.tokens_per_s)
@@ -103,8 +105,8 @@ def _add_train_config_args(p: argparse.ArgumentParser, model_required: bool) -> 
                           "§5–8) (default: the config's, auto)"))
     p.add_argument("--seed", type=int, help=_("random seed (default: the config's train.seed, 42)"))
     p.add_argument("--threads", type=int,
-                   help=_("torch threads (default: the config's train.threads; 0 = one per core this "
-                          "process may use, no more than a CPU quota allows)"))
+                   help=_("torch threads (default: the config's train.threads; 0 = adaptive: the count "
+                          "measured fastest now, up to one per core this process may use)"))
     add_device_arg(p, config_key=True)
     add_config_args(p)
 

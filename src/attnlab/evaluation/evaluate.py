@@ -195,7 +195,7 @@ def _decode(translator: Translator, src: list[list[int]], beam_size: int, batch_
         hyps = decode_with_bar(translator, src, beam_size, batch_size)
     else:
         hyps = decode_many(translator.model, src, translator.cfg.decode, translator.device, beam_size=beam_size,
-                           batch_size=batch_size)
+                           batch_size=batch_size, threads=translator.thread_tuner())
     return hyps, time.perf_counter() - t0
 
 
@@ -218,7 +218,7 @@ def decode_with_bar(translator: Translator, src: list[list[int]], beam_size: int
         for start in range(0, len(order), bs):
             idx = order[start : start + bs]
             out = decode_many(translator.model, [src[i] for i in idx], dcfg, translator.device, beam_size=beam,
-                              batch_size=bs)
+                              batch_size=bs, threads=translator.thread_tuner())
             for i, h in zip(idx, out):
                 hyps[i] = h
             bar.update(len(idx))

@@ -64,6 +64,7 @@ class TrainResult:
     examples_seen: int = 0  # training pairs consumed over all ranks since step 0 (weight-0 fillers excluded)
     signal: int | None = None  # the signal this process received when stopped_by == "signal" (None on a rank
     # that stopped because another rank received one)
+    threads: str = ""  # how the thread count adapted, in one line (empty when train.threads fixed it)
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, scale: float, lr: float,
@@ -116,9 +117,12 @@ def fit(s: Session, stop: StopFlag, bar: Progress | None) -> str:
             if votes.stop:
                 return votes.stop
             scale = (D.world_size() if real else 0.0) / votes.tokens
+            t0 = s.threads.begin() if s.threads else 0.0
             with s.timed("update"):
                 out, loss, updated = train_step(s.train_model, s.optimizer, batch, scale,
                                                 tc.lr * s.budget.factor(p.step), tc, s.device)
+            if s.threads:  # the thread count that is fastest now, per target token (threads.py)
+                s.threads.end(t0, batch.num_tgt_tokens)
             if not updated:
                 skipped.skip(loss)  # raises after train.max_nonfinite in a row
                 p.pos += 1
@@ -218,6 +222,13 @@ def _say_valid(bar: Progress | None, step: int, rec: dict[str, Any]) -> None:
                   step=step, valid_loss=rec["valid_loss"], valid_bleu=rec["valid_bleu"])
 
 
+def thread_record(s: Session) -> dict[str, Any]:
+    """What meta.json says of the thread count: each change the tuner made, or the fixed count."""
+    if s.threads:
+        return s.threads.to_json()
+    return {"mode": "fixed", "threads": torch.get_num_threads()}
+
+
 def _result(s: Session, stopped_by: str) -> TrainResult:
     p = s.progress
     elapsed = s.elapsed()
@@ -228,5 +239,7 @@ def _result(s: Session, stopped_by: str) -> TrainResult:
                                 "elapsed_s": elapsed, "wall_s": s.wall.report(),
                                 "tokens_seen": p.tokens_seen,
                                 "mean_tokens_per_s": result.tokens_per_s, "best_valid_bleu": p.best_bleu,
-                                "last_valid": s.last_valid})
+                                "last_valid": s.last_valid, "thread_tuning": thread_record(s)})
+    if s.threads:
+        result.threads = s.threads.describe()
     return result

@@ -38,11 +38,12 @@ from attnlab.config import Config
 from attnlab.data import corpus, pairs
 from attnlab.data.batching import Batch, collate
 from attnlab.data.vocab import load_tokenizer
-from attnlab.device import set_threads
+from attnlab.device import cpu_threads, set_threads
 from attnlab.errors import AttnlabError
 from attnlab.i18n import _
 from attnlab.interrupts import Interrupted
 from attnlab.models import build_model
+from attnlab.threads import ThreadTuner
 from attnlab.training import distributed as D
 from attnlab.training import sizing
 from attnlab.training import tensorboard as tb
@@ -145,6 +146,16 @@ def settle_config(cfg: Config, out_dir: Path, resume: bool, prepared,
     return cfg, saved
 
 
+def thread_tuner(cfg: Config, device: torch.device) -> ThreadTuner | None:
+    """``train.threads=0`` on the CPU: a tuner between 1 and this process's CPUs (its share of them under
+    torchrun), starting on the count in use (the demo starts a loaded machine on fewer); a count the user
+    set stays fixed, and a GPU's work does not wait on CPU threads."""
+    if cfg.train.threads > 0 or device.type != "cpu":
+        return None
+    most = D.threads_per_process() if D.is_distributed() else cpu_threads()
+    return ThreadTuner(most, start=min(torch.get_num_threads(), most))
+
+
 def resolve_size(cfg: Config, prepared, explicit: frozenset[str] | None = None) -> Config:
     """``train.size=auto`` settled on rank 0 (one probe, one choice) and shared with every rank;
     ``explicit`` as in :func:`attnlab.training.loop.train`."""
@@ -199,6 +210,7 @@ class Session:
     board: tb.Board = field(default_factory=tb.Board)  # TensorBoard on rank 0 with train.tensorboard
     curves: CurvesPainter = field(default_factory=CurvesPainter)
     wall: WallClock = field(default_factory=WallClock)  # where this invocation's seconds go (training/wall.py)
+    threads: ThreadTuner | None = None  # train.threads=0 on the CPU: the count adapts to the load (threads.py)
 
     @classmethod
     def open(cls, cfg: Config, out_dir: Path, resume: bool, prepared, argv, device, clock,
@@ -234,6 +246,7 @@ class Session:
         if D.is_main():
             write_run_files(out_dir, cfg, prepared, model, device, world, argv)
         s.board = tb.open_board(cfg.train.tensorboard, out_dir, s.progress.step if resume else None, D.is_main())
+        s.threads = thread_tuner(cfg, device)
         return s
 
     # ------------------------------------------------------------------------------------ data

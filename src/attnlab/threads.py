@@ -1,0 +1,213 @@
+"""Intra-op threads chosen by measurement, not by core count: :class:`ThreadTuner`.
+
+Two OpenMP threads on two cores meet at the end of every parallel region; when another program takes a
+core, each region waits for the thread that was descheduled, and a step can take several times longer
+than on one thread (bench/RESULTS.md, "Contention"). The core count cannot see that; the step time can.
+So the loop that owns the work times it (one ``perf_counter`` before and after each unit: a training
+update, a batch of sentences), divides by its size (target tokens, source tokens) and compares thread
+counts in short windows, keeping whichever is faster now:
+
+- measure the current count ``n`` over a window; try a neighbour (``n - 1``, or ``n + 1`` below the
+  maximum) over the next; keep the neighbour only when it wins: fewer threads must be more than
+  ``margin`` faster (a quiet machine keeps its threads), more threads need only not be slower;
+- keep walking while each step wins; then hold, and try again every ``recheck_every`` units (twice as
+  long after each try that changed nothing) or at once when a window's cost jumps by ``jump`` (a
+  neighbour came or went);
+- a try that is already twice as slow after two units is given up at once (a contended count can cost
+  several times the quiet one).
+
+PyTorch's guidance is to set ``torch.set_num_threads`` to the cores the work may have; OpenMP's passive
+wait policy (``OMP_WAIT_POLICY=PASSIVE``) avoids the spinning but slows a quiet machine, so the wait
+policy is left alone and the count is what adapts (CTranslate2 likewise takes ``intra_threads`` per
+replica). The thread count is per OS thread in PyTorch's OpenMP backend: a tuner applies it on the thread
+that calls :meth:`ThreadTuner.end`, so each decoding thread of a server holds its own (:class:`PerThread`).
+The clock and the setter are injected so that tests can run the decisions with no timing at all.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from attnlab.i18n import _
+
+
+@dataclass(frozen=True)
+class Change:
+    """One settled change of thread count: after ``at`` units, ``old`` → ``new``, because the new count's
+    cost per unit of work was ``old_cost / new_cost`` times lower (``speedup``); ``why`` is what started the
+    search: ``start``, ``recheck`` or ``jump``."""
+
+    at: int
+    old: int
+    new: int
+    speedup: float
+    why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "speedup": round(self.speedup, 3)}
+
+
+class ThreadTuner:
+    """Adapts the intra-op thread count between ``min_threads`` and ``max_threads`` to the fastest now.
+
+    Call ``t0 = tuner.begin()`` before a unit of work and ``tuner.end(t0, work)`` after it (``work`` > 0:
+    its size, so that units of different sizes compare). ``start``: the count to begin with (default
+    ``max_threads``); ``warmup``: units left unmeasured at the start (allocation, kernel choice) and after
+    each change (the thread pool grows); ``window``: units per measurement. ``clock`` (seconds) and
+    ``apply`` (sets the count; default ``torch.set_num_threads``) are injected for tests; ``say`` is
+    called with one line per settled change. :attr:`changes` lists them; :attr:`tries` counts the
+    neighbours tried. Raises ``ValueError`` for bounds that are not ``1 <= min <= max``.
+    """
+
+    def __init__(self, max_threads: int, min_threads: int = 1, *, start: int | None = None, window: int = 8,
+                 warmup: int = 3, margin: float = 0.05, recheck_every: int = 400, jump: float = 0.3,
+                 clock: Callable[[], float] = time.perf_counter, apply: Callable[[int], None] | None = None,
+                 say: Callable[[str], None] | None = None, unit: str = "step") -> None:
+        if not 1 <= min_threads <= max_threads:
+            raise ValueError(f"thread bounds must satisfy 1 <= min ({min_threads}) <= max ({max_threads})")
+        self.min, self.max = min_threads, max_threads
+        self.n = max(min_threads, min(max_threads, start or max_threads))  # the settled count
+        self.window, self.warmup, self.margin = max(1, window), max(0, warmup), margin
+        self.recheck_every, self.jump = max(1, recheck_every), jump
+        self.clock, self._apply, self.say, self.unit = clock, apply or torch.set_num_threads, say, unit
+        self.changes: list[Change] = []
+        self.tries = 0
+        self.count = 0  # units seen
+        self._lock = threading.Lock()
+        self._skip = self.warmup
+        self._t = self._w = 0.0
+        self._k = 0
+        self._phase = "base"  # "base": measure n; "try": measure self._cand; "hold": watch for a jump
+        self._why, self._prefer = "start", "down"
+        self._allow: set[str] = {"up", "down"}
+        self._moved = False
+        self._base = self._ref = 0.0
+        self._cand = self.n
+        self._since = 0
+        self._every = self.recheck_every
+        self._set(self.n)
+
+    # ------------------------------------------------------------------ the two calls per unit of work
+
+    def begin(self) -> float:
+        """The clock before a unit of work, to hand to :meth:`end`."""
+        return self.clock()
+
+    def end(self, t0: float, work: float) -> None:
+        """Count one unit of ``work`` that began at ``t0``; may change the thread count for the next."""
+        dt = self.clock() - t0
+        with self._lock:
+            self.count += 1
+            if self._skip > 0 or work <= 0:
+                self._skip -= self._skip > 0
+                return
+            self._t += dt
+            self._w += work
+            self._k += 1
+            if self._phase == "try" and self._k >= 2 and self._t / self._w > 2 * self._base:
+                self._judge(self._t / self._w)  # clearly slower: do not spend a whole window on it
+            elif self._k >= self.window:
+                cost = self._t / self._w
+                if self._phase == "base":
+                    self._search(self._why, self._prefer, cost)
+                elif self._phase == "try":
+                    self._judge(cost)
+                else:
+                    self._hold(cost)
+            if self._k == 0 or self._k >= self.window:
+                self._t = self._w = 0.0
+                self._k = 0
+
+    @property
+    def current(self) -> int:
+        """The count in use now (the settled one, or the neighbour being tried)."""
+        return self._cand if self._phase == "try" else self.n
+
+    def to_json(self) -> dict[str, Any]:
+        """What a run records: the bounds, the count it ended on, each settled change and the tries."""
+        return {"mode": "auto", "min": self.min, "max": self.max, "final": self.n, "tries": self.tries,
+                "changes": [c.to_json() for c in self.changes]}
+
+    def describe(self) -> str:
+        """One line: the bounds, the count it ended on and each change (what ``-v`` prints)."""
+        moves = "; ".join(self._move(c) for c in self.changes) or _("no other count was faster")
+        return _("threads: adaptive within {lo}-{hi}, on {n} now; {moves}").format(
+            lo=self.min, hi=self.max, n=self.n, moves=moves)
+
+    def _move(self, c: Change) -> str:
+        return _("{old} → {new} after {at} {unit}s ({speedup:.2f}× faster per unit of work, {why})").format(
+            old=c.old, new=c.new, at=c.at, unit=self.unit, speedup=c.speedup, why=c.why)
+
+    # ------------------------------------------------------------------------------------ decisions
+
+    def _set(self, n: int) -> None:
+        self._apply(n)
+        self._skip = max(self._skip, 1 if self.count else self.warmup)
+
+    def _next_try(self) -> None:
+        """Try the next neighbour of ``n`` this search allows (the preferred direction first), or hold."""
+        for d in (("up", "down") if self._prefer == "up" else ("down", "up")):
+            if d in self._allow and (self.n < self.max if d == "up" else self.n > self.min):
+                self._cand = self.n + (1 if d == "up" else -1)
+                self.tries += 1
+                self._phase = "try"
+                self._set(self._cand)
+                return
+        self._settle()
+
+    def _judge(self, cost: float) -> None:
+        """Keep the neighbour tried if it won (see the module docstring) and walk on that way, else go
+        back and try the other way, else hold."""
+        self._k = 0
+        cand, base, up = self._cand, self._base, self._cand > self.n
+        if cost <= base if up else cost < base * (1 - self.margin):
+            change = Change(self.count, self.n, cand, base / cost, self._why)
+            self.changes.append(change)
+            if self.say is not None:
+                self.say(_("threads: {move}").format(move=self._move(change)))
+            self.n, self._base, self._moved = cand, cost, True
+            self._allow = {"up" if up else "down"}  # never straight back to the count just left
+        else:
+            self._set(self.n)
+            self._allow.discard("up" if up else "down")
+        self._next_try()
+
+    def _search(self, why: str, prefer: str, base: float) -> None:
+        self._why, self._prefer, self._base = why, prefer, base
+        self._allow, self._moved = {"up", "down"}, False
+        self._next_try()
+
+    def _settle(self) -> None:
+        """Hold ``n``; the next periodic try comes later after a search that changed nothing."""
+        self._every = self.recheck_every if self._moved else min(2 * self._every, 8 * self.recheck_every)
+        self._phase, self._ref, self._since = "hold", self._base, 0
+
+    def _hold(self, cost: float) -> None:
+        """Search again after a jump in cost or ``recheck_every`` units (longer after fruitless tries)."""
+        self._since += self.window
+        jumped = abs(cost - self._ref) > self.jump * self._ref
+        if jumped or self._since >= self._every:
+            self._search("jump" if jumped else "recheck", "down" if cost > self._ref else "up", cost)
+
+class PerThread:
+    """One :class:`ThreadTuner` per OS thread, made by ``factory`` on first use: PyTorch's OpenMP thread
+    count belongs to the thread that sets it, so each decoding thread of a server tunes its own."""
+
+    def __init__(self, factory: Callable[[], ThreadTuner]) -> None:
+        self.factory, self._local = factory, threading.local()
+        self.all: list[ThreadTuner] = []
+        self._lock = threading.Lock()
+
+    def get(self) -> ThreadTuner:
+        tuner = getattr(self._local, "tuner", None)
+        if tuner is None:
+            tuner = self._local.tuner = self.factory()
+            with self._lock:
+                self.all.append(tuner)
+        return tuner
