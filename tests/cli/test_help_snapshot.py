@@ -17,7 +17,8 @@ ADDED: dict[str, set[str]] = {
     "evaluate": {"--src", "--ref"},  # your own test files, scored with sacreBLEU and chrF
     "data": {"--write-tsv"},  # a corpus (e.g. the numbers task in Japanese) as a TSV that --data reads
     "train": {"--log-format", "--log-interval"},  # progress a program can read: plain lines or JSON
-    "serve": {"--max-sentences"},  # how long a list /api/translate takes
+    "serve": {"--max-sentences",  # how long a list /api/translate takes
+              "--max-client-connections", "--send-timeout"},  # nginx's limit_conn and send_timeout: no client starves the rest
     "demo": {"--seed"},  # which of the demo's results hold over seeds (the notes' sentences, the map)
 }
 #: Options removed since the snapshot, on purpose (none: a removed option breaks someone's script).
