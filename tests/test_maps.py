@@ -174,3 +174,18 @@ def test_heads_find_the_attention_modules_the_traits_name(kind):
 def test_sizing_family_follows_the_traits():
     assert {k: family(tiny_config(k).model) for k in ("seq2seq", "bahdanau", "transformer", "decoder-only")} == {
         "seq2seq": "gru", "bahdanau": "gru", "transformer": "transformer", "decoder-only": "transformer"}
+
+
+def test_slug_gives_distinct_sentences_distinct_names_in_any_script():
+    """Figure names (``<slug>_<kind>.png``): an all-Chinese sentence once slugged to ``sentence`` like every
+    other, so the next one overwrote its figures; punctuation or case alone must not merge two names either."""
+    from attnlab.maps import slug
+
+    sentences = ["我回家了", "我回家了。", "我回家了！", "他很冷静。", "go", "Go .", "go .", "i'm home .", "i m home",
+                 "Ça va ?", "ça va", "。。", "？", "x" * 60, "x" * 61]
+    names = [slug(s) for s in sentences]
+    assert len(set(names)) == len(sentences), names
+    assert slug("我回家了") == "我回家了" and slug("go") == "go"  # nothing lost: no hash
+    assert slug("我回家了。").startswith("我回家了-") and slug("i'm home .").startswith("i-m-home-")
+    assert slug("i'm  home . ") == slug("i'm home .")  # spacing alone is the same sentence
+    assert all(len(n.encode("utf-8")) < 200 and "/" not in n and "_" not in n for n in names)

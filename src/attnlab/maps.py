@@ -22,7 +22,9 @@ Dimension key: L layers, H heads, Q queries, K keys, S source positions, T targe
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,7 @@ __all__ = [
     "map_labels",
     "no_attention",
     "select_maps",
+    "settings_suffix",
     "slug",
     "timeline_frames",
 ]
@@ -328,9 +331,27 @@ def _fit(weights: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 
 
 def slug(sentence: str, limit: int = 40) -> str:
-    """A file-name-safe form of a sentence: ``"i'm home ."`` → ``"i-m-home"``."""
-    s = re.sub(r"[^0-9a-zA-Z]+", "-", preprocess(sentence)).strip("-").lower()
-    return s[:limit].strip("-") or "sentence"
+    """A file-name-safe name of ``sentence``, one per sentence in any script: its letters and digits
+    (Chinese, Cyrillic, accented letters kept), lowercased, runs of anything else as one ``-``, at most
+    ``limit`` characters; when that loses something (punctuation, case, a longer sentence), ``-`` and
+    8 hex digits of the sentence's sha256 (its spaces collapsed) follow, so two sentences never share
+    a name: ``"go"`` → ``go``, ``"i'm home ."`` → ``i-m-home-<hash>``, ``"我回家了"`` → ``我回家了``.
+    """
+    text = unicodedata.normalize("NFC", " ".join(sentence.split()))
+    s = re.sub(r"[\W_]+", "-", text.lower()).strip("-")
+    short = s[:limit].strip("-")
+    if short and short.replace("-", " ") == text:
+        return short
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+    return f"{short or 'sentence'}-{digest}"
+
+
+def settings_suffix(**settings: Any) -> str:
+    """What makes one file of a sentence differ from another of it, in order: ``-name<number>`` for each
+    number given, ``-<text>`` for each text (file-name-safe), nothing for None: ``beam=4, pad=0,
+    checkpoint="step-12"`` → ``-beam4-pad0-step-12``."""
+    return "".join(f"-{k}{v}" if isinstance(v, int) else "-" + re.sub(r"[^0-9A-Za-z.]+", "-", str(v)).strip("-.")
+                   for k, v in settings.items() if v is not None)
 
 
 def _pick_kind(result: AttentionResult, kind: str | None) -> str:
@@ -426,16 +447,19 @@ class AttentionResult:
         """Jupyter's view: the sentence, its translation and each map, heads averaged, as inline PNGs."""
         return attention_html(self)
 
-    def save(self, out_dir: str | Path, title: str, formats=("png", "svg")) -> list[Path]:
-        """Write every map as :func:`attention_figure`'s layers × heads grid, ``out_dir/<slug>_<kind>.<fmt>``
-        (``title`` names the run); returns the written paths."""
+    def save(self, out_dir: str | Path, title: str, formats=("png", "svg"), stem: str | None = None) -> list[Path]:
+        """Write every map as :func:`attention_figure`'s layers × heads grid, ``out_dir/<stem>_<kind>.<fmt>``
+        (``title`` names the run; ``stem``: default :func:`slug` of the sentence, one name per sentence;
+        a caller that draws one sentence with other settings adds them, :func:`settings_suffix`); returns
+        the written paths."""
         from attnlab.viz.figure import save_figure
 
+        stem = stem or slug(self.source)
         written: list[Path] = []
         for kind in ("enc_self", "dec_self", "cross", "self"):
             if kind in self.attention:
                 fig = attention_figure(self, kind, head="all", title=title)
-                written += save_figure(fig, Path(out_dir) / f"{slug(self.source)}_{kind}", formats=formats)
+                written += save_figure(fig, Path(out_dir) / f"{stem}_{kind}", formats=formats)
         return written
 
     def to_json(self, decimals: int = 4) -> dict[str, Any]:

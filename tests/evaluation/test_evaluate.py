@@ -35,7 +35,7 @@ def test_a_numbers_run_shows_the_numbers_tasks_examples(tiny_runs, tmp_path, cap
     assert "the numbers task's examples" in out and "the notes' examples" not in out
     assert all(s in out for s in NUMBERS_EXAMPLES) and not any(s in out for s in SENTENCES), out
     assert "(ref: trois cent cinq)" in out
-    report = json.loads((run / "eval-test.json").read_text(encoding="utf-8"))
+    report = json.loads((run / "eval-test-first4-last.json").read_text(encoding="utf-8"))  # its own settings
     assert [ex["source"] for ex in report["notes_examples"]] == list(NUMBERS_EXAMPLES)
     assert [ex["reference"] for ex in report["notes_examples"]] == ["vingt et un", "trois cent cinq", "mille deux cents"]
 
@@ -48,3 +48,23 @@ def test_numbers_references_are_the_tasks_own_targets(lang):
         assert numbers_reference(en, lang) == target, en
     assert english_value("twenty-one") == 21 and english_value("one thousand, two hundred") == 1200
     assert english_value("i'm home .") is None and english_value("hundred hundred") is None
+
+
+def test_report_names_differ_by_setting_and_by_file(tmp_path):
+    """`evaluate --src` run with beam 1 then beam 4 wrote one eval-file-<name>.json over the other, and two
+    test files of one name in two folders shared it; the default split report keeps its name."""
+    from attnlab.evaluation.evaluate import file_report_name, report_name
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for folder, text in (("a", "one\n"), ("b", "two\n")):
+        (tmp_path / folder / "test.zh").write_text(text, encoding="utf-8")
+        (tmp_path / folder / "test.en").write_text(text, encoding="utf-8")
+    a = file_report_name(tmp_path / "a" / "test.zh", [tmp_path / "a" / "test.en"])
+    b = file_report_name(tmp_path / "b" / "test.zh", [tmp_path / "b" / "test.en"])
+    other_ref = file_report_name(tmp_path / "a" / "test.zh", [tmp_path / "b" / "test.en"])
+    assert len({a, b, other_ref}) == 3 and a.startswith("file-test-")
+    assert a == file_report_name(tmp_path / "a" / "test.zh", [tmp_path / "a" / "test.en"])  # a rerun may replace
+    names = {report_name("test"), report_name("test", 4), report_name("test", 1), report_name("test", None, 50),
+             report_name("test", checkpoint="last"), report_name(a), report_name(a, 4)}
+    assert len(names) == 7 and report_name("test") == "test"  # what the web page, compare and doctor read

@@ -51,12 +51,12 @@ def test_evaluation_is_identical_at_batch_sizes_1_16_64(scoring_run):
 
 
 def test_bleu_equals_the_sacrebleu_command_line(scoring_run, tmp_path):
-    """Pass: BLEU and chrF in eval-test.json written by `attnlab evaluate` equal the sacrebleu command
-    line run on the hyps-test.txt it wrote and the split's references (all and first-only), to 1e-6."""
+    """Pass: BLEU and chrF in eval-test-last.json written by `attnlab evaluate` equal the sacrebleu command
+    line run on the hyps-test-last.txt it wrote and the split's references (all and first-only), to 1e-6."""
     proc = attnlab("evaluate", str(scoring_run), "--checkpoint", "last", "--split", "test")
     assert proc.returncode == 0, proc.stderr
-    report = json.loads((scoring_run / "eval-test.json").read_text())
-    hyps = (scoring_run / "hyps-test.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    report = json.loads((scoring_run / "eval-test-last.json").read_text())  # the checkpoint names the report
+    hyps = (scoring_run / "hyps-test-last.txt").read_text(encoding="utf-8").split("\n")[:-1]
     tr = Translator.from_run(scoring_run, "last")
     split = corpus.prepare(tr.cfg.data, tokenizers=(tr.src_tok, tr.tgt_tok)).splits["test"]
     refs = [[detokenize(r.split(), "fr") for r in rs] for rs in split.references]
@@ -76,7 +76,7 @@ def test_bleu_equals_the_sacrebleu_command_line(scoring_run, tmp_path):
                 "sacrebleu",
                 *files,
                 "-i",
-                str(scoring_run / "hyps-test.txt"),
+                str(scoring_run / "hyps-test-last.txt"),
                 "-m",
                 "bleu",
                 "chrf",

@@ -19,7 +19,7 @@ DEFAULT_STEPS = 64  # attribution.DEFAULT_STEPS (a test keeps them equal)
 def cmd_attribute(args) -> int:
     from attnlab.analysis import attribution as A
     from attnlab.io import writable_folder
-    from attnlab.maps import slug
+    from attnlab.maps import settings_suffix, slug
     from attnlab.viz.figure import save_figure
 
     if args.steps < 1:
@@ -28,7 +28,10 @@ def cmd_attribute(args) -> int:
     tr = load_translator(args)
     out = writable_folder(Path(args.save_dir) if args.save_dir else Path(args.run) / "figures", "--save-dir")
     report = A.run(tr, args.sentence, args.method, steps=args.steps)
-    paths = save_figure(report.figure(), out / f"{slug(args.sentence)}_{args.method}", ("png",))
+    steps = args.steps if args.method == "ig" and args.steps != DEFAULT_STEPS else None  # only ig has steps
+    stem = slug(args.sentence) + settings_suffix(steps=steps, checkpoint=None if args.checkpoint == "best"
+                                                 else args.checkpoint)
+    paths = save_figure(report.figure(), out / f"{stem}_{args.method}", ("png",))
     if args.json:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:

@@ -273,7 +273,13 @@ def _translate(args, stream) -> int:
 # ------------------------------------------------------------------------------------------ evaluate
 
 def cmd_evaluate(args) -> int:
-    from attnlab.evaluation.evaluate import evaluate_split, format_report, notes_examples, write_report
+    from attnlab.evaluation.evaluate import (
+        evaluate_split,
+        format_report,
+        notes_examples,
+        report_name,
+        write_report,
+    )
 
     _check_counts(args, "beam")
     if args.src is not None or args.ref:
@@ -289,7 +295,9 @@ def cmd_evaluate(args) -> int:
     result = evaluate_split(tr, prepared.splits[args.split], beam_size=beam, max_sentences=args.max_sentences,
                             progress=show_progress(args))
     examples = notes_examples(tr, beam_size=beam)
-    path = write_report(Path(args.run), args.split, result, examples)
+    name = report_name(args.split, None if beam == tr.cfg.decode.beam_size else beam, args.max_sentences,
+                       args.checkpoint)
+    path = write_report(Path(args.run), args.split, result, examples, name)
     print(format_report(result, examples))
     print(_("wrote {path}").format(path=path))
     return 0
@@ -302,6 +310,7 @@ def _evaluate_files(args) -> int:
         file_report_name,
         format_report,
         read_lines,
+        report_name,
         write_report,
     )
 
@@ -323,7 +332,9 @@ def _evaluate_files(args) -> int:
     beam = args.beam or tr.cfg.decode.beam_size
     result = evaluate_files(tr, sources, refs, beam_size=beam, progress=show_progress(args))
     result["files"] = {"src": _file_fact(args.src), "ref": [_file_fact(r) for r in args.ref]}  # names, not paths
-    path = write_report(Path(args.run), file_report_name(args.src), result, [])
+    what = file_report_name(args.src, args.ref)  # one name per set of files: same-named files never collide
+    name = report_name(what, None if beam == tr.cfg.decode.beam_size else beam, checkpoint=args.checkpoint)
+    path = write_report(Path(args.run), what, result, [], name)
     print(format_report(result, []))
     print(_("wrote {path}").format(path=path))
     return 0
@@ -370,8 +381,8 @@ def register(sub) -> None:
             q.add_argument("--src", metavar="FILE",
                            help=_("score your own test file instead of a split: its sentences, one a "
                                   "line, are translated and scored against --ref (writes "
-                                  "RUN/eval-file-<name>.json and the hypotheses) (default: none, a "
-                                  "split)"))
+                                  "RUN/eval-file-<name>-<hash of the files>.json and the hypotheses) "
+                                  "(default: none, a split)"))
             q.add_argument("--ref", metavar="FILE", action="append", default=[],
                            help=_("a reference file for --src, line for line; repeat it for several "
                                   "references per sentence (default: none)"))

@@ -46,6 +46,19 @@ def _formats(args) -> tuple[str, ...]:
     return tuple(f.strip() for f in args.formats.split(",") if f.strip())
 
 
+DEFAULT_PAD = 3  # `attention --pad`: the <pad> columns a figure shows after the source (notes §23)
+
+
+def _settings(args, **settings) -> str:
+    """The file-name suffix of a figure drawn with other settings than the defaults: the given ones (None
+    = the default), then a checkpoint other than ``best`` (:func:`attnlab.maps.settings_suffix`), so a
+    figure of one sentence drawn another way never replaces the first."""
+    from attnlab.maps import settings_suffix
+
+    which = getattr(args, "checkpoint", "best")
+    return settings_suffix(**settings, checkpoint=None if which == "best" else which)
+
+
 # -------------------------------------------------------------------------------------------- attention
 
 
@@ -78,12 +91,14 @@ def cmd_attention(args) -> int:
     check = check_result(result, pair_of(tr.cfg.data))
     if check is not None and check.formed is not None:
         print(check.summary())
-    for path in result.save(out, tr.name, _formats(args)):
+    stem = maps.slug(args.sentence) + _settings(args, beam=None if beam == 1 else beam,
+                                                pad=None if args.pad == DEFAULT_PAD else args.pad)
+    for path in result.save(out, tr.name, _formats(args), stem=stem):
         print(path)
     if args.json:
         from attnlab.io import atomic_write_json
 
-        path = out / f"{maps.slug(args.sentence)}_attention.json"
+        path = out / f"{stem}_attention.json"
         atomic_write_json(path, result.to_json())  # the web page's schema
         print(path)
     return 0
@@ -105,7 +120,10 @@ def cmd_explain(args) -> int:
     print(report.format())
     fig = report.figure()
     if fig is not None:
-        for path in save_figure(fig, figures / "gates", formats=("png",)):
+        from attnlab.maps import slug
+
+        stem = f"{slug(args.sentence)}{_settings(args)}_gates"  # one figure per sentence: gates.png was shared
+        for path in save_figure(fig, figures / stem, formats=("png",)):
             print(_("  heatmaps of every unit × step (z, r, h̃, h_t; encoder and decoder): {path}").format(path=path))
     return 0
 
@@ -183,7 +201,8 @@ def cmd_positional(args) -> int:
     tr = load_translator(args) if args.run is not None else None
     report = positional.run(args.dim, args.positions, args.max_shift, columns, translator=tr, sentence=args.sentence)
     out = _out_dir(args, Path(args.run) / "figures" if args.run else Path("figures"))
-    stem = out / f"positional_encoding_d{report.dim}_p{report.positions}"
+    shown = "_c" + "-".join(map(str, columns)) if columns else ""  # the curves drawn: another choice, another file
+    stem = out / f"positional_encoding_d{report.dim}_p{report.positions}{shown}"
     for path in save_figure(report.figure(), stem, formats=_formats(args)):
         print(path)
     print(report.format())
@@ -218,7 +237,7 @@ def register(sub) -> None:
     a.add_argument("--beam", type=int, help=_("beam size of the translation whose maps are drawn "
                                               "(default: 1, greedy)"))
     a.add_argument(
-        "--pad", type=int, default=3, help=_("extra <pad> positions on the source, as in a batch: notes {section}").format(section=cite(23))
+        "--pad", type=int, default=DEFAULT_PAD, help=_("extra <pad> positions on the source, as in a batch: notes {section}").format(section=cite(23))
     )
     a.add_argument(
         "--timeline",
@@ -241,7 +260,7 @@ def register(sub) -> None:
                                          "BLEU (default: none)"))
     e.add_argument("--top", type=int, default=5, help=_("how many of the most probable tokens to show "
                                                         "per step"))
-    _add_save_dir(e, "gates.png (GRU models)", "RUN/figures")
+    _add_save_dir(e, "<sentence>_gates.png (GRU models)", "RUN/figures")
     e.set_defaults(func=cmd_explain)
 
     _add_params(sub)

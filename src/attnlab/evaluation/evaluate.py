@@ -180,10 +180,30 @@ def evaluate_files(translator: Translator, sources: Sequence[str], references: S
             "checkpoint": checkpoint_identity(getattr(translator, "checkpoint", None)), "sources": list(sources)}
 
 
-def file_report_name(src: str | Path) -> str:
-    """The name a ``--src`` file's report takes in the run folder: ``file-<its name without the extension>`` (``eval-file-….json``),
-    never a split's (``eval-test.json`` is the test split's, which the web page and ``compare`` read)."""
-    return "file-" + (re.sub(r"[^\w.-]+", "_", Path(src).stem).strip("._") or "src")
+def report_name(what: str, beam_size: int | None = None, max_sentences: int = 0, checkpoint: str = "best") -> str:
+    """The name of one evaluation's report in the run folder (``eval-<name>.json``, ``hyps-<name>.txt``,
+    ``src-<name>.txt``): ``what`` (a split, or :func:`file_report_name`) and each setting that is not the
+    default: a beam other than the run's (``beam_size``; None = the run's), a cut (``-first<N>``), a
+    checkpoint other than ``best``. One name per distinct evaluation, so beam 1 and beam 4 keep a report
+    each; the default names (``test``) are the ones the web page, ``compare`` and ``doctor`` read."""
+    from attnlab.maps import settings_suffix
+
+    return what + settings_suffix(beam=beam_size, first=max_sentences or None,
+                                  checkpoint=None if checkpoint == "best" else checkpoint)
+
+
+def file_report_name(src: str | Path, refs: Sequence[str | Path] = ()) -> str:
+    """The name a ``--src`` file's report takes: ``file-<its name without the extension>-<hash>``, the hash 8 hex
+    digits of the sha256 over the source file's and each ``--ref`` file's bytes, so two test files of one name
+    (in two folders, or edited since) never share a report; never a split's name (``eval-test.json`` is the
+    test split's, which the web page and ``compare`` read)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in (src, *refs):
+        digest.update(hashlib.sha256(Path(path).read_bytes()).digest())
+    stem = re.sub(r"[^\w.-]+", "_", Path(src).stem).strip("._") or "src"
+    return f"file-{stem}-{digest.hexdigest()[:8]}"
 
 
 def _decode(translator: Translator, src: list[list[int]], beam_size: int, batch_size: int,
@@ -228,14 +248,17 @@ def decode_with_bar(translator: Translator, src: list[list[int]], beam_size: int
     return hyps
 
 
-def write_report(run_dir: Path, split_name: str, result: dict[str, Any], examples: list[dict[str, Any]]) -> Path:
-    """Write eval-<split>.json (figures, signatures) and the hypotheses, atomically."""
+def write_report(run_dir: Path, split_name: str, result: dict[str, Any], examples: list[dict[str, Any]],
+                 name: str | None = None) -> Path:
+    """Write eval-<name>.json (figures, signatures; ``name``: :func:`report_name`, default the split's) and
+    the hypotheses, atomically."""
+    name = name or split_name
     hyps = result.pop("hypotheses")
     sources = result.pop("sources")
-    atomic_write_text(run_dir / f"hyps-{split_name}.txt", "\n".join(hyps) + "\n")
-    atomic_write_text(run_dir / f"src-{split_name}.txt", "\n".join(sources) + "\n")
-    report = {**result, "split": split_name, "notes_examples": examples}
-    path = run_dir / f"eval-{split_name}.json"
+    atomic_write_text(run_dir / f"hyps-{name}.txt", "\n".join(hyps) + "\n")
+    atomic_write_text(run_dir / f"src-{name}.txt", "\n".join(sources) + "\n")
+    report = {**result, "split": split_name, "report": name, "notes_examples": examples}
+    path = run_dir / f"eval-{name}.json"
     atomic_write_json(path, report)
     result["hypotheses"], result["sources"] = hyps, sources
     return path

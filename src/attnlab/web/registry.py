@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from attnlab.data.pairs import gold_files
 from attnlab.errors import AttnlabError
+from attnlab.evaluation.evaluate import report_name
 from attnlab.export.engine import load_translator
 from attnlab.i18n import _
 from attnlab.runs.probes import read_probes
@@ -45,6 +46,7 @@ class LoadedRun:
     translator: AttentionSource
     run_dir: Path | None
     info: dict[str, Any] = field(default_factory=dict)
+    which: str = "best"  # the checkpoint asked for (best, last, step-N): it names the test report read
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -90,15 +92,18 @@ def load_runs(specs: Sequence[str | Path], which: str = "best", device: str = "c
         if name in runs:
             raise AttnlabError(_("run name {name!r} is given twice; name them apart, e.g. a={path} b=…").format(name=name, path=path))
         tr = load_translator(path, which=which, device=device, engine="auto")  # an export's CTranslate2 model
-        runs[name] = LoadedRun(name, tr, path, {**run_facts(tr, path), "engine": getattr(tr, "engine", "attnlab")})
+        runs[name] = LoadedRun(name, tr, path, {**run_facts(tr, path), "engine": getattr(tr, "engine", "attnlab")},
+                               which)
     return runs
 
 
 # -------------------------------------------------------------------------------- fixed-name files
 
 
-def read_test_scores(run_dir: Path | None, loaded: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """BLEU/chrF from the run's ``eval-test.json`` (written by `attnlab evaluate`), for ``/api/runs``.
+def read_test_scores(run_dir: Path | None, loaded: Mapping[str, Any] | None = None,
+                     which: str = "best") -> dict[str, Any]:
+    """BLEU/chrF from the run's ``eval-test.json`` (written by `attnlab evaluate`; ``eval-test-<which>.json``
+    for a checkpoint other than ``best``, :func:`~attnlab.evaluation.evaluate.report_name`), for ``/api/runs``.
 
     Returns ``{"test": scores}`` only when the report records the checkpoint it scored and its
     weights' sha256 is the loaded one's (``loaded``: :func:`~attnlab.web.server.run_facts`); otherwise
@@ -109,7 +114,8 @@ def read_test_scores(run_dir: Path | None, loaded: Mapping[str, Any] | None = No
     none: dict[str, Any] = {"test": None}
     if run_dir is None:
         return none
-    path = run_dir / "eval-test.json"
+    name = f"eval-{report_name('test', checkpoint=which)}.json"
+    path = run_dir / name
     try:
         if path.stat().st_size > 4 * 2**20:
             return none
@@ -132,15 +138,16 @@ def read_test_scores(run_dir: Path | None, loaded: Mapping[str, Any] | None = No
     loaded_name = (loaded or {}).get("checkpoint", "the loaded checkpoint")
     if isinstance(scored_sha, str) and scored_sha == loaded_sha:
         return {"test": {**out, "checkpoint": scored_name}}
+    rerun = "attnlab evaluate RUN --split test" + ("" if which == "best" else f" --checkpoint {which}")
     if not isinstance(scored_sha, str):
         reason = (
-            "eval-test.json does not record which checkpoint it scored; "
-            "re-run `attnlab evaluate RUN --split test` to score the loaded one"
+            f"{name} does not record which checkpoint it scored; "
+            f"re-run `{rerun}` to score the loaded one"
         )
     else:
         reason = (
-            f"eval-test.json scored {scored_name or 'another checkpoint'}, not the loaded {loaded_name}; "
-            "re-run `attnlab evaluate RUN --split test` to score it"
+            f"{name} scored {scored_name or 'another checkpoint'}, not the loaded {loaded_name}; "
+            f"re-run `{rerun}` to score it"
         )
     return {
         "test": None,

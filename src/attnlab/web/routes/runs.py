@@ -35,7 +35,7 @@ def router(state: ServerState) -> APIRouter:
     async def list_runs() -> dict[str, Any]:
         items = []
         for r in runs.values():
-            items.append({"name": r.name, **r.info, **read_test_scores(r.run_dir, r.info)})
+            items.append({"name": r.name, **r.info, **read_test_scores(r.run_dir, r.info, r.which)})
         return {
             "default": state.default_run,
             "runs": items,
