@@ -466,8 +466,8 @@ def _comparison_maps(maps: dict[str, Tensor], S: int, T: int, t) -> dict[str, Te
 def _check_sentence(tr: Translator, sentence: str) -> list[int]:
     ids = tr.encode_source(sentence)[0]
     if not ids:
-        raise AttributionError(_("{sentence!r} has no token after preprocessing; give an English "
-                                 "sentence").format(sentence=sentence))
+        raise AttributionError(_("{sentence!r} has no token after preprocessing; give a sentence in the "
+                                 "run's source language").format(sentence=sentence))
     return ids
 
 

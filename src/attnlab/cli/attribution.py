@@ -54,7 +54,7 @@ def register(sub) -> None:
           "stack (Abnar & Zuidema 2020) beside its last layer."),
     )
     a.add_argument("run", metavar="RUN", help=_("run folder (from `attnlab train --out`)"))
-    a.add_argument("sentence", metavar=_("sentence"), help=_("an English sentence, e.g. \"i'm home .\""))
+    a.add_argument("sentence", metavar=_("sentence"), help=_("a sentence in the run's source language"))
     a.add_argument("--method", default="ig", choices=METHOD_CHOICES,
                    help=_("ig: integrated gradients (default), ixg: input × gradient, rollout: "
                           "attention rollout"))

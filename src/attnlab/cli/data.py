@@ -92,7 +92,7 @@ def register(sub) -> None:
     d.add_argument("--dataset", choices=(*config_mod.DATASETS, config_mod.OWN_CORPUS), default=None,
                    help=_("which corpus: fra-eng, numbers, or file (your own, from --data; implied by "
                           "a --data that is not fra-eng) (default: fra-eng; with --run, the run's)"))
-    d.add_argument("--sentence", help=_("an English sentence to follow through preprocessing and the "
+    d.add_argument("--sentence", help=_("a source sentence to follow through preprocessing and the "
                                         "vocabulary (default: none, the statistics alone)"))
     d.add_argument("--run", metavar="RUN",
                    help=_("a trained run folder: use its tokenizer, num_steps and recorded statistics "

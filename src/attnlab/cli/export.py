@@ -11,6 +11,7 @@ from attnlab.i18n import _
 
 def cmd_export(args) -> int:
     import json
+    import shlex
     from pathlib import Path
 
     from attnlab.export.folder import export_run
@@ -31,9 +32,10 @@ def cmd_export(args) -> int:
     if out == here:  # the shell still sits in the folder that was swapped out and removed
         print(_("note: the current folder was replaced; `cd {out}` to see the new files").format(out=out),
               file=sys.stderr)
-    if engines:
+    if engines:  # a sentence of the run's own source language (the pair's record), not the notes' English
+        example = (spec.get("pair") or {}).get("example") or "…"
         print(_("translate with it: {command}").format(
-            command=f"attnlab translate {out} --engine ctranslate2 \"i'm home .\""))
+            command=f"attnlab translate {out} --engine ctranslate2 {shlex.quote(example)}"))
     return 0
 
 

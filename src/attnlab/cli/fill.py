@@ -32,8 +32,8 @@ def register(sub) -> None:
     f = sub.add_parser("fill", help=_("an encoder-only run's top-k fillers of each [MASK] in a sentence: notes "
                                       "{cite}").format(cite=cite("28.2")))
     f.add_argument("run", metavar="RUN", help=_("run folder of an encoder-only model"))
-    f.add_argument("sentences", nargs="+", metavar=_("sentence"), help=_("English, with [MASK] where a "
-                                                                      "word is missing"))
+    f.add_argument("sentences", nargs="+", metavar=_("sentence"), help=_("a sentence in the run's language, with "
+                                                                      "[MASK] where a word is missing"))
     f.add_argument("--top", type=int, default=5, help=_("fillers shown per [MASK] (default 5)"))
     f.add_argument("--checkpoint", default="best", help=_("best, last or step-N"))
     add_device_arg(f)

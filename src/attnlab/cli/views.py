@@ -199,7 +199,8 @@ def cmd_positional(args) -> int:
             ) from None
     # with RUN: the run's own d, its own position table, and §13–14 on its model
     tr = load_translator(args) if args.run is not None else None
-    report = positional.run(args.dim, args.positions, args.max_shift, columns, translator=tr, sentence=args.sentence)
+    sentence = args.sentence or (_first_example(tr.cfg.data) if tr is not None else None) or "i'm home ."
+    report = positional.run(args.dim, args.positions, args.max_shift, columns, translator=tr, sentence=sentence)
     out = _out_dir(args, Path(args.run) / "figures" if args.run else Path("figures"))
     shown = "_c" + "-".join(map(str, columns)) if columns else ""  # the curves drawn: another choice, another file
     stem = out / f"positional_encoding_d{report.dim}_p{report.positions}{shown}"
@@ -207,6 +208,14 @@ def cmd_positional(args) -> int:
         print(path)
     print(report.format())
     return 0
+
+
+def _first_example(data) -> str | None:
+    """The first example sentence of a run's pair (:func:`attnlab.data.pairs.pair_of`): one it can read."""
+    from attnlab.data.pairs import pair_of
+
+    pair = pair_of(data)
+    return next(iter([s for s, _ in pair.examples] or pair.probes), None)
 
 
 # -------------------------------------------------------------------------------------------- selfcheck
@@ -232,7 +241,7 @@ def register(sub) -> None:
             cite=cite("23–25"))
     )
     _add_run_args(a)
-    a.add_argument("sentence", metavar=_("sentence"), help=_("English sentence, e.g. \"i'm home .\""))
+    a.add_argument("sentence", metavar=_("sentence"), help=_("a sentence in the run's source language"))
     _add_save_dir(a, "the figures", "RUN/figures")
     a.add_argument("--beam", type=int, help=_("beam size of the translation whose maps are drawn "
                                               "(default: 1, greedy)"))
@@ -255,8 +264,9 @@ def register(sub) -> None:
           "logits, loss; parameters vs computed values: notes {cite}").format(cite=cite("4–9")),
     )
     _add_run_args(e)
-    e.add_argument("sentence", metavar=_("sentence"), help=_("English sentence, e.g. \"i'm home .\""))
-    e.add_argument("--reference", help=_("a French reference: also show the teacher-forced loss and "
+    e.add_argument("sentence", metavar=_("sentence"), help=_("a sentence in the run's source language"))
+    e.add_argument("--reference", help=_("a reference translation in the run's target language: also show "
+                                         "the teacher-forced loss and "
                                          "BLEU (default: none)"))
     e.add_argument("--top", type=int, default=5, help=_("how many of the most probable tokens to show "
                                                         "per step"))
@@ -274,8 +284,8 @@ def register(sub) -> None:
                           "none, the formula alone)"))
     q.add_argument("--checkpoint", default="best", help=_("best, last or step-N (with RUN)"))
     add_device_arg(q)
-    q.add_argument("--sentence", default="i'm home .", help=_("the sentence reordered for notes §13 "
-                                                              "(with RUN)"))
+    q.add_argument("--sentence", help=_("the sentence reordered for notes §13 (with RUN) (default: the "
+                                        "first example of the run's language pair)"))
     q.add_argument("--dim", type=int, help=_("encoding dimension d (default: the run's num_hiddens "
                                              "with RUN, else 32)"))
     q.add_argument("--positions", type=int, default=60, help=_("positions 0 … N-1 to encode and draw"))

@@ -98,8 +98,8 @@ class AlignmentCheck:
     def summary(self) -> str:
         """One line in the current language: formed or not, and on how many of the notes' words."""
         if self.other_pair:
-            return _("no verdict: the notes' table of §1 is an English → French table ({table}); this run "
-                     "translates {pair}").format(table=_TABLE_TEXT, pair=self.other_pair)
+            return _("no verdict: the notes' table of §1 ({table}) is not for a run that translates {pair}").format(
+                table=_TABLE_TEXT, pair=self.other_pair)
         if self.formed is None:
             return _("no verdict: the notes' table of §1 places no word of this translation")
         if self.formed:

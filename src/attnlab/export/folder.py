@@ -30,6 +30,19 @@ from attnlab.io import atomic_write_json, atomic_write_text, fsync_dir, usual_mo
 CT2_DIR = "ctranslate2"
 
 
+def pair_entry(data) -> dict:
+    """The language pair as ``config.json`` says it to an outside reader (:func:`attnlab.data.pairs.pair_of`):
+    ``src``/``tgt`` (ISO 639-1), their English names, the corpus, each side's text rule and an ``example``
+    source sentence (the record's first; "" when it has none)."""
+    from attnlab.data.pairs import LANGUAGE_NAMES, pair_of
+
+    pair = pair_of(data)
+    example = next(iter([s for s, _ in pair.examples] or pair.probes), "")
+    return {"src": pair.src, "tgt": pair.tgt, "src_name": LANGUAGE_NAMES.get(pair.src, pair.src),
+            "tgt_name": LANGUAGE_NAMES.get(pair.tgt, pair.tgt), "corpus": pair.corpus,
+            "text_rules": {"src": pair.src_rules, "tgt": pair.tgt_rules}, "example": example}
+
+
 def _tokenizer_files(src_lang: str, tgt_lang: str) -> dict[str, str]:
     if src_lang != tgt_lang:
         return {"src": f"tokenizer.{src_lang}.json", "tgt": f"tokenizer.{tgt_lang}.json"}
@@ -74,8 +87,8 @@ def _write_tree(tmp: Path, run: Path, which: str, fmt: str, quantization: str) -
     atomic_write_json(tmp / runs.EXPORT_CONFIG, {
         "attnlab_export": runs.EXPORT_FORMAT, "attnlab_version": __version__,
         "model_type": f"attnlab-{cfg.model.kind}", "model_kind": cfg.model.kind,
-        "config": cfg_dict, "vocab_sizes": {"src": len(src_tok), "tgt": len(tgt_tok)}, "tokenizers": entries,
-        "fingerprint": fp, "source": source, "engines": engines,
+        "config": cfg_dict, "pair": pair_entry(cfg.data),
+        "vocab_sizes": {"src": len(src_tok), "tgt": len(tgt_tok)}, "tokenizers": entries, "fingerprint": fp, "source": source, "engines": engines,
     })
     listed = sorted(p for p in tmp.rglob("*") if p.is_file())
     digests = {p.relative_to(tmp).as_posix(): runs.sha256_file(p) for p in listed}

@@ -84,12 +84,17 @@ def js_messages(js: str) -> list[str]:
 
 @lru_cache(maxsize=1)
 def page_messages() -> dict[str, str]:
-    """Every message id the page marks → the file that marks it first (``index.html``, ``app.js``)."""
+    """Every message id the page marks → the file that marks it first (``index.html``, ``app.js``), and the
+    language names of :data:`attnlab.data.pairs.LANGUAGE_NAMES` (``data/pairs.py``), which the page shows."""
+    from attnlab.data.pairs import LANGUAGE_NAMES
+
     out: dict[str, str] = {}
     for name in PAGE_FILES:
         text = (STATIC_DIR / name).read_text(encoding="utf-8")
         for msg in html_messages(text, name) if name.endswith(".html") else js_messages(text):
             out.setdefault(msg, name)
+    for lang in LANGUAGE_NAMES.values():  # /api/runs names each run's languages in English; the page shows them so
+        out.setdefault(lang, "data/pairs.py")
     return out
 
 

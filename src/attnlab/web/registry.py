@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from attnlab.data.pairs import gold_files
+from attnlab.data.pairs import GOLD_LANGS, LANGUAGE_NAMES, gold_files, pair_of
+from attnlab.data.specials import UNK
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.evaluate import report_name
 from attnlab.export.engine import load_translator
@@ -92,9 +93,24 @@ def load_runs(specs: Sequence[str | Path], which: str = "best", device: str = "c
         if name in runs:
             raise AttnlabError(_("run name {name!r} is given twice; name them apart, e.g. a={path} b=…").format(name=name, path=path))
         tr = load_translator(path, which=which, device=device, engine="auto")  # an export's CTranslate2 model
-        runs[name] = LoadedRun(name, tr, path, {**run_facts(tr, path), "engine": getattr(tr, "engine", "attnlab")},
-                               which)
+        facts = {**run_facts(tr, path), "engine": getattr(tr, "engine", "attnlab"), "pair": pair_facts(tr)}
+        runs[name] = LoadedRun(name, tr, path, facts, which)
     return runs
+
+
+def pair_facts(tr: Any) -> dict[str, Any]:
+    """The run's language pair as ``/api/runs`` sends it (:func:`attnlab.data.pairs.pair_of`), so the page
+    speaks each run's pair, both directions side by side on one server: ``src``/``tgt`` (ISO 639-1),
+    ``src_name``/``tgt_name`` (English names, which the page translates through its catalogue), the
+    ``examples`` its buttons offer (the record's sources and the run's probes that the run reads without an
+    ``<unk>``: a corpus of your own may know none of the notes' sentences), the ``length_unit`` of a source
+    and ``gold``: whether the English–French gold alignments fit the pair (the alignment card)."""
+    pair = pair_of(tr.cfg.data)
+    offered = dict.fromkeys([s for s, _ in pair.examples] + list(pair.probes) + list(tr.cfg.train.probe_sentences))
+    examples = [s for s in offered if (ids := tr.encode_source(s)[0]) and UNK not in ids]
+    return {"src": pair.src, "tgt": pair.tgt, "src_name": LANGUAGE_NAMES.get(pair.src, pair.src),
+            "tgt_name": LANGUAGE_NAMES.get(pair.tgt, pair.tgt), "examples": examples,
+            "length_unit": pair.length_unit("src"), "gold": {pair.src, pair.tgt} == set(GOLD_LANGS)}
 
 
 # -------------------------------------------------------------------------------- fixed-name files

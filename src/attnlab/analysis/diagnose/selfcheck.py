@@ -154,7 +154,8 @@ def run(
     srcs = [translator.encode_source(s)[0] for s in sentences]
     srcs = [s for s in srcs if s]
     if not srcs:
-        raise AttnlabError(_("no sentence to check has a token after preprocessing; give English sentences"))
+        raise AttnlabError(_("no sentence to check has a token after preprocessing; give sentences in the "
+                                 "run's source language"))
     was_training = model.training
     model.eval()
     try:

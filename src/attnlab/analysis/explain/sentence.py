@@ -204,7 +204,7 @@ def run(translator: Translator, sentence: str, reference: str | None = None, top
     t = traits(tr.cfg.model)
     ids, truncated = tr.encode_source(sentence)
     if not ids:
-        raise AttnlabError(_("{sentence!r} has no token after preprocessing; give an English sentence").format(sentence=sentence))
+        raise AttnlabError(_("{sentence!r} has no token after preprocessing; give a sentence in the run's source language").format(sentence=sentence))
     if reference is not None and not tr.tgt_tok.encode(reference):
         raise AttnlabError(_("--reference {reference!r} has no token after preprocessing; give a "
                              "French sentence").format(reference=reference))

@@ -54,8 +54,8 @@ const svgEl = (tag, attrs) => {
 // columns the notes' §23 talks about are on screen, with their weight of exactly 0.
 const PAD_SHOWN = 2;
 const BPE_NOTE = N_("Tokens are BPE pieces, one per row or column: “·son” continues the word before it (mai ·son = maison).");
-const KIND_NOTES = {  // {pad}: PAD_SHOWN
-  cross: N_("Cross-attention (notes §1–2, §25): each row is one generated French token; it shows how much the decoder looked at each English source token when producing it. A good model draws a near-diagonal alignment. The last {pad} columns are <pad> (a batch's padding): they get exactly 0 weight."),
+const KIND_NOTES = {  // {pad}: PAD_SHOWN; {src}, {tgt}: the run's languages
+  cross: N_("Cross-attention (notes §1–2, §25): each row is one generated {tgt} token; it shows how much the decoder looked at each {src} source token when producing it. A good model draws a near-diagonal alignment. The last {pad} columns are <pad> (a batch's padding): they get exactly 0 weight."),
   enc_self: N_("Encoder self-attention (notes §12, §23): every source token looks at every source token, in both directions, all at once (no decoding steps). The last {pad} columns are <pad>, as in a batch beside a longer sentence: masked_softmax gives them exactly 0 weight."),
   dec_self: N_("Decoder masked self-attention (notes §18, §24): a token may only look at itself and earlier tokens, so the map is lower-triangular."),
   self: N_("Decoder-only self-attention (notes §28): one causal map over “source <eos> <bos> target”; the target rows reading the source columns play the role of cross-attention."),
@@ -152,6 +152,12 @@ function viewBody(query, kind, layer, head, overview, pad) {
 }
 
 function runInfo(name) { return state.runs.find((x) => x.name === name) || { kinds: [], num_heads: 1, attention_layers: 1 }; }
+
+// The run's language pair (GET /api/runs `pair`): every run speaks its own, so runs of both directions
+// can be served side by side. Names come in English and are shown in the page's language.
+function pairOf(run) { return (run && run.pair) || { src: "?", tgt: "?", src_name: "?", tgt_name: "?", examples: [] }; }
+function pairNames(run) { const p = pairOf(run); return { src: t(p.src_name), tgt: t(p.tgt_name) }; }
+const langTag = (code) => String(code || "?").toUpperCase();
 
 // Pick a kind/layer/head the run has, keeping the current choice where it can.
 function fitSelection(run) {
@@ -370,6 +376,9 @@ function showResult(res, keepStep) {
   state.result = res;
   $("#result").hidden = false;
   $("#source-echo").textContent = res.source;
+  const pair = pairOf(runInfo(res.run));
+  $("#src-tag").textContent = langTag(pair.src);
+  $("#tgt-tag").textContent = langTag(pair.tgt);
   const kinds = [...(res.kinds || Object.keys(res.attention))];
   kinds.sort((a, b) => KIND_ORDER.indexOf(a) - KIND_ORDER.indexOf(b));
   if (!kinds.includes(state.kind)) state.kind = kinds[0] || null;
@@ -426,7 +435,8 @@ function setupKind() {
   else if (state.head !== "mean" && state.head >= att.heads) state.head = "mean";
   fillSelect($("#head"), heads, state.head);
   const bpe = Object.keys(res.token_labels || {}).length > 0;
-  const note = KIND_NOTES[state.kind] ? t(KIND_NOTES[state.kind], { pad: PAD_SHOWN }) : "";
+  const names = pairNames(runInfo(res.run));
+  const note = KIND_NOTES[state.kind] ? t(KIND_NOTES[state.kind], { pad: PAD_SHOWN, ...names }) : "";
   $("#kind-note").textContent = note + (bpe ? " " + t(BPE_NOTE) : "");
   const stepRows = decodingRows(att);
   // The encoder has no decoding steps (it reads the whole source at once, §12): no stepper.
@@ -544,7 +554,8 @@ async function compareRuns() {
   const box = $("#compare-out");
   if (!text.trim()) { setStatus(t("Type a sentence first, then compare."), "error"); return; }
   box.replaceChildren();
-  for (const r of state.runs) {
+  const src = pairOf(runInfo($("#run").value)).src;  // the sentence is in this language: runs that read it
+  for (const r of state.runs.filter((x) => pairOf(x).src === src)) {
     const card = el("div", "cmp");
     card.dataset.run = r.name;
     card.appendChild(el("h3", "", `${r.name}`));
@@ -739,7 +750,8 @@ async function loadProbes() {
   }
   const ss = state.probes.sentences;
   $("#timeline-card").classList.toggle("empty", !ss.length);
-  fillSelect($("#probe-sentence"), ss.map((s, i) => [i, s.sentence]), ss.findIndex((s) => s.sentence === "i'm home ."));
+  const first = pairOf(runInfo(run)).examples[0];  // the record's first example (the notes' `i'm home .` for fra-eng)
+  fillSelect($("#probe-sentence"), ss.map((s, i) => [i, s.sentence]), Math.max(0, ss.findIndex((s) => s.sentence === first)));
   for (const id of ["#probe-sentence", "#probe-layer", "#probe-step", "#probe-play"]) $(id).disabled = !ss.length;
   if (!ss.length) {
     $("#probe-translation").textContent = t("This run has no probe recordings (probes.jsonl): they are written at each validation while training.");
@@ -773,7 +785,8 @@ function drawProbe() {
   $("#probe-step-label").textContent = t("step {step}  ({i} of {n})", {
     step: rec.step.toLocaleString(), i: Number($("#probe-step").value) + 1, n: s.steps.length,
   }) + (rec.alignment ? "  ·  " + verdictText(rec.alignment) : "");
-  $("#probe-translation").replaceChildren(el("span", "lang", "FR"), document.createTextNode(" " + (rec.translation || t("(empty)"))));
+  const tgt = langTag(pairOf(runInfo($("#run").value)).tgt);
+  $("#probe-translation").replaceChildren(el("span", "lang", tgt), document.createTextNode(" " + (rec.translation || t("(empty)"))));
   if (!kind) { $("#probe-heatmap").replaceChildren(); return; }
   const A = rec.attention[kind];
   const m = A[Math.min(Number($("#probe-layer").value), A.length - 1)];
@@ -823,6 +836,29 @@ function showRunFacts() {
   }
   $("#run-facts").textContent = bits.join("  ·  ");
   $("#run-facts").title = r.test_other ? r.test_other.reason : "";
+  showPair(r);
+}
+
+// The selected run's pair: the title, the input's placeholder, the example buttons (its record's sentences
+// and probes, never another pair's), and the alignment card only where the English–French gold fits it.
+function showPair(r) {
+  const pair = pairOf(r), names = pairNames(r);
+  $("#pair-title").textContent = `${names.src} → ${names.tgt}`;  // each name in the page's language
+  const examples = (pair.examples || []).slice(0, 8);  // the server keeps those the run reads without <unk>
+  $("#sentence").placeholder = examples.length
+    ? t("Type a {src} sentence, e.g. {example}", { src: names.src, example: examples[0] })
+    : t("Type a {src} sentence", { src: names.src });
+  $("#sentence").setAttribute("aria-label", t("{src} sentence", { src: names.src }));
+  const chips = $("#examples");
+  chips.replaceChildren();
+  for (const s of examples) {
+    const b = el("button", "chip", s);
+    b.type = "button";
+    b.addEventListener("click", () => { $("#sentence").value = s; translate(); });
+    chips.appendChild(b);
+  }
+  $("#align-card").hidden = !pair.gold;
+  if (state.result && state.result.run !== r.name) $("#result").hidden = true;  // its tags named another pair
 }
 
 // What "§N" means (GET /api/sections): the notes' sections with D2L's numbers in both editions, each topic in
@@ -855,15 +891,6 @@ async function start() {
   fillSelect($("#run"), info.runs.map((r) => [r.name, `${r.name} (${r.model_kind})`]), info.default);
   $("#sentence").maxLength = info.limits.max_chars;
   [...$("#beam").options].forEach((o) => { o.disabled = Number(o.value) > info.limits.max_beam; });
-  const examples = new Set(["i'm home .", "go .", "he's calm .", "i lost ."]);
-  info.runs.forEach((r) => (r.probe_sentences || []).forEach((s) => examples.add(s)));
-  const chips = $("#examples");
-  for (const s of [...examples].slice(0, 8)) {
-    const b = el("button", "chip", s);
-    b.type = "button";
-    b.addEventListener("click", () => { $("#sentence").value = s; translate(); });
-    chips.appendChild(b);
-  }
   $("#compare-card").hidden = info.runs.length < 2;
   showRunFacts();
   loadProbes();
