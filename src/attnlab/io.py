@@ -6,11 +6,14 @@ A crash (or SIGKILL) at any moment leaves either the old file or the new one, ne
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from attnlab.errors import AttnlabError, WriteError
 
 
 def fsync_dir(path: str | Path) -> None:
@@ -68,8 +71,40 @@ def writable_folder(path: str | Path, option: str, keep: bool = False) -> Path:
     return path
 
 
+#: what a full disk, a quota or a file size limit raises; and a folder this user may not write in
+_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def write_error(path: str | Path, err: OSError) -> WriteError:
+    """The :class:`~attnlab.errors.WriteError` for a write to ``path`` that failed with ``err``: one line
+    naming the file, why, that an earlier file of that name is kept (the write is atomic), and the fix."""
+    from attnlab.i18n import _
+
+    if err.errno in _FULL:
+        fix = _("free some space or write elsewhere, and run it again")
+    elif err.errno in _READ_ONLY:
+        fix = _("make its folder writable or write elsewhere, and run it again")
+    else:
+        fix = _("check its folder and run it again")
+    why = err.strerror or str(err) or type(err).__name__
+    return WriteError(_("could not write {path}: {why} (an earlier file of that name is kept); {fix}").format(
+        path=path, why=why, fix=fix), err.errno, err.strerror, str(path))
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (module docstring). Raises :class:`~attnlab.errors.WriteError`
+    (an ``AttnlabError`` and an ``OSError``) when it cannot: a full disk or a read-only folder is one line."""
     path = Path(path)
+    try:
+        _atomic_write_bytes(path, data)
+    except OSError as e:
+        if isinstance(e, AttnlabError):
+            raise
+        raise write_error(path, e) from None
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -111,7 +111,7 @@ def _beam_and_nbest(args, tr) -> tuple[int, int]:
     """The beam and n-best to decode with, checked against each other and the model: a beam wider than
     the target vocabulary has nothing to fill it with, and n-best lists come out of the beam."""
     beam = args.beam or tr.cfg.decode.beam_size
-    nbest = args.nbest or 1
+    nbest = getattr(args, "nbest", None) or 1  # evaluate has no --nbest
     said = f"--beam {beam}" if args.beam else _("the run's beam size (decode.beam_size={beam})").format(beam=beam)
     vocab = len(tr.tgt_tok)
     if beam > vocab:
@@ -274,6 +274,7 @@ def _translate(args, stream) -> int:
 
 def cmd_evaluate(args) -> int:
     from attnlab.evaluation.evaluate import (
+        check_report_folder,
         evaluate_split,
         format_report,
         notes_examples,
@@ -287,18 +288,19 @@ def cmd_evaluate(args) -> int:
     args.split = args.split or "test"
     tr = load_translator(args)
     tr.check_translates()  # a fill model is refused before the corpus is read
+    check_report_folder(Path(args.run))  # a read-only or full run folder fails now, not after the decoding
     prepared = tr.prepare_corpus(args.data)  # --data, else $ATTNLAB_DATA_DIR, else the cache
     if args.split not in prepared.splits:
         raise AttnlabError(_("--split {split} is unknown; choose one of: {choices}")
                            .format(split=args.split, choices=", ".join(prepared.splits)))
-    beam = args.beam or tr.cfg.decode.beam_size
+    beam, _nbest = _beam_and_nbest(args, tr)
     result = evaluate_split(tr, prepared.splits[args.split], beam_size=beam, max_sentences=args.max_sentences,
                             progress=show_progress(args))
     examples = notes_examples(tr, beam_size=beam)
     name = report_name(args.split, None if beam == tr.cfg.decode.beam_size else beam, args.max_sentences,
                        args.checkpoint)
+    print(format_report(result, examples))  # first: the scores are seen even when the disk fills now
     path = write_report(Path(args.run), args.split, result, examples, name)
-    print(format_report(result, examples))
     print(_("wrote {path}").format(path=path))
     return 0
 
@@ -306,6 +308,7 @@ def cmd_evaluate(args) -> int:
 def _evaluate_files(args) -> int:
     """`evaluate RUN --src F --ref R [--ref R2 ...]`: your own test files, scored as a split is."""
     from attnlab.evaluation.evaluate import (
+        check_report_folder,
         evaluate_files,
         file_report_name,
         format_report,
@@ -329,13 +332,14 @@ def _evaluate_files(args) -> int:
                                                                      n_src=len(sources)))
     tr = load_translator(args)
     tr.check_translates()
-    beam = args.beam or tr.cfg.decode.beam_size
+    check_report_folder(Path(args.run))  # a read-only or full run folder fails now, not after the decoding
+    beam, _nbest = _beam_and_nbest(args, tr)
     result = evaluate_files(tr, sources, refs, beam_size=beam, progress=show_progress(args))
     result["files"] = {"src": _file_fact(args.src), "ref": [_file_fact(r) for r in args.ref]}  # names, not paths
     what = file_report_name(args.src, args.ref)  # one name per set of files: same-named files never collide
     name = report_name(what, None if beam == tr.cfg.decode.beam_size else beam, checkpoint=args.checkpoint)
+    print(format_report(result, []))  # first: the scores are seen even when the disk fills now
     path = write_report(Path(args.run), what, result, [], name)
-    print(format_report(result, []))
     print(_("wrote {path}").format(path=path))
     return 0
 

@@ -70,6 +70,9 @@ def cmd_attention(args) -> int:
 
     if args.beam is not None and args.beam < 1:
         raise AttnlabError(_("--beam {beam} must be >= 1").format(beam=args.beam))
+    if args.pad < 0:
+        raise AttnlabError(_("--pad {pad} must be >= 0 (the <pad> positions added after the source; 0 = none)")
+                           .format(pad=args.pad))
     if args.timeline:  # reads probes.jsonl: no model needed
         from attnlab.runs import read_run
 

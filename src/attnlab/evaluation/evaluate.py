@@ -9,8 +9,10 @@ BLEU's tokenizer follows the target language (:func:`attnlab.evaluation.bleu.ble
 
 from __future__ import annotations
 
+import errno
 import json
 import re
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -166,7 +168,7 @@ def evaluate_files(translator: Translator, sources: Sequence[str], references: S
     encoded = [translator.encode_source(s)[0] for s in sources]
     todo = [i for i, ids in enumerate(encoded) if ids]
     src = [encoded[i] for i in todo]
-    hyps, seconds = _decode(translator, src, beam_size, batch_size, progress)
+    hyps, seconds = _decode(translator, src, beam_size, batch_size, progress, empty=n - len(src))
     texts = [""] * n
     for i, h in zip(todo, hyps):
         texts[i] = tgt.decode(h[0].tokens)
@@ -207,12 +209,13 @@ def file_report_name(src: str | Path, refs: Sequence[str | Path] = ()) -> str:
 
 
 def _decode(translator: Translator, src: list[list[int]], beam_size: int, batch_size: int,
-            progress: bool) -> tuple[list, float]:
+            progress: bool, empty: int = 0) -> tuple[list, float]:
     """Every source decoded (with progress on stderr or without: the same batches and hypotheses), and the
-    seconds it took."""
+    seconds it took. ``empty``: the sentences with no token, translated as empty without decoding, which the
+    progress counts among the sentences (as the report does)."""
     t0 = time.perf_counter()
     if progress:
-        hyps = decode_with_bar(translator, src, beam_size, batch_size)
+        hyps = decode_with_bar(translator, src, beam_size, batch_size, empty=empty)
     else:
         hyps = decode_many(translator.model, src, translator.cfg.decode, translator.device, beam_size=beam_size,
                            batch_size=batch_size, threads=translator.thread_tuner())
@@ -220,21 +223,24 @@ def _decode(translator: Translator, src: list[list[int]], beam_size: int, batch_
 
 
 def decode_with_bar(translator: Translator, src: list[list[int]], beam_size: int | None,
-                    batch_size: int | None) -> list[list[Any]]:
+                    batch_size: int | None, empty: int = 0) -> list[list[Any]]:
     """:func:`decode_many` of ``src``, one of its batches at a time, with progress on stderr (a bar on a
     terminal; off one, plain lines with no carriage return, :mod:`attnlab.progress`).
 
     The batches are the ones ``decode_many`` makes itself (sources sorted by length, stably, then cut
     every ``batch_size`` sentences, auto: ``AUTO_DECODE_ROWS`` decoder rows), so the hypotheses are
-    the same as one call's; only the bar is added.
+    the same as one call's; only the bar is added. ``empty``: sentences beside ``src`` that need no decoding
+    (no token): counted in the bar's total and done at once, so it ends at the report's number of sentences.
     """
     dcfg = translator.cfg.decode
     beam = beam_size or dcfg.beam_size
     bs = batch_size or dcfg.batch_size or max(1, AUTO_DECODE_ROWS // beam)
     order = sorted(range(len(src)), key=lambda i: len(src[i]))
     hyps: list[list[Any]] = [[] for _ in src]
-    bar = Progress(_("evaluate (beam {beam})").format(beam=beam), unit="sent", total=len(src))
+    bar = Progress(_("evaluate (beam {beam})").format(beam=beam), unit="sent", total=len(src) + empty)
     try:
+        if empty:
+            bar.update(empty)
         for start in range(0, len(order), bs):
             idx = order[start : start + bs]
             out = decode_many(translator.model, [src[i] for i in idx], dcfg, translator.device, beam_size=beam,
@@ -248,10 +254,26 @@ def decode_with_bar(translator: Translator, src: list[list[int]], beam_size: int
     return hyps
 
 
+def check_report_folder(run_dir: Path) -> None:
+    """Raise :class:`AttnlabError` at once when ``run_dir`` cannot take a report (a read-only folder, a full
+    disk), so ``evaluate`` fails in one line before it decodes anything rather than after. The probe writes a
+    byte to an unnamed temporary file: a full disk refuses the byte even where it still allows a new name."""
+    try:
+        with tempfile.TemporaryFile(dir=run_dir) as f:
+            f.write(b"\n")
+            f.flush()
+    except OSError as e:
+        fix = (_("free some space and run it again") if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) else
+               _("copy the run folder somewhere you can write (cp -r RUN DIR) and evaluate the copy"))
+        raise AttnlabError(_("evaluate writes its report into the run folder, and {run} cannot be written to "
+                             "({why}); {fix}").format(run=run_dir, why=e.strerror or e, fix=fix)) from None
+
+
 def write_report(run_dir: Path, split_name: str, result: dict[str, Any], examples: list[dict[str, Any]],
                  name: str | None = None) -> Path:
     """Write eval-<name>.json (figures, signatures; ``name``: :func:`report_name`, default the split's) and
-    the hypotheses, atomically."""
+    the hypotheses, atomically. Raises :class:`~attnlab.errors.WriteError` (one line) when a file cannot be
+    written."""
     name = name or split_name
     hyps = result.pop("hypotheses")
     sources = result.pop("sources")
