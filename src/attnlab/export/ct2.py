@@ -159,6 +159,14 @@ def decoder_only_vocabulary(src_tok, tgt_tok) -> list[str]:
     return vocab
 
 
+def vocabulary_files(src_tok, tgt_tok, one_sequence: bool) -> dict[str, list[str]]:
+    """The vocabulary files :func:`convert` writes into the CTranslate2 folder, by name, with their tokens:
+    what the engine checks a folder against before CTranslate2 reads it."""
+    if one_sequence:
+        return {"vocabulary.json": decoder_only_vocabulary(src_tok, tgt_tok)}
+    return {"source_vocabulary.json": _tokens(src_tok), "target_vocabulary.json": _tokens(tgt_tok)}
+
+
 def _decoder_only_spec(specs, model: DecoderOnly, src_tok, tgt_tok):
     cfg = model.config
     spec = specs.TransformerDecoderModelSpec.from_config(cfg.num_layers, cfg.num_heads, pre_norm=cfg.norm_first)

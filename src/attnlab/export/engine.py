@@ -30,8 +30,9 @@ from attnlab.decoding import length_cap
 from attnlab.decoding.hypothesis import Hypothesis, max_lengths
 from attnlab.errors import AttnlabError, CheckpointError
 from attnlab.export import ENGINES
-from attnlab.export.ct2 import INT8_PAIR_BOUND, SOURCE_PREFIX, require_ctranslate2
+from attnlab.export.ct2 import INT8_PAIR_BOUND, SOURCE_PREFIX, require_ctranslate2, vocabulary_files
 from attnlab.i18n import _
+from attnlab.models import traits
 from attnlab.translator import Translator
 
 _BANNED = [[SPECIALS[PAD]], [SPECIALS[BOS]]]  # <unk> is banned by disable_unk
@@ -85,11 +86,16 @@ class CT2Translator(Translator):
         where = "cuda" if tr.device.type == "cuda" else "cpu"
         if where == "cpu":
             _check_compute_type(compute_type, entry)
-        kind = ct2.Generator if entry.get("one_sequence") else ct2.Translator
+        one_sequence = _check_entry(folder, entry, tr)
+        kind = ct2.Generator if one_sequence else ct2.Translator
         model_dir = runs.member_path(folder, entry["path"], folder / runs.EXPORT_CONFIG)  # inside, as verified
-        tr.ct2 = kind(str(model_dir), device=where, compute_type=compute_type,
-                      intra_threads=threads or torch.get_num_threads())
-        tr.ct2_info = {**entry, "compute_type": compute_type}
+        _check_ct2_files(folder, model_dir, tr, one_sequence)
+        try:
+            tr.ct2 = kind(str(model_dir), device=where, compute_type=compute_type,
+                          intra_threads=threads or torch.get_num_threads())
+        except (RuntimeError, ValueError, OSError) as e:  # CTranslate2's own refusals (UnicodeDecodeError included)
+            raise _engine_refused(folder, model_dir, compute_type, where, e) from None
+        tr.ct2_info = {**entry, "compute_type": compute_type, "one_sequence": one_sequence}
         tr._tgt_ids = {tr.tgt_tok.id_to_token(i): i for i in range(len(tr.tgt_tok))}
         return tr
 
@@ -129,10 +135,66 @@ class CT2Translator(Translator):
 
     def _hypothesis(self, tokens: list[str], score: float, limit: int) -> Hypothesis:
         finished = bool(tokens) and tokens[-1] == SPECIALS[EOS]
+        unknown = [t for t in tokens if t not in self._tgt_ids]
+        if unknown:  # a source token (decoder-only) or one the vocabulary check let through: never a KeyError
+            raise CheckpointError(_("CTranslate2 generated {token!r}, which is no target token of {folder}; its "
+                                    "ctranslate2/ model was changed after export: {fix}").format(
+                token=unknown[0], folder=self.run_dir, fix=_reexport(self.run_dir)))
         ids = [self._tgt_ids[t] for t in (tokens[:-1] if finished else tokens)]
         if len(ids) + finished > limit:  # decoded for a longer row's limit: stop where attnlab stops
             ids, finished = ids[:limit], False
         return Hypothesis(ids, float(score), float(score), finished)
+
+
+def _reexport(folder) -> str:
+    return _("export the run again (attnlab export RUN {folder} --format ctranslate2 --force)").format(folder=folder)
+
+
+def _check_entry(folder: Path, entry: dict[str, Any], tr: Translator) -> bool:
+    """Whether the CTranslate2 model reads one sequence (decoder-only: a ``Generator``) or two (a
+    ``Translator``): the exported model's own kind says; an entry in config.json that says otherwise was
+    edited, and is refused in one line rather than handed to CTranslate2."""
+    one_sequence = traits(tr.cfg.model).one_sequence
+    given = entry.get("one_sequence", False)
+    if given is not one_sequence:
+        raise CheckpointError(_("{path} says engines.ctranslate2.one_sequence = {given!r}, but the exported model is "
+                                "model.kind={kind} (one_sequence = {want}); the file was edited: {fix}").format(
+            path=folder / runs.EXPORT_CONFIG, given=given, kind=tr.cfg.model.kind, want=one_sequence,
+            fix=_reexport(folder)))
+    return one_sequence
+
+
+def _check_ct2_files(folder: Path, model_dir: Path, tr: Translator, one_sequence: bool) -> None:
+    """The JSON files of the CTranslate2 folder as :func:`attnlab.export.ct2.convert` writes them: ``config.json``
+    an object, each vocabulary the export's tokens in their order. CTranslate2 reads them with no message
+    that names a file (and a changed token would come back as a token attnlab cannot decode)."""
+    config = model_dir / "config.json"
+    damaged = _("{path} is damaged or was edited after export: {fix}")
+    spec = runs.read_json(config, runs.MAX_JSON_BYTES, damaged.format(path=config, fix=_reexport(folder)),
+                          damaged.format(path=config, fix=_reexport(folder)))
+    if not isinstance(spec, dict):
+        raise CheckpointError(damaged.format(path=config, fix=_reexport(folder)))
+    for name, tokens in vocabulary_files(tr.src_tok, tr.tgt_tok, one_sequence).items():
+        path = model_dir / name
+        msg = damaged.format(path=path, fix=_reexport(folder))
+        if runs.read_json(path, runs.MAX_JSON_BYTES, msg, msg) != tokens:
+            raise CheckpointError(_("{path} does not hold the exported model's tokens in their order; it was edited "
+                                    "after export: {fix}").format(path=path, fix=_reexport(folder)))
+
+
+def _engine_refused(folder: Path, model_dir: Path, compute_type: str, where: str, err: Exception) -> AttnlabError:
+    """One line for CTranslate2's refusal to load ``model_dir``: a compute type it does not know, a GPU it
+    cannot use, or a damaged file: a value of the wrong type in ``config.json`` (CTranslate2's JSON reader
+    says so), else ``model.bin`` (the JSON files passed :func:`_check_ct2_files`)."""
+    detail = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+    if "compute type" in detail.lower():
+        return AttnlabError(_("CTranslate2 refused compute type {compute_type!r} ({detail}); use default, float32 or "
+                              "int8").format(compute_type=compute_type, detail=detail))
+    if where == "cuda" and "cuda" in detail.lower():
+        return AttnlabError(_("CTranslate2 cannot use the GPU here ({detail}); use --device cpu").format(detail=detail))
+    name = "config.json" if "json" in detail.lower() else "model.bin"  # a value of the wrong type in config.json
+    return CheckpointError(_("CTranslate2 cannot load {path} ({detail}); the file is damaged or was edited after "
+                             "export: {fix}").format(path=model_dir / name, detail=detail, fix=_reexport(folder)))
 
 
 def _check_compute_type(compute_type: str, entry: dict[str, Any]) -> None:
