@@ -24,6 +24,9 @@ figures (``attnlab attention``), the web page and the training probes.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +46,7 @@ from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy import greedy_search
 from attnlab.decoding.hypothesis import length_cap, max_lengths
 from attnlab.device import pick_device
-from attnlab.errors import AttnlabError
+from attnlab.errors import ArgumentError, ArgumentTypeError, AttnlabError
 from attnlab.i18n import _
 from attnlab.maps import AttentionResult
 from attnlab.models import ModelOutput, traits
@@ -220,6 +223,14 @@ class Translator:
         (:func:`attnlab.runs.load_model`). Raises :class:`AttnlabError` for an unreadable, corrupt or
         tampered run folder, a missing checkpoint or an unavailable device.
         """
+        if not isinstance(run_dir, str | os.PathLike):
+            raise ArgumentTypeError(_("the run must be a run folder (a str or a Path), not {given}; e.g. "
+                                      "attnlab.load(\"runs/transformer\")").format(given=type(run_dir).__name__))
+        for name, value in (("which", which), ("device", device)):
+            if not isinstance(value, str):
+                raise ArgumentTypeError(_("{name}={value} must be a str ({rule})").format(
+                    name=name, value=shown(value),
+                    rule=_("best, last or step-N") if name == "which" else _("auto, cpu, cuda or cuda:N")))
         run_dir = Path(run_dir)
         dev = pick_device(device)
         loaded = runs.load_model(run_dir, which)  # a run folder or an `attnlab export` folder
@@ -309,7 +320,10 @@ class Translator:
         Never raises on text: any ``str`` (emoji, CJK, control characters, lone surrogates) is
         preprocessed (unknown words become ``<unk>``); a sentence with no tokens left gets one empty
         translation; a source over :attr:`max_src_tokens` is cut and flagged ``truncated``.
-        Raises :class:`AttnlabError` when ``sentences`` is neither a ``str`` nor a sequence of them.
+        Raises :class:`AttnlabError` when ``sentences`` is neither a ``str`` nor a sequence of them, and
+        :class:`~attnlab.errors.ArgumentError` (a ``ValueError``; ``ArgumentTypeError`` also a ``TypeError``) for a
+        ``beam_size``, ``nbest`` or ``max_len`` that is not a whole number from 1 (a beam at most the target
+        vocabulary's size) or a ``length_penalty`` that is not a finite number.
         """
         self.check_translates()
         if isinstance(sentences, str):
@@ -317,9 +331,15 @@ class Translator:
         sentences = _sentence_list(sentences)
         dcfg = self.cfg.decode
         if length_penalty is not None:
-            dcfg = DecodeConfig(**{**dcfg.__dict__, "length_penalty": length_penalty})
-        beam = beam_size or dcfg.beam_size
-        nbest = min(nbest, beam)
+            real = not isinstance(length_penalty, bool) and isinstance(length_penalty, numbers.Real)
+            if not real or not math.isfinite(length_penalty):
+                raise (ArgumentError if real else ArgumentTypeError)(_(
+                    "length_penalty={value} must be a finite number (GNMT's alpha; 0 = none; None = the run's "
+                    "decode.length_penalty)").format(value=shown(length_penalty)))
+            dcfg = DecodeConfig(**{**dcfg.__dict__, "length_penalty": float(length_penalty)})
+        beam = self.check_beam(beam_size)
+        nbest = min(whole_number("nbest", nbest, 1, _("1 = the best translation alone")), beam)
+        max_len = self._max_len(max_len)
         out: list[list[Translation]] = [[] for _ in sentences]
         encoded = [self.encode_source(s) for s in sentences]
         todo = [(i, ids) for i, (ids, _) in enumerate(encoded) if ids]
@@ -352,9 +372,20 @@ class Translator:
         ``max_len``: at most this many output tokens (the final ``<eos>`` included), see :func:`decode_many`.
         ``extra_pad``: ``<pad>`` positions added after the source's ``<eos>`` (its valid length is
         unchanged), as in a batch beside a longer sentence; ``src_tokens`` then ends with their labels.
+        Raises :class:`~attnlab.errors.ArgumentError` for a ``sentence`` that is not a ``str``, an ``extra_pad``
+        outside 0 … :attr:`max_src_tokens`, and a ``beam_size`` or ``max_len`` as :meth:`translate_full` does.
         """
+        if not isinstance(sentence, str):
+            raise ArgumentTypeError(_("attention() takes one sentence (a str), not {given}; e.g. "
+                                      "tr.attention(\"i'm home .\")").format(given=type(sentence).__name__))
+        extra_pad = whole_number("extra_pad", extra_pad, 0, _("<pad> positions added after the source's <eos>"))
+        if extra_pad > self.max_src_tokens:
+            raise ArgumentError(_("extra_pad={value} is more than the longest source this model reads ({most} "
+                                  "tokens); a batch pads a sentence at most to that: use extra_pad={most} or less")
+                                .format(value=extra_pad, most=self.max_src_tokens))
         if traits(self.cfg.model).task == "fill":
             return self._fill_attention(sentence, extra_pad)
+        beam_size, max_len = self.check_beam(beam_size), self._max_len(max_len)
         ids, truncated = self.encode_source(sentence)
         hyp = (
             self._search([ids], self.cfg.decode, beam_size, max_len=max_len)[0][0]
@@ -381,6 +412,26 @@ class Translator:
             truncated,
         )
 
+    def check_beam(self, beam_size: Any) -> int:
+        """``beam_size`` checked (a whole number from 1 to the target vocabulary's size; a beam holds at most one
+        hypothesis per token), or the run's ``decode.beam_size`` for None. Raises :class:`ArgumentError`."""
+        if beam_size is None:
+            return self.cfg.decode.beam_size
+        beam = whole_number("beam_size", beam_size, 1, _("1 = greedy; None = the run's decode.beam_size"))
+        vocab = len(self.tgt_tok)
+        if beam > vocab:
+            raise ArgumentError(_("beam_size={beam} is larger than the target vocabulary ({vocab} tokens); a beam holds "
+                                  "at most one hypothesis per token: use beam_size={vocab} or less").format(
+                beam=beam, vocab=vocab))
+        return beam
+
+    @staticmethod
+    def _max_len(max_len: Any) -> int | None:
+        if max_len is None:
+            return None
+        return whole_number("max_len", max_len, 1, _("the most output tokens, the final <eos> included; None = what "
+                                                     "decode.max_len_a and max_len_b allow"))
+
     def _fill_attention(self, sentence: str, extra_pad: int) -> AttentionResult:
         """A fill model's maps (it generates nothing): its self-attention over the sentence as written,
         ``[MASK]`` included, with ``translation`` the sentence with its masks filled (:mod:`attnlab.decoding.fill`)."""
@@ -393,6 +444,24 @@ class Translator:
         filled = fill.rank_fillers(self.src_tok, ids, out.logits[0], top_k=1)[1]
         src_tokens = fill.mask_labels(self.src_tok, ids) + token_labels(self.src_tok, [], eos=True)
         return AttentionResult(sentence, filled, src_tokens + [self.src_tok.id_to_token(PAD)] * extra_pad, [], [], maps)
+
+
+def shown(value: Any, most: int = 40) -> str:
+    """``repr(value)`` for a message, cut to about ``most`` characters (a megabyte string is not echoed back)."""
+    text = repr(value)
+    return text if len(text) <= most else _("{start}… ({n} characters)").format(start=text[:most], n=len(text))
+
+
+def whole_number(name: str, value: Any, least: int, rule: str) -> int:
+    """``value`` as an ``int`` when it is a whole number (not a bool) of at least ``least``. Raises
+    :class:`ArgumentTypeError` or :class:`ArgumentError` naming the argument ``name``, the value and ``rule``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentTypeError(_("{name}={value} must be a whole number ({rule})").format(
+            name=name, value=shown(value), rule=rule))
+    if value < least:
+        raise ArgumentError(_("{name}={value} must be at least {least} ({rule})").format(
+            name=name, value=int(value), least=least, rule=rule))
+    return int(value)
 
 
 def _sentence_list(sentences: Any) -> list[str]:
