@@ -76,8 +76,9 @@ def catalogue(lang: str, source: str = "--lang") -> tuple[str, gettext.NullTrans
         return code, gettext.NullTranslations()
     langs = available_languages()
     if code not in langs:
+        shown = repr(lang) if len(lang) <= 40 else f"{lang[:40]!r}… ({len(lang):,} characters)"  # never echo 100 KB
         raise LanguageError(
-            f"{source} {lang!r} is not an available language; choose one of: {', '.join(langs)}"
+            f"{source} {shown} is not an available language; choose one of: {', '.join(langs)}"
         )
     return code, gettext.translation(DOMAIN, localedir=LOCALE_DIR, languages=[code])
 
