@@ -162,7 +162,7 @@ def test_evaluate_on_a_disk_that_fills_while_it_decodes(full, tiny_runs, monkeyp
     assert main(["evaluate", str(run), "--quiet", "--max-sentences", "4"]) == 2
     out, err = capsys.readouterr()
     assert "BLEU" in out  # the scores are seen before the write fails
-    _one_error_line(err, str(run / "hyps-test.txt"), "No space left on device", "free some space")
+    _one_error_line(err, str(run / "hyps-test-first4.txt"), "No space left on device", "free some space")
     monkeypatch.undo()
     assert {k: v for k, v in _snapshot(run).items() if k != "filler"} == before
 
