@@ -120,7 +120,8 @@ def setup(device: torch.device) -> tuple[torch.device, bool]:
     Returns ``(device, created)``: on CUDA the device becomes ``cuda:LOCAL_RANK`` (when no index
     was asked for) and the backend is ``nccl``; on CPU the backend is ``gloo``. ``created`` is
     True when this call initialised the group (the caller then calls :func:`teardown`). Without
-    torchrun's variables, or when a group already exists, nothing changes.
+    torchrun's variables, or when a group already exists, nothing changes. A torchrun worker dies with
+    its agent (:func:`attnlab.interrupts.die_with_parent`): nobody would watch or stop it otherwise.
     """
     if not launched_by_torchrun() or is_distributed():
         return device, False

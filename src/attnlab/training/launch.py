@@ -11,7 +11,10 @@ a signal meant for the job reaches it once, through this process: SIGINT and SIG
 as they are and SIGHUP (a closed terminal) as SIGTERM, then ``attnlab`` waits for torchrun. torchrun
 passes the signal on to the workers, which finish their step, save ``last`` and exit (it kills
 them after 30 s if they do not); a worker still alive 25 s after the signal, or once torchrun is
-gone, is killed here, so stopping ``attnlab`` leaves no process behind after 30 s.
+gone, is killed here, so stopping ``attnlab`` leaves no process behind after 30 s. A launcher killed
+outright (``kill -9``) takes torchrun with it, and torchrun its workers (``PR_SET_PDEATHSIG``,
+:func:`attnlab.interrupts.die_with_parent`); the launcher's lock on the run folder, which torchrun shares,
+keeps a second writer out until the job's last process is gone (:mod:`attnlab.training.run_lock`).
 
 For several machines use torchrun directly (docs/distributed.md), e.g. on each machine::
 
