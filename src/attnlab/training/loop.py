@@ -43,7 +43,7 @@ from attnlab.training.session import (
     TrainLog,
     UpdateClock,
     all_finite,
-    lock_for_training,
+    open_run_folder,
 )
 from attnlab.training.validation import record_probes
 
@@ -167,7 +167,7 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     device, own_group = D.setup(device)
     lock = None
     try:
-        lock = lock_for_training(Path(out_dir))  # one writer per run folder (training/run_lock.py)
+        lock = open_run_folder(cfg, Path(out_dir))  # one writer per run folder (training/run_lock.py)
         t_open = time.perf_counter()  # the wall record's clock (training/wall.py), not the loop's
         s = Session.open(cfg, Path(out_dir), resume, prepared, argv, device, clock, explicit)
         s.wall.add("setup", time.perf_counter() - t_open)

@@ -131,6 +131,13 @@ def lock_for_training(out_dir: Path) -> RunLock | None:
     return lock
 
 
+def open_run_folder(cfg: Config, out_dir: Path) -> RunLock | None:
+    """What comes before the run folder is touched: a missing extra is refused on every rank before
+    anything is written (the lock's file included), then the folder is locked (:func:`lock_for_training`)."""
+    tb.require(cfg.train.tensorboard)
+    return lock_for_training(out_dir)
+
+
 def all_finite(finite: bool) -> bool:
     """True when the loss and gradient were finite on every rank: a lone skipper would stall DDP."""
     if D.world_size() > 1:
@@ -234,8 +241,8 @@ class Session:
     @classmethod
     def open(cls, cfg: Config, out_dir: Path, resume: bool, prepared, argv, device, clock,
              explicit: frozenset[str] | None = None) -> Session:
-        """Set the run up on this rank (see the module docstring); ``clock`` is the loop's."""
-        tb.require(cfg.train.tensorboard)  # a missing extra stops every rank before anything is written
+        """Set the run up on this rank (see the module docstring), in a folder :func:`open_run_folder`
+        opened; ``clock`` is the loop's."""
         restarted, resume = agree_on_restart(out_dir, resume)
         if D.is_main():
             prepare_run_dir(cfg, out_dir, resume, restarted=restarted)
