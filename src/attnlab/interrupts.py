@@ -13,7 +13,10 @@ This module imports no torch: ``attnlab``'s ``main`` installs it before any comm
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -51,3 +54,30 @@ def sigterm_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent_pid: int | None = None) -> bool:
+    """Have Linux SIGKILL this process when its parent ends (``prctl(PR_SET_PDEATHSIG)``), however the
+    parent ends: ``kill -9`` of ``attnlab train --nproc`` then takes torchrun with it, and torchrun's end
+    its workers, instead of leaving them training, orphaned, into a folder nobody holds.
+
+    ``parent_pid``: the parent this process was started by; if it is gone already (this process was
+    reparented before the call), this process ends at once, as it would have a moment later. The signal
+    is tied to the thread that started this process, so call it only in a process started from its
+    parent's main thread (``subprocess`` in the launcher, and in torchrun's agent). Returns False where
+    there is no ``prctl`` (not Linux): nothing changes.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return True

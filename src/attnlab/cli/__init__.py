@@ -153,10 +153,14 @@ def _say_what_is_missing() -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         code = _main(argv)
-    except Exception:
+    except Exception as e:
         if _worker() is None:
             raise
-        traceback.print_exc()
+        line = _worker().lost_peer_line(e)  # another worker died: the launcher names it, no traceback here
+        if line is None:
+            traceback.print_exc()
+        elif line:
+            print(line, file=sys.stderr)
         code = 1
     worker = _worker()
     if worker is not None:

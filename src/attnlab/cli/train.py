@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tomllib
@@ -26,8 +27,9 @@ from attnlab.interrupts import exit_code
 def cmd_train(args) -> int:
     from attnlab.progress import json_stderr
 
-    if args.log_interval <= 0:
-        raise AttnlabError(_("--log-interval {log_interval:g} must be more than 0 seconds (default 10)").format(log_interval=args.log_interval))
+    if not 0 < args.log_interval < math.inf:  # NaN fails both comparisons: no line would ever be due
+        raise AttnlabError(_("--log-interval {log_interval:g} must be a finite number of seconds above 0 "
+                             "(default 10)").format(log_interval=args.log_interval))
     with json_stderr(args.log_format == "json"):  # every line of the log parses, warnings included
         return _train(args)
 
@@ -37,6 +39,7 @@ def _train(args) -> int:
     from attnlab.training.launch import launch_nproc, processes
     from attnlab.training.loop import train
     from attnlab.training.resume import check_resume_overrides
+    from attnlab.training.run_lock import lock_run_folder
 
     out = Path(args.out)
     if args.resume:
@@ -53,7 +56,11 @@ def _train(args) -> int:
         if cfg.train.size == "auto" and "RANK" not in os.environ:  # under torchrun rank 0 sizes for all
             cfg = _size_for_machine(cfg, args)
     if processes(args.nproc, cfg.train.device) > 1:
-        return launch_nproc(args.nproc, sys.argv[1:])
+        lock = lock_run_folder(out)  # held, through torchrun, until the job's last process ends
+        try:
+            return launch_nproc(args.nproc, sys.argv[1:], lock_fd=lock.fd)
+        finally:
+            lock.release()
     if os.environ.get("RANK", "0") == "0":
         say(args, f"config of {out}:\n{config_mod.dumps_toml(cfg)}")
     res = train(cfg, out, resume=args.resume, progress=show_progress(args), argv=sys.argv,

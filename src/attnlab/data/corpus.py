@@ -52,7 +52,7 @@ from attnlab.errors import CorpusError
 from attnlab.i18n import _
 from attnlab.io import atomic_write_text
 
-__all__ = ["MAX_MEMBER_BYTES", "Prepared", "Split", "check_same_corpus", "for_run", "locate_parallel", "prepare",
+__all__ = ["MAX_MEMBER_BYTES", "Prepared", "Split", "check_same_corpus", "for_run", "require_same_corpus", "locate_parallel", "prepare",
            "read_pairs", "read_parallel", "split_by_source", "write_tsv"]
 
 MAX_MEMBER_BYTES = 128 * 2**20  # its fra.txt is 11.7 MB
@@ -596,6 +596,17 @@ def _local_copy(corpus: Corpus) -> Path | None:
     return find_in(cache_dir(), corpus.candidates)
 
 
+def _other_corpus(prepared: Prepared, trained_on: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """``(now, was)``, the identities of the corpus ``prepared`` read and of the one recorded
+    (``trained_on``: a run's ``stats["corpus"]``), when their sha256 differ; None when they agree or
+    either side has no record (the numbers task, a run from an older attnlab): nothing to compare."""
+    now = prepared.stats.get("corpus")
+    was = trained_on if isinstance(trained_on, dict) else None
+    if not isinstance(now, dict) or was is None or not was.get("sha256") or was.get("sha256") == now.get("sha256"):
+        return None
+    return now, was
+
+
 def check_same_corpus(prepared: Prepared, trained_on: Any, run: str | os.PathLike[str]) -> bool:
     """Whether ``prepared`` read the corpus ``run`` was trained on (``trained_on``: its recorded
     ``stats["corpus"]``); when not, one warning line on stderr. True when either side has no record
@@ -603,15 +614,31 @@ def check_same_corpus(prepared: Prepared, trained_on: Any, run: str | os.PathLik
 
     Another corpus splits differently, so its test sentences may include the run's training ones.
     """
-    now = prepared.stats.get("corpus")
-    was = trained_on if isinstance(trained_on, dict) else None
-    if not isinstance(now, dict) or was is None or not was.get("sha256") or was.get("sha256") == now.get("sha256"):
+    other = _other_corpus(prepared, trained_on)
+    if other is None:
         return True
+    now, was = other
     print(_("warning: {source} (sha256 {now}...) is not the corpus {run} was trained on ({file}, sha256 {was}...); "
             "its splits differ, so scores on it are not comparable: pass --data the run's corpus").format(
         source=prepared.stats.get("source"), now=str(now.get("sha256"))[:12], run=run, file=was.get("file"),
         was=str(was.get("sha256"))[:12]), file=sys.stderr)
     return False
+
+
+def require_same_corpus(prepared: Prepared, trained_on: Any, run: str | os.PathLike[str]) -> None:
+    """Refuse to continue training ``run`` on another corpus than the one it recorded (the same
+    comparison as :func:`check_same_corpus`): another corpus splits differently, so its training pairs
+    would include the run's validation and test pairs, and ``meta.json`` would record the new corpus
+    as if the run had been trained on it alone. Raises :class:`CorpusError` with one line."""
+    other = _other_corpus(prepared, trained_on)
+    if other is None:
+        return
+    now, was = other
+    raise CorpusError(_("--resume: {source} (sha256 {now}...) is not the corpus {run} was trained on ({file}, "
+                        "sha256 {was}...); a resumed run keeps its corpus, whose split it continues: pass --data "
+                        "the run's corpus, or drop --resume and choose another --out for a run on this one").format(
+        source=prepared.stats.get("source"), now=str(now.get("sha256"))[:12], run=run, file=was.get("file"),
+        was=str(was.get("sha256"))[:12]))
 
 
 def _references(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:

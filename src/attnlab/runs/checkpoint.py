@@ -341,11 +341,14 @@ def resolve_checkpoint(run_dir: str | Path, which: str = "best") -> Path:
     return path
 
 
-def verify_checkpoint(path: Path) -> dict[str, Any]:
+def verify_checkpoint(path: Path, run_dir: Path | None = None) -> dict[str, Any]:
     """Check the manifest's sha256 of every file; raise CheckpointError naming the file otherwise.
 
     The manifest must be a JSON object whose ``files`` map names inside ``path`` (:func:`member_path`)
-    to sha256 digests, ``model.safetensors`` among them. Returns the manifest."""
+    to sha256 digests, ``model.safetensors`` among them. ``run_dir``: the run folder whose config and
+    tokenizers the weights will be read with (:func:`check_run_matches`); by default the run folder
+    that holds ``path``. A checkpoint given by path may come from another run: checking it against its
+    own folder would let a same-sized, different vocabulary through. Returns the manifest."""
     mpath = path / MANIFEST
     corrupt = f"{mpath} is corrupt: not a checkpoint manifest"
     manifest = read_json(mpath, MAX_MANIFEST_BYTES, f"{mpath} is missing: the checkpoint is incomplete", corrupt)
@@ -364,8 +367,10 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
             raise CheckpointError(
                 _("{fpath} does not match its sha256 in {MANIFEST}: the file is corrupt or was changed").format(fpath=fpath, MANIFEST=MANIFEST)
             )
-    if path.parent.name == "checkpoints" and (path.parent.parent / CONFIG).is_file():
-        check_run_matches(path, manifest, path.parent.parent)
+    if run_dir is None and path.parent.name == "checkpoints":
+        run_dir = path.parent.parent
+    if run_dir is not None and (run_dir / CONFIG).is_file():
+        check_run_matches(path, manifest, run_dir)
     return manifest
 
 

@@ -110,7 +110,7 @@ def load_model(run_dir: str | Path, which: str = "best") -> LoadedModel:
     else:
         files = read_run(run_dir)
         path = resolve_checkpoint(run_dir, which)
-        manifest = verify_checkpoint(path)
+        manifest = verify_checkpoint(path, run_dir)  # a --checkpoint PATH is checked against this run
     src_tok, tgt_tok = load_tokenizer(files.tokenizers["src"]), load_tokenizer(files.tokenizers["tgt"])
     check_weights_fit(path / WEIGHTS, files.config.model, len(src_tok), len(tgt_tok))
     model = build_model(files.config.model, len(src_tok), len(tgt_tok))

@@ -42,6 +42,7 @@ from torch.nn.parallel import DistributedDataParallel
 from attnlab.data.batching import TokenBatchSampler
 from attnlab.errors import AttnlabError
 from attnlab.i18n import _
+from attnlab.interrupts import die_with_parent
 
 DEFAULT_TIMEOUT_S = 1800.0  # torch's own default for gloo/nccl collectives
 _joined = False  # set by setup(): this process initialised a group (it is a torchrun worker)
@@ -119,10 +120,14 @@ def setup(device: torch.device) -> tuple[torch.device, bool]:
     Returns ``(device, created)``: on CUDA the device becomes ``cuda:LOCAL_RANK`` (when no index
     was asked for) and the backend is ``nccl``; on CPU the backend is ``gloo``. ``created`` is
     True when this call initialised the group (the caller then calls :func:`teardown`). Without
-    torchrun's variables, or when a group already exists, nothing changes.
+    torchrun's variables, or when a group already exists, nothing changes. A torchrun worker dies with
+    its agent (:func:`attnlab.interrupts.die_with_parent`): nobody would watch or stop it otherwise.
     """
     if not launched_by_torchrun() or is_distributed():
         return device, False
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's agent is the parent, alive for the workers' whole life
+        agent = os.environ.get("ATTNLAB_AGENT_PID", "")
+        die_with_parent(int(agent) if agent.isdigit() else None)  # a killed torchrun takes its workers along
     kwargs: dict[str, Any] = {"timeout": timeout()}
     store = _attempt_store(kwargs["timeout"])
     if store is not None:
@@ -201,6 +206,24 @@ def end_process(code: int) -> NoReturn:
         except (OSError, ValueError):  # a closed pipe or stream: nothing more can be said
             pass
     os._exit(code)
+
+
+# How gloo and NCCL report a peer process that went away mid-collective (its socket closed or reset).
+_LOST_PEER = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "Connection refused")
+
+
+def lost_peer_line(exc: BaseException) -> str | None:
+    """One line for a worker whose collective failed because another worker went away, else None (a bug:
+    its traceback is wanted). The worker that went away is the cause, and the launcher names it
+    (:func:`attnlab.training.launch.failure_line`): under ``attnlab --nproc`` this line is "" (say
+    nothing more); under a torchrun started by hand it says what happened."""
+    if not isinstance(exc, RuntimeError) or not any(m in str(exc) for m in _LOST_PEER):
+        return None
+    if os.environ.get("ATTNLAB_AGENT_PID"):
+        return ""
+    why = next(m for m in _LOST_PEER if m in str(exc))
+    return _("error: rank {rank} lost another worker of the job ({why}); the job stops, and the run folder keeps "
+             "its last checkpoint for --resume").format(rank=os.environ.get("RANK", "?"), why=why)
 
 
 def threads_per_process() -> int:

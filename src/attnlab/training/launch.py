@@ -11,7 +11,10 @@ a signal meant for the job reaches it once, through this process: SIGINT and SIG
 as they are and SIGHUP (a closed terminal) as SIGTERM, then ``attnlab`` waits for torchrun. torchrun
 passes the signal on to the workers, which finish their step, save ``last`` and exit (it kills
 them after 30 s if they do not); a worker still alive 25 s after the signal, or once torchrun is
-gone, is killed here, so stopping ``attnlab`` leaves no process behind after 30 s.
+gone, is killed here, so stopping ``attnlab`` leaves no process behind after 30 s. A launcher killed
+outright (``kill -9``) takes torchrun with it, and torchrun its workers (``PR_SET_PDEATHSIG``,
+:func:`attnlab.interrupts.die_with_parent`); the launcher's lock on the run folder, which torchrun shares,
+keeps a second writer out until the job's last process is gone (:mod:`attnlab.training.run_lock`).
 
 For several machines use torchrun directly (docs/distributed.md), e.g. on each machine::
 
@@ -22,6 +25,7 @@ For several machines use torchrun directly (docs/distributed.md), e.g. on each m
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -32,7 +36,8 @@ from typing import Any
 
 from attnlab.errors import AttnlabError
 from attnlab.i18n import _
-from attnlab.interrupts import exit_code
+from attnlab.interrupts import die_with_parent, exit_code
+from attnlab.training.run_lock import LAUNCHER_ENV
 
 
 def strip_nproc(argv: list[str]) -> list[str]:
@@ -111,13 +116,16 @@ def processes(nproc: int, device: str = "auto") -> int:
     return nproc
 
 
-def launch_nproc(nproc: int, argv: list[str], max_restarts: int | None = None) -> int:
+def launch_nproc(nproc: int, argv: list[str], max_restarts: int | None = None, lock_fd: int | None = None) -> int:
     """Run ``attnlab <argv>`` on ``nproc`` local processes under torchrun; returns its exit code.
 
     ``argv`` is the command line after the program name (``sys.argv[1:]``), with or without
     ``--nproc``. ``max_restarts`` defaults to ``$ATTNLAB_MAX_RESTARTS`` (else 0): how many times a
-    failed worker makes the whole group restart from the last checkpoint. Raises
-    :class:`AttnlabError` for ``nproc < 1`` or when called from inside a torchrun worker.
+    failed worker makes the whole group restart from the last checkpoint. ``lock_fd``: this process's
+    lock on the run folder (:mod:`attnlab.training.run_lock`), which torchrun inherits, so the job holds it
+    until its last process ends. torchrun, and through it every worker, is killed when this process
+    dies (:func:`attnlab.interrupts.die_with_parent`). Raises :class:`AttnlabError` for ``nproc < 1`` or
+    when called from inside a torchrun worker.
     """
     if nproc < 1:
         raise AttnlabError(_("--nproc {nproc}: the number of processes must be at least 1").format(nproc=nproc))
@@ -139,7 +147,9 @@ def launch_nproc(nproc: int, argv: list[str], max_restarts: int | None = None) -
     # is read again. Not TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: its store per round is served by rank
     # 0 on a port torch picked free and released (`get_free_port`) seconds to minutes before rank 0
     # binds it, so another process can take it meanwhile. A value the user set is passed on as it is.
-    return run_forwarding_signals(torchrun_command(nproc, argv, max_restarts), dict(os.environ))
+    env = {**os.environ, LAUNCHER_ENV: str(os.getpid())}
+    return run_forwarding_signals(torchrun_command(nproc, argv, max_restarts), env,
+                                  pass_fds=() if lock_fd is None else (lock_fd,))
 
 
 # What a signal to `attnlab` becomes for torchrun: SIGHUP (the terminal went away) stops the job like
@@ -149,7 +159,7 @@ FORWARDED = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM, signa
 STOP_GRACE_S = 25.0  # after a forwarded signal, the workers' time to save and exit before they are killed
 
 
-def run_forwarding_signals(cmd: list[str], env: dict[str, str] | None = None) -> int:
+def run_forwarding_signals(cmd: list[str], env: dict[str, str] | None = None, pass_fds: tuple[int, ...] = ()) -> int:
     """Run ``cmd`` (torchrun) in a new session, forward :data:`FORWARDED` signals to it, wait for it.
 
     Only the first signal is forwarded: torchrun is then stopping its workers (they save ``last``),
@@ -180,7 +190,7 @@ def run_forwarding_signals(cmd: list[str], env: dict[str, str] | None = None) ->
     # A signal this process ignores (nohup's SIGHUP, SIGINT of a background job) stays ignored.
     old = {sig: signal.signal(sig, handle) for sig in FORWARDED if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, pass_fds=pass_fds)
         state["proc"] = proc
         if state["signal"] is not None and not state["forwarded"]:
             forward()  # the signal came while torchrun was being started
@@ -245,18 +255,61 @@ def _children(ppid: int) -> list[tuple[int, int]]:
     return out
 
 
+AGENT_ENV = "ATTNLAB_AGENT_PID"  # torchrun's pid, for its workers: they die with it (distributed.setup)
+
+
 def torchrun_main() -> int:
-    """``python -m torch.distributed.run``'s ``main``, except that a stop by signal (which torchrun passes
-    on to the workers: they save and exit) ends in its exit status, 128 + the signal, instead of the
-    traceback of its ``SignalException`` after the workers' last lines."""
+    """``python -m torch.distributed.run``'s ``main``, as the ``attnlab`` launcher runs it: killed with the
+    launcher (:func:`attnlab.interrupts.die_with_parent`), and ended in one line, not torchrun's tracebacks.
+
+    A stop by signal (which torchrun passes on to the workers: they save and exit) ends in its exit
+    status, 128 + the signal. A failed worker (:func:`failure_line`) ends in one line and status 1, or
+    in the worker's own status 2 when it said what was wrong (an ``error:`` line: a mistake, not a crash).
+    """
+    launcher = os.environ.get(LAUNCHER_ENV, "")
+    if launcher.isdigit():
+        die_with_parent(int(launcher))
+    os.environ[AGENT_ENV] = str(os.getpid())
+    if "LOGLEVEL" not in os.environ:  # torchrun's own switch for its logs: the user asked for them all
+        logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_said_by_failure_line)
     from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main
 
     try:
         main()
     except SignalException as e:
         return exit_code(int(e.sigval))
+    except ChildFailedError as e:
+        # The cause first: a worker killed by a signal, then one that said what was wrong (status 2), before
+        # the others, which failed because it went away (their timestamps may come first).
+        rank, failure = min(e.failures.items(), key=lambda rf: (rf[1].exitcode >= 0, rf[1].exitcode != 2,
+                                                                rf[1].timestamp, rf[0]))
+        if failure.exitcode == 2:
+            return 2  # an AttnlabError: the worker printed its one line
+        print(failure_line(rank, failure.pid, failure.exitcode), file=sys.stderr)
+        return 1
     return 0
+
+
+def _said_by_failure_line(record: logging.LogRecord) -> bool:
+    """False for torchrun's log lines about a failed worker and the closing of the others, which
+    :func:`failure_line` says in one line."""
+    return not str(record.msg).startswith(("failed (exitcode", "Sending process", "Closing process"))
+
+
+def failure_line(rank: int, pid: int, exitcode: int) -> str:
+    """What ended the job, in one line: which worker failed and how (torchrun stopped the others); what is
+    saved is the last checkpoint, which ``--resume`` continues from."""
+    if exitcode < 0:
+        try:
+            how = _("was killed by {signal}").format(signal=signal.Signals(-exitcode).name)
+        except ValueError:
+            how = _("was killed by signal {signal}").format(signal=-exitcode)
+    else:
+        how = _("exited with status {code}").format(code=exitcode)
+    return _("error: worker rank {rank} (pid {pid}) {how}, so the job stopped; the run folder keeps its last "
+             "checkpoint: continue with `attnlab train --resume --out RUN`").format(rank=rank, pid=pid, how=how)
 
 
 if __name__ == "__main__":  # torchrun_command runs torchrun through here

@@ -43,6 +43,7 @@ from attnlab.training.session import (
     TrainLog,
     UpdateClock,
     all_finite,
+    open_run_folder,
 )
 from attnlab.training.validation import record_probes
 
@@ -164,7 +165,9 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     """
     device = pick_device(cfg.train.device)
     device, own_group = D.setup(device)
+    lock = None
     try:
+        lock = open_run_folder(cfg, Path(out_dir))  # one writer per run folder (training/run_lock.py)
         t_open = time.perf_counter()  # the wall record's clock (training/wall.py), not the loop's
         s = Session.open(cfg, Path(out_dir), resume, prepared, argv, device, clock, explicit)
         s.wall.add("setup", time.perf_counter() - t_open)
@@ -197,6 +200,8 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
         result.signal = stop.signal
         return result
     finally:
+        if lock is not None:
+            lock.release()
         if own_group:
             D.teardown()
 

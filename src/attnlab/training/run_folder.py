@@ -26,6 +26,7 @@ from attnlab.errors import AttnlabError
 from attnlab.i18n import _
 from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
 from attnlab.training.resume import set_aside_dead_records
+from attnlab.training.run_lock import LOCK_FILE
 from attnlab.training.tensorboard import BOARD_DIR
 
 RECORDS = (runs.METRICS, "probes.jsonl")  # the run's append-only logs
@@ -48,9 +49,10 @@ def _is_run(out_dir: Path) -> bool:
 
 
 def _is_dead_record(name: str) -> bool:
-    """A name a run's records take (``metrics.jsonl``, ``tensorboard/``, a set-aside ``….old.2``, ``checkpoints/``)."""
+    """A name a run's records take (``metrics.jsonl``, ``tensorboard/``, a set-aside ``….old.2``, ``checkpoints/``,
+    ``train.lock``, which training takes before it checks the folder)."""
     base = name.split(".old", 1)[0] if ".old" in name else name
-    return base in (*RECORDS, BOARD_DIR) or name == "checkpoints"
+    return base in (*RECORDS, BOARD_DIR) or name in ("checkpoints", LOCK_FILE)
 
 
 def _check_new_run_dir(out_dir: Path) -> None:

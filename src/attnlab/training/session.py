@@ -51,6 +51,7 @@ from attnlab.training.budget import WARM_UPDATES, BudgetPlan
 from attnlab.training.optim import make_optimizer
 from attnlab.training.resume import check_resume_overrides
 from attnlab.training.run_folder import CurvesPainter, drop_records_after, prepare_run_dir, write_run_files
+from attnlab.training.run_lock import RunLock, RunLockedError, lock_run_folder
 from attnlab.training.validation import record_probes, selection_score, validation_bleu, validation_loss
 from attnlab.training.wall import WallClock
 
@@ -115,6 +116,28 @@ def agree_on_restart(out_dir: Path, resume: bool) -> tuple[bool, bool]:
     return restarted, resume
 
 
+def lock_for_training(out_dir: Path) -> RunLock | None:
+    """Rank 0 locks the run folder (:mod:`attnlab.training.run_lock`); when another process holds it,
+    every rank raises the same one-line :class:`RunLockedError`, so none waits for the others."""
+    lock, refusal = None, None
+    if D.is_main():
+        try:
+            lock = lock_run_folder(out_dir)
+        except RunLockedError as e:
+            refusal = str(e)
+    refusal = D.broadcast_object(refusal)
+    if refusal:
+        raise RunLockedError(refusal)
+    return lock
+
+
+def open_run_folder(cfg: Config, out_dir: Path) -> RunLock | None:
+    """What comes before the run folder is touched: a missing extra is refused on every rank before
+    anything is written (the lock's file included), then the folder is locked (:func:`lock_for_training`)."""
+    tb.require(cfg.train.tensorboard)
+    return lock_for_training(out_dir)
+
+
 def all_finite(finite: bool) -> bool:
     """True when the loss and gradient were finite on every rank: a lone skipper would stall DDP."""
     if D.world_size() > 1:
@@ -171,13 +194,16 @@ def resolve_size(cfg: Config, prepared, explicit: frozenset[str] | None = None) 
     return cfg
 
 
-def load_data(cfg: Config, saved: runs.RunFiles | None, prepared):
-    """The prepared corpus: given, or built with a resumed run's own tokenizers."""
+def load_data(cfg: Config, saved: runs.RunFiles | None, prepared, out_dir: Path | None = None):
+    """The prepared corpus: given, or built with a resumed run's own tokenizers; a resumed run's must be
+    the corpus it recorded (:func:`attnlab.data.corpus.require_same_corpus`)."""
     if prepared is None:
         toks = None
         if saved is not None:
             toks = (load_tokenizer(saved.tokenizers["src"]), load_tokenizer(saved.tokenizers["tgt"]))
         prepared = corpus.prepare(cfg.data, tokenizers=toks)
+    if saved is not None:
+        corpus.require_same_corpus(prepared, runs.recorded_corpus(saved.meta), out_dir or "the run")
     if not prepared.splits["train"].src:
         raise AttnlabError(_("the training split is empty; raise data.max_pairs or check the corpus"))
     return prepared
@@ -215,14 +241,14 @@ class Session:
     @classmethod
     def open(cls, cfg: Config, out_dir: Path, resume: bool, prepared, argv, device, clock,
              explicit: frozenset[str] | None = None) -> Session:
-        """Set the run up on this rank (see the module docstring); ``clock`` is the loop's."""
-        tb.require(cfg.train.tensorboard)  # a missing extra stops every rank before anything is written
+        """Set the run up on this rank (see the module docstring), in a folder :func:`open_run_folder`
+        opened; ``clock`` is the loop's."""
         restarted, resume = agree_on_restart(out_dir, resume)
         if D.is_main():
             prepare_run_dir(cfg, out_dir, resume, restarted=restarted)
         D.barrier()
         cfg, saved = settle_config(cfg, out_dir, resume, prepared, explicit)
-        prepared = load_data(cfg, saved, prepared)
+        prepared = load_data(cfg, saved, prepared, out_dir)
         if saved is not None:  # the checkpoint resumed from, verified before a model is built from config.toml
             last = runs.resolve_checkpoint(out_dir, "last")
             runs.verify_checkpoint(last)

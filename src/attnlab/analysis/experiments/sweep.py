@@ -64,6 +64,7 @@ class SweepResult(TextReport):
     trials: list[Trial] = field(default_factory=list)
     best: int | None = None  # index into trials
     best_config: Config | None = None  # the config the best trial trained with (best.toml)
+    data_path: str | None = None  # the corpus the best trial read (``--data``): best.toml holds no path
 
     def _format(self) -> str:
         return _table(self)
@@ -73,11 +74,13 @@ class SweepResult(TextReport):
 
     def train_command(self, out: str = "runs/best") -> str:
         """The ``attnlab train`` line that trains the best trial again into ``out``: ``best.toml`` with the
-        best trial's own kind (``--model`` must agree with the file's ``model.kind``)."""
+        best trial's own kind (``--model`` must agree with the file's ``model.kind``) and, for a corpus read
+        from a path, ``--data`` (a run's config records no path, so ``best.toml`` cannot name it)."""
         if self.best_config is None:
             raise AttnlabError(_("the sweep has no best trial yet"))
+        data = f" --data {shlex.quote(self.data_path)}" if self.data_path else ""
         return (f"attnlab train --model {self.best_config.model.kind} "
-                f"--config {shlex.quote(str(self.out_dir / 'best.toml'))} --out {shlex.quote(out)}")
+                f"--config {shlex.quote(str(self.out_dir / 'best.toml'))}{data} --out {shlex.quote(out)}")
 
     def to_json(self) -> dict[str, Any]:
         def clean(x: Any) -> Any:
@@ -257,6 +260,7 @@ def _pick_best(result: SweepResult, configs: list[Config]) -> None:
         )
     best = max(scored, key=_rank_key)
     result.best = best.index
+    result.data_path = configs[best.index].data.data_path
     try:  # what it trained with: train.size=auto resolved, which `train --config best.toml` keeps as it is
         result.best_config = read_run(out_dir / best.name).config
     except AttnlabError:
