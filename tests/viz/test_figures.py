@@ -155,3 +155,28 @@ def test_save_figure_keeps_a_stem_with_a_dot_whole(tmp_path):
     paths = save_figure(fig, tmp_path / "params_bahdanau-1.5min", formats=("png", "svg"))
     assert [p.name for p in paths] == ["params_bahdanau-1.5min.png", "params_bahdanau-1.5min.svg"]
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
+
+
+def test_every_figure_of_weights_draws_darker_for_larger_on_one_0_1_scale():
+    """attribute, heads and the training timeline use the attention maps' colours (the notes §23, the web
+    page): viz.attention.CMAP on 0…1, so 1 is dark and 0 white, never viridis' bright = large."""
+    import numpy as np
+
+    from attnlab.analysis import attribution as A
+    from attnlab.training.tensorboard import attention_image
+    from attnlab.viz.attention import CMAP
+
+    w = torch.tensor([[0.9, 0.1], [0.2, 0.8]])
+    a = A.Attribution("a b", "x y", "ixg", ["x", "y"], ["a", "b"], torch.randn(2, 2), torch.zeros(2),
+                      torch.zeros(2), compare={"attention": w}, rho={"attention": [1.0, 1.0]})
+    roll = A.RolloutReport("a b", "x y", [A.RolloutMap("enc_self", ["a", "b"], w, w, [1.0, 1.0])])
+    unsigned = [ax.images[0] for ax in [*a.figure().axes[:1], *roll.figure().axes] if ax.images]
+    report = _report({"cross": (2, 2)})
+    unsigned += [ax.images[0] for ax in _panels(report.figure()) if ax.get_title().split("\n")[0] in
+                 {Hd.LABELS[s] for s in Hd.SHARES}]
+    assert len(unsigned) >= 8
+    for image in unsigned:
+        assert image.get_cmap().name == CMAP and image.get_clim() == (0.0, 1.0)
+    img = attention_image(np.array([[[0.0, 1.0]]]))  # (layers, rows, keys): one light and one dark cell
+    light, dark = img[0, 0].astype(int).sum(), img[0, -1].astype(int).sum()
+    assert light > 700 and dark < 300

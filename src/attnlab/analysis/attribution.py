@@ -561,9 +561,12 @@ def _rollout_text(r: RolloutReport) -> str:
 
 
 def _panel(ax, m: Tensor, rows: list[str], cols: list[str], title: str, signed: bool = False):
-    # Attention and rollout keep one colour scale, 0…1; a signed attribution is drawn per row as
-    # a / max|a| on a diverging scale (red pushes the token up, blue down).
-    cmap, lo = ("RdBu_r", -1.0) if signed else ("viridis", 0.0)
+    # Attention and rollout are drawn as every attention map is (viz.attention.CMAP: darker = larger, one
+    # 0…1 scale, the notes §23); a signed attribution is drawn per row as a / max|a| on a diverging scale
+    # (red pushes the token up, blue down).
+    from attnlab.viz.attention import CMAP
+
+    cmap, lo = ("RdBu_r", -1.0) if signed else (CMAP, 0.0)
     image = ax.imshow(m.numpy(), cmap=cmap, vmin=lo, vmax=1.0, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(len(cols)))
     ax.set_xticklabels(cols, rotation=90, fontsize=8)

@@ -56,6 +56,7 @@ from attnlab.evaluation.bleu import reference_streams
 from attnlab.i18n import N_, _
 from attnlab.models import traits
 from attnlab.translator import Translator, decode_many, teacher_forced
+from attnlab.viz.attention import CMAP
 from attnlab.viz.figure import new_figure
 
 #: Statistics per head, in table/figure order (``diag_agreement`` only for cross heads).
@@ -681,7 +682,7 @@ def _heads_panel(fig, ax, report: HeadsReport, kind: str, stat: str) -> None:
     mean[finite.sum(1) == 0] = float("nan")
     shown = torch.cat([grid, mean[:, None]], dim=1)  # (L, H + 1)
     vmin, vmax = _scale(report, stat)
-    cmap = "RdBu_r" if stat in SIGNED else "viridis"
+    cmap = "RdBu_r" if stat in SIGNED else CMAP  # darker = larger, as in every attention figure
     lo, hi = report.grid(kind, f"{stat}_lo"), report.grid(kind, f"{stat}_hi")  # (L, H); NaN: no interval
     beyond = (lo > 0) | (hi < 0)  # the bootstrap interval excludes 0: an effect beyond the noise
     im = ax.imshow(shown.numpy(), cmap=cmap, aspect="auto", vmin=vmin, vmax=vmax)

@@ -121,10 +121,13 @@ class TensorBoard(Board):
 def attention_image(maps: Any, rows: list[str] | None = None, cols: list[str] | None = None,
                     max_side: int = 480) -> np.ndarray | None:
     """Heads-averaged weights ``(layers, T_out, keys)`` as an RGB image ``(H, W, 3)`` uint8: the layers
-    side by side, each weight a square of 16 to 32 pixels, viridis on the fixed range [0, 1]; ``rows``
+    side by side, each weight a square of 16 to 32 pixels, darker = larger on the fixed range [0, 1]
+    (:data:`attnlab.viz.attention.CMAP`, as in every attention figure); ``rows``
     (the output tokens) label the rows on the left and ``cols`` (the keys) the columns on top of each
     layer, as the notes' heatmaps do (§23). None when empty."""
     from matplotlib import colormaps  # a colour table only: no figure is drawn
+
+    from attnlab.viz.attention import CMAP
 
     try:
         a = np.clip(np.asarray(maps, dtype=np.float32), 0.0, 1.0)  # (L, T, K)
@@ -137,7 +140,7 @@ def attention_image(maps: Any, rows: list[str] | None = None, cols: list[str] | 
     gap = np.ones((t_out * cell, max(4, cell // 2), 3), dtype=np.float32)  # white between layers
     tiles = []
     for layer in a:
-        tiles.append(colormaps["viridis"](np.repeat(np.repeat(layer, cell, 0), cell, 1))[..., :3])  # (T*cell, K*cell, 3)
+        tiles.append(colormaps[CMAP](np.repeat(np.repeat(layer, cell, 0), cell, 1))[..., :3])  # (T*cell, K*cell, 3)
         tiles.append(gap)
     heat = (np.concatenate(tiles[:-1], axis=1) * 255).round().astype(np.uint8)
     if rows is None and cols is None:
