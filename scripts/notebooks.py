@@ -669,14 +669,14 @@ for t in (gru, tr):
 '''),
     section(28, """
 The notes' next questions. **Encoder-only, decoder-only, encoder–decoder** (28.2): attnlab trains all three
-(`attnlab train --model encoder_only | decoder_only | transformer`). **The causal mask** (28.3) of GPT-like
+(`attnlab train --model encoder-only --out runs/mlm`; `decoder-only`, `transformer` likewise). **The causal mask** (28.3) of GPT-like
 models is this decoder's masked self-attention: the same lower-triangular mask, over one sequence.
 **Where the parameters are** (28.4): the table and the chart below. **Do the heads learn different things?**
 (28.5): `heads` measures each head (distance, previous/same token, `<eos>`) and silences each in turn;
 a BLEU drop inside the bootstrap interval is noise.
 """, """
 笔记的后续问题。**编码器-only、解码器-only、编码器-解码器**（28.2）：attnlab 三种都能训练
-（`attnlab train --model encoder_only | decoder_only | transformer`）。GPT 类模型的 **causal mask**（28.3）就是这里
+（`attnlab train --model encoder-only --out runs/mlm`；`decoder-only`、`transformer` 同理）。GPT 类模型的 **causal mask**（28.3）就是这里
 解码器的掩蔽自注意力：同一个下三角 mask，只是作用在一个序列上。**参数量主要集中在哪些模块**（28.4）：见下面的
 表和图。**不同的头是否真的学到了不同的现象？**（28.5）：`heads` 测量每个头（关注距离、前一个/同一个 token、
 `<eos>`），并依次屏蔽每个头；BLEU 的下降落在 bootstrap 区间之内就只是噪声。

@@ -175,14 +175,9 @@ def _worker():
     return D if D is not None and D.joined_a_group() else None
 
 
-def _main(argv: list[str] | None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        set_language(_language_before_parsing(argv))  # --lang, else $ATTNLAB_LANG, else English
-    except AttnlabError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    parser = make_parser()
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed as ``attnlab`` parses it (usage errors exit 2 through :class:`Parser`); the tests
+    parse every command the notebooks and READMEs show through this, without running it."""
     # argparse stops filling a trailing `nargs="*"` positional once an option follows it
     # (`translate RUN --beam 4 "text"`); leftovers go back to that positional list.
     args, rest = parser.parse_known_args(argv)
@@ -194,6 +189,17 @@ def _main(argv: list[str] | None) -> int:
             sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
             sub.choices.get(args.command, parser).unknown_options(bad or rest)
         setattr(args, slot, [*getattr(args, slot), *rest])
+    return args
+
+
+def _main(argv: list[str] | None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        set_language(_language_before_parsing(argv))  # --lang, else $ATTNLAB_LANG, else English
+    except AttnlabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    args = parse(make_parser(), argv)
     try:
         with sigterm_interrupts():  # SIGTERM stops a command as Ctrl-C does (attnlab.interrupts)
             set_language(args.lang)  # --lang, else $ATTNLAB_LANG, else English; a bad one is an error: line
@@ -205,7 +211,7 @@ def _main(argv: list[str] | None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # Ctrl-C, or attnlab.interrupts.Interrupted: 128 + the signal's number
-        print("interrupted" if not str(e) else f"interrupted by {e}", file=sys.stderr)
+        print(_("interrupted") if not str(e) else _("interrupted by {signal}").format(signal=e), file=sys.stderr)
         return exit_code(e)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
