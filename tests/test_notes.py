@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,47 @@ def test_the_example_and_its_table_agree():
     table = notes.NOTES_ALIGNMENT[source]
     assert [table[w] for w in ("je", "suis", "chez", "moi")] == ["i'm", "i'm", "home", "home"]  # the notes' §1
     assert set(table.values()) <= set(source.split())
+
+
+def _doc_d2l_rows() -> tuple[list[tuple[list[str], list[str]]], dict[str, str]]:
+    """Both tables of docs/notes-sections.md: each row's (zh numbers, en numbers), and the topic of each
+    section of the second table ("D2L sections the code cites by topic")."""
+    rows, topics = [], {}
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| §") and len(cells) == 5 and not line.startswith("| § "):
+            zh, en = cells[3], cells[4]
+        elif len(cells) == 4 and cells[0][:1].isdigit():
+            zh, en = cells[0], cells[1]
+            topics[zh] = cells[2].removeprefix("the ").removesuffix(" attention").lower()
+        else:
+            continue
+        rows.append(([x.strip() for x in zh.split(",")], [x.strip() for x in en.split(",")]))
+    return rows, topics
+
+
+_NUMS = r"\d+(?:\.\d+)*(?:–\d+(?:\.\d+)*)?(?:,\s*\d+(?:\.\d+)*(?:–\d+(?:\.\d+)*)?)*"
+#: "D2L §10.4", "D2L 10.3.2 zh / 11.3.4 en", "D2L's (10.7 zh / 11.7 en" — not "D2L's 0.005" (a value of D2L's).
+CITATION = re.compile(rf"D2L(?:'s \(|\s+§?)({_NUMS})(?:\s+zh\s*/\s*({_NUMS})\s+en)?")
+
+
+def test_every_d2l_section_the_code_cites_is_in_the_doc_and_names_its_topic():
+    src = Path(__file__).resolve().parents[1] / "src" / "attnlab"
+    rows, topics = _doc_d2l_rows()
+    known_zh = {x for zh, _ in rows for x in zh}
+    pairs = {(z, e) for zh, en in rows if len(zh) == len(en) for z, e in zip(zh, en)}
+    cited = 0
+    for path in sorted(src.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for m in CITATION.finditer(text):
+            where = f"{path.relative_to(src)}: {m.group(0)!r}"
+            zh = [x.strip() for x in m.group(1).split(",")]
+            assert set(zh) <= known_zh, f"{where} cites a D2L section docs/notes-sections.md does not list"
+            if m.group(2):
+                en = [x.strip() for x in m.group(2).split(",")]
+                assert len(zh) == len(en) and set(zip(zh, en)) <= pairs, f"{where}: not one row's zh / en pair"
+            around = text[max(0, m.start() - 120):m.end() + 40].lower()
+            for x in zh:
+                assert x not in topics or topics[x] in around, f"{where} is D2L's {topics.get(x)!r}, not named here"
+            cited += 1
+    assert cited >= 15

@@ -186,7 +186,7 @@ class ModelConfig:
     # Keys/values become [h→; h←] (2D); the decoder starts from tanh(W [h→_last; h←_first]).
     bidirectional: bool = False
     # Bahdanau: the score function of its attention, a name of attnlab.models.BAHDANAU_SCORES; "additive" is
-    # the notes' vᵀ tanh(W_q q + W_k k) (§1–3, D2L §10.3.3). Checked when the model is built.
+    # the notes' additive vᵀ tanh(W_q q + W_k k) (§1–3, D2L 10.3.2 zh / 11.3.4 en). Checked when the model is built.
     attention_score: str = "additive"
     # Bahdanau: the query is the decoder state before its step, s(t'-1) ("previous", D2L §10.4), or after it,
     # s(t') ("current", Luong et al. 2015), when the output layer reads tanh(W_c [s(t'); c(t')]) instead of s(t').

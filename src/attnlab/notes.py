@@ -109,7 +109,7 @@ def _d2l_numbers(sections: list[Section], edition: str) -> str:
 
 
 def cite(number: str | int, lang: str | None = None) -> str:
-    """``§7 (D2L 9.1.1 zh / 10.2.1 en)``: the notes' section with both D2L numberings, for help texts
+    """``§7 (D2L 9.1.1 zh / 10.2.1–10.2.3 en)``: the notes' section with both D2L numberings, for help texts
     and captions read by someone who does not have the notes; ``lang``: ``None`` = the current language
     (:func:`attnlab.i18n.language`). ``number`` may name several sections
     (``"4–9"``, ``"11, 28"``, ``"27.5, 28.5"``): their D2L sections are listed once each.

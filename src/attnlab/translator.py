@@ -12,7 +12,7 @@
 >>> tr.attention("i'm home .").plot("cross")                # doctest: +SKIP
 <Figure size … with 2 Axes>
 
-Sentences are preprocessed as in training (D2L §4), sorted by length into batches (padding is
+Sentences are preprocessed as in training (notes §4; D2L 9.5 zh / 10.5 en), sorted by length into batches (padding is
 wasted work), decoded greedily or with beam search through the model protocol, detokenised, and
 returned in the caller's order. An empty line gives an empty translation.
 

@@ -1,4 +1,4 @@
-"""Additive (Bahdanau) attention (notes §1–3; D2L §10.3.3): ``score(q, k) = vᵀ tanh(W_q q + W_k k)``.
+"""Additive (Bahdanau) attention (notes §1–3; D2L 10.3.2 zh / 11.3.4 en): ``score(q, k) = vᵀ tanh(W_q q + W_k k)``.
 
 In the Bahdanau decoder the query is the previous decoder state s(t'-1) and the keys = values are
 the encoder states h_t; the output is the context vector c(t') = Σ_t α(s(t'-1), h_t) h_t (notes §1).

@@ -1,4 +1,4 @@
-"""Scaled dot-product attention (notes §12; D2L §10.3.2): ``softmax(q·kᵀ/√d) v``.
+"""Scaled dot-product attention (notes §12; D2L 10.3.3 zh / 11.3.3 en): ``softmax(q·kᵀ/√d) v``.
 
 Dimension key: B batch (any leading dims), Q queries, K keys, Dh query/key size, Dv value size.
 """

@@ -130,7 +130,7 @@ TEXT: dict[str, str] = Templates({
                 "one head"),
     "add.other": N_("  score: this model's attention module is {cls}, the score its config chose, not the additive one; "
                     "step 1's scores are not worked by hand here"),
-    "add.score": N_("  additive score (§2; D2L 10.3.3): e_t = w_vᵀ tanh(W_q q + W_k k_t), not q·k/√d (the "
+    "add.score": N_("  additive score (§2; D2L 10.3.2 zh / 11.3.4 en): e_t = w_vᵀ tanh(W_q q + W_k k_t), not q·k/√d (the "
                     "Transformer's, §12)"),
     "add.keys": N_("keys k_t = h_t"),
     "add.dot": N_("score e_t"),
