@@ -281,6 +281,24 @@ def test_params_command_run_and_model(tiny_runs, tmp_path, capsys):
     assert cli.main(["params", "--model", "transformer", "--src-vocab", "100"]) == 2
 
 
+@pytest.mark.parametrize("kind", ["bahdanau", "transformer"])
+def test_params_with_a_named_size_counts_the_model_train_would_build(kind, tmp_path, capsys):
+    """`train.size=notes` is the notes' 32-wide model, as `attnlab train` builds it, not the 256-wide preset;
+    a key typed beside it still wins over the size's."""
+    from attnlab.training import sizing
+
+    for extra in ([], ["model.num_layers=2"]):
+        argv = ["params", "--model", kind, "--src-vocab", "100", "--tgt-vocab", "120", "--out", str(tmp_path),
+                "--formats", "png", "train.size=notes", *extra]
+        assert cli.main(argv) == 0
+        out = capsys.readouterr().out
+        cfg = sizing.resolve(C.apply_overrides(C.preset(kind), ["train.size=notes", *extra]),
+                             frozenset(e.split("=")[0] for e in extra))[0].model
+        assert cfg.num_hiddens == 32 and (not extra or cfg.num_layers == 2)
+        assert f"{_expected(cfg, 100, 120):,}" in out and "train.size=notes" in out
+        assert f"{_expected(C.preset(kind).model, 100, 120):,}" not in out
+
+
 # ------------------------------------------------------------------------------------------- positional
 
 

@@ -156,9 +156,17 @@ def cmd_params(args) -> int:
         out = _out_dir(args, Path(args.run) / "figures")
     else:
         cfg = build_config(args, kind=args.model)
+        title = f"{args.model} (preset + overrides)"
+        if cfg.train.size not in ("auto", "base"):
+            # a named size is the model `attnlab train` would build (the notes' 32 wide, a tier's); "auto" depends
+            # on the machine and the budget, so the preset is shown
+            from attnlab.cli.train import _explicit_keys
+            from attnlab.training import sizing
+
+            cfg = sizing.resolve(cfg, _explicit_keys(args))[0]
+            title = f"{args.model} (preset, train.size={cfg.train.size}, + overrides)"
         vocab = _vocab_sizes(args, cfg)
         model = build_model(cfg.model, *vocab)
-        title = f"{args.model} (preset + overrides)"
         out = _out_dir(args, Path("figures"))
     report = params.run(model, title, vocab=vocab, verbose=args.verbose)
     print(report.format())

@@ -149,3 +149,15 @@ def test_explain_on_the_notes_size_shows_the_notes_shapes_and_its_own_ids(tmp_pa
     assert ("embed_size=32" in line) == (kind == "bahdanau") and "tie_embeddings=False" in line
     if kind == "bahdanau":
         assert re.search(r"encoder hidden states h_t +\(1, \d+, 32\)", text)
+
+
+def test_explain_says_what_the_output_layer_reads(tiny_runs):
+    """§8's logits: W_o reads tanh(W_c [s; c]) when Bahdanau queries with the state after its step (the
+    preset, as part 7 works it by hand), the decoder state s for the fixed-context seq2seq."""
+    for kind, formula in [("bahdanau", "W_o tanh(W_c [s; c]) + b_o"), ("seq2seq", "W_o s + b_o")]:
+        tr = Translator.from_run(tiny_runs(kind), which="last")
+        assert getattr(tr.model, "after_step", False) is (kind == "bahdanau")
+        text = run(tr, "twenty one").format()
+        header = next(line for line in text.splitlines() if line.startswith("== 5."))
+        table = next(line for line in text.splitlines() if line.strip().startswith("logits "))
+        assert f"logits = {formula} (§8)" in header and table.endswith(f"{formula} (§8)"), (header, table)

@@ -528,14 +528,20 @@ def gates_figure(tracks: dict[str, GateTrack]):
     return fig
 
 
+def logits_formula(after_step: bool) -> str:
+    """What the output layer reads (§8): the decoder state s, or for a Bahdanau model whose query is its state
+    after the step (``model.attention_query="current"``, Luong et al. 2015) the attentional tanh(W_c [s; c])."""
+    return "W_o tanh(W_c [s; c]) + b_o" if after_step else "W_o s + b_o"
+
+
 def _decoding_section(steps: list[_Step], translation: str, V: int, top_k: int, out: Out,
                       after_step: bool = False) -> None:
     """5. greedy decoding, one step at a time (§3, §8, §22), over a target vocabulary of ``V`` entries.
     ``after_step``: a Bahdanau model whose query is its state after the step (``model.attention_query``)."""
     out(
         "\n" + _("== 5. greedy decoding, one step at a time (§22): attention over the source, then logits = "
-                 "W_o s + b_o (§8), shape (1, {V}), softmax → probabilities; top {k} shown").format(
-            V=V, k=top_k)
+                 "{logits} (§8), shape (1, {V}), softmax → probabilities; top {k} shown").format(
+            logits=logits_formula(after_step), V=V, k=top_k)
     )
     with_context = [st for st in steps if st.context is not None]
     if with_context:
@@ -642,7 +648,7 @@ def _tables(
                      _("softmax of scores: rows sum to 1 (§12)")))
     rows += roles.context_rows(model, t, cap)
     rows += [
-        ("logits", f"(1, {T}, {V})", "W_o s + b_o (§8)"),
+        ("logits", f"(1, {T}, {V})", f"{logits_formula(bool(getattr(model, 'after_step', False)))} (§8)"),
         (_("probabilities"), f"(1, {T}, {V})", _("softmax of the logits")),
     ]
     if has_loss:
