@@ -6,7 +6,8 @@ edition, chapter 11 of the English edition) on two models they train themselves.
 from :data:`CELLS`: the code is the same, each markdown cell is written here in English and in Chinese side
 by side, and the section headings come from :data:`attnlab.notes.SECTIONS` through :func:`attnlab.notes.cite`
 — so the two cannot drift apart. The only code that differs is ``LANG``, which sets
-``attnlab.i18n.set_language`` so that every report and figure speaks the notebook's language.
+``attnlab.i18n.set_language`` so that every report and figure speaks the notebook's language; the code's
+comments are said in Chinese in the Chinese tour (:data:`ZH_COMMENTS`).
 
 Regenerate both notebooks with their outputs (a reader sees them on the forge without running anything),
 one command, about two minutes on 2 cores::
@@ -72,8 +73,54 @@ def md(en: str, zh: str) -> tuple:
     return ("markdown", en.strip(), unwrap_cjk(zh.strip()), ())
 
 
+#: The code is the same in both tours; its comments and docstrings are said in each tour's language.
+ZH_COMMENTS = {
+    "`attnlab explain`: §4–9 on the GRU model": "`attnlab explain`：在 GRU 模型上演示 §4–9",
+    "… and on the Transformer": "……以及在 Transformer 上",
+    "its attention maps, as data (attnlab.maps)": "它的注意力图，作为数据（attnlab.maps）",
+    "3 <pad> after <eos>, as in a batch": "在 <eos> 后补 3 个 <pad>，和批量里一样",
+    "§22: test-time decoding": "§22：测试时的解码",
+    "(T, S): one row per generated word": "(T, S)：每个生成的词一行",
+    "attention, context vector c_t' and the chosen word at every step": "每一步的注意力、上下文向量 c_t' 和选出的词",
+    "`attnlab attribute`: integrated gradients against the attention": "`attnlab attribute`：积分梯度与注意力对照",
+    "(S, S): layer 1, heads averaged": "(S, S)：第 1 层，各头取平均",
+    "padding rows are computed, then ignored": "填充行照样计算，随后被忽略",
+    "`attnlab positional RUN`": "`attnlab positional RUN`",
+    "the rotation checked over every position and shift": "在每个位置和每个偏移上检查旋转性质",
+    "change position 2 only": "只改变第 2 个位置",
+    "True = may attend: row t sees columns ≤ t (§24, GPT's causal mask)":
+        "True = 可以关注：第 t 行看得到 ≤ t 的列（§24，GPT 的 causal mask）",
+    "every report, table and figure below speaks this language": "下面的每个报告、表格和图都使用这种语言",
+    "the few lines this notebook prints itself": "本笔记本自己打印的几行文字",
+    "tqdm.auto asks for ipywidgets; no bar is drawn": "tqdm.auto 需要 ipywidgets；这里不画进度条",
+    "next to the notebook; the English and Chinese tours share it": "在笔记本旁边；英文版和中文版共用它",
+    "the notes' corpus when it can be found, else the offline numbers task": "能找到笔记用的语料就用它，否则用离线的 numbers 任务",
+    "Block `== n.` of an explain report's text (the report numbers its parts 1–9).":
+        "explain 报告文本中的 `== n.` 一块（报告把各部分编号为 1–9）。",
+    "The lines of a report, grouped by the notes' section each group starts with (a line '§N …').":
+        "报告的各行，按每组开头的笔记小节（以 '§N …' 开头的一行）分组。",
+    "The run RUNS/kind: trained here for half a minute, sized for this machine, unless it is already there.":
+        "run 文件夹 RUNS/kind：若还不存在，就在这里按本机速度确定规模，训练半分钟。",
+}
+
+
+def zh_code(src: str) -> str:
+    """``src`` with its comments (``# …`` to the end of a line) and one-line docstrings in Chinese
+    (:data:`ZH_COMMENTS`; shapes such as ``(S,)`` and names stay as they are)."""
+    lines = []
+    for line in src.split("\n"):
+        head, sep, comment = line.partition("# ")
+        if sep and comment in ZH_COMMENTS and (not head or head[-1] == " "):
+            line = head + sep + ZH_COMMENTS[comment]
+        stripped = line.strip()
+        if stripped.startswith('"""') and stripped.strip('"') in ZH_COMMENTS:
+            line = line.replace(stripped.strip('"'), ZH_COMMENTS[stripped.strip('"')])
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def code(src: str, *tags: str) -> tuple:
-    return ("code", src.strip(), src.strip(), tags)
+    return ("code", src.strip(), zh_code(src.strip()), tags)
 
 
 def section(number: str | int, en: str, zh: str) -> tuple:
@@ -190,7 +237,7 @@ runs it finds there.
 
 从上到下运行（*Run All*）；它写入 notebook 旁边的 `runs/notes_tour/`，已有的训练结果会直接复用。
 """),
-    ("code", SETUP.format(lang="en").strip(), SETUP.format(lang="zh").strip(), ()),
+    ("code", SETUP.format(lang="en").strip(), zh_code(SETUP.format(lang="zh").strip()), ()),
     md("""
 ## Training, once
 

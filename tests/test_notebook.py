@@ -90,3 +90,17 @@ def test_both_notebooks_run_and_reproduce_the_committed_outputs(tmp_path, monkey
                             f"{n.get('figure_sizes')}, committed {o.get('outputs')} {o.get('figure_sizes')}")
     if skipped:
         pytest.skip("both notebooks ran; not compared with the committed outputs: " + "; ".join(skipped))
+
+
+def test_the_chinese_tour_comments_its_code_in_chinese():
+    """The code is the English tour's; every comment and docstring of it that is prose is Chinese."""
+    import re
+
+    prose = re.compile(r"[A-Za-z]{3,}.*[A-Za-z]{3,}")
+    for cell in notebooks.build("zh").cells:
+        if cell.cell_type != "code":
+            continue
+        for line in cell.source.splitlines():
+            said = line.partition("# ")[2] if "# " in line else line.strip() if line.strip().startswith('"""') else ""
+            said = re.sub(r"`[^`]*`|\([^)]*\)|i'm home \. → je suis chez moi \.", "", said)
+            assert not prose.search(said) or re.search(r"[\u4e00-\u9fff]", said), line

@@ -34,6 +34,11 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*")
 _EXAMPLE = re.compile(r"^\s*\S.*?\s=>\s.*?(?=\s{2,}|$)")
 
 
+#: Words that begin a line the learner reads and are English prose on their own: "wrote PATH" after every
+#: figure and file a command saves, "interrupted by SIGTERM".
+LEADING = re.compile(r"\s*(wrote|interrupted)\b")
+
+
 def english_words(line: str, vocab: frozenset[str] = frozenset()) -> list[str]:
     """The words of ``line`` that are English prose (see the module docstring); [] for a CJK line."""
     if _CJK.search(line) or _ASSIGNMENT.match(line) or _SHELL.match(line):
@@ -44,8 +49,10 @@ def english_words(line: str, vocab: frozenset[str] = frozenset()) -> list[str]:
 
 
 def is_untranslated(line: str, vocab: frozenset[str] = frozenset()) -> bool:
-    """``line`` holds two or more English prose words and no CJK character."""
-    return len(english_words(line, vocab)) >= 2
+    """``line`` holds two or more English prose words and no CJK character, or begins with one of
+    :data:`LEADING`."""
+    words = english_words(line, vocab)
+    return len(words) >= 2 or bool(words and LEADING.match(line))
 
 
 def english_lines(text: str, vocab: frozenset[str] = frozenset()) -> list[str]:

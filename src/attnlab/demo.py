@@ -228,7 +228,7 @@ def _show(kind: str, tr, dataset: str, out: Path, peak: float, minutes: float) -
     print(cross_attention_table(result, getattr(tr.cfg.model, "attention_query", "previous")))
     print(depends.format())  # the alignment verdict beside integrated gradients (§1, §25)
     for p in result.save(out / kind / "attention", tr.name, formats=("png",)):
-        print(f"  wrote {p}")
+        print("  " + _("wrote {path}").format(path=p))
 
 
 def _sentence(tr) -> str:

@@ -162,3 +162,22 @@ def test_the_answer_without_importance_says_what_it_cannot_tell(tiny_runs):
     text = report.format()
     assert "## The answer to §28.5" in text and "was not measured (--no-importance)" in text
     assert all(0.0 <= h.focus <= 1.0 for h in report.heads if math.isfinite(h.focus))
+
+
+def test_the_plain_answer_speaks_chinese_whole():
+    """§28.5's answer under zh: head names and roles translated too, not "encoder self layer 1 head 1
+    (previous-token)" inside a Chinese line."""
+    from attnlab import i18n
+    from attnlab.analysis import heads as Hd
+    from tests.viz.test_figures import _report
+
+    report = _report({"enc_self": (1, 2), "cross": (1, 2)})
+    for h in report.heads:  # every role named: one dominating statistic each
+        h.values.update(prev=0.0, same=0.0, next=0.0, eos=0.0, diag_agreement=0.0)
+        h.values["prev" if h.head == 0 else "same"] = 0.9
+    roles = {h.role for h in report.heads}
+    assert roles == {"previous-token", "same-token", "diagonal-position"}
+    with i18n.using("zh"):
+        text = Hd.answer(report)
+    listed = [line for line in text.splitlines() if line.startswith("- ")]
+    assert listed and not any(w in text for w in ("encoder self", "cross (enc-dec)", "layer", "-token", "position"))

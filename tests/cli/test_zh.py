@@ -96,6 +96,8 @@ def test_every_command_prints_chinese(command, tiny_runs, tmp_path, numbers_gold
     rc, text = _run_zh(_argv(command, tiny_runs, tmp_path, numbers_gold), capsys, monkeypatch)
     assert rc in (0, 1), text[-2000:]  # selfcheck exits 1 when a check fails on an untrained-ish model
     assert english_lines(text, VOCAB) == [], text
+    if command == "attribute":  # its tables' corner, one word beside the tokens
+        assert not [line for line in text.splitlines() if line.startswith(("output ", "query "))], text
 
 
 @pytest.mark.slow
@@ -110,6 +112,21 @@ def test_the_training_commands_print_chinese(argv, tmp_path, capsys, monkeypatch
     rc, text = _run_zh(argv, capsys, monkeypatch)
     assert rc == 0, text[-2000:]
     assert english_lines(text, VOCAB) == [], text
+
+
+def test_a_signal_is_said_in_chinese(monkeypatch, capsys):
+    """SIGTERM (or Ctrl-C) ending a command: the one line it leaves is the learner's language too."""
+    import signal
+
+    from attnlab.interrupts import Interrupted
+
+    def stopped(args):
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr("attnlab.cli.train.cmd_config", stopped)
+    assert main(["config", "--model", "transformer", "--lang", "zh"]) == 143
+    err = capsys.readouterr().err
+    assert err.strip() and english_lines(err, VOCAB) == [], err
 
 
 def _without_metavars(help_text: str) -> str:

@@ -126,7 +126,7 @@ def test_heads_figures_are_one_per_kind_readable_and_listed(tmp_path):
             assert bbox.width * fig.get_size_inches()[0] / (H + 1) >= 0.35
             assert [t.get_text() for t in ax.get_xticklabels()] == [*map(str, range(1, H + 1)), "mean"]
             assert [t.get_text() for t in ax.get_yticklabels()] == [str(i) for i in range(1, L + 1)]
-            stat = next(s for s in Hd.STATS if Hd.LABELS[s] == ax.get_title().split("\n")[0])
+            stat = next(s for s in Hd.STATS if Hd.label(s, kind) == ax.get_title().split("\n")[0])
             grid = report.grid(kind, stat)
             assert torch.allclose(_drawn(ax)[:, -1], grid.mean(dim=1), atol=1e-6)  # the heads' mean column
             if stat == "bleu_drop":  # starred where the bootstrap interval (here value ± 1) excludes 0
@@ -135,6 +135,16 @@ def test_heads_figures_are_one_per_kind_readable_and_listed(tmp_path):
         fig.canvas.draw()
         sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_text().strip() and t.get_visible()]
         assert sizes and min(sizes) >= 8
+
+
+def test_a_cross_heads_same_position_is_named_the_diagonal():
+    """A cross head's query and keys are two sentences: its "same" statistic and role are the diagonal
+    position's, never "same token"; a self-attention head's stay "same token"."""
+    titles = {k: [ax.get_title() for ax in _panels(_report({k: (1, 2)}).figure())] for k in ("cross", "enc_self")}
+    assert "diagonal position" in titles["cross"] and "same token" not in titles["cross"]
+    assert "same token" in titles["enc_self"]
+    for kind, role in [("cross", "diagonal-position"), ("enc_self", "same-token")]:
+        assert Hd.HeadStats(kind, 0, 0, {"same": 0.9}).role == role
 
 
 def test_heads_figure_scales_shares_on_0_1_and_importance_around_0():
@@ -173,7 +183,7 @@ def test_every_figure_of_weights_draws_darker_for_larger_on_one_0_1_scale():
     unsigned = [ax.images[0] for ax in [*a.figure().axes[:1], *roll.figure().axes] if ax.images]
     report = _report({"cross": (2, 2)})
     unsigned += [ax.images[0] for ax in _panels(report.figure()) if ax.get_title().split("\n")[0] in
-                 {Hd.LABELS[s] for s in Hd.SHARES}]
+                 {Hd.label(s, "cross") for s in Hd.SHARES}]
     assert len(unsigned) >= 8
     for image in unsigned:
         assert image.get_cmap().name == CMAP and image.get_clim() == (0.0, 1.0)

@@ -42,7 +42,8 @@ from attnlab.analysis import hooks
 from attnlab.analysis.report import TextReport
 from attnlab.data.batching import collate
 from attnlab.errors import AttnlabError
-from attnlab.i18n import N_, _
+from attnlab.i18n import N_, _, ljust
+from attnlab.i18n import width as cells_wide
 from attnlab.models import traits
 
 if TYPE_CHECKING:  # only for annotations: the translator is passed in
@@ -483,19 +484,20 @@ def _rounded_list(values: list[float | None]) -> list[float | None]:
 
 
 def _table(
-    rows: list[str], cols: list[str], cells: list[list[str]], extra: dict[str, list[str]], corner: str = "output"
+    rows: list[str], cols: list[str], cells: list[list[str]], extra: dict[str, list[str]], corner: str = N_("output")
 ) -> list[str]:
-    """Aligned text table: one row per ``rows`` label (headed ``corner``), one column per ``cols``
+    """Aligned text table: one row per ``rows`` label (headed ``corner``, translated), one column per ``cols``
     label, then ``│`` and the ``extra`` columns (header → one value per row)."""
     width = [max(len(c), *(len(r[j]) for r in cells)) if cells else len(c) for j, c in enumerate(cols)]
     ewidth = {h: max(len(h), *(len(v) for v in vals)) if vals else len(h) for h, vals in extra.items()}
-    lw = max([len(corner), *map(len, rows)])
-    head = " ".join([f"{corner:<{lw}}", *(f"{c:>{w}}" for c, w in zip(cols, width))])
+    corner = _(corner)
+    lw = max([cells_wide(corner), *map(cells_wide, rows)])
+    head = " ".join([ljust(corner, lw), *(f"{c:>{w}}" for c, w in zip(cols, width))])
     if extra:
         head += " │ " + " ".join(f"{h:>{ewidth[h]}}" for h in extra)
     out = [head]
     for i, (label, r) in enumerate(zip(rows, cells)):
-        line = " ".join([f"{label:<{lw}}", *(f"{v:>{w}}" for v, w in zip(r, width))])
+        line = " ".join([ljust(label, lw), *(f"{v:>{w}}" for v, w in zip(r, width))])
         if extra:
             line += " │ " + " ".join(f"{vals[i]:>{ewidth[h]}}" for h, vals in extra.items())
         out.append(line)
@@ -552,10 +554,10 @@ def _rollout_text(r: RolloutReport) -> str:
     for m in r.maps:
         labels = display_tokens(m.labels)
         lines += ["", _("{kind}: last layer, heads averaged (%)").format(kind=m.kind)]
-        lines += _table(labels, labels, _pct(m.attention), {}, corner="query")
+        lines += _table(labels, labels, _pct(m.attention), {}, corner=N_("query"))
         lines += ["", _("{kind}: attention rollout through every layer (%), and ρ against the last layer's row").format(
             kind=m.kind)]
-        lines += _table(labels, labels, _pct(m.rollout), {"ρ": [_rho_text(v) for v in m.rho]}, corner="query")
+        lines += _table(labels, labels, _pct(m.rollout), {"ρ": [_rho_text(v) for v in m.rho]}, corner=N_("query"))
         lines.append(_("per sentence: ρ = {rho} (mean over the rows)").format(rho=_rho_text(m.mean_rho)))
     return "\n".join(lines)
 

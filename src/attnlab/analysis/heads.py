@@ -72,6 +72,15 @@ LABELS = {
     "bleu_drop": N_("BLEU drop (masked)"),
     "loss_increase": N_("loss increase (masked)"),
 }
+#: A cross head's queries and keys are two sentences: its "same" key is the one at the diagonal position.
+CROSS_LABELS = {"same": N_("diagonal position")}
+
+
+def label(stat: str, kind: str) -> str:
+    """The (English) name of ``stat`` for a head of ``kind``, as its figure's panel is titled."""
+    return CROSS_LABELS.get(stat, LABELS[stat]) if kind == "cross" else LABELS[stat]
+
+
 KIND_NAMES = {
     "enc_self": N_("encoder self"),
     "dec_self": N_("decoder self (masked)"),
@@ -134,7 +143,8 @@ class HeadStats:
             roles.append(N_("monotone alignment"))
         for key, name in (
             ("prev", N_("previous-token")),
-            ("same", N_("same-token")),
+            # a cross head's query and keys are two sentences: "same" is the key at the diagonal position
+            ("same", N_("diagonal-position") if self.kind == "cross" else N_("same-token")),
             ("next", N_("next-token")),
             ("eos", N_("<eos> sink")),
         ):
@@ -549,15 +559,20 @@ def _table(report: HeadsReport) -> str:
     for h in report.heads:
         cells = [_cell(h, s) for s in STATS]
         effect = _(EFFECTS.get(h.effect, "-"))
-        role = ", ".join(_(r) for r in h.role.split(", "))  # the role's English names, each translated
+        role = _role_text(h)
         row = [_(KIND_NAMES.get(h.kind, h.kind)), str(h.layer + 1), str(h.head + 1), *cells, effect, role]
         lines.append("| " + " | ".join(row + ([_aer_cell(h)] if aligned else [])) + " |")
     return "\n".join([*lines, "", answer(report)])
 
 
 def _head_name(h: HeadStats) -> str:
-    return _("{kind} layer {layer} head {head}").format(kind=KIND_NAMES.get(h.kind, h.kind), layer=h.layer + 1,
+    return _("{kind} layer {layer} head {head}").format(kind=_(KIND_NAMES.get(h.kind, h.kind)), layer=h.layer + 1,
                                                           head=h.head + 1)
+
+
+def _role_text(h: HeadStats) -> str:
+    """The head's role in the learner's language: its English names (kept as data in to_json), each translated."""
+    return ", ".join(_(r) for r in h.role.split(", "))
 
 
 def answer(report: HeadsReport) -> str:
@@ -567,7 +582,7 @@ def answer(report: HeadsReport) -> str:
     for h in report.heads:
         focus = h.focus
         picks = not (math.isfinite(focus) and focus < NOISE_FOCUS)
-        what = h.role if h.role != "-" else (_("focus {focus:.2f}").format(focus=focus) if math.isfinite(focus) else "")
+        what = _role_text(h) if h.role != "-" else (_("focus {focus:.2f}").format(focus=focus) if math.isfinite(focus) else "")
         if h.matters:
             does.append((h, what or _("no pattern among those measured")))
         elif h.matters is None:
@@ -701,7 +716,7 @@ def _heads_panel(fig, ax, report: HeadsReport, kind: str, stat: str) -> None:
     ax.set_yticks(range(grid.shape[0]), [str(i + 1) for i in range(grid.shape[0])])
     ax.tick_params(labelsize=FONT["tick"])
     noise = stat in SIGNED and bool(torch.isfinite(lo).any())
-    ax.set_title(_(LABELS[stat]) + ("\n" + _("* beyond the noise ({confidence:.0%} interval excludes 0)").format(
+    ax.set_title(_(label(stat, kind)) + ("\n" + _("* beyond the noise ({confidence:.0%} interval excludes 0)").format(
         confidence=CONFIDENCE) if noise else ""),
                  fontsize=FONT["title"])
     ax.set_xlabel(_("head"), fontsize=FONT["label"])

@@ -61,7 +61,7 @@ def cmd_align(args) -> int:
     else:
         print(report.format())
         for path in paths:
-            print(f"wrote {path}")
+            print(_("wrote {path}").format(path=path))
     return 0
 
 

@@ -59,7 +59,7 @@ def cmd_sweep(args) -> int:
     print(_("best: {name} ({overrides})").format(
         name=best.name, overrides=" ".join(f"{k}={v}" for k, v in best.overrides.items())))
     for name in ("sweep.json", "sweep.md", "sweep.png", "sweep.svg", "best.toml"):
-        print(f"wrote {result.out_dir / name}")
+        print(_("wrote {path}").format(path=result.out_dir / name))
     print(_("train it again with: {command} (--max-minutes or --max-steps change its budget)").format(
         command=result.train_command()))
     return 0
@@ -94,7 +94,7 @@ def cmd_heads(args) -> int:
     atomic_write_json(out / "heads.json", report.to_json())
     figures = [p for kind in report.shape for p in save_figure(report.figure(kind), out / f"heads_{kind}")]
     for path in [out / "heads.md", out / "heads.json", *figures]:
-        print(f"wrote {path}")
+        print(_("wrote {path}").format(path=path))
     return 0
 
 
@@ -120,7 +120,7 @@ def cmd_compare(args) -> int:
     atomic_write_text(out / "compare.md", text + "\n")
     atomic_write_json(out / "compare.json", comparison.to_json())
     for path in [out / "compare.md", out / "compare.json", *save_figure(comparison.figure(), out / "compare")]:
-        print(f"wrote {path}")
+        print(_("wrote {path}").format(path=path))
     return 0
 
 

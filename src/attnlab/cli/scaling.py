@@ -62,7 +62,7 @@ def cmd_scaling(args) -> int:
     print(json.dumps(report.to_json(), indent=2, ensure_ascii=False) if args.json else report.format())
     if not (args.json or args.plan_only):
         for name in ("scaling.json", "scaling.png"):
-            print(f"wrote {out / name}")
+            print(_("wrote {path}").format(path=out / name))
         print(f"run folders: {out / 'runs'}/<family>-d<width> (attnlab doctor / evaluate read them)")
     sys.stdout.flush()
     return 0

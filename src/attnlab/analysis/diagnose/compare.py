@@ -425,7 +425,8 @@ def _rows_of(r: RunSummary) -> dict[str, str]:
         "decoder": _("masked self-attention + encoder-decoder attention") if "cross" in a["attention"]
         else _("masked (causal) self-attention"),
         "attention": _("scaled dot product, {heads} heads").format(heads=a["heads"]),
-        "positions": _("{kind} positional encoding").format(kind=a["positional"]),
+        "positions": _("{kind} positional encoding").format(
+            kind=_({"sinusoidal": N_("sinusoidal"), "learned": N_("learned")}.get(a["positional"], a["positional"]))),
         "sequential": _("O(1): every position in one product"),
         "path": _("O(1): any position attends to any other"),
     }

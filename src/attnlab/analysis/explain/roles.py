@@ -294,7 +294,7 @@ def residual_section(model: nn.Module, cap: Capture, src: list[str], tgt: list[s
         for c in finals:
             x, y = _cpu(c.args[0])[0], _cpu(c.output)[0]
             p, tok = _position(x.shape[0], _reads_decoder(c, cap), cap, src, tgt)
-            _say(out, "res.final", block=c.name, pos=f"pos {p + 1} {tok!r}", sub="LayerNorm",
+            _say(out, "res.final", block=c.name, pos=_("pos {pos} {token!r}").format(pos=p + 1, token=tok), sub="LayerNorm",
                  x=float(x[p].norm()), y=float(y[p].norm()))
     _say(out, "res.check", gap=gap)
 
@@ -323,8 +323,8 @@ def _block_rows(name: str, block: nn.Module, nf: bool, cap: Capture, src: list[s
             ln = TEXT["res.ln"].format(n=float(_cpu(norm.output)[0][p].norm()))
         y = x + s
         gap = max(gap, float((y - nxt).abs().max()))
-        _say(out, "res.row", block=f"{stack} layer {int(layer) + 1}" if k == 0 else "",
-             pos=f"pos {p + 1} {tok!r}" if k == 0 else "", sub=sub.name.rsplit(".", 1)[-1],
+        _say(out, "res.row", block=_("{stack} layer {layer}").format(stack=stack, layer=int(layer) + 1) if k == 0 else "",
+             pos=_("pos {pos} {token!r}").format(pos=p + 1, token=tok) if k == 0 else "", sub=sub.name.rsplit(".", 1)[-1],
              x=float(x[p].norm()), s=float(s[p].norm()), y=float(y[p].norm()), ln=ln)
     return gap
 
