@@ -210,7 +210,7 @@ def test_attribute_prints_the_tables_and_draws_the_figure(tiny_runs, tmp_path, c
     assert re.search(r"^completeness: \|Σa − \(f\(x\)−f\(0\)\)\| is at most \d+\.\d\d % ", out, re.M)
     assert re.search(r"^output +twenty one <eos> │", out, re.M)  # source tokens across, output tokens down
     assert "per sentence, additive attention (Bahdanau): ρ = " in out
-    png = tmp_path / "twenty-one_ig.png"
+    png = tmp_path / "twenty-one-steps8_ig.png"  # the steps are a setting: a figure per setting
     assert f"wrote {png}" in out and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["attribute", str(tiny_runs("transformer")), SENTENCE, "--method", "rollout", "--json",
                  "--save-dir", str(tmp_path)]) == 0

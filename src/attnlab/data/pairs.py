@@ -249,12 +249,16 @@ def pair_of(cfg: DataConfig) -> Pair:
     else:
         examples = corpus.examples.get(direction, ())
     generated = corpus is not None and corpus.generated
-    table = corpus is not None and corpus.notes_table
+    # The notes' table is about English and French words (§1), so it holds for every run between those two
+    # languages (the numbers task and a corpus of your own too: a sentence other than the notes' example simply
+    # gets no verdict), read backwards for French sources; never for another pair.
+    notes = next(c.columns for c in CORPORA.values() if c.notes_table)
+    table = {src, tgt} == set(notes)
     probes = corpus.probes if corpus is not None and corpus.probes else tuple(s for s, _ in examples)
     return Pair(corpus=cfg.dataset, src=src, tgt=tgt, src_rules=src_rules, tgt_rules=tgt_rules,
                 probes=probes, examples=examples,
                 notes_table=NOTES_ALIGNMENT if table else None,
-                notes_reversed=bool(table) and (src, tgt) != corpus.columns,
+                notes_reversed=table and (src, tgt) != notes,
                 bleu_tokenize=_bleu_tokenize(tgt), generated=generated)
 
 

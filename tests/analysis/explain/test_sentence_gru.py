@@ -69,7 +69,7 @@ def test_explain_shows_units_context_vectors_and_writes_gates_png(tiny_runs, tmp
     assert cli.main(["explain", str(tiny_runs("bahdanau")), "twenty one", "--checkpoint", "last",
                      "--save-dir", str(tmp_path)]) == 0
     text = capsys.readouterr().out  # the report's text, then the path of its figure
-    png = tmp_path / "gates.png"
+    [png] = tmp_path.glob("twenty-one*_gates.png")  # one figure per sentence (and checkpoint): gates.png was shared
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and str(png) in text
     assert "r_t ⊙ (W_hh h_t−1 + b_hh)" in text and "W_hh (r_t ⊙ h_t−1)" in text  # both placements named
     rows = re.findall(r"step +\d+ +\S+: z \[([^\]]*)\]  r \[[^\]]*\]  h̃ \[[^\]]*\]  h \[[^\]]*\]", text)
