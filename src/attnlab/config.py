@@ -25,6 +25,7 @@ import tomli_w
 
 from attnlab.errors import AttnlabError
 from attnlab.i18n import _
+from attnlab.io import read_input
 from attnlab.notes import SENTENCES
 
 MODEL_KINDS = ("seq2seq", "bahdanau", "transformer", "decoder-only", "encoder-only")
@@ -471,8 +472,9 @@ def to_dict(cfg: Config) -> dict[str, dict[str, Any]]:
 
 def load_toml(path: str | Path, base: Config | None = None) -> Config:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # capped as every input is: --config /dev/zero is refused, not read until memory runs out
+        text = read_input(path, _("config file {path}").format(path=path), fix=_("a config is a few lines of TOML"),
+                          error=ConfigError).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(_("config file {path} does not exist; check the path given to --config").format(path=path)) from None
     except (OSError, UnicodeDecodeError) as e:

@@ -1,6 +1,13 @@
-"""Atomic file writes: write to a temporary file in the same folder, fsync, then rename.
+"""Files in and out: atomic writes, and reads with one size cap.
 
-A crash (or SIGKILL) at any moment leaves either the old file or the new one, never a mix.
+Writes go to a temporary file in the same folder, fsync, then rename: a crash (or SIGKILL) at any moment
+leaves either the old file or the new one, never a mix.
+
+Every file or stream a user points attnlab at (a corpus, ``evaluate --src/--ref``, ``translate --file`` or
+stdin, a ``--config``) is read through :class:`InputBudget`: at most :data:`MAX_INPUT_BYTES`, counted as the
+bytes arrive (a pipe, ``/dev/zero`` or a growing file has no size to trust), in chunks, so Ctrl-C and SIGTERM
+still stop the command between two reads (:mod:`attnlab.interrupts`); a regular file larger than the cap is
+refused by its size before anything is read. One refusal for all of them, naming the input, the cap and the fix.
 """
 
 from __future__ import annotations
@@ -9,11 +16,91 @@ import contextlib
 import errno
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from attnlab.errors import AttnlabError, WriteError
+
+#: The most bytes read from one file or stream a user names; D2L's fra.txt, the largest input attnlab is
+#: built for, is 11.7 MB. Whatever is read is held and decoded whole, so the cap bounds memory.
+MAX_INPUT_BYTES = 128 * 2**20
+#: The most bytes of one line a line-by-line reader keeps (``translate`` reading a stream): a model reads a
+#: few hundred tokens of a line (``Translator.max_src_tokens``), and a line that never ends must not be held.
+MAX_LINE_BYTES = 64 * 2**10
+#: Bytes asked for in one read: large enough to be fast, small enough that a signal is seen between reads.
+READ_CHUNK = 2**20
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:g} MiB"
+
+
+def file_kind(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when it is neither a regular file nor a folder (``"a named pipe (FIFO)"``, ``"a character
+    device"``, ...), for errors that must not call it missing; None for a file, a folder or nothing."""
+    from attnlab.i18n import _
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    kinds = ((stat.S_ISFIFO, _("a named pipe (FIFO)")), (stat.S_ISCHR, _("a character device")),
+             (stat.S_ISBLK, _("a block device")), (stat.S_ISSOCK, _("a socket")))
+    return next((kind for test, kind in kinds if test(mode)), None)
+
+
+class InputBudget:
+    """The bytes one input (``name``: how errors call it) may still give: :meth:`count` raises ``error`` once more
+    than ``cap`` (default :data:`MAX_INPUT_BYTES`) were read; ``fix``: what the refusal tells the user to do."""
+
+    def __init__(self, name: str, cap: int | None = None, fix: str = "", error: type[Exception] | None = None) -> None:
+        from attnlab.i18n import _
+
+        self.name, self.cap, self.read = name, MAX_INPUT_BYTES if cap is None else cap, 0
+        self.fix = fix or _("split it into smaller files")
+        self.error = error or AttnlabError
+        self._ = _
+
+    def _limit(self) -> str:
+        return self._("more than the {cap} attnlab reads from one file or stream").format(cap=mib(self.cap))
+
+    def check_size(self, fd: int) -> None:
+        """Refuse a regular file already larger than the cap, before reading it (other kinds have no size)."""
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_size > self.cap:
+            raise self.error(self._("{name} holds {size} bytes, {limit}; {fix}").format(
+                name=self.name, size=st.st_size, limit=self._limit(), fix=self.fix))
+
+    def count(self, n: int) -> None:
+        self.read += n
+        if self.read > self.cap:
+            raise self.error(self._("{name} holds {limit} (stopped reading); {fix}").format(
+                name=self.name, limit=self._limit(), fix=self.fix))
+
+    def read_all(self, f, head: bytes = b"") -> bytes:
+        """The rest of the open binary file ``f`` after its first bytes ``head`` (already read from it)."""
+        try:
+            fd = f.fileno()
+        except (AttributeError, OSError, ValueError):
+            fd = None  # an in-memory stream: counted as it is read
+        if fd is not None:
+            self.check_size(fd)
+        self.count(len(head))
+        out = bytearray(head)
+        while chunk := f.read(min(READ_CHUNK, self.cap + 1 - self.read)):
+            out += chunk
+            self.count(len(chunk))
+        return bytes(out)
+
+
+def read_input(path: str | os.PathLike[str], name: str | None = None, cap: int | None = None, fix: str = "",
+               error: type[Exception] | None = None) -> bytes:
+    """The bytes of the file, device or pipe ``path``, under the cap (:class:`InputBudget`). ``OSError`` from
+    opening or reading is the caller's to word."""
+    with open(path, "rb") as f:
+        return InputBudget(str(path) if name is None else name, cap, fix, error).read_all(f)
 
 
 def fsync_dir(path: str | Path) -> None:

@@ -274,14 +274,19 @@ def _names_dataset(args, overrides: list[str]) -> bool:
 
 
 def _own_corpus(data: str, overrides: list[str]) -> list[str]:
-    """The overrides ``--data`` implies when the dataset is not named: none for Tatoeba's fra-eng (a zip, a folder,
-    or a ``fra.txt`` given no languages); else ``data.dataset=file``, and the languages of two files
+    """The overrides ``--data`` implies when the dataset is not named: none for Tatoeba's fra-eng (a zip, a folder
+    (given languages, one holding fra-eng), or a ``fra.txt`` given no languages); else ``data.dataset=file``, and the languages of two files
     ``A.xx,B.yy`` from their suffixes when they are not given."""
     from pathlib import Path
 
     given = {item.split("=", 1)[0].strip() for item in overrides}
     langs = {"data.src_lang", "data.tgt_lang"} & given
     path = Path(data).expanduser()
+    if path.is_dir() and langs:  # languages given: fra-eng only when the folder holds it (else "is a folder")
+        from attnlab.data.download import find_in
+
+        if find_in(path) is None:
+            return [f"data.dataset={config_mod.OWN_CORPUS}"]
     if path.is_dir() or path.suffix.lower() == ".zip" or (path.name == "fra.txt" and not langs):
         return []
     out = [f"data.dataset={config_mod.OWN_CORPUS}"]

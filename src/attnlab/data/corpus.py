@@ -50,12 +50,12 @@ from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK, Tokenizer, Vocab
 from attnlab.errors import CorpusError
 from attnlab.i18n import _
-from attnlab.io import atomic_write_text
+from attnlab.io import MAX_INPUT_BYTES, InputBudget, atomic_write_text, file_kind, read_input
 
 __all__ = ["MAX_MEMBER_BYTES", "Prepared", "Split", "check_same_corpus", "for_run", "require_same_corpus", "locate_parallel", "prepare",
            "read_pairs", "read_parallel", "split_by_source", "write_tsv"]
 
-MAX_MEMBER_BYTES = 128 * 2**20  # its fra.txt is 11.7 MB
+MAX_MEMBER_BYTES = MAX_INPUT_BYTES  # the one cap of every input (attnlab.io); its fra.txt is 11.7 MB
 _SPLIT_SALT = b"attnlab-split-v1\x00"  # bump to re-draw every split (changes all test sets!)
 SPLITS = ("train", "valid", "test")
 
@@ -99,20 +99,9 @@ def _read_member(zf: zipfile.ZipFile, member: str, path: Path) -> bytes:
 
 def _read_text_file(f, path: Path, head: bytes, fix: str = "") -> bytes:
     """The rest of an open plain-text corpus after its first bytes ``head``, refused past
-    :data:`MAX_MEMBER_BYTES` as a zip member is: by its size on disk first, and by the bytes actually
-    read (a pipe, a device or a file that grows has no size to trust). ``fix``: what the refusal says."""
-    cap = MAX_MEMBER_BYTES
-    fix = fix or _("more than the {cap} a fra-eng corpus may have (D2L's fra.txt is 11.7 MB); use D2L's "
-                   "fra-eng.zip").format(cap=mib(cap))
-    size = os.fstat(f.fileno()).st_size
-    if size > cap:
-        raise CorpusError(_("{path} holds {size} bytes, {fix}").format(path=path, size=size, fix=fix))
-    out = bytearray(head)
-    while chunk := f.read(min(CHUNK * 16, cap + 1 - len(out))):
-        out += chunk
-        if len(out) > cap:
-            raise CorpusError(_("{path} holds {fix} (stopped reading)").format(path=path, fix=fix))
-    return bytes(out)
+    :data:`MAX_MEMBER_BYTES` as any input is (:class:`attnlab.io.InputBudget`). ``fix``: what the refusal says."""
+    fix = fix or _("D2L's fra.txt is 11.7 MB: use D2L's fra-eng.zip")
+    return InputBudget(str(path), MAX_MEMBER_BYTES, fix, CorpusError).read_all(f, head)
 
 
 def _read_bytes(path: Path, corpus: Corpus = CORPORA["fra-eng"]) -> tuple[bytes, str]:
@@ -230,9 +219,11 @@ def locate_parallel(spec: str, src_lang: str, tgt_lang: str) -> tuple[Path, ...]
         return (path,)
     if path.is_dir():
         raise CorpusError(_("{spec} is a folder, not a corpus; {forms}").format(spec=spec, forms=forms))
+    _refuse_special(path, forms)
     if "," in spec:
         a, b = (Path(part.strip()).expanduser() for part in spec.split(",", 1))
         for f in (a, b):
+            _refuse_special(f, forms)
             if not f.is_file():
                 raise CorpusError(_("{f} does not exist or is not a file; {forms}").format(f=f, forms=forms))
         if a.suffix == f".{tgt_lang}" and b.suffix == f".{src_lang}":
@@ -244,12 +235,19 @@ def locate_parallel(spec: str, src_lang: str, tgt_lang: str) -> tuple[Path, ...]
     raise CorpusError(_("{spec} does not exist (nor {name} and {name2} beside it); {forms}").format(spec=spec, name=pair[0].name, name2=pair[1].name, forms=forms))
 
 
+def _refuse_special(path: Path, forms: str) -> None:
+    """A FIFO or a device (``/dev/null``) is there but holds no corpus: say what it is, not that it is missing (a
+    corpus is read again by later commands and recorded by its sha256, which a stream cannot give twice)."""
+    kind = file_kind(path)
+    if kind is not None:
+        raise CorpusError(_("{path} is {kind}, not a file; save the corpus to a file first: {forms}").format(
+            path=path, kind=kind, forms=forms))
+
+
 def _read_corpus_file(path: Path) -> bytes:
     """The bytes of one file of a corpus of your own, under :data:`MAX_MEMBER_BYTES`."""
-    fix = _("more than the {cap} a corpus file may have; split it or keep fewer lines").format(cap=mib(MAX_MEMBER_BYTES))
     try:
-        with open(path, "rb") as f:
-            return _read_text_file(f, path, b"", fix)
+        return read_input(path, cap=MAX_MEMBER_BYTES, fix=_("split it or keep fewer lines"), error=CorpusError)
     except OSError as e:
         raise CorpusError(_("{path} cannot be read: {why}").format(path=path, why=e.strerror or e)) from None
 

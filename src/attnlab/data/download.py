@@ -22,7 +22,7 @@ from typing import Any
 
 from attnlab.errors import CorpusError
 from attnlab.i18n import _
-from attnlab.io import atomic_write_bytes
+from attnlab.io import atomic_write_bytes, file_kind, mib
 
 FRA_ENG_URL = "https://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"  # tried first
 FRA_ENG_HTTP_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"  # D2L's own link; only if HTTPS fails
@@ -86,10 +86,6 @@ class _FetchFailed(Exception):
 
 
 _LATE = "past the deadline"
-
-
-def mib(n: int) -> str:
-    return f"{n / 2**20:g} MiB"
 
 
 def _fetch(url: str, cap: int, deadline: float, cancel: threading.Event) -> bytes:
@@ -209,6 +205,11 @@ def locate(name: str, candidates: tuple[str, ...], urls: tuple[str, ...], sha256
         p = Path(data_path).expanduser()
         if p.is_file():
             return p
+        kind = file_kind(p)
+        if kind is not None:  # /dev/null, a FIFO: there, but not a corpus (and not "missing")
+            raise CorpusError(_("data path {p} is {kind}, not a file; a corpus is read again by later commands "
+                                "and checked by its sha256: save it to a file and pass --data that file").format(
+                                    p=p, kind=kind))
         if not p.exists():
             raise CorpusError(
                 _("data path {p} does not exist; pass --data a {zip}, a {file} or a folder with "

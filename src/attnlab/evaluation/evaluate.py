@@ -24,7 +24,7 @@ from attnlab.data.text import preprocess
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import bleu_by_length, bleu_tokenize, corpus_scores, d2l_bleu
 from attnlab.i18n import N_, _, ljust, width
-from attnlab.io import atomic_write_json, atomic_write_text
+from attnlab.io import atomic_write_json, atomic_write_text, read_input
 from attnlab.notes import ACCEPTED, REFERENCES, SENTENCES
 from attnlab.progress import Progress
 from attnlab.runs import MANIFEST, WEIGHTS
@@ -127,8 +127,17 @@ def evaluate_split(translator: Translator, split, beam_size: int = 1, batch_size
 def read_lines(path: str | Path, what: str) -> list[str]:
     """The lines of a test file (UTF-8; a BOM and ``\\r\\n`` endings accepted), one sentence each, or one
     :class:`AttnlabError` line naming the file (``what``: the option that gave it)."""
+    return read_test_file(path, what)[0]
+
+
+def read_test_file(path: str | Path, what: str) -> tuple[list[str], str]:
+    """:func:`read_lines` and the sha256 of the bytes read, from one read (a pipe cannot be read twice). The file
+    is refused past :data:`attnlab.io.MAX_INPUT_BYTES`, counted as it is read (``/dev/zero`` too)."""
+    import hashlib
+
+    fix = _("score it in parts, one {what} file each").format(what=what)
     try:
-        data = Path(path).read_bytes()
+        data = read_input(path, f"{what} {path}", fix=fix)
     except OSError as e:
         raise AttnlabError(_("{what} {path} cannot be read ({why}); give a text file, one sentence a line")
                            .format(what=what, path=path, why=e.strerror or e)) from None
@@ -141,7 +150,7 @@ def read_lines(path: str | Path, what: str) -> list[str]:
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # the newline that ends the last line
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    return [line[:-1] if line.endswith("\r") else line for line in lines], hashlib.sha256(data).hexdigest()
 
 
 def evaluate_files(translator: Translator, sources: Sequence[str], references: Sequence[Sequence[str]],

@@ -26,6 +26,7 @@ from attnlab.data.pairs import GOLD_LANGS, gold_files, pair_of
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK
 from attnlab.i18n import _
+from attnlab.io import read_input
 
 if TYPE_CHECKING:
     from attnlab.translator import Translator
@@ -127,8 +128,16 @@ def _read_lines(path: Path) -> list[list[str]]:
         raise AlignError(
             _("{path} is missing; the gold folder needs {name} (one tokenised sentence a line)").format(path=path, name=path.name)
         )
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = _read_capped(path).decode("utf-8", errors="replace")
     return [line.split() for line in text.splitlines()]
+
+
+def _read_capped(path: Path) -> bytes:
+    """A gold file's bytes, under the cap of every input (:func:`attnlab.io.read_input`)."""
+    try:
+        return read_input(path, fix=_("the WPT-2003 files are under 1 MB: check --gold names that set"), error=AlignError)
+    except OSError as e:
+        raise AlignError(_("{path} cannot be read: {why}").format(path=path, why=e.strerror or e)) from None
 
 
 def read_gold(folder: str | os.PathLike[str], split: str = "test") -> GoldSet:
@@ -158,7 +167,7 @@ def _read_links(naacl: Path, en: list[list[str]], fr: list[list[str]]
     """The sure and the possible links of each sentence, from the ``.naacl`` file (see :func:`read_gold`)."""
     sure: list[set[Link]] = [set() for _ in en]
     possible: list[set[Link]] = [set() for _ in en]
-    for n, line in enumerate(naacl.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(_read_capped(naacl).decode("utf-8", errors="replace").splitlines(), 1):
         parts = line.split()
         if not parts:
             continue
