@@ -21,10 +21,27 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from attnlab.data.languages import TextRules, text_rules
 from attnlab.data.specials import SPECIALS, check_lang, content_ids
+from attnlab.io import MAX_LINE_BYTES
 
 __all__ = ["BPETokenizer"]
 
 _METASPACE = "▁"
+#: The longest line and word (in characters) the BPE trainer is shown (:func:`_capped`); a model reads a few
+#: hundred tokens of a line, and the longest words of European languages have some 60 letters.
+MAX_TRAIN_LINE = MAX_LINE_BYTES
+MAX_TRAIN_WORD = 100
+
+
+def _capped(text: str) -> str:
+    """``text`` as the BPE trainer may see it: at most :data:`MAX_TRAIN_LINE` characters, each word (what the
+    Metaspace pre-tokenizer splits at spaces) at most :data:`MAX_TRAIN_WORD`. The trainer's work on one word grows
+    with the square of its length (each merge rescans it), so one long unspaced line would stall training; with
+    both capped its time is linear in the corpus. Real words are far shorter, and ``max_token_length`` (the
+    library's own option) bounds the tokens learnt, not this work."""
+    text = text[:MAX_TRAIN_LINE]
+    if len(text) <= MAX_TRAIN_WORD:
+        return text
+    return " ".join(word[:MAX_TRAIN_WORD] for word in text.split(" "))
 
 
 class BPETokenizer:
@@ -66,7 +83,7 @@ class BPETokenizer:
         )
         if not preprocessed:
             texts = (rules.preprocess(t) for t in texts)
-        tok.train_from_iterator(texts, trainer=trainer)
+        tok.train_from_iterator((_capped(t) for t in texts), trainer=trainer)
         return cls(tok, lang, text)
 
     def __len__(self) -> int:
