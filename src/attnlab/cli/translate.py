@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from attnlab.cli.common import (
@@ -18,6 +20,7 @@ from attnlab.cli.common import (
 from attnlab.errors import AttnlabError
 from attnlab.export import ENGINES
 from attnlab.i18n import N_, _
+from attnlab.io import MAX_LINE_BYTES, InputBudget
 
 
 def _check_translate_paths(args) -> None:
@@ -37,6 +40,8 @@ def _check_translate_paths(args) -> None:
     if not os.path.exists(args.output):
         return
     out = os.stat(args.output)
+    if not stat.S_ISREG(out.st_mode):
+        return  # a terminal, a pipe, /dev/null: writing there destroys no input (and stdin may share the terminal)
     if args.file is not None:
         same = os.path.samestat(os.stat(args.file), out)
     elif not args.text:
@@ -54,25 +59,29 @@ def _check_translate_paths(args) -> None:
 class _Output:
     """``--output``: translations go to a temporary file beside the target, renamed over it by
     :meth:`commit` only when every line is written, so a failure or Ctrl-C leaves the previous file
-    whole. A symbolic link is written through (the link stays); a device or pipe (``/dev/null``)
-    is written to directly, having no content to keep."""
+    whole and no temporary file behind. A symbolic link to a file is written through (the link stays).
+    Anything that is not a regular file (``/dev/null``, a pipe, a FIFO) and a path naming a descriptor
+    already open (``/dev/stdout``, ``/dev/fd/N``) is written to directly: it has no content to keep,
+    and renaming over it would replace what the shell opened rather than write to it."""
 
     def __init__(self, path: str) -> None:
         import tempfile
 
         from attnlab.io import usual_mode
 
-        self.target = os.path.realpath(path)
-        self.tmp = None
+        self.path, self.tmp = path, None
         try:
-            if os.path.exists(self.target) and not os.path.isfile(self.target):
-                self.file = open(self.target, "w", encoding="utf-8")  # noqa: SIM115
+            mode = os.stat(path).st_mode if os.path.exists(path) else None
+            if _names_descriptor(path) or (mode is not None and not stat.S_ISREG(mode)):
+                self.file = open(path, "w", encoding="utf-8")  # noqa: SIM115
                 return
+            self.target = os.path.realpath(path)
             fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(self.target)}.", suffix=".tmp",
                                             dir=os.path.dirname(self.target))
             os.fchmod(fd, usual_mode())  # mkstemp makes 0600
             self.file = os.fdopen(fd, "w", encoding="utf-8")
         except OSError as e:
+            self.abandon()
             raise AttnlabError(_("cannot write --output {path}: {why}; choose a file in a folder you can write "
                                  "to").format(path=path, why=e.strerror or e)) from None
 
@@ -89,12 +98,25 @@ class _Output:
             fsync_dir(os.path.dirname(self.target))
 
     def abandon(self) -> None:
-        self.file.close()
-        if self.tmp is not None:
+        """Close and remove the temporary file; never raises (it runs while another error is on its way: a
+        full disk fails the close's flush again, and that must not hide the error nor keep the file)."""
+        file = getattr(self, "file", None)
+        if file is not None:
             try:
-                os.unlink(self.tmp)
+                file.close()
             except OSError:
-                pass
+                with contextlib.suppress(OSError, ValueError):
+                    file.close()  # the buffer could not be flushed: close the descriptor all the same
+        if self.tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.tmp)
+            self.tmp = None
+
+
+def _names_descriptor(path: str) -> bool:
+    """Whether ``path`` names a descriptor this process already holds (``/dev/stdout``, ``/dev/fd/1``,
+    ``/proc/self/fd/1``): written as it is, whatever the descriptor is open on."""
+    return path in ("/dev/stdout", "/dev/stderr") or path.startswith(("/dev/fd/", "/proc/self/fd/"))
 
 
 def _check_counts(args, *names: str) -> None:
@@ -131,10 +153,24 @@ def cmd_translate(args) -> int:
     except OSError as e:
         raise AttnlabError(_("cannot read --file {path}: {why}").format(path=args.file, why=e.strerror or e)) from None
     try:
-        return _translate(args, stream)
+        budget = _input_budget(args, stream)
+        return _translate(args, stream, budget)
     finally:
         if stream is not None:
             stream.close()
+
+
+def _input_budget(args, stream) -> InputBudget:
+    """The cap of what ``translate`` reads (:data:`attnlab.io.MAX_INPUT_BYTES`, as for every input), checked now
+    against a regular file's size so that a file too large is refused before the model loads."""
+    name = _("--file {path}").format(path=args.file) if stream is not None else _("stdin")
+    budget = InputBudget(name, fix=_("translate it in parts (split -l)"))
+    if not args.text:
+        try:
+            budget.check_size((stream if stream is not None else _stdin_bytes()).fileno())
+        except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+            pass  # no descriptor (a test's stdin): counted as it is read
+    return budget
 
 
 #: most lines translated together: bounded memory, sorted-by-length batches inside each chunk
@@ -158,43 +194,104 @@ def _stdin_bytes():
     return getattr(sys.stdin, "buffer", sys.stdin)
 
 
-def read_chunks(source, limit: int = CHUNK_LINES) -> Iterator[list[str]]:
+def read_chunks(source, limit: int = CHUNK_LINES, budget: InputBudget | None = None,
+                line_cap: int | None = None, on_cut: Callable[[int], None] | None = None) -> Iterator[list[str]]:
     """The lines of ``source`` (a binary stream: a file, a pipe, a terminal) in chunks of at most
     ``limit``, each chunk every line that has *already arrived*: a chunk is handed on as soon as one
     line is complete and nothing more is waiting, so a program writing a line into the pipe reads
     its translation before it writes the next. Only ``\\n`` ends a line (a stray ``\\r`` inside a
     line must not split it); a final ``\\r`` is stripped, so ``\\r\\n`` files read the same.
-    Bytes that are not UTF-8 become U+FFFD."""
+    Bytes that are not UTF-8 become U+FFFD.
+
+    Reading is linear in the input and holds at most ``line_cap`` bytes of a line (characters, for a stream
+    without a descriptor): the rest of a longer line is read and dropped, and ``on_cut`` is called with its
+    line number. ``budget`` counts every byte read and stops the stream past its cap (:mod:`attnlab.io`), so a
+    line that never ends (``/dev/zero``) is refused rather than read for ever. ``line_cap``: by default
+    :data:`attnlab.io.MAX_LINE_BYTES`."""
+    budget = budget or InputBudget(_("the input"))
+    line_cap = MAX_LINE_BYTES if line_cap is None else line_cap
     try:
         fd = source.fileno()
     except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
         fd = None
     if fd is None:  # no file descriptor to ask what is waiting: read it as lines
-        chunk: list[str] = []
-        for line in source:
-            chunk.append(_text(line))
-            if len(chunk) >= limit:
-                yield chunk
-                chunk = []
-        if chunk:
-            yield chunk
+        yield from _read_stream_lines(source, limit, budget, line_cap, on_cut)
         return
-    buf, eof = b"", False
-    while not eof or buf:
+    part, cut, done = bytearray(), False, 0  # the line being read, whether it was cut, lines completed
+
+    def add(piece: bytes) -> None:
+        nonlocal cut
+        if cut:
+            return  # the rest of a cut line: read, not kept
+        room = line_cap - len(part)
+        if len(piece) > room:
+            part.extend(_whole_characters(piece[:room]))
+            cut = True
+            if on_cut is not None:
+                on_cut(done + 1)
+        else:
+            part.extend(piece)
+
+    def finish(lines: list[bytes]) -> None:
+        nonlocal cut, done
+        lines.append(bytes(part))
+        part.clear()
+        cut, done = False, done + 1
+
+    eof = False
+    while not eof:
         lines: list[bytes] = []
         while not eof and len(lines) < limit and (not lines or _waiting(fd)):
             data = os.read(fd, 1 << 16)  # blocks only while no complete line is at hand
             if not data:
                 eof = True
+                if part or cut:
+                    finish(lines)  # a last line without its newline
                 break
-            buf += data
-            *done, buf = buf.split(b"\n")
-            lines += done
-        if eof and buf:
-            lines.append(buf)
-            buf = b""
+            budget.count(len(data))
+            first, *rest = data.split(b"\n")  # only the new bytes are scanned: linear in the input
+            add(first)
+            for piece in rest:
+                finish(lines)
+                add(piece)
         for start in range(0, len(lines), limit):
             yield [_text(x) for x in lines[start:start + limit]]
+
+
+def _read_stream_lines(source, limit: int, budget: InputBudget, line_cap: int,
+                       on_cut: Callable[[int], None] | None) -> Iterator[list[str]]:
+    """:func:`read_chunks` for a stream without a descriptor (text or bytes): ``readline`` with a size, so a
+    line is never held past ``line_cap`` (+1 for its newline)."""
+    chunk: list[str] = []
+    lineno = 0
+    while line := source.readline(line_cap + 1):
+        budget.count(len(line))
+        lineno += 1
+        nl = "\n" if isinstance(line, str) else b"\n"
+        ended = line.endswith(nl)
+        if len(line) - ended > line_cap:
+            line = line[:line_cap]
+            if on_cut is not None:
+                on_cut(lineno)
+            while not ended and (rest := source.readline(line_cap + 1)):  # drop the rest of the line
+                budget.count(len(rest))
+                ended = rest.endswith(nl)
+        chunk.append(_text(line))
+        if len(chunk) >= limit:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _whole_characters(data: bytes) -> bytes:
+    """``data`` without a UTF-8 character its end cuts in two (a cut line must not end in U+FFFD)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # the lead byte (or ASCII) of the last character
+            size = 1 if byte < 0x80 else 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return data[:-back] if size > back else data
+    return data
 
 
 def _waiting(fd: int) -> bool:
@@ -213,7 +310,7 @@ def _text(line: bytes | str) -> str:
     return line.rstrip("\n").rstrip("\r")
 
 
-def _translate(args, stream) -> int:
+def _translate(args, stream, budget: InputBudget) -> int:
     tr = load_translator(args)
     beam, nbest = _beam_and_nbest(args, tr)
     output = _Output(args.output) if args.output else None
@@ -250,7 +347,16 @@ def _translate(args, stream) -> int:
 
                 bar = Progress(_("translate"), unit="line", total=_count_lines(args.file))
             source = stream if stream is not None else _stdin_bytes()
-            for chunk in read_chunks(source):
+            cut: list[int] = []
+
+            def said_once(line: int) -> None:  # a warning per cut line would flood stderr for a long file
+                if not cut:
+                    print(_("warning: input line {line} is longer than {cap} bytes; only its first {cap} bytes were "
+                            "read (any later line that long is cut the same way)").format(line=line, cap=MAX_LINE_BYTES),
+                          file=sys.stderr)
+                cut.append(line)
+
+            for chunk in read_chunks(source, budget=budget, on_cut=said_once):
                 emit(chunk)
                 if bar is not None:
                     bar.update(len(chunk))
@@ -312,7 +418,7 @@ def _evaluate_files(args) -> int:
         evaluate_files,
         file_report_name,
         format_report,
-        read_lines,
+        read_test_file,
         report_name,
         write_report,
     )
@@ -323,8 +429,12 @@ def _evaluate_files(args) -> int:
     if args.split is not None or args.data is not None or args.max_sentences:
         raise AttnlabError(_("--src/--ref score your own files; --split, --data and --max-sentences choose a split "
                              "of the run's corpus: drop one or the other"))
-    sources = read_lines(args.src, "--src")
-    refs = [read_lines(r, "--ref") for r in args.ref]
+    sources, src_sha = read_test_file(args.src, "--src")  # read once: --src or --ref may be a pipe
+    refs, ref_shas = [], []
+    for r in args.ref:
+        lines, sha = read_test_file(r, "--ref")
+        refs.append(lines)
+        ref_shas.append(sha)
     for path, stream in zip(args.ref, refs):
         if len(stream) != len(sources):
             raise AttnlabError(_("--ref {ref} has {n_ref} lines but --src {src} has {n_src}; give one reference "
@@ -335,8 +445,9 @@ def _evaluate_files(args) -> int:
     check_report_folder(Path(args.run))  # a read-only or full run folder fails now, not after the decoding
     beam, _nbest = _beam_and_nbest(args, tr)
     result = evaluate_files(tr, sources, refs, beam_size=beam, progress=show_progress(args))
-    result["files"] = {"src": _file_fact(args.src), "ref": [_file_fact(r) for r in args.ref]}  # names, not paths
-    what = file_report_name(args.src, args.ref)  # one name per set of files: same-named files never collide
+    result["files"] = {"src": _file_fact(args.src, src_sha),  # names, not paths
+                       "ref": [_file_fact(r, sha) for r, sha in zip(args.ref, ref_shas)]}
+    what = file_report_name(args.src, args.ref, [src_sha, *ref_shas])  # same-named files never collide
     name = report_name(what, None if beam == tr.cfg.decode.beam_size else beam, checkpoint=args.checkpoint)
     print(format_report(result, []))  # first: the scores are seen even when the disk fills now
     path = write_report(Path(args.run), what, result, [], name)
@@ -344,11 +455,9 @@ def _evaluate_files(args) -> int:
     return 0
 
 
-def _file_fact(path: str) -> dict[str, str]:
+def _file_fact(path: str, sha256: str) -> dict[str, str]:
     """A test file as a report records it: its name and sha256 (a path would name this machine's folders)."""
-    import hashlib
-
-    return {"file": Path(path).name, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+    return {"file": Path(path).name, "sha256": sha256}
 
 
 def register(sub) -> None:

@@ -203,16 +203,19 @@ def report_name(what: str, beam_size: int | None = None, max_sentences: int = 0,
                                   checkpoint=None if checkpoint == "best" else checkpoint)
 
 
-def file_report_name(src: str | Path, refs: Sequence[str | Path] = ()) -> str:
+def file_report_name(src: str | Path, refs: Sequence[str | Path] = (), sha256s: Sequence[str] | None = None) -> str:
     """The name a ``--src`` file's report takes: ``file-<its name without the extension>-<hash>``, the hash 8 hex
     digits of the sha256 over the source file's and each ``--ref`` file's bytes, so two test files of one name
     (in two folders, or edited since) never share a report; never a split's name (``eval-test.json`` is the
-    test split's, which the web page and ``compare`` read)."""
+    test split's, which the web page and ``compare`` read). ``sha256s``: the files' sha256 (hex, the source
+    first) as :func:`read_test_file` gave them, so a pipe is not read twice; else the files are read (capped)."""
     import hashlib
 
     digest = hashlib.sha256()
-    for path in (src, *refs):
-        digest.update(hashlib.sha256(Path(path).read_bytes()).digest())
+    if sha256s is None:
+        sha256s = [hashlib.sha256(read_input(path)).hexdigest() for path in (src, *refs)]
+    for sha in sha256s:
+        digest.update(bytes.fromhex(sha))
     stem = re.sub(r"[^\w.-]+", "_", Path(src).stem).strip("._") or "src"
     return f"file-{stem}-{digest.hexdigest()[:8]}"
 
