@@ -24,6 +24,7 @@ from typing import Any
 from attnlab import config as C
 from attnlab.errors import AttnlabError
 from attnlab.i18n import _
+from attnlab.io import read_input
 from attnlab.training.loop import TrainResult
 from attnlab.training.loop import train as _train_loop
 from attnlab.translator import Translator
@@ -104,8 +105,8 @@ def _load_file(path: Path) -> C.Config:
             f"config {str(path)!r} is neither a model kind ({', '.join(C.MODEL_KINDS)}) nor an existing TOML file"
         )
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        raw = tomllib.loads(read_input(path).decode("utf-8"))  # under the cap of every input, as load_toml reads it
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttnlabError):
         raw = {}  # load_toml below says what is wrong with the file
     return C.load_toml(path, _preset_for(raw))
 
