@@ -203,6 +203,21 @@ def test_output_to_a_descriptor_path_writes_into_the_pipe():
         os.close(w)
 
 
+def test_output_to_a_descriptor_appends_where_the_shell_opened_it(tmp_path):
+    """`--output /dev/stdout >> log`: written through the open descriptor, so the log keeps what it held (a
+    temporary file renamed over the path, or reopening it, would drop it)."""
+    log = tmp_path / "log.txt"
+    log.write_text("before\n", encoding="utf-8")
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+    try:
+        out = _Output(f"/dev/fd/{fd}")
+        out.file.write("after\n")
+        out.commit()
+    finally:
+        os.close(fd)
+    assert log.read_text(encoding="utf-8") == "before\nafter\n"
+
+
 @pytest.mark.slow
 def test_output_dev_stdout_into_a_pipe(tiny_runs):
     proc = attnlab("translate", str(tiny_runs("transformer")), "twenty one", "--output", "/dev/stdout")

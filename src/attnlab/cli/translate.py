@@ -71,8 +71,12 @@ class _Output:
 
         self.path, self.tmp = path, None
         try:
+            fd = _named_descriptor(path)
+            if fd is not None:  # written through a copy of it: no reopening, which would truncate a `>>` file
+                self.file = os.fdopen(os.dup(fd), "w", encoding="utf-8")
+                return
             mode = os.stat(path).st_mode if os.path.exists(path) else None
-            if _names_descriptor(path) or (mode is not None and not stat.S_ISREG(mode)):
+            if mode is not None and not stat.S_ISREG(mode):
                 self.file = open(path, "w", encoding="utf-8")  # noqa: SIM115
                 return
             self.target = os.path.realpath(path)
@@ -113,10 +117,16 @@ class _Output:
             self.tmp = None
 
 
-def _names_descriptor(path: str) -> bool:
-    """Whether ``path`` names a descriptor this process already holds (``/dev/stdout``, ``/dev/fd/1``,
-    ``/proc/self/fd/1``): written as it is, whatever the descriptor is open on."""
-    return path in ("/dev/stdout", "/dev/stderr") or path.startswith(("/dev/fd/", "/proc/self/fd/"))
+def _named_descriptor(path: str) -> int | None:
+    """The descriptor this process already holds that ``path`` names (``/dev/stdout``, ``/dev/fd/1``,
+    ``/proc/self/fd/1``), else None: it is written as it is, whatever it is open on."""
+    named = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+    if path in named:
+        return named[path]
+    for prefix in ("/dev/fd/", "/proc/self/fd/"):
+        if path.startswith(prefix) and path[len(prefix):].isdigit():
+            return int(path[len(prefix):])
+    return None
 
 
 def _check_counts(args, *names: str) -> None:
