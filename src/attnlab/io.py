@@ -51,6 +51,22 @@ def file_kind(path: str | os.PathLike[str]) -> str | None:
     return next((kind for test, kind in kinds if test(mode)), None)
 
 
+def wait_readable(fd: int, poll_s: float = 0.25) -> None:
+    """Return once ``fd`` has bytes (or its end) to read, waking every ``poll_s`` seconds meanwhile. A signal the
+    kernel hands to another thread of the process (a native library's) does not interrupt the main thread's
+    blocking ``read``; between two waits the main thread runs the pending handler, so Ctrl-C and SIGTERM stop
+    a read from a silent pipe or terminal too (:mod:`attnlab.interrupts`). A regular file is always ready."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+    except (AttributeError, OSError, ValueError):
+        return  # no poll here: read as it is
+    while not poller.poll(int(poll_s * 1000)):
+        pass
+
+
 class InputBudget:
     """The bytes one input (``name``: how errors call it) may still give: :meth:`count` raises ``error`` once more
     than ``cap`` (default :data:`MAX_INPUT_BYTES`) were read; ``fix``: what the refusal tells the user to do."""
@@ -80,7 +96,9 @@ class InputBudget:
                 name=self.name, limit=self._limit(), fix=self.fix))
 
     def read_all(self, f, head: bytes = b"") -> bytes:
-        """The rest of the open binary file ``f`` after its first bytes ``head`` (already read from it)."""
+        """The rest of the open binary file ``f`` after its first bytes ``head`` (already read from it). ``f`` is
+        unbuffered (``open(path, "rb", buffering=0)``), so each read is one system call that returns what has
+        arrived, and the wait for more is :func:`wait_readable`'s."""
         try:
             fd = f.fileno()
         except (AttributeError, OSError, ValueError):
@@ -89,17 +107,21 @@ class InputBudget:
             self.check_size(fd)
         self.count(len(head))
         out = bytearray(head)
-        while chunk := f.read(min(READ_CHUNK, self.cap + 1 - self.read)):
+        while True:
+            if fd is not None:
+                wait_readable(fd)
+            chunk = f.read(min(READ_CHUNK, self.cap + 1 - self.read))
+            if not chunk:
+                return bytes(out)
             out += chunk
             self.count(len(chunk))
-        return bytes(out)
 
 
 def read_input(path: str | os.PathLike[str], name: str | None = None, cap: int | None = None, fix: str = "",
                error: type[Exception] | None = None) -> bytes:
     """The bytes of the file, device or pipe ``path``, under the cap (:class:`InputBudget`). ``OSError`` from
     opening or reading is the caller's to word."""
-    with open(path, "rb") as f:
+    with open(path, "rb", buffering=0) as f:
         return InputBudget(str(path) if name is None else name, cap, fix, error).read_all(f)
 
 

@@ -315,6 +315,37 @@ def test_signal_stops_a_capped_read(tmp_path):
     assert "Traceback" not in proc.stderr.read().decode()
 
 
+def test_a_signal_another_thread_receives_still_stops_a_silent_read(tmp_path):
+    """The kernel may hand SIGTERM to any thread of the process (a native library's); the main thread, blocked
+    reading a pipe nobody writes to, must still run the handler. The writer holds the pipe open and silent until
+    the read ends, or gives up and closes it (then the main thread never woke: the old blocking read)."""
+    from attnlab.interrupts import Interrupted, sigterm_interrupts
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    woke, gave_up = threading.Event(), []
+
+    main_stat = Path(f"/proc/self/task/{threading.main_thread().native_id}/stat")
+
+    def writer() -> None:
+        with open(fifo, "wb"):
+            while main_stat.exists() and main_stat.read_text().rsplit(")", 1)[1].split()[0] != "S":
+                pass  # until the main thread sleeps in its read (Linux; elsewhere the signal comes at once)
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # delivered to this thread, not the main one
+            if not woke.wait(60):
+                gave_up.append(True)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    with sigterm_interrupts(), pytest.raises(Interrupted):
+        thread.start()
+        try:
+            aio.read_input(fifo)
+        finally:
+            woke.set()
+    thread.join()
+    assert not gave_up, "the main thread slept through the signal until the pipe closed"
+
+
 def test_translate_file_dev_zero_is_one_line_through_the_cli(tiny_runs, monkeypatch, capsys):
     monkeypatch.setattr(aio, "MAX_INPUT_BYTES", 1 * MiB)
     if not Path("/dev/zero").exists():

@@ -20,7 +20,7 @@ from attnlab.cli.common import (
 from attnlab.errors import AttnlabError
 from attnlab.export import ENGINES
 from attnlab.i18n import N_, _
-from attnlab.io import MAX_LINE_BYTES, InputBudget
+from attnlab.io import MAX_LINE_BYTES, InputBudget, wait_readable
 
 
 def _check_translate_paths(args) -> None:
@@ -252,7 +252,9 @@ def read_chunks(source, limit: int = CHUNK_LINES, budget: InputBudget | None = N
     while not eof:
         lines: list[bytes] = []
         while not eof and len(lines) < limit and (not lines or _waiting(fd)):
-            data = os.read(fd, 1 << 16)  # blocks only while no complete line is at hand
+            if not lines:
+                wait_readable(fd)  # blocks only while no complete line is at hand, still hearing signals
+            data = os.read(fd, 1 << 16)
             if not data:
                 eof = True
                 if part or cut:

@@ -50,7 +50,7 @@ from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK, Tokenizer, Vocab
 from attnlab.errors import CorpusError
 from attnlab.i18n import _
-from attnlab.io import MAX_INPUT_BYTES, InputBudget, atomic_write_text, file_kind, read_input
+from attnlab.io import MAX_INPUT_BYTES, InputBudget, atomic_write_text, file_kind, read_input, wait_readable
 
 __all__ = ["MAX_MEMBER_BYTES", "Prepared", "Split", "check_same_corpus", "for_run", "require_same_corpus", "locate_parallel", "prepare",
            "read_pairs", "read_parallel", "split_by_source", "write_tsv"]
@@ -108,7 +108,8 @@ def _read_bytes(path: Path, corpus: Corpus = CORPORA["fra-eng"]) -> tuple[bytes,
     """The raw bytes of ``corpus``'s text file (``fra.txt``) and a display name (``archive.zip:member`` for a
     zip); either is refused past :data:`MAX_MEMBER_BYTES`."""
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb", buffering=0) as f:  # unbuffered: read as every input is (attnlab.io)
+            wait_readable(f.fileno())
             head = f.read(4)
             is_zip = head.startswith(b"PK") or path.suffix.lower() == ".zip"
             if not is_zip:
