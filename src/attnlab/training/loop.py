@@ -167,7 +167,7 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     device, own_group = D.setup(device)
     lock = None
     try:
-        lock = open_run_folder(cfg, Path(out_dir))  # one writer per run folder (training/run_lock.py)
+        lock = open_run_folder(cfg, Path(out_dir), resume)  # one writer per run folder (training/run_lock.py)
         t_open = time.perf_counter()  # the wall record's clock (training/wall.py), not the loop's
         s = Session.open(cfg, Path(out_dir), resume, prepared, argv, device, clock, explicit)
         s.wall.add("setup", time.perf_counter() - t_open)

@@ -75,6 +75,21 @@ def _check_new_run_dir(out_dir: Path) -> None:
                              "--resume to continue a run").format(out_dir=out_dir, shown=shown))
 
 
+def check_run_dir(out_dir: Path, resume: bool) -> None:
+    """Refuse, writing nothing, an ``out_dir`` that cannot take this run: with ``resume``, one without a
+    checkpoint; else one whose files a new run would overwrite, or that already holds a run. Training
+    checks this before it locks the folder, so a refused folder is left without a ``train.lock``."""
+    if resume:
+        if not (out_dir / "checkpoints" / "LAST").is_file():
+            raise AttnlabError(_("--resume: {out_dir} holds no checkpoint to resume from; drop "
+                                 "--resume to start a new run").format(out_dir=out_dir))
+        return
+    _check_new_run_dir(out_dir)
+    if (out_dir / "checkpoints").exists() and any((out_dir / "checkpoints").iterdir()):
+        raise AttnlabError(_("{out_dir} already holds a run; add --resume to continue it or choose "
+                             "another --out").format(out_dir=out_dir))
+
+
 def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = False) -> None:
     """Check that ``out_dir`` suits a new run (or holds one to resume); ``restarted``: torchrun restarted
     this job before its first checkpoint, so the folder's files are this job's own and start over.
@@ -88,15 +103,9 @@ def prepare_run_dir(cfg: Config, out_dir: Path, resume: bool, restarted: bool = 
             (out_dir / name).unlink(missing_ok=True)
         shutil.rmtree(out_dir / BOARD_DIR, ignore_errors=True)  # its event files are this job's too
         return
+    check_run_dir(out_dir, resume)
     if resume:
-        if not (out_dir / "checkpoints" / "LAST").is_file():
-            raise AttnlabError(_("--resume: {out_dir} holds no checkpoint to resume from; drop "
-                                 "--resume to start a new run").format(out_dir=out_dir))
         return
-    _check_new_run_dir(out_dir)
-    if (out_dir / "checkpoints").exists() and any((out_dir / "checkpoints").iterdir()):
-        raise AttnlabError(_("{out_dir} already holds a run; add --resume to continue it or choose "
-                             "another --out").format(out_dir=out_dir))
     writable_folder(out_dir, "--out", keep=True)  # created, and a bad --out fails before training
     for moved in set_aside_dead_records(out_dir, (*RECORDS, BOARD_DIR)):  # a run that died before saving
         print(f"note: {out_dir} held records of a run with no checkpoint; moved them to {moved.name}", file=sys.stderr)
