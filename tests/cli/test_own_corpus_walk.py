@@ -94,7 +94,7 @@ def test_a_small_japanese_english_corpus_in_two_files(tmp_path, capsys, monkeypa
     assert stats["langs"] == {"src": "ja", "tgt": "en"} and stats["text_rules"] == {"src": "chars", "tgt": "metaspace"}
     assert [f["file"] for f in stats["corpus"]["files"]] == ["train.ja", "train.en"]
     toks = json.loads((run / "tokenizers.json").read_text(encoding="utf-8"))
-    assert "私" in toks["src"]["idx_to_token"] and "I" in toks["tgt"]["idx_to_token"]  # characters; English cased
+    assert "私" in toks["src"]["idx_to_token"] and "▁I" in toks["tgt"]["idx_to_token"]  # characters; English cased (▁: after a space)
     out = _ok(capsys, "translate", run, "私は学生です。", "犬が好きです。")
     assert out.strip() and "<" not in out
     _ok(capsys, "export", run, tmp_path / "exported")  # the export keeps the text rules: the same outputs
