@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # Set up attnlab in ./.venv from a bare python3 (3.11+).
-#   scripts/setup.sh        the package (train, translate, evaluate, inspect, serve)
+#   scripts/setup.sh        the package (train, translate, evaluate, inspect, serve, export) with the web, explain
+#                           and ct2 extras: every command of the README's "Five minutes with attnlab" runs after it
 #   scripts/setup.sh dev    + test and lint tools (pytest, hypothesis, ruff, Babel, playwright's Python API, nbclient and
 #                           ipykernel, which run examples/notes_tour.ipynb in tests/test_notebook.py) and the
 #                           align extra (NLTK, for `attnlab align`'s IBM Model 2 baseline) and the tensorboard
-#                           extra (train.tensorboard=true; its tests read the event files back) and the ct2
-#                           extra (CTranslate2, for `attnlab export --format ctranslate2`; tests/export/) and the
-#                           explain extra (Captum, for `attnlab attribute`'s gradient attribution)
+#                           extra (train.tensorboard=true; its tests read the event files back)
 # torch comes first, pinned to ATTNLAB_TORCH_VERSION (default 2.13.0: the release CI tests, and the floor
 # pyproject.toml declares). The pin picks the version, not the build: whether pip installs a CPU-only or
 # a CUDA build depends on where it finds torch. For Linux x86-64 the default package index serves the
@@ -30,8 +29,9 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     pip install "torch==${TORCH_VERSION}"
   fi
 fi
-# explain: Captum, for the integrated-gradients row the demo prints beside each attention map (notes §1)
-extras="web,explain"
+# explain: Captum, for the integrated-gradients row the demo prints beside each attention map (notes §1);
+# ct2: CTranslate2, for the README guide's `attnlab export --format ctranslate2` and `--engine ctranslate2`
+extras="web,explain,ct2"
 [ "${1:-}" = "dev" ] && extras="web,dev,align,tensorboard,ct2,explain"
 pip install -e ".[${extras}]"
 # A CJK font, so figures draw Chinese labels (--lang zh) and CJK tokens (attnlab/viz/fonts.py falls

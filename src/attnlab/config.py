@@ -45,9 +45,10 @@ LANGUAGES = tuple(
 UNSEGMENTED = frozenset({"ja", "zh", "th", "lo", "km", "my", "bo", "dz"})
 NUMBERS_LANGS = ("fr", "de", "es", "ja")  # data.tgt_lang of the numbers task (num2words); the source is English
 # data.preprocess: how text becomes tokens (data/languages.py). auto: the rule the corpus's record names for a
-# language (data/pairs.py: D2L's for fra-eng, on which the notes rely), else Moses' rules (sacremoses) for a
-# space-separated language, characters for an UNSEGMENTED one.
-PREPROCESS = ("auto", "d2l", "moses", "chars")
+# language (data/pairs.py: D2L's for fra-eng, on which the notes rely), else the metaspace rule (lossless, and
+# exactly what plain `tokenizers` does with an export) for a space-separated language, characters for an
+# UNSEGMENTED one; Moses' rules (sacremoses) on request.
+PREPROCESS = ("auto", "d2l", "moses", "chars", "metaspace")
 TOKENIZERS = ("word", "bpe")
 SCHEDULES = ("auto", "linear", "wsd", "inverse_sqrt", "constant", "cosine")
 SIZES = ("auto", "base", "tiny", "small", "medium", "notes")  # tiers: training/sizing.py (notes: the notes' 32-wide sizes)
@@ -117,7 +118,7 @@ class DataConfig:
     # numbers: English to French). Required for data.dataset=file: a TSV's first column (or the first file) is the source.
     src_lang: str = ""
     tgt_lang: str = ""
-    preprocess: str = "auto"  # PREPROCESS: D2L's rules, Moses' (sacremoses) or characters, per language
+    preprocess: str = "auto"  # PREPROCESS: D2L's rules, Moses' (sacremoses), characters or metaspace, per language
     num_steps: int = 32  # max tokens per side including <eos> (the notes' num_steps); longer pairs are truncated and counted
     min_freq: int = 2  # word tokenizer: tokens seen fewer times become <unk>
     tokenizer: str = "word"  # "word" (D2L) or "bpe" (HF tokenizers, one subword model per language)

@@ -50,7 +50,7 @@ def test_numbers_corpus_of_your_own_walk(tmp_path, capsys, monkeypatch, lang, to
     corpus = meta["data_stats"]["corpus"]
     assert corpus["name"] == tsv.name and corpus["langs"] == ["en", lang]  # not recorded as fra-eng
     assert meta["data_stats"]["langs"] == {"src": "en", "tgt": lang}
-    assert meta["data_stats"]["text_rules"]["tgt"] == ("chars" if lang == "ja" else "moses")
+    assert meta["data_stats"]["text_rules"]["tgt"] == ("chars" if lang == "ja" else "metaspace")
     config = (run / "config.toml").read_text(encoding="utf-8")
     assert 'dataset = "file"' in config and str(tsv) not in config  # no path: the run can move
 
@@ -91,10 +91,10 @@ def test_a_small_japanese_english_corpus_in_two_files(tmp_path, capsys, monkeypa
     run = tmp_path / "ja-en"
     _ok(capsys, "train", "--out", run, "--data", "train.ja,train.en", *TINY)  # the languages from the suffixes
     stats = json.loads((run / "meta.json").read_text(encoding="utf-8"))["data_stats"]
-    assert stats["langs"] == {"src": "ja", "tgt": "en"} and stats["text_rules"] == {"src": "chars", "tgt": "moses"}
+    assert stats["langs"] == {"src": "ja", "tgt": "en"} and stats["text_rules"] == {"src": "chars", "tgt": "metaspace"}
     assert [f["file"] for f in stats["corpus"]["files"]] == ["train.ja", "train.en"]
     toks = json.loads((run / "tokenizers.json").read_text(encoding="utf-8"))
-    assert "私" in toks["src"]["idx_to_token"] and "I" in toks["tgt"]["idx_to_token"]  # characters; English cased
+    assert "私" in toks["src"]["idx_to_token"] and "▁I" in toks["tgt"]["idx_to_token"]  # characters; English cased (▁: after a space)
     out = _ok(capsys, "translate", run, "私は学生です。", "犬が好きです。")
     assert out.strip() and "<" not in out
     _ok(capsys, "export", run, tmp_path / "exported")  # the export keeps the text rules: the same outputs

@@ -1,5 +1,5 @@
-"""Each language's text rules (data/languages.py): Moses' for space-separated scripts, characters for Chinese and
-Japanese, and D2L's, unchanged, for fra-eng (the notes rely on it)."""
+"""Each language's text rules (data/languages.py): the lossless metaspace rule for space-separated scripts (Moses'
+on request), characters for Chinese and Japanese, and D2L's, unchanged, for fra-eng (the notes rely on it)."""
 
 from __future__ import annotations
 
@@ -63,9 +63,9 @@ def test_auto_rules_follow_the_languages_and_keep_d2l_for_fra_eng():
     assert rules(direction="fr-en") == ("d2l", "d2l")
     assert rules(dataset="numbers") == ("d2l", "d2l")  # the task as it always was
     assert rules(dataset="numbers", tgt_lang="ja") == ("d2l", "chars")
-    assert rules(dataset="numbers", tgt_lang="de") == ("d2l", "moses")
-    assert rules(dataset="file", src_lang="en", tgt_lang="de") == ("moses", "moses")
-    assert rules(dataset="file", src_lang="zh", tgt_lang="en") == ("chars", "moses")
+    assert rules(dataset="numbers", tgt_lang="de") == ("d2l", "metaspace")
+    assert rules(dataset="file", src_lang="en", tgt_lang="de") == ("metaspace", "metaspace")
+    assert rules(dataset="file", src_lang="zh", tgt_lang="en") == ("chars", "metaspace")
     assert rules(dataset="file", src_lang="en", tgt_lang="fr", preprocess="d2l") == ("d2l", "d2l")
 
 
@@ -83,7 +83,7 @@ def test_d2l_rules_are_the_notes_preprocessing_unchanged():
     assert load_tokenizer(vocab.to_json()).text == "d2l"  # and every one saved before reads as D2L's
 
 
-@pytest.mark.parametrize("rule, lang", [("d2l", "en"), ("moses", "de"), ("moses", "en"), ("chars", "ja"),
+@pytest.mark.parametrize("rule, lang", [("d2l", "en"), ("moses", "de"), ("moses", "en"), ("chars", "ja"), ("metaspace", "en"),
                                         ("chars", "zh")])
 def test_every_rule_is_total_on_odd_text(rule, lang):
     rules = text_rules(rule, lang)
@@ -91,6 +91,37 @@ def test_every_rule_is_total_on_odd_text(rule, lang):
         out = rules.preprocess(s)
         assert isinstance(out, str) and "  " not in out and out == out.strip()
         assert isinstance(rules.detokenize(out.split()), str)
+
+
+METASPACE_TEXTS = [*GERMAN, "I'm home.", "Don't go, Tom!", "'Hello,' he said.", "Va ! Je suis là.",
+                   "It's 12:30 -- isn't it?", "Ça coûte 3,50 €.", "well-known e-mail", "x (y) [z]"]
+
+
+@pytest.mark.parametrize("sentence", METASPACE_TEXTS)
+def test_metaspace_is_lossless_where_moses_is_not(sentence):
+    """Joining gives the cleaned text back, so `don't` never reads `don 't`; case kept, a space marked ▁."""
+    rules = text_rules("metaspace", "en")
+    tokens = rules.preprocess(sentence).split()
+    assert rules.detokenize(tokens) == sentence
+    assert "".join(tokens).replace("\u2581", " ").strip() == sentence
+
+
+def test_metaspace_cuts_words_from_marks():
+    rules = text_rules("metaspace", "en")
+    assert rules.preprocess("I'm home.") == "\u2581I ' m \u2581home ."
+    assert rules.preprocess("Va !") == "\u2581Va \u2581!"  # the space before ! is kept, on the mark
+    assert rules.preprocess("  Straße\u200b ÉCOLE\u2581x ") == "\u2581Straße \u2581ÉCOLE \u2581x"
+    assert rules.detokenize(["\u2581I", "'", "m", "\u2581home", "."]) == "I'm home."
+
+
+def test_metaspace_bpe_joins_pieces_losslessly():
+    texts = METASPACE_TEXTS * 3
+    bpe = BPETokenizer.train(texts, 200, lang="en", text="metaspace")
+    again = load_tokenizer(bpe.to_json())
+    assert again.text == "metaspace"
+    for text in METASPACE_TEXTS:
+        assert again.decode(again.encode(text)) == text, text
+    assert all(not p.startswith("\u2581\u2581") for t in texts for p in bpe.tokens(t))  # one mark per word
 
 
 def test_tokenizers_keep_their_rules_through_json():

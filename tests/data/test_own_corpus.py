@@ -128,9 +128,9 @@ def test_prepare_records_a_file_corpus_honestly(tmp_path):
     p = prepare(DataConfig(dataset="file", data_path=str(path), src_lang="en", tgt_lang="de", min_freq=1))
     st = p.stats
     assert st["dataset"] == "file" and st["corpus"]["name"] == "mine.tsv" and st["corpus"]["langs"] == ["en", "de"]
-    assert st["langs"] == {"src": "en", "tgt": "de"} and st["text_rules"] == {"src": "moses", "tgt": "moses"}
-    assert (p.src_tok.text, p.tgt_tok.lang) == ("moses", "de")
-    assert "Hause" in p.tgt_tok.idx_to_token  # German as written, not lowercased
+    assert st["langs"] == {"src": "en", "tgt": "de"} and st["text_rules"] == {"src": "metaspace", "tgt": "metaspace"}
+    assert (p.src_tok.text, p.tgt_tok.lang) == ("metaspace", "de")
+    assert "▁Hause" in p.tgt_tok.idx_to_token  # German as written, not lowercased (▁: after a space)
     with pytest.raises(CorpusError, match="pass --data FILE"):
         prepare(DataConfig(dataset="file", src_lang="en", tgt_lang="de"))
 

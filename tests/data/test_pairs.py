@@ -42,7 +42,7 @@ def test_the_records_of_each_named_pair():
     assert num.generated and num.langs == ("en", "ja") and num.bleu_tokenize == "char"
     assert num.examples[0] == ("twenty-one", "二十一")
     own = pair_of(DataConfig(dataset="file", src_lang="de", tgt_lang="en"))
-    assert own.rules == ("moses", "moses") and own.probes == () and own.notes_table is None
+    assert own.rules == ("metaspace", "metaspace") and own.probes == () and own.notes_table is None
     assert pair_of(DataConfig(dataset="file", src_lang="en", tgt_lang="de")).probes[-1] == "i'm home ."
     with using("zh"):
         assert zh.title() == "英语 → 中文"

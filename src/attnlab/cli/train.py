@@ -166,9 +166,9 @@ def register(sub) -> None:
                                      "(`attnlab config` prints it). Ctrl-C saves; --resume continues exactly. "
                                      "Your own corpus, any pair of languages: --data my.tsv data.src_lang=en "
                                      "data.tgt_lang=de (or --data train.en,train.de, or --data train with "
-                                     "data.src_lang and data.tgt_lang); its text is cut by Moses' rules "
-                                     "(sacremoses), or into characters for Chinese and Japanese "
-                                     "(data.preprocess=auto|d2l|moses|chars). The run records the corpus by name, "
+                                     "data.src_lang and data.tgt_lang); its text is cut into words and marks "
+                                     "that join back losslessly (metaspace), or into characters for Chinese and "
+                                     "Japanese (data.preprocess=auto|d2l|moses|chars|metaspace). The run records the corpus by name, "
                                      "sha256 and languages, never by path."))
     t.add_argument("--out", required=True, metavar="RUN",
                    help=_("the run folder to create (or, with --resume, to continue)"))

@@ -6,8 +6,8 @@ A corpus of your own (``--data``, with ``data.src_lang`` and ``data.tgt_lang``) 
 the source and second the target (a third, an attribution as in Tatoeba's files, is ignored), or two aligned
 text files, one sentence a line: ``A,B`` (source, then target; or by their language suffixes, ``train.de,
 train.en`` for ``de`` → ``en``), or a prefix ``P`` of ``P.<src_lang>`` and ``P.<tgt_lang>`` (JoeyNMT's way).
-Its text is cut by its languages' rules (:mod:`attnlab.data.languages`: Moses' for space-separated scripts,
-characters for Chinese and Japanese); fra-eng keeps D2L's.
+Its text is cut by its languages' rules (:mod:`attnlab.data.languages`: the lossless metaspace rule for space-separated
+scripts, characters for Chinese and Japanese); fra-eng keeps D2L's.
 
 ``prepare(cfg)`` is the one entry point the trainer and the CLI use: it reads (or generates) the
 pairs, splits them by English source, builds the tokenizers from the training split only, encodes,
@@ -457,7 +457,7 @@ def prepare(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = No
     ``splits[name]`` = ``{pairs, sources, truncated, truncated_src, truncated_tgt, unk_src, unk_tgt}``,
     ``vocab`` = ``{src, tgt}`` sizes and ``length_histogram`` = ``{src, tgt}`` lists where entry
     ``k`` counts sentences of ``k`` tokens (all pairs, before truncation), ``langs`` and ``text_rules`` =
-    ``{src, tgt}`` (ISO 639-1 codes; d2l, moses or chars); for fra-eng and a file also ``corpus`` =
+    ``{src, tgt}`` (ISO 639-1 codes; d2l, moses, chars or metaspace); for fra-eng and a file also ``corpus`` =
     ``{name, file, sha256}`` (the file's name, the sha256 of its ``fra.txt`` text; a file's also ``langs``
     and ``files``): how a run folder records its corpus, by name and checksum rather than by path
     (:func:`for_run`).

@@ -1,14 +1,21 @@
 """How a language's text is cut into tokens and joined back: the rules a tokenizer applies around its vocabulary.
 
-Three rules, named by ``data.preprocess`` (``config.PREPROCESS``; ``auto`` picks one per language,
-``DataConfig.text_rules``):
+Four rules, named by ``data.preprocess`` (``config.PREPROCESS``; ``auto`` picks one per language:
+``data/pairs.py``):
 
 - ``d2l``: the notes' own (§4, :mod:`attnlab.data.text`): lowercase, a space before ``, . ! ?``, French or
   English detokenisation. fra-eng and the numbers task's English keep it, so the notes' examples read as
   they do in D2L.
+- ``metaspace``: for space-separated scripts (``auto``'s choice outside fra-eng): each run of letters, digits
+  and combining marks is a token and so is each other character, and a token that follows a space starts
+  with ``▁`` (SentencePiece's metaspace), so ``I'm home.`` is ``▁I ' m ▁home .`` and joining is lossless:
+  the tokens concatenated, ``▁`` read as a space. Case is kept; the text is first cleaned as D2L's is
+  (invisible characters dropped, NFC, one space per run of whitespace, ``▁`` itself read as a space). The rule
+  *is* Hugging Face ``tokenizers`` pieces (:func:`metaspace_pieces`), which the export writes into its files,
+  so plain ``tokenizers`` cuts and joins text exactly as attnlab does.
 - ``moses``: Moses' tokenizer and detokenizer (sacremoses, with the language's code: its non-breaking
-  prefixes, apostrophes, quotes), for space-separated scripts; case is kept. The text is first cleaned as
-  D2L's is (invisible characters dropped, NFC, one space per run of whitespace).
+  prefixes, apostrophes, quotes), on request only: ``tokenizers`` cannot express it, so an export of it
+  needs sacremoses beside the tokenizer file (``export/standalone.py``). Case is kept; text is cleaned first.
 - ``chars``: for scripts written without spaces (Chinese, Japanese, Thai, ...) and no segmenter: each
   character of those scripts is a token; a run of other letters or digits (``iPhone``, ``12``) is one, and
   each other mark is one. Joining puts a space only between two such runs, so ``我有 iPhone 12 手机。``
@@ -17,8 +24,9 @@ Three rules, named by ``data.preprocess`` (``config.PREPROCESS``; ``auto`` picks
 
 Every rule's ``preprocess`` returns tokens separated by single spaces (what the vocabularies split on),
 never raises on any ``str``, and its ``detokenize(preprocess(s).split())`` preprocesses back to
-``preprocess(s)`` for ordinary text. Moses' rule is not idempotent (a tokenized apostrophe, ``J' ai``,
-splits again), so text is preprocessed once: raw text in, tokens out (``preprocessed=True`` afterwards).
+``preprocess(s)`` for ordinary text (the metaspace rule gives ``s`` itself back, cleaned). Moses' and the
+metaspace rules are not idempotent (a tokenized apostrophe, ``J' ai``, splits again; ``▁`` reads as a space),
+so text is preprocessed once: raw text in, tokens out (``preprocessed=True`` afterwards).
 """
 
 from __future__ import annotations
@@ -31,9 +39,11 @@ from dataclasses import dataclass
 
 from attnlab.data import text as d2l
 
-__all__ = ["RULES", "SCRIPT_SAMPLE", "UNSPACED", "TextRules", "clean", "text_rules", "unspaced_share"]
+__all__ = ["METASPACE", "RULES", "SCRIPT_SAMPLE", "UNSPACED", "TextRules", "clean", "metaspace_pieces", "text_rules",
+           "unspaced_share"]
 
-RULES = ("d2l", "moses", "chars")
+RULES = ("d2l", "moses", "chars", "metaspace")
+METASPACE = "\u2581"  # ▁, the word-start mark of the metaspace rule (and of BPE pieces)
 
 # The blocks of the scripts written without spaces, and their punctuation: CJK (Han, kana, CJK symbols and
 # full-width forms), Thai, Lao, Khmer, Myanmar, Tibetan.
@@ -87,6 +97,10 @@ class TextRules:
         """``s`` as space-separated tokens (total on any ``str``)."""
         if self.name == "d2l":
             return d2l.preprocess(s)
+        if self.name == "metaspace":
+            normalizer, cut, _ = metaspace_pieces()
+            # Python drops lone surrogates first: the Rust library cannot be handed them.
+            return " ".join(t for t, _ in cut.pre_tokenize_str(normalizer.normalize_str(d2l.drop_invisible(s))))
         s = clean(s)
         if not s:
             return s
@@ -98,6 +112,8 @@ class TextRules:
         """Readable text of ``tokens`` (as :meth:`preprocess` cut them) in this language."""
         if self.name == "d2l":
             return d2l.detokenize(tokens, self.lang if self.lang in ("en", "fr") else "en")
+        if self.name == "metaspace":
+            return metaspace_pieces()[2].decode(list(tokens))
         if self.name == "chars":
             out = ""
             for tok in tokens:
@@ -106,6 +122,23 @@ class TextRules:
                 out += tok
             return out
         return _moses(self.lang)[1].detokenize(list(tokens))
+
+
+@functools.cache
+def metaspace_pieces():
+    """The metaspace rule as ``tokenizers`` pieces: (normalizer, pre-tokenizer, decoder). attnlab cuts and joins
+    with these very objects, and an export writes them into its tokenizer files (``export/standalone.py``)."""
+    from tokenizers import Regex, decoders, normalizers, pre_tokenizers
+
+    from attnlab.data.tokenizer_files import clean_normalizer
+
+    normalizer = normalizers.Sequence([normalizers.Replace(METASPACE, " "), clean_normalizer()])
+    cut = pre_tokenizers.Sequence([
+        pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always", split=True),  # ▁word pieces
+        # each character that is not a letter, digit or mark alone, with the ▁ of a space before it
+        pre_tokenizers.Split(Regex(rf"{METASPACE}?[^\p{{L}}\p{{N}}\p{{M}}{METASPACE}]"), behavior="isolated"),
+    ])
+    return normalizer, cut, decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
 
 
 @functools.cache

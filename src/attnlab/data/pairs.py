@@ -56,8 +56,9 @@ def language_name(code: str) -> str:
 
 def default_rule(lang: str) -> str:
     """The text rule ``data.preprocess=auto`` gives a language no corpus names a rule for: characters for a
-    script written without spaces (:data:`attnlab.config.UNSEGMENTED`), Moses' rules otherwise."""
-    return "chars" if lang in UNSEGMENTED else "moses"
+    script written without spaces (:data:`attnlab.config.UNSEGMENTED`), the metaspace rule otherwise (lossless,
+    and what an export's tokenizer files do exactly; Moses' rules cannot be written into them)."""
+    return "chars" if lang in UNSEGMENTED else "metaspace"
 
 
 # The notes' four sentences, with D2L's French references (§22): fra-eng's examples both ways.

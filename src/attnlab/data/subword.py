@@ -9,6 +9,8 @@ in SentencePiece), so for preprocessed text ``x`` made of characters seen in tra
 ``decode(encode(x)) == detokenize(x.split(), lang)`` — the BPE round trip is exact up to the
 same detokenisation the word vocabulary applies. Characters never seen in training become ``<unk>``.
 Text that itself contains ``▁`` (U+2581) is the one thing that does not round-trip: it reads back as a space.
+Under the metaspace rule (:mod:`attnlab.data.languages`) the words already carry their ``▁``: the pieces are
+learnt within each word as it stands, and decoding concatenates them with the rule's own decoder.
 """
 
 from __future__ import annotations
@@ -76,7 +78,9 @@ class BPETokenizer:
         if vocab_size < len(SPECIALS) + 1:
             raise ValueError(f"vocab_size={vocab_size} is too small for the {len(SPECIALS)} special tokens")
         tok = HFTokenizer(models.BPE(unk_token=SPECIALS[0]))
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=_METASPACE, prepend_scheme="always")
+        # The metaspace rule's words start with their own ▁ where a space stood: a second mark would be noise.
+        tok.pre_tokenizer = (pre_tokenizers.WhitespaceSplit() if text == "metaspace"
+                             else pre_tokenizers.Metaspace(replacement=_METASPACE, prepend_scheme="always"))
         tok.decoder = decoders.Metaspace(replacement=_METASPACE, prepend_scheme="always")
         trainer = trainers.BpeTrainer(
             vocab_size=vocab_size, special_tokens=list(SPECIALS), show_progress=False
@@ -121,8 +125,9 @@ class BPETokenizer:
         """Text for ``ids``: stops at ``<eos>``, drops ``<pad>``/``<bos>`` (and ``<unk>`` unless
         ``keep_unk``), joins pieces at ``▁`` boundaries and detokenises for ``self.lang``."""
         content = content_ids(ids, keep_unk)
-        for i in content:
-            self.id_to_token(i)  # range check with a clear message
+        pieces = [self.id_to_token(i) for i in content]  # range check with a clear message
+        if self.text == "metaspace":  # the pieces hold every space as ▁: the rule joins them losslessly
+            return self.detokenize(pieces)
         text = self._tok.decode(content, skip_special_tokens=False)
         return self.detokenize(text.split())
 

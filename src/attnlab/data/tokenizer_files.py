@@ -69,6 +69,15 @@ def whitespace_classes() -> tuple[str, str]:
     return _classes()
 
 
+def clean_normalizer() -> normalizers.Normalizer:
+    """:func:`attnlab.data.languages.clean` as HF normalizers: invisible characters and U+FFFD dropped, NFC,
+    every run of whitespace one space, the ends stripped (case kept)."""
+    dropped, spaces = _classes()
+    return normalizers.Sequence([normalizers.Replace(Regex(dropped), ""), normalizers.Replace("\ufffd", ""),
+                                 normalizers.NFC(), normalizers.Replace(Regex(spaces + "+"), " "),
+                                 normalizers.Strip()])
+
+
 def preprocess_normalizer() -> normalizers.Normalizer:
     """:func:`attnlab.data.text.preprocess` as one HF normalizer (see the module docstring)."""
     dropped, spaces = _classes()
@@ -91,11 +100,13 @@ def to_hf(tok) -> HFTokenizer:
     return hf
 
 
-def from_hf(text: str, kind: str, lang: str, min_freq: int = 1) -> dict[str, Any]:
+def from_hf(text: str, kind: str, lang: str, min_freq: int = 1, rule: str = "d2l") -> dict[str, Any]:
     """The attnlab tokenizer JSON (what :func:`attnlab.data.vocab.load_tokenizer` reads) of an exported file.
 
-    ``text``: the file's content, as :func:`to_hf` wrote it. attnlab preprocesses in Python before
-    the Rust library sees the text, so the normalizer is dropped again (it would redo that work).
+    ``text``: the file's content, as :func:`to_hf` wrote it; ``rule``: the side's text rule
+    (:data:`attnlab.data.languages.RULES`). attnlab preprocesses in Python before the Rust library sees the
+    text, so the normalizer is dropped again (it would redo that work), and so is the rule's cut: a BPE
+    tokenizer of the metaspace rule splits its preprocessed text at spaces only.
     Raises ``ValueError`` when the file is not such a tokenizer.
     """
     try:
@@ -106,7 +117,9 @@ def from_hf(text: str, kind: str, lang: str, min_freq: int = 1) -> dict[str, Any
     spec["normalizer"] = None
     spec["post_processor"] = None  # an export's `$A <eos>`: attnlab appends the source's <eos> itself
     pre = spec.get("pre_tokenizer")
-    if kind == "bpe" and isinstance(pre, dict) and pre.get("type") == "Sequence" and pre.get("pretokenizers"):
+    if kind == "bpe" and rule == "metaspace":  # the export's metaspace cut; attnlab hands the BPE its tokens
+        spec["pre_tokenizer"] = {"type": "WhitespaceSplit"}
+    elif kind == "bpe" and isinstance(pre, dict) and pre.get("type") == "Sequence" and pre.get("pretokenizers"):
         spec["pre_tokenizer"] = pre["pretokenizers"][-1]  # an export's text-rule cuts, then the BPE's Metaspace
     decoder = spec.get("decoder")
     if kind == "bpe" and isinstance(decoder, dict) and decoder.get("type") == "Sequence" and decoder.get("decoders"):

@@ -52,6 +52,8 @@ TEXT: dict[str, str] = Templates({
     "word_kind": N_("  each word (after preprocessing: lower case, a space before , . ! ?) is one token"),
     "word_kind_moses": N_("  each word (after preprocessing: Moses' tokenizer for {lang}, case kept, punctuation split "
                          "off) is one token"),
+    "word_kind_metaspace": N_("  each run of letters or digits and each other mark is one token (after preprocessing: case "
+                             "kept); ▁ marks a token that followed a space, so the tokens join back to the text"),
     "word_kind_chars": N_("  each character of a script written without spaces is one token (after preprocessing: "
                          "case kept; a run of other letters or digits stays one token, each other mark is one)"),
     "bpe_kind": N_("  ▁ marks the start of a word (SentencePiece's metaspace); a piece without ▁ continues the word "
@@ -157,6 +159,8 @@ def format_walkthrough(w: Walkthrough, run: str | None = None) -> str:
         lines.append(TEXT["bpe_kind"].format(words="; ".join(words)) + whole)
     elif w.text == "moses":  # the line says what the run's own text rule does (case is kept)
         lines.append(TEXT["word_kind_moses"].format(lang=w.lang))
+    elif w.text == "metaspace":
+        lines.append(TEXT["word_kind_metaspace"])
     elif w.text == "chars":
         lines.append(TEXT["word_kind_chars"])
     else:

@@ -8,7 +8,8 @@
   gives attnlab's ids followed by ``<eos>``, and ``decode`` of them gives ``i'm home.``. A special typed
   in the text is that special wherever it stands between non-word characters (attnlab takes it only
   as a whole word); ``encode(…, add_special_tokens=False)`` gives the ids without ``<eos>``.
-  A side whose text rule is not D2L's (:mod:`attnlab.data.languages`) gets its own: the chars rule exactly
+  A side whose text rule is not D2L's (:mod:`attnlab.data.languages`) gets its own: the metaspace rule as the
+  very ``tokenizers`` pieces attnlab cuts and joins with (``languages.metaspace_pieces``); the chars rule exactly
   (cleaning without lowercasing, a pre-tokenizer that isolates each character of an unspaced script and each
   run of other letters or digits, a decoder that spaces only between two such runs); Moses' approximately
   (punctuation split off), with :func:`text_rule_record` in ``config.json`` and ``decode.json`` saying how to
@@ -24,12 +25,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers, processors
+from tokenizers import AddedToken, Regex, decoders, pre_tokenizers, processors
 
-from attnlab.data.languages import UNSPACED
+from attnlab.data.languages import UNSPACED, metaspace_pieces
 from attnlab.data.specials import BOS, EOS, PAD, SPECIALS, UNK
 from attnlab.data.text import PUNCTUATION, detokenize
-from attnlab.data.tokenizer_files import to_hf, whitespace_classes
+from attnlab.data.tokenizer_files import clean_normalizer, to_hf
 
 DECODE_SETTINGS = "decode.json"
 _METASPACE = "▁"
@@ -55,6 +56,8 @@ def _decoder(kind: str, lang: str, rule: str = "d2l"):
     ``▁`` (BPE), then each attached mark pulled onto the word before it; under the chars rule, a space is
     kept only between two runs of letters or digits (``我有iPhone 12手机。``)."""
     # WordPiece with a prefix no word token can start with (a space) joins every token with one space.
+    if rule == "metaspace":  # the rule's own decoder: its tokens (or BPE pieces) keep every space as ▁
+        return metaspace_pieces()[2]
     join = (decoders.Metaspace(replacement=_METASPACE, prepend_scheme="always") if kind == "bpe"
             else decoders.WordPiece(prefix=" ", cleanup=False))
     if rule == "chars":
@@ -65,8 +68,8 @@ def _decoder(kind: str, lang: str, rule: str = "d2l"):
 
 def text_rule_record(tok) -> dict[str, Any]:
     """How the side's text is cut (``config.json``'s tokenizer entry, ``decode.json``): the rule, the language,
-    and whether the tokenizer file applies it exactly. D2L's rules and the chars rule are spelled as HF
-    normalizers and pre-tokenizers; Moses' (sacremoses) has no HF equivalent, so the file approximates it and
+    and whether the tokenizer file applies it exactly. D2L's, the metaspace and the chars rules are spelled as HF
+    normalizers, pre-tokenizers and decoders; Moses' (sacremoses) has no HF equivalent, so the file approximates it and
     the record says how to apply it exactly."""
     rule = getattr(tok, "text", "d2l")
     record: dict[str, Any] = {"rule": rule, "lang": tok.lang, "exact_in_tokenizer_file": rule != "moses"}
@@ -81,22 +84,16 @@ def text_rule_record(tok) -> dict[str, Any]:
     return record
 
 
-def _clean_normalizer() -> normalizers.Normalizer:
-    """:func:`attnlab.data.languages.clean` as HF normalizers: invisible characters and U+FFFD dropped, NFC,
-    every run of whitespace one space, the ends stripped (case kept)."""
-    dropped, spaces = whitespace_classes()
-    return normalizers.Sequence([normalizers.Replace(Regex(dropped), ""), normalizers.Replace("\ufffd", ""),
-                                 normalizers.NFC(), normalizers.Replace(Regex(spaces + "+"), " "),
-                                 normalizers.Strip()])
-
-
 def _text_rule(hf, tok) -> None:
     """Give ``hf`` the side's own text rule when it is not D2L's (which :func:`to_hf` already spells): the
-    chars rule as a pre-tokenizer that isolates each of its tokens, Moses' approximated (:func:`text_rule_record`)."""
+    metaspace rule's own pieces, the chars rule as a pre-tokenizer that isolates each of its tokens, Moses' approximated (:func:`text_rule_record`)."""
     rule = getattr(tok, "text", "d2l")
     if rule == "d2l":
         return
-    hf.normalizer = _clean_normalizer()
+    if rule == "metaspace":  # the rule itself: no BPE marker to add, its words carry their ▁
+        hf.normalizer, hf.pre_tokenizer, _ = metaspace_pieces()
+        return
+    hf.normalizer = clean_normalizer()
     if rule == "chars":
         cut = [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(_CHAR_TOKEN), behavior="isolated")]
     else:

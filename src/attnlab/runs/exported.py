@@ -67,7 +67,7 @@ def _export_tokenizers(path: Path, entries: Any, listed: dict[str, str]) -> dict
         bad = f"{fpath} is not a usable tokenizer"
         data = _read_capped(fpath, MAX_JSON_BYTES, f"{fpath} is missing", bad)
         try:
-            toks[side] = from_hf(data.decode("utf-8"), kind, lang, min_freq)
+            toks[side] = from_hf(data.decode("utf-8"), kind, lang, min_freq, e.get("text", "d2l"))
             if e.get("text", "d2l") != "d2l":  # a corpus of your own: its text rules (data/languages.py)
                 toks[side]["text"] = e["text"]
             load_tokenizer(toks[side])
