@@ -49,7 +49,6 @@ from torch import Tensor, nn
 from attnlab.analysis.hooks import before_forward
 from attnlab.analysis.report import TextReport
 from attnlab.data.batching import collate
-from attnlab.data.text import detokenize
 from attnlab.data.vocab import EOS, PAD
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import reference_streams
@@ -304,7 +303,7 @@ def _sample(prepared, n: int) -> tuple[list[list[int]], list[list[int]], list[li
                 break
             src.append(split.src[i])
             tgt.append(split.tgt[i])
-            refs.append([detokenize(r.split(), prepared.tgt_tok.lang) for r in split.references[i]])
+            refs.append([prepared.tgt_tok.detokenize(r.split()) for r in split.references[i]])  # the target's rules
     if not src:
         raise AttnlabError(_("the run's validation and test splits are empty; nothing to measure heads "
                              "on"))

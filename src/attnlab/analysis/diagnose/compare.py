@@ -49,7 +49,6 @@ from typing import Any
 
 from attnlab.analysis.experiments.scaling import measure_throughput
 from attnlab.analysis.report import TextReport
-from attnlab.data.text import detokenize
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import bleu_by_length, corpus_scores
 from attnlab.evaluation.evaluate import checkpoint_identity, notes_examples
@@ -170,8 +169,8 @@ def common_sample(tr: Translator, n: int, data: str | Path | None = None) -> _Sa
         rows = [rows[k * len(rows) // n] for k in range(n)]
     out = _Sample([], [], [], [])
     for split, i in rows:
-        out.sources.append(detokenize(split.src_text[i].split(), tr.src_tok.lang))
-        out.references.append([detokenize(r.split(), tr.tgt_tok.lang) for r in split.references[i]])
+        out.sources.append(tr.src_tok.detokenize(split.src_text[i].split()))  # each side by its own rules
+        out.references.append([tr.tgt_tok.detokenize(r.split()) for r in split.references[i]])
         out.src_words.append(len(split.src_text[i].split()))
         out.ref_texts.append(split.tgt_text[i])
     return out
