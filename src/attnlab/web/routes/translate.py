@@ -255,7 +255,8 @@ def unknown_words(tr: Any, text: str, src_tokens: Sequence[str]) -> list[str]:
     was given (a word vocabulary's tokens follow the words one for one; the cut-off rest is not listed).
     """
     tok = getattr(tr, "src_tok", None)
-    words = preprocess(text).split()
+    # cut as the model's tokenizer cuts (characters for Chinese, Moses' words ...), so words and tokens pair up
+    words = (tok.preprocess(text) if tok is not None else preprocess(text)).split()
     unk = "<unk>"
     if hasattr(tok, "token_to_idx"):  # word vocabulary: one token per word
         shown = [t for t in src_tokens if t != "<eos>"]
