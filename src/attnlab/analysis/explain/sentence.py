@@ -46,7 +46,6 @@ from attnlab.analysis.explain.depends import run as depends_on
 from attnlab.analysis.explain.params import tied_note
 from attnlab.analysis.report import TextReport
 from attnlab.data.batching import Batch, collate
-from attnlab.data.text import tokenize
 from attnlab.data.vocab import EOS, UNK
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import d2l_bleu
@@ -206,8 +205,8 @@ def run(translator: Translator, sentence: str, reference: str | None = None, top
     if not ids:
         raise AttnlabError(_("{sentence!r} has no token after preprocessing; give a sentence in the run's source language").format(sentence=sentence))
     if reference is not None and not tr.tgt_tok.encode(reference):
-        raise AttnlabError(_("--reference {reference!r} has no token after preprocessing; give a "
-                             "French sentence").format(reference=reference))
+        raise AttnlabError(_("--reference {reference!r} has no token after preprocessing; give a sentence in the "
+                             "run's target language").format(reference=reference))
     model = scratch_gru_copy(tr) if t.recurrent else tr.model  # the GRU's gates need the scratch cell
     model.eval()
     # decoding first, so the teacher-forced passes can follow the model's own output
@@ -599,9 +598,10 @@ def _loss(model, tr: Translator, ids: list[int], reference: str, translation: st
     log_probs = torch.log_softmax(logits, dim=-1)  # (T, V)
     labels = b.tgt_out[0]
     nll = -log_probs.gather(1, labels[:, None])[:, 0]  # (T,)
+    words = [tr.tgt_tok.preprocess(t).split() for t in (translation, reference)]  # Chinese: characters
     return _Loss(reference, translation, [tr.tgt_tok.id_to_token(int(i)) for i in b.tgt_in[0]],
                  [tr.tgt_tok.id_to_token(int(i)) for i in labels], nll.tolist(),
-                 d2l_bleu(tokenize(translation), tokenize(reference), k=2))
+                 d2l_bleu(*words, k=2))
 
 
 def _loss_section(loss: _Loss, out: Out) -> None:
