@@ -23,12 +23,12 @@ import torch
 from attnlab import config as config_mod
 from attnlab import device
 from attnlab.data import corpus, download
-from attnlab.data.pairs import CORPORA, pair_of
+from attnlab.data.pairs import CORPORA, corpus_named_by, pair_of
 from attnlab.device import set_threads
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.alignment import verdict_map
 from attnlab.evaluation.evaluate import is_right, notes_examples
-from attnlab.i18n import _, ljust
+from attnlab.i18n import _, ljust, rjust, width
 from attnlab.interrupts import Interrupted
 from attnlab.models import traits
 from attnlab.training import sizing
@@ -145,6 +145,7 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
     """Train :data:`DEMO_MODELS` for ``minutes`` each into ``out/KIND`` and show what they learnt.
     ``progress``: the training progress bars on stderr (off under ``--quiet``); ``verbose``: also
     each model's sized config, as TOML, on stderr. ``seed``: both models' ``train.seed`` (None: the config's).
+    ``dataset``: a named corpus (None: the one ``data``'s file name says, ``cmn-eng.zip``, else fra-eng).
 
     ``minutes`` must be a positive, finite budget: the models are sized for it, and without one nothing
     but a signal would end the first model's training. Ctrl-C or SIGTERM during training saves that
@@ -155,7 +156,7 @@ def run_demo(out: Path, minutes: float = 1.5, data: str | None = None, threads: 
                              "models are sized for it); give a positive number of minutes, e.g. "
                              "--max-minutes 1.5").format(minutes=minutes))
     t0 = time.monotonic()
-    dataset = dataset or config_mod.DATASETS[0]
+    dataset = dataset or (corpus_named_by(Path(data).name) if data else None) or config_mod.DATASETS[0]
     dataset, path = (dataset, None) if CORPORA[dataset].generated else _dataset(data, dataset)
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
         raise AttnlabError(_("{out} exists and is not a demo folder; choose another --runs-dir").format(out=out))
@@ -217,18 +218,24 @@ def _show(kind: str, tr, dataset: str, out: Path, peak: float, minutes: float) -
         rows = notes_examples(tr)
         for row in rows:
             mark = ljust(_("right"), 5) if is_right(row["source"], row["translation"], row["reference"]) else "     "
-            print(f"  {row['source']:<14} => {row['translation']:<26} {mark}  D2L BLEU {row['d2l_bleu']:.3f}   "
+            print(f"  {ljust(row['source'], 14)} => {ljust(row['translation'], 26)} {mark}  D2L BLEU {row['d2l_bleu']:.3f}   "
                   + _("(reference: {reference})").format(reference=row["reference"]))
         right = sum(is_right(r["source"], r["translation"], r["reference"]) for r in rows)
         print("  " + _("{right} of {n} right").format(right=right, n=len(rows)))
         if right < 2:
             print("  " + _("not usable yet: give it more time (the machine measures {peak:.0f} GFLOP/s; `{command}`)")
-                  .format(peak=peak, command=f"attnlab demo --max-minutes {max(2 * minutes, USABLE_COMPUTE / peak):.1f}"))
+                  .format(peak=peak, command=demo_command(dataset, max(2 * minutes, USABLE_COMPUTE / peak))))
     result, depends = attention_report(tr, _sentence(tr))
     print(cross_attention_table(result, getattr(tr.cfg.model, "attention_query", "previous")))
     print(depends.format())  # the alignment verdict beside integrated gradients (§1, §25)
     for p in result.save(out / kind / "attention", tr.name, formats=("png",)):
         print("  " + _("wrote {path}").format(path=p))
+
+
+def demo_command(dataset: str, minutes: float) -> str:
+    """The demo again with ``minutes`` per model, on the same corpus (``--dataset`` unless it is the default)."""
+    named = f" --dataset {dataset}" if dataset != config_mod.DATASETS[0] else ""
+    return f"attnlab demo{named} --max-minutes {minutes:.1f}"
 
 
 def _sentence(tr) -> str:
@@ -260,15 +267,15 @@ def cross_attention_table(result, query: str = "previous") -> str:
     w = verdict_map(maps)  # (T, S)
     src = result.src_tokens[: w.shape[1]]
     queries = result.tgt_tokens[: w.shape[0]]
-    width = max(6, *(len(s) + 1 for s in src))
+    col = max(6, *(width(s) + 1 for s in src))  # terminal cells: a Chinese character takes two
     bahdanau = _("Bahdanau attention α(s_t', h_t)") if query == "current" else _("Bahdanau attention α(s_t'-1, h_t)")
     title = bahdanau if maps.shape[1] == 1 and maps.shape[0] == 1 else \
         _("cross-attention, layer {layer} of {layers}, {heads} heads averaged").format(
             layer=maps.shape[0], layers=maps.shape[0], heads=maps.shape[1])
     lines = ["  " + _("{title} for {sentence!r} (rows: output tokens, columns: source tokens)").format(
                  title=title, sentence=result.source),
-             "  " + " " * 12 + "".join(f"{s:>{width}}" for s in src) + "   " + _("looks at")]
+             "  " + " " * 12 + "".join(rjust(s, col) for s in src) + "   " + _("looks at")]
     for q, row in zip(queries, w):
-        lines.append("  " + f"{q:<12}" + "".join(f"{x:>{width}.2f}" for x in row.tolist())
+        lines.append("  " + ljust(q, 12) + "".join(f"{x:>{col}.2f}" for x in row.tolist())
                      + f"   {src[int(row.argmax())]}")
     return "\n".join(lines)

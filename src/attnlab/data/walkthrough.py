@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnlab.data.specials import EOS, PAD, SPECIALS, UNK
-from attnlab.i18n import N_, Templates
+from attnlab.i18n import N_, Templates, ljust, width
 
 __all__ = ["TEXT", "Walkthrough", "format_walkthrough", "walk_through", "word_pieces"]
 
@@ -133,10 +133,10 @@ def _table(w: Walkthrough) -> list[str]:
     cols = [(str(p), t, str(i)) for p, (t, i) in enumerate(zip(w.tokens[:shown], w.ids[:shown]))]
     if w.num_steps > shown:
         cols.append((f"{shown}…{w.num_steps - 1}", TEXT["pad_run"].format(count=w.num_steps - shown), str(PAD)))
-    widths = [max(len(c) for c in col) for col in cols]
+    widths = [max(width(c) for c in col) for col in cols]  # terminal cells: a Chinese character takes two
     rows = []
     for row, label in enumerate(("label_position", "label_token", "label_id")):
-        cells = "  ".join(col[row].ljust(width) for col, width in zip(cols, widths)).rstrip()
+        cells = "  ".join(ljust(col[row], cells) for col, cells in zip(cols, widths)).rstrip()
         rows.append(TEXT["table_row"].format(label=TEXT[label], cells=cells))
     return rows
 
