@@ -210,12 +210,13 @@ def add_run_data_arg(p: argparse.ArgumentParser) -> None:
     """``--data`` for a command that reads a trained run's corpus again: a run records its corpus by name
     and checksum, not where it was (data/corpus.py ``for_run``), so the location is given now."""
     p.add_argument("--data", metavar="PATH",
-                   help=_("fra-eng zip, fra.txt or folder holding the run's corpus (default: "
+                   help=_("the zip (fra-eng.zip, cmn-eng.zip), text file or folder holding the run's corpus (default: "
                           "$ATTNLAB_DATA_DIR, then the cache); for a run on a corpus of your own, its "
                           "TSV, files A,B or prefix"))
 
 
-DATA_HELP = N_("the corpus: Tatoeba's fra-eng.zip, fra.txt or a folder holding one (default: $ATTNLAB_DATA_DIR, then "
+DATA_HELP = N_("the corpus: Tatoeba's fra-eng.zip or cmn-eng.zip, its fra.txt or cmn.txt, or a folder holding one "
+             "(default: $ATTNLAB_DATA_DIR, then "
              "the cache); or a parallel corpus of your own, with data.src_lang=.. data.tgt_lang=.. (ISO 639-1 "
              "codes): a TSV (source<TAB>target[<TAB>attribution]), two aligned files A,B (one sentence a line; "
              "train.en,train.de needs no languages), or a prefix P of P.<src_lang> and P.<tgt_lang>")
@@ -274,20 +275,27 @@ def _names_dataset(args, overrides: list[str]) -> bool:
 
 
 def _own_corpus(data: str, overrides: list[str]) -> list[str]:
-    """The overrides ``--data`` implies when the dataset is not named: none for Tatoeba's fra-eng (a zip, a folder
-    (given languages, one holding fra-eng), or a ``fra.txt`` given no languages); else ``data.dataset=file``, and the languages of two files
+    """The overrides ``--data`` implies when the dataset is not named: the named corpus a file's name says
+    (``cmn-eng.zip``, or ``cmn.txt`` given no languages: ``data.dataset=cmn-eng``); none for another zip or a
+    folder (Tatoeba's fra-eng, the default; given languages, only a folder holding fra-eng); else
+    ``data.dataset=file``, and the languages of two files
     ``A.xx,B.yy`` from their suffixes when they are not given."""
     from pathlib import Path
+
+    from attnlab.data.pairs import corpus_named_by  # here: building the parser never imports the data package
 
     given = {item.split("=", 1)[0].strip() for item in overrides}
     langs = {"data.src_lang", "data.tgt_lang"} & given
     path = Path(data).expanduser()
+    named = corpus_named_by(path.name)
+    if named and (path.suffix.lower() == ".zip" or not langs):
+        return [f"data.dataset={named}"]
     if path.is_dir() and langs:  # languages given: fra-eng only when the folder holds it (else "is a folder")
         from attnlab.data.download import find_in
 
         if find_in(path) is None:
             return [f"data.dataset={config_mod.OWN_CORPUS}"]
-    if path.is_dir() or path.suffix.lower() == ".zip" or (path.name == "fra.txt" and not langs):
+    if path.is_dir() or path.suffix.lower() == ".zip":
         return []
     out = [f"data.dataset={config_mod.OWN_CORPUS}"]
     parts = [Path(part.strip()).suffix.lstrip(".") for part in data.split(",")] if "," in data else []

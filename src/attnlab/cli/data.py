@@ -90,8 +90,10 @@ def register(sub) -> None:
                                      "tokenizer and num_steps: the ids are the rows of its embedding table.").format(
                            cite=cite(4)))
     d.add_argument("--dataset", choices=(*config_mod.DATASETS, config_mod.OWN_CORPUS), default=None,
-                   help=_("which corpus: fra-eng, numbers, or file (your own, from --data; implied by "
-                          "a --data that is not fra-eng) (default: fra-eng; with --run, the run's)"))
+                   help=_("which corpus: fra-eng, cmn-eng (data.direction=en-zh or zh-en), "
+                          "numbers, or file (your own, from --data; implied by a --data that is not a zip, a "
+                          "folder or a named corpus's file) (default: the corpus --data names, else fra-eng; with "
+                          "--run, the run's)"))
     d.add_argument("--sentence", help=_("a source sentence to follow through preprocessing and the "
                                         "vocabulary (default: none, the statistics alone)"))
     d.add_argument("--run", metavar="RUN",

@@ -37,11 +37,13 @@ def register(sub) -> None:
                           "this budget"))
     add_deprecated_alias(m, "--minutes", "--max-minutes", dest="max_minutes", type=float)
     m.add_argument("--data", metavar="PATH",
-                   help=_("fra-eng zip, fra.txt or folder (default: $ATTNLAB_DATA_DIR, then the cache; "
-                          "without the corpus: the offline numbers task)"))
+                   help=_("the corpus's zip (fra-eng.zip, cmn-eng.zip), text file (fra.txt, cmn.txt) or a folder "
+                          "holding one (default: $ATTNLAB_DATA_DIR, then the cache; without the corpus: the "
+                          "offline numbers task)"))
     m.add_argument("--dataset", choices=config_mod.DATASETS, default=None,
-                   help=_("fra-eng (Tatoeba) or the offline numbers task (default: fra-eng where it "
-                          "can be found, else numbers)"))
+                   help=_("fra-eng or cmn-eng (Tatoeba English-French, English-Mandarin) or the offline numbers "
+                          "task (default: the corpus --data names, else fra-eng where it can be found, else "
+                          "numbers)"))
     m.add_argument("--threads", type=int, default=0, help=_("torch threads (0 = one per core this process "
                                                             "may use, no more than a CPU quota allows)"))
     m.add_argument("--seed", type=int, default=config_mod.TrainConfig.seed, metavar="N",

@@ -96,9 +96,11 @@ def _add_train_config_args(p: argparse.ArgumentParser, model_required: bool) -> 
                        "" if model_required else _(" (default: none: required for a new run; --resume keeps "
                                                    "the run's own)")))
     p.add_argument("--dataset", choices=(*config_mod.DATASETS, config_mod.OWN_CORPUS), default=None,
-                   help=_("fra-eng (Tatoeba), the offline numbers task (English to data.tgt_lang: "
-                          "{choices}), or file: a corpus of your own read from --data (implied by a "
-                          "--data that is not fra-eng) (default: the preset's, fra-eng)").format(choices=', '.join(config_mod.NUMBERS_LANGS)))
+                   help=_("fra-eng or cmn-eng (Tatoeba English-French, English-Mandarin: data.direction=en-zh "
+                          "or zh-en), the offline numbers task (English to data.tgt_lang: {choices}), or file: a "
+                          "corpus of your own read from --data (implied by a --data that is not a zip, a folder or a "
+                          "named corpus's file) (default: the corpus --data names, else the preset's, "
+                          "fra-eng)").format(choices=', '.join(config_mod.NUMBERS_LANGS)))
     p.add_argument("--max-minutes", type=float, dest="max_minutes", metavar="M",
                    help=_("time budget in minutes; the schedule and (train.size=auto) the model are "
                           "planned on it (default: the config's train.max_minutes; 0 = no time limit)"))

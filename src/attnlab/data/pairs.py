@@ -27,7 +27,7 @@ from attnlab.data.numbers import numbers_reference
 from attnlab.i18n import N_, _
 from attnlab.notes import EXAMPLE, NOTES_ALIGNMENT, NUMBERS_EXAMPLES, REFERENCES, SENTENCES
 
-__all__ = ["CORPORA", "GOLD_LANGS", "gold_files", "LANGUAGE_NAMES", "Corpus", "Pair", "corpus_of", "language_name", "pair_of", "resolved"]
+__all__ = ["CORPORA", "GOLD_LANGS", "gold_files", "LANGUAGE_NAMES", "Corpus", "Pair", "corpus_named_by", "corpus_of", "language_name", "pair_of", "resolved"]
 
 #: Display names of the languages attnlab's records and examples use (translated where shown, ``_()``); any
 #: other ISO 639-1 code is shown as it is.
@@ -144,6 +144,12 @@ CORPORA: dict[str, Corpus] = {
 def corpus_of(dataset: str) -> Corpus | None:
     """The record of the named corpus ``dataset`` (None for a corpus of your own)."""
     return CORPORA.get(dataset)
+
+
+def corpus_named_by(file_name: str) -> str | None:
+    """The named corpus whose archive or file is called ``file_name`` (``cmn-eng.zip`` or ``cmn.txt`` →
+    ``cmn-eng``), else None: a ``--data`` file that says which corpus it is needs no ``--dataset``."""
+    return next((c.name for c in CORPORA.values() if file_name and file_name in (c.zip_name, c.file_name)), None)
 
 
 @dataclass(frozen=True)
