@@ -12,7 +12,7 @@ import pytest
 
 from attnlab.config import DATASETS, ConfigError, DataConfig
 from attnlab.data.corpus import prepare, read_pairs, read_parallel
-from attnlab.data.pairs import CORPORA, pair_of, resolved
+from attnlab.data.pairs import CORPORA, corpus_named_by, pair_of, resolved
 from attnlab.errors import CorpusError
 from attnlab.i18n import using
 
@@ -22,6 +22,13 @@ SHARED_DATA = Path(os.environ.get("ATTNLAB_DATA_DIR", ROOT.parent / "shared" / "
 
 def test_every_named_corpus_has_a_record():
     assert set(CORPORA) == set(DATASETS)
+
+
+def test_a_file_name_says_which_named_corpus_it_is():
+    """`--data cmn-eng.zip` (train, data, demo) needs no --dataset: the name says it (it was read as fra-eng)."""
+    assert [corpus_named_by(n) for n in ("cmn-eng.zip", "cmn.txt", "fra-eng.zip", "fra.txt")] == [
+        "cmn-eng", "cmn-eng", "fra-eng", "fra-eng"]
+    assert corpus_named_by("my.tsv") is None and corpus_named_by("") is None
 
 
 def test_the_records_of_each_named_pair():
