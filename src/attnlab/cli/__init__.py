@@ -58,7 +58,7 @@ examples:
   attnlab completion bash > ~/.local/share/bash-completion/completions/attnlab
 
 environment variables:
-  ATTNLAB_DATA_DIR          folder (or file) holding fra-eng.zip or fra.txt; looked at after --data,
+  ATTNLAB_DATA_DIR          folder (or file) holding fra-eng.zip, cmn-eng.zip or their .txt; after --data,
                             before the cache ($XDG_CACHE_HOME/attnlab, else ~/.cache/attnlab)
   ATTNLAB_OFFLINE=1         never download the corpus (use --data, ATTNLAB_DATA_DIR or --dataset numbers)
   ATTNLAB_DOWNLOAD_TIMEOUT  seconds the whole corpus download may take (default 120)
@@ -68,6 +68,9 @@ environment variables:
                             (default 1800)
   ATTNLAB_MAX_RESTARTS      times `train --nproc N` restarts all workers from the last checkpoint
                             after one fails (default 0)
+  ATTNLAB_LAUNCHER_PID, ATTNLAB_AGENT_PID
+                            set by `train --nproc N` for torchrun and its workers (the run folder's lock
+                            holder, the process they die with); never set them yourself
   ATTNLAB_LANG              language of the teaching text (doctor, explain, data, params, the web notes):
                             en or zh (the notes' Chinese); --lang on any command overrides it
   ATTNLAB_TORCH_INDEX       scripts/setup.sh only: the wheel index to install torch from (a CPU-only
