@@ -100,6 +100,7 @@ MAX_POSITIONS = 8192  # model.max_positions (data.num_steps is at most 1024 per 
 MAX_LR = 10.0  # train.lr: far above any Adam/Muon learning rate that trains
 MAX_MINUTES = 1e6  # train.max_minutes: about two years
 MAX_LENGTH_PENALTY = 5.0  # decode.length_penalty: GNMT's alpha is 0.6-1 in practice
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 100.0  # decode.temperature: near-greedy to near-uniform
 MAX_LEN_A = 10.0  # decode.max_len_a: outputs ten times the source's length
 MAX_LEN_B = 10_000  # decode.max_len_b (the position table caps outputs further)
 
@@ -306,24 +307,50 @@ AUTO_DECODE_ROWS = 256  # decoder rows per batch when decode.batch_size = 0
 
 @dataclass(frozen=True)
 class DecodeConfig:
+    """How a trained model decodes (notes §22); every key is also an option of every decoding command
+    (``cli/common.py``'s ``DECODE_OPTIONS``). Names follow fairseq's generate options where they exist."""
+
     beam_size: int = 1  # 1 = greedy
-    length_penalty: float = 1.0  # GNMT alpha: score / ((5 + len) / 6) ** alpha, in [0, MAX_LENGTH_PENALTY]
+    # GNMT's length penalty (Wu et al. 2016, eq. 14), not fairseq's --lenpen (score / len ** lenpen):
+    # hypotheses are ranked by score / ((5 + len) / 6) ** alpha; alpha in [0, MAX_LENGTH_PENALTY]
+    length_penalty: float = 1.0
     nbest: int = 1
     max_len_a: float = 1.5  # output at most a * source_len + b tokens; a in [0, MAX_LEN_A], b in [1, MAX_LEN_B]
     max_len_b: int = 10
     # Sentences decoded together; 0 = auto: AUTO_DECODE_ROWS decoder rows (sentences × beam). Measured on
     # 2 CPU threads (bench/RESULTS.md): greedy 463 sent/s at 64 sentences, 695 at 256; beam 4 best at 64.
     batch_size: int = 0
+    max_tokens: int = 0  # or batches of at most this many padded source tokens (fairseq's --max-tokens); 0 = off
+    no_repeat_ngram_size: int = 0  # never repeat an n-gram of this size in an output (fairseq's); 0 = off
+    # Sampling instead of search (fairseq's --sampling): each token drawn from the model's distribution at
+    # `temperature`, from the `sampling_topk` most likely tokens (0 = all), reproducibly from `seed`.
+    sampling: bool = False
+    sampling_topk: int = 0
+    temperature: float = 1.0
+    seed: int = 0
 
     def __post_init__(self) -> None:
         _finite("decode", self)
         _check(self.beam_size >= 1, _("decode.beam_size={beam_size} must be >= 1").format(beam_size=self.beam_size))
-        _check(1 <= self.nbest <= self.beam_size,
+        _check(self.sampling or 1 <= self.nbest <= self.beam_size,
                _("decode.nbest={nbest} must lie between 1 and decode.beam_size={beam_size}").format(nbest=self.nbest, beam_size=self.beam_size))
+        _check(self.nbest >= 1, _("decode.nbest={nbest} must be >= 1").format(nbest=self.nbest))
         _between("decode.length_penalty", self.length_penalty, 0.0, MAX_LENGTH_PENALTY)
         _between("decode.max_len_a", self.max_len_a, 0.0, MAX_LEN_A)
         _between("decode.max_len_b", self.max_len_b, 1, MAX_LEN_B)
         _check(self.batch_size >= 0, _("decode.batch_size must be >= 0 (0 = auto)"))
+        _check(self.max_tokens >= 0, _("decode.max_tokens must be >= 0 (0 = batches by decode.batch_size)"))
+        _check(self.no_repeat_ngram_size >= 0, _("decode.no_repeat_ngram_size must be >= 0 (0 = off)"))
+        _check(isinstance(self.sampling, bool), _("decode.sampling={sampling!r} must be true or false")
+               .format(sampling=self.sampling))
+        _check(self.sampling_topk >= 0, _("decode.sampling_topk must be >= 0 (0 = the whole vocabulary)"))
+        _between("decode.temperature", self.temperature, MIN_TEMPERATURE, MAX_TEMPERATURE)
+        _check(self.sampling or (self.sampling_topk == 0 and self.temperature == 1.0),
+               _("decode.sampling_topk and decode.temperature shape sampling only; add --sampling "
+                 "(decode.sampling=true) or drop them"))
+        _check(not self.sampling or self.beam_size == 1,
+               _("decode.sampling=true draws each token instead of searching; it needs decode.beam_size=1 "
+                 "(use --nbest K for K samples a sentence)"))
 
 
 def _refuse_control_chars(text: str, where: str) -> None:

@@ -45,6 +45,7 @@ from attnlab.decoding import fill
 from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy import greedy_search
 from attnlab.decoding.hypothesis import length_cap, max_lengths
+from attnlab.decoding.sampling import Sampler
 from attnlab.device import pick_device
 from attnlab.errors import ArgumentError, ArgumentTypeError, AttnlabError
 from attnlab.i18n import _
@@ -64,27 +65,39 @@ def decode_many(
     batch_size: int | None = None,
     max_len: int | None = None,
     threads: ThreadTuner | None = None,
+    sampler: Sampler | None = None,
 ) -> list[list[Any]]:
     """Translate id sequences (no ``<eos>``); returns, per input and in input order, a list of hypotheses.
 
-    Inputs are sorted by length so each batch holds similar lengths (less padding), then restored.
+    Every ``decode.*`` setting of ``dcfg`` applies (config.py's :class:`~attnlab.config.DecodeConfig`):
+    the beam (``beam_size`` overrides it), GNMT's length penalty, the length limit ``a·S + b``,
+    ``no_repeat_ngram_size``, and sampling (``nbest`` draws a sentence, ranked by normalised score,
+    reproducible from ``decode.seed``). Inputs are sorted by length so each batch holds similar lengths
+    (less padding), then restored; a batch holds ``batch_size`` (else ``decode.batch_size``, else auto)
+    sentences and, with ``decode.max_tokens``, at most that many padded source tokens (one sentence at least).
     ``max_len`` caps the decoding steps per sentence (the final ``<eos>`` included) below what
     ``decode.max_len_a/b`` and the model's position table allow (the web server's output limit).
     ``threads``: times each batch per padded source token, so the thread count follows the load
-    (attnlab/threads.py). The model decodes in eval mode; its previous mode is restored, also when
-    decoding raises.
+    (attnlab/threads.py). ``sampler``: the draws to continue (a caller decoding batch by batch), else
+    a new one seeded from ``decode.seed``. The model decodes in eval mode; its previous mode is
+    restored, also when decoding raises.
     """
     beam = beam_size or dcfg.beam_size
-    bs = batch_size or dcfg.batch_size or max(1, AUTO_DECODE_ROWS // beam)  # auto: a fixed number of rows
+    if dcfg.sampling and sampler is None:
+        sampler = Sampler.seeded(dcfg.seed, device, dcfg.sampling_topk, dcfg.temperature)
+    elif not dcfg.sampling:
+        sampler = None
+    draws = nbest if sampler is not None else 1  # each sample is one more row
+    bs = batch_size or dcfg.batch_size or max(1, AUTO_DECODE_ROWS // (beam * draws))  # auto: a fixed number of rows
     order = sorted(range(len(src_seqs)), key=lambda i: len(src_seqs[i]))
     results: list[list[Any]] = [[] for _ in src_seqs]
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            for start in range(0, len(order), bs):
-                idx = order[start : start + bs]
-                batch = collate([src_seqs[i] for i in idx], [[] for _ in idx], idx)
+            for idx in decode_batches(order, src_seqs, bs, dcfg.max_tokens):
+                rows = [i for i in idx for _ in range(draws)]  # sampling: `draws` rows a sentence
+                batch = collate([src_seqs[i] for i in rows], [[] for _ in rows], rows)
                 src = batch.src.to(device)
                 valid = batch.src_valid_lens.to(device)
                 cap = length_cap(model, src.shape[1])
@@ -92,11 +105,15 @@ def decode_many(
                     cap = max(1, min(cap, int(max_len)))
                 limit = max_lengths(valid, dcfg.max_len_a, dcfg.max_len_b, cap=cap)
                 t0 = threads.begin() if threads is not None else 0.0
-                if beam == 1 and nbest == 1:
-                    hyps = [[h] for h in greedy_search(model, src, valid, limit, need_weights=need_weights)]
+                if beam == 1 and (nbest == 1 or sampler is not None):
+                    flat = greedy_search(model, src, valid, limit, need_weights=need_weights,
+                                         length_penalty=dcfg.length_penalty,
+                                         no_repeat_ngram_size=dcfg.no_repeat_ngram_size, sampler=sampler)
+                    hyps = [_ranked(flat[k : k + draws], nbest) for k in range(0, len(flat), draws)]
                 else:
                     hyps = beam_search(
-                        model, src, valid, beam, limit, dcfg.length_penalty, nbest=nbest, need_weights=need_weights
+                        model, src, valid, beam, limit, dcfg.length_penalty, nbest=nbest, need_weights=need_weights,
+                        no_repeat_ngram_size=dcfg.no_repeat_ngram_size,
                     )
                 if threads is not None:
                     threads.end(t0, src.numel() * beam)
@@ -105,6 +122,29 @@ def decode_many(
     finally:
         model.train(was_training)
     return results
+
+
+def decode_batches(order: list[int], src_seqs: list[list[int]], rows: int, max_tokens: int) -> list[list[int]]:
+    """``order`` (sorted by length) cut into batches of at most ``rows`` sentences and, when ``max_tokens``
+    is set, at most that many padded source tokens (its sentences × its longest, ``<eos>`` included)."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:
+        longest = len(src_seqs[i]) + 1  # sorted by length: the newest is the longest (+ the source's <eos>)
+        if cur and (len(cur) >= rows or (max_tokens and (len(cur) + 1) * longest > max_tokens)):
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _ranked(hyps: list[Any], nbest: int) -> list[Any]:
+    """A sentence's drawn hypotheses (or its one greedy one), best normalised score first."""
+    if len(hyps) == 1:
+        return hyps
+    return sorted(hyps, key=lambda h: -h.normalized_score)[:nbest]
 
 
 def teacher_forced(
@@ -141,14 +181,18 @@ def token_labels(tok, ids: Sequence[int], eos: bool = True) -> list[str]:
 
 @dataclass
 class Translation:
-    """One hypothesis. ``truncated``: the source was longer than :attr:`Translator.max_src_tokens` and
-    only its first ``max_src_tokens`` tokens were translated (the caller should say so)."""
+    """One hypothesis. ``score``: the sum of its tokens' log-probabilities (``<eos>`` included);
+    ``normalized_score``: that sum under GNMT's length penalty, what an n-best list is ranked by
+    (:mod:`attnlab.decoding.hypothesis`). ``truncated``: the source was longer than
+    :attr:`Translator.max_src_tokens` and only its first ``max_src_tokens`` tokens were translated
+    (the caller should say so)."""
 
     text: str
     tokens: list[str]
     score: float
     finished: bool
     truncated: bool = False
+    normalized_score: float = 0.0
 
 
 def restore_case(source: str, translation: str) -> str:
@@ -196,6 +240,7 @@ class Translator:
         fast.apply(model, cfg.train.kernels, self.device)  # decoding's top-k: attnlab/fast/ or plain topk/argmax
         self.run_dir, self.checkpoint = run_dir, checkpoint
         self.max_src_tokens = _longest_source(cfg) if max_src_tokens is None else max_src_tokens
+        self._max_src_given = max_src_tokens is not None
         self.trained_on: dict[str, Any] | None = None  # the corpus's name and sha256, as the run recorded them
         self.threads: PerThread | None = None  # set by adapt_threads: each decoding thread tunes its count
 
@@ -206,6 +251,14 @@ class Translator:
         if self.device.type == "cpu":
             self.threads = PerThread(lambda: ThreadTuner(most, window=3, warmup=1, recheck_every=60, unit="batch",
                                                          say=say))
+
+    def set_decode(self, decode: DecodeConfig) -> None:
+        """Decode with ``decode`` from now on (``translate RUN decode.beam_size=4``, ``--beam 4``): the
+        run's ``decode`` section is only its default. The longest source accepted follows the new length
+        limit unless it was given."""
+        self.cfg = dataclasses.replace(self.cfg, decode=decode)
+        if not self._max_src_given:
+            self.max_src_tokens = _longest_source(self.cfg)
 
     @property
     def name(self) -> str:
@@ -338,7 +391,8 @@ class Translator:
                     "decode.length_penalty)").format(value=shown(length_penalty)))
             dcfg = DecodeConfig(**{**dcfg.__dict__, "length_penalty": float(length_penalty)})
         beam = self.check_beam(beam_size)
-        nbest = min(whole_number("nbest", nbest, 1, _("1 = the best translation alone")), beam)
+        nbest = whole_number("nbest", nbest, 1, _("1 = the best translation alone"))
+        nbest = nbest if dcfg.sampling else min(nbest, beam)  # sampling: nbest draws a sentence
         max_len = self._max_len(max_len)
         out: list[list[Translation]] = [[] for _ in sentences]
         encoded = [self.encode_source(s) for s in sentences]
@@ -352,6 +406,7 @@ class Translator:
                     float(h.score),
                     bool(h.finished),
                     encoded[i][1],
+                    float(h.normalized_score),
                 )
                 for h in hs
             ]

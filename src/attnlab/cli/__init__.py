@@ -22,6 +22,7 @@ from attnlab.cli import (
     align,
     analysis,
     attribution,
+    average,
     data,
     demo,
     export,
@@ -105,7 +106,7 @@ def cmd_completion(args) -> int:
 
 #: Every command group, in the order `attnlab --help` lists their commands: one module each, with
 #: ``register(sub)`` adding its subcommands (and ``cmd_*`` functions that import the library when run).
-COMMANDS = (data, train, translate, demo, views, analysis, fill, align, attribution, scaling, serve, export)
+COMMANDS = (data, train, translate, average, demo, views, analysis, fill, align, attribution, scaling, serve, export)
 
 
 def make_parser() -> argparse.ArgumentParser:

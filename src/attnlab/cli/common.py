@@ -302,3 +302,87 @@ def _own_corpus(data: str, overrides: list[str]) -> list[str]:
     if not langs and len(parts) == 2 and all(code in config_mod.LANGUAGES for code in parts):
         out += [f"data.src_lang={parts[0]}", f"data.tgt_lang={parts[1]}"]
     return out
+
+
+# ------------------------------------------------------------------------------------------ decoding options
+
+#: The decoding options every decoding command shares (translate, evaluate, export's decode settings), each
+#: the shortcut of one ``decode.*`` key of the config: (option, key, type, help). The names are fairseq
+#: generate's where it has one (--beam, --nbest, --max-len-a/b, --batch-size, --max-tokens,
+#: --no-repeat-ngram-size, --sampling, --sampling-topk, --temperature, --seed); the length penalty is GNMT's,
+#: so it is not fairseq's --lenpen.
+DECODE_OPTIONS: tuple[tuple[str, str, type, str], ...] = (
+    ("--beam", "beam_size", int, N_("beam size, 1 = greedy")),
+    ("--nbest", "nbest", int, N_("the n best translations of each sentence (with --sampling: n samples)")),
+    ("--length-penalty", "length_penalty", float,
+     N_("GNMT's length penalty alpha (Wu et al. 2016; not fairseq's --lenpen): beam hypotheses are ranked by "
+        "log-probability / ((5 + length) / 6) ** alpha; 0 ranks by log-probability, larger favours longer outputs")),
+    ("--max-len-a", "max_len_a", float, N_("output length limit a·S + b (S: source tokens): its slope a")),
+    ("--max-len-b", "max_len_b", int, N_("output length limit a·S + b: its offset b (<eos> included)")),
+    ("--batch-size", "batch_size", int, N_("sentences decoded together (0 = auto)")),
+    ("--max-tokens", "max_tokens", int, N_("also at most this many padded source tokens a batch (0 = off)")),
+    ("--no-repeat-ngram-size", "no_repeat_ngram_size", int,
+     N_("never repeat an n-gram of this size within an output (0 = off)")),
+    ("--sampling", "sampling", bool, N_("draw each token from the model's distribution instead of searching "
+                                        "(needs beam 1)")),
+    ("--sampling-topk", "sampling_topk", int, N_("with --sampling: draw from the k most likely tokens (0 = all)")),
+    ("--temperature", "temperature", float, N_("with --sampling: divide the log-probabilities by this "
+                                               "(below 1: sharper, above 1: flatter)")),
+    ("--seed", "seed", int, N_("with --sampling: the seed of the draws (same seed, same samples)")),
+)
+
+
+def add_decode_args(p: argparse.ArgumentParser, nbest: bool = True) -> None:
+    """The :data:`DECODE_OPTIONS` (``nbest``: with ``--nbest``), each None unless given, so the run's own
+    ``decode.*`` setting holds (see :func:`decode_overrides`)."""
+    for option, key, kind, helptext in DECODE_OPTIONS:
+        if key == "nbest" and not nbest:
+            continue
+        tail = _(" (default: the run's decode.{key})").format(key=key)
+        if kind is bool:
+            p.add_argument(option, dest=f"decode_{key}", action="store_const", const=True, default=None,
+                           help=_(helptext) + tail)
+        else:
+            p.add_argument(option, dest=f"decode_{key}", type=kind, default=None, metavar="N" if kind is int else "X",
+                           help=_(helptext) + tail)
+
+
+def decode_overrides(args) -> list[str]:
+    """The ``decode.KEY=VALUE`` overrides the given :data:`DECODE_OPTIONS` stand for."""
+    out = []
+    for _option, key, _kind, _help in DECODE_OPTIONS:
+        value = getattr(args, f"decode_{key}", None)
+        if value is not None:
+            out.append(f"decode.{key}={str(value).lower() if isinstance(value, bool) else value}")
+    return out
+
+
+_SETTING = re.compile(r"^\s*(?P<section>[A-Za-z_]+)\.(?P<key>[A-Za-z_][A-Za-z0-9_.]*)\s*=")
+
+
+def split_settings(items: list[str]) -> tuple[list[str], list[str]]:
+    """``items`` (a command's trailing words) as (the ``section.key=value`` settings that name a config
+    section, the rest): ``decode.length_penalty=0.6`` is a setting, never a sentence to translate."""
+    settings, rest = [], []
+    for item in items:
+        m = _SETTING.match(item)
+        (settings if m and m["section"] in config_mod.SECTIONS else rest).append(item)
+    return settings, rest
+
+
+def apply_decode_settings(tr, args, settings: list[str]) -> config_mod.DecodeConfig:
+    """Decode ``tr`` (a Translator) with its run's ``decode`` section, then the :data:`DECODE_OPTIONS`
+    given, then the trailing ``decode.key=value`` settings; returns the decode config now in force.
+    A setting of another section (the model, its data, its training are fixed by the trained weights) or
+    an unknown key is a one-line :class:`~attnlab.config.ConfigError`."""
+    for item in settings:
+        section = item.split(".", 1)[0].strip()
+        if section != "decode":
+            raise config_mod.ConfigError(
+                _("{item}: a trained run's {section}.* settings are fixed by its weights; only decode.* settings "
+                  "apply here (e.g. decode.beam_size=4 decode.length_penalty=0.6)").format(item=item, section=section))
+    given = decode_overrides(args) + settings
+    if given:
+        tr.set_decode(config_mod.apply_overrides(tr.cfg, given).decode)
+        say(args, "decoding with " + " ".join(given))
+    return tr.cfg.decode

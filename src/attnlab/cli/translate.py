@@ -11,11 +11,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from attnlab.cli.common import (
+    add_decode_args,
     add_device_arg,
     add_run_data_arg,
     add_verbosity_args,
+    apply_decode_settings,
     load_translator,
     show_progress,
+    split_settings,
 )
 from attnlab.errors import AttnlabError
 from attnlab.export import ENGINES
@@ -133,29 +136,37 @@ def _check_counts(args, *names: str) -> None:
     """``--beam`` / ``--nbest`` given as 0 or less are mistakes (0 once meant the run's default silently)."""
     why = {"beam": N_("--beam 1 = greedy"), "nbest": N_("--nbest 1 = the best translation alone")}
     for name in names:
-        value = getattr(args, name, None)
+        value = getattr(args, {"beam": "decode_beam_size", "nbest": "decode_nbest"}[name], None)
         if value is not None and value < 1:
             raise AttnlabError(_("--{name} {value} must be at least 1 ({why}; leave --{name} out for the default)")
                                .format(name=name, value=value, why=_(why[name])))
 
 
-def _beam_and_nbest(args, tr) -> tuple[int, int]:
-    """The beam and n-best to decode with, checked against each other and the model: a beam wider than
-    the target vocabulary has nothing to fill it with, and n-best lists come out of the beam."""
-    beam = args.beam or tr.cfg.decode.beam_size
-    nbest = getattr(args, "nbest", None) or 1  # evaluate has no --nbest
-    said = f"--beam {beam}" if args.beam else _("the run's beam size (decode.beam_size={beam})").format(beam=beam)
-    vocab = len(tr.tgt_tok)
-    if beam > vocab:
-        raise AttnlabError(_("{said} is larger than the target vocabulary ({vocab} tokens); a beam holds at most "
-                             "one hypothesis per token: use --beam {vocab} or less").format(said=said, vocab=vocab))
-    if nbest > beam:
+def _decode_settings(args, tr, settings: list[str]) -> tuple[int, int]:
+    """Apply the decoding options and ``decode.key=value`` settings to ``tr`` (cli/common.py), and return the
+    beam and n-best to decode with, checked against each other and the model: a beam wider than the target
+    vocabulary has nothing to fill it with, and n-best lists come out of the beam (unless sampled)."""
+    beam = args.decode_beam_size or tr.cfg.decode.beam_size
+    said = (f"--beam {beam}" if args.decode_beam_size
+            else _("the run's beam size (decode.beam_size={beam})").format(beam=beam))
+    nbest = getattr(args, "decode_nbest", None)
+    searched = not args.decode_sampling and not any(
+        item.split("=", 1)[0].strip() in ("decode.beam_size", "decode.sampling") for item in settings)
+    if nbest and nbest > beam and searched:
         raise AttnlabError(_("--nbest {nbest} is larger than {said}; n-best lists come out of the beam: raise "
                              "--beam to at least {nbest} or lower --nbest").format(nbest=nbest, said=said))
-    return beam, nbest
+    dcfg = apply_decode_settings(tr, args, settings)
+    beam = dcfg.beam_size
+    vocab = len(tr.tgt_tok)
+    if beam > vocab:
+        said = f"--beam {beam}" if args.decode_beam_size else _("decode.beam_size={beam}").format(beam=beam)
+        raise AttnlabError(_("{said} is larger than the target vocabulary ({vocab} tokens); a beam holds at most "
+                             "one hypothesis per token: use --beam {vocab} or less").format(said=said, vocab=vocab))
+    return beam, dcfg.nbest
 
 
 def cmd_translate(args) -> int:
+    args.settings, args.text = split_settings(args.text)  # decode.beam_size=4 is a setting, not a sentence
     _check_counts(args, "beam", "nbest")
     _check_translate_paths(args)  # before the model loads: a wrong path fails at once
     try:
@@ -322,9 +333,32 @@ def _text(line: bytes | str) -> str:
     return line.rstrip("\n").rstrip("\r")
 
 
+#: ``--format``: plain (the best translation a line; n-best joined by ``|||``), or one scored line a hypothesis
+FORMATS = ("plain", "tsv", "jsonl")
+
+
+def _scored_lines(fmt: str, line: int, hyps) -> str:
+    """One sentence's hypotheses, one line each, as fairseq's ``H-`` lines or CTranslate2's
+    ``return_scores`` give them: the input line (from 1), the rank (from 1), the score the list is ranked
+    by (log-probability under GNMT's length penalty), the output length in tokens (``<eos>`` not counted)
+    and the text; jsonl adds the plain log-probability, whether ``<eos>`` ended it, and the tokens."""
+    import json
+
+    out = []
+    for rank, t in enumerate(hyps, 1):
+        if fmt == "tsv":
+            text = t.text.replace("\t", " ")
+            out.append(f"{line}\t{rank}\t{t.normalized_score:.4f}\t{len(t.tokens)}\t{text}\n")
+        else:
+            out.append(json.dumps({"line": line, "rank": rank, "score": t.normalized_score, "log_prob": t.score,
+                                   "length": len(t.tokens), "finished": t.finished, "text": t.text,
+                                   "tokens": t.tokens}, ensure_ascii=False) + "\n")
+    return "".join(out)
+
+
 def _translate(args, stream, budget: InputBudget) -> int:
     tr = load_translator(args)
-    beam, nbest = _beam_and_nbest(args, tr)
+    beam, nbest = _decode_settings(args, tr, args.settings)
     output = _Output(args.output) if args.output else None
     out = output.file if output else sys.stdout  # stdout is streamed: each chunk as it is translated
     emitted = [0]  # lines handled so far, for warnings that name the input line
@@ -337,11 +371,9 @@ def _translate(args, stream, budget: InputBudget) -> int:
                         "translated").format(line=emitted[0] + n + 1, limit=tr.max_src_tokens), file=sys.stderr)
         emitted[0] += len(lines)
         try:
-            for res in results:
-                if nbest == 1:
-                    out.write(res[0].text + "\n")
-                else:
-                    out.write(" ||| ".join(t.text for t in res) + "\n")
+            for n, res in enumerate(results):
+                out.write(_scored_lines(args.format, emitted[0] - len(lines) + n + 1, res) if args.format != "plain"
+                          else (" ||| ".join(t.text for t in res) + "\n"))
             out.flush()
         except OSError as e:
             if output is None or isinstance(e, BrokenPipeError):
@@ -401,25 +433,32 @@ def cmd_evaluate(args) -> int:
     )
 
     _check_counts(args, "beam")
+    _check_settings(args)
     if args.src is not None or args.ref:
         return _evaluate_files(args)
     args.split = args.split or "test"
+    _check_output(args.output, [])
     tr = load_translator(args)
     tr.check_translates()  # a fill model is refused before the corpus is read
     check_report_folder(Path(args.run))  # a read-only or full run folder fails now, not after the decoding
+    run_decode = tr.cfg.decode
+    _decode_settings(args, tr, args.overrides)
     prepared = tr.prepare_corpus(args.data)  # --data, else $ATTNLAB_DATA_DIR, else the cache
     if args.split not in prepared.splits:
         raise AttnlabError(_("--split {split} is unknown; choose one of: {choices}")
                            .format(split=args.split, choices=", ".join(prepared.splits)))
-    beam, _nbest = _beam_and_nbest(args, tr)
+    beam = tr.cfg.decode.beam_size
     result = evaluate_split(tr, prepared.splits[args.split], beam_size=beam, max_sentences=args.max_sentences,
                             progress=show_progress(args))
     examples = notes_examples(tr, beam_size=beam)
-    name = report_name(args.split, None if beam == tr.cfg.decode.beam_size else beam, args.max_sentences,
-                       args.checkpoint)
+    name = report_name(args.split, max_sentences=args.max_sentences, checkpoint=args.checkpoint,
+                       **_report_settings(run_decode, tr.cfg.decode))
     print(format_report(result, examples))  # first: the scores are seen even when the disk fills now
+    _write_hypotheses(args.output, result["hypotheses"])
     path = write_report(Path(args.run), args.split, result, examples, name)
-    print(_("wrote {path}").format(path=path))
+    for written in (path, args.output):
+        if written:
+            print(_("wrote {path}").format(path=written))
     return 0
 
 
@@ -452,19 +491,72 @@ def _evaluate_files(args) -> int:
             raise AttnlabError(_("--ref {ref} has {n_ref} lines but --src {src} has {n_src}; give one reference "
                                  "line for each source line").format(ref=path, n_ref=len(stream), src=args.src,
                                                                      n_src=len(sources)))
+    _check_output(args.output, [args.src, *args.ref])
     tr = load_translator(args)
     tr.check_translates()
     check_report_folder(Path(args.run))  # a read-only or full run folder fails now, not after the decoding
-    beam, _nbest = _beam_and_nbest(args, tr)
+    run_decode = tr.cfg.decode
+    _decode_settings(args, tr, args.overrides)
+    beam = tr.cfg.decode.beam_size
     result = evaluate_files(tr, sources, refs, beam_size=beam, progress=show_progress(args))
     result["files"] = {"src": _file_fact(args.src, src_sha),  # names, not paths
                        "ref": [_file_fact(r, sha) for r, sha in zip(args.ref, ref_shas)]}
     what = file_report_name(args.src, args.ref, [src_sha, *ref_shas])  # same-named files never collide
-    name = report_name(what, None if beam == tr.cfg.decode.beam_size else beam, checkpoint=args.checkpoint)
+    name = report_name(what, checkpoint=args.checkpoint, **_report_settings(run_decode, tr.cfg.decode))
     print(format_report(result, []))  # first: the scores are seen even when the disk fills now
+    _write_hypotheses(args.output, result["hypotheses"])
     path = write_report(Path(args.run), what, result, [], name)
-    print(_("wrote {path}").format(path=path))
+    for written in (path, args.output):
+        if written:
+            print(_("wrote {path}").format(path=written))
     return 0
+
+
+def _report_settings(run, now) -> dict:
+    """What an evaluation's report name says of its decoding (:func:`~attnlab.evaluation.evaluate.report_name`):
+    a beam other than the run's, and every other ``decode.*`` setting that changes the hypotheses and differs
+    from the run's, so a report of other settings never replaces the default one that ``compare`` reads."""
+    import dataclasses
+
+    same = ("beam_size", "nbest", "batch_size", "max_tokens")  # the beam is named apart; batching changes nothing
+    changed = [f"{f.name}{getattr(now, f.name)}" for f in dataclasses.fields(now)
+               if f.name not in same and getattr(now, f.name) != getattr(run, f.name)]
+    return {"beam_size": None if now.beam_size == run.beam_size else now.beam_size,
+            "decode": "-".join(changed) or None}
+
+
+def _check_settings(args) -> None:
+    """``evaluate RUN [decode.key=value ...]``: every trailing word must be such a setting."""
+    args.overrides, rest = split_settings(args.overrides)
+    if rest:
+        raise AttnlabError(_("{word!r} is not a setting; after RUN, evaluate takes decode.key=value settings "
+                             "(e.g. decode.beam_size=4)").format(word=rest[0]))
+
+
+def _check_output(output: str | None, inputs: list[str]) -> None:
+    """``evaluate --output F``, checked before anything is decoded: not a folder, and none of the files read."""
+    if output is None:
+        return
+    if os.path.isdir(output):
+        raise AttnlabError(_("--output {path} is a folder; give the file to write the hypotheses to")
+                           .format(path=output))
+    if os.path.exists(output) and any(os.path.exists(f) and os.path.samefile(f, output) for f in inputs):
+        raise AttnlabError(_("--output {path} is one of the files read; writing it would destroy them. Choose "
+                             "another --output").format(path=output))
+
+
+def _write_hypotheses(output: str | None, hypotheses: list[str]) -> None:
+    """``--output``: the hypotheses one a line, in the order of the sources, written atomically (a file
+    sacreBLEU or COMET reads beside the report)."""
+    if output is None:
+        return
+    from attnlab.io import atomic_write_text
+
+    try:
+        atomic_write_text(output, "".join(h.replace("\n", " ") + "\n" for h in hypotheses))
+    except OSError as e:
+        raise AttnlabError(_("could not write --output {path}: {why}; choose a file in a folder you can write to")
+                           .format(path=output, why=e.strerror or e)) from None
 
 
 def _file_fact(path: str, sha256: str) -> dict[str, str]:
@@ -479,24 +571,31 @@ def register(sub) -> None:
         helptext = _(helptext)
         q = sub.add_parser(name, help=helptext, description=helptext[0].upper() + helptext[1:] + ".")
         q.add_argument("run", metavar="RUN", help=_("run folder (the --out of `attnlab train`)"))
-        q.add_argument("--checkpoint", default="best", help=_("best, last or step-N"))
-        q.add_argument("--beam", type=int, help=_("beam size, 1 = greedy (default: the run's "
-                                                  "decode.beam_size)"))
+        q.add_argument("--checkpoint", default="best", help=_("best, last, step-N or averaged (`attnlab average`)"))
+        add_decode_args(q, nbest=name == "translate")
         add_device_arg(q)
         if name == "translate":
             q.add_argument("text", nargs="*", default=[], metavar="TEXT",
-                           help=_("sentences to translate (default: lines from --file, else from stdin)"))
+                           help=_("sentences to translate (default: lines from --file, else from stdin); a "
+                                  "decode.key=value among them is a setting, e.g. decode.length_penalty=0.6"))
             q.add_argument("--file", metavar="FILE",
                            help=_("read sentences from this file, one per line (default: none: TEXT, "
                                   "else stdin)"))
             q.add_argument("--output", metavar="FILE", help=_("write translations to this file "
                                                               "(default: stdout)"))
-            q.add_argument("--nbest", type=int,
-                           help=_("print the n best translations, separated by ' ||| ' (default: 1)"))
+            q.add_argument("--format", choices=FORMATS, default="plain",
+                           help=_("plain: the translation (n-best: joined by ' ||| '); tsv: one hypothesis a line, "
+                                  "line<TAB>rank<TAB>score<TAB>length<TAB>text; jsonl: the same with the "
+                                  "log-probability and the tokens"))
             q.add_argument("--engine", choices=ENGINES, default="attnlab",
                            help=_("ctranslate2: decode with CTranslate2 (RUN: a folder from `attnlab "
                                   "export --format ctranslate2`) (default: attnlab)"))
         else:
+            q.add_argument("overrides", nargs="*", default=[], metavar="decode.key=value",
+                           help=_("decode settings, applied after the options, e.g. decode.beam_size=4"))
+            q.add_argument("--output", metavar="FILE",
+                           help=_("also write the hypotheses to FILE, one a line in the order of the sources "
+                                  "(for sacreBLEU or COMET)"))
             q.add_argument("--split", default=None,
                            help=_("which split of the run's corpus: train, valid or test (default: "
                                   "test)"))

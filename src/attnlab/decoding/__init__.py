@@ -8,6 +8,7 @@ One implementation serves every model kind (STYLE.md habit 6). Both searches are
 from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy import greedy_search
 from attnlab.decoding.hypothesis import BANNED_IDS, Hypothesis, gnmt_length_penalty, length_cap, max_lengths
+from attnlab.decoding.sampling import Sampler
 
-__all__ = ["BANNED_IDS", "Hypothesis", "beam_search", "gnmt_length_penalty", "greedy_search", "length_cap",
-           "max_lengths"]
+__all__ = ["BANNED_IDS", "Hypothesis", "Sampler", "beam_search", "gnmt_length_penalty", "greedy_search",
+           "length_cap", "max_lengths"]

@@ -37,6 +37,7 @@ from attnlab.data.vocab import BOS, EOS
 from attnlab.decoding.hypothesis import (
     Hypothesis,
     as_length_tensor,
+    ban_repeated_ngrams_,
     gnmt_length_penalty,
     normalize,
     stack_attention,
@@ -56,6 +57,7 @@ def beam_search(
     length_penalty: float = 1.0,
     nbest: int = 1,
     need_weights: bool = False,
+    no_repeat_ngram_size: int = 0,
 ) -> list[list[Hypothesis]]:
     """Beam search for each source sentence; returns its ``nbest`` best hypotheses, best first.
 
@@ -70,6 +72,8 @@ def beam_search(
         length_penalty: GNMT ``alpha >= 0``; hypotheses are ranked by ``score / ((5 + len) / 6) ** alpha``.
         nbest: how many hypotheses to return per sentence, ``1 <= nbest <= beam_size``.
         need_weights: also return each hypothesis' attention weights (see :class:`Hypothesis`).
+        no_repeat_ngram_size: ``n > 0`` bans a token that would repeat an n-gram of its beam's output
+            (:func:`attnlab.decoding.hypothesis.ban_repeated_ngrams_`).
 
     Returns:
         For each sentence, in input order, up to ``nbest`` hypotheses: finished ones (ending in
@@ -97,7 +101,10 @@ def beam_search(
         while True:
             step += 1
             out = model.step(beams.tokens, state, need_weights=need_weights)
-            cand = _best_extensions(beams.scores, step_log_probs(out.logits), top_k)
+            log_probs = step_log_probs(out.logits)  # (B*K, V)
+            if no_repeat_ngram_size:
+                ban_repeated_ngrams_(log_probs, beams.history, no_repeat_ngram_size)
+            cand = _best_extensions(beams.scores, log_probs, top_k)
             at_limit = limits[beams.sent] <= step  # (B,)
             step_attn: dict[str, Tensor] = {}
             if need_weights:  # (B*K, L, H, 1, keys) -> (B*K, L, H, keys)

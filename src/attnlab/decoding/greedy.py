@@ -23,11 +23,13 @@ from attnlab.data.vocab import BOS, EOS
 from attnlab.decoding.hypothesis import (
     Hypothesis,
     as_length_tensor,
+    ban_repeated_ngrams_,
     max_lengths,
     normalize,
     stack_attention,
     step_log_probs,
 )
+from attnlab.decoding.sampling import Sampler
 
 __all__ = ["greedy_search", "max_lengths"]
 
@@ -40,6 +42,8 @@ def greedy_search(
     max_len: int | Tensor,
     need_weights: bool = False,
     length_penalty: float = 1.0,
+    no_repeat_ngram_size: int = 0,
+    sampler: Sampler | None = None,
 ) -> list[Hypothesis]:
     """Decode each source sentence by taking the most probable allowed token at every step.
 
@@ -53,6 +57,9 @@ def greedy_search(
         need_weights: also return each hypothesis' attention weights (see :class:`Hypothesis`).
         length_penalty: GNMT ``alpha`` used only to fill ``normalized_score`` (it does not change the
             greedy choice), so greedy and beam scores are comparable.
+        no_repeat_ngram_size: ``n > 0`` bans a token that would repeat an n-gram of the row's output
+            (:func:`attnlab.decoding.hypothesis.ban_repeated_ngrams_`).
+        sampler: draw each token (:class:`~attnlab.decoding.sampling.Sampler`) instead of the argmax.
 
     Returns:
         ``B`` hypotheses in input order. ``<pad> <bos> <unk>`` are never emitted (see
@@ -67,6 +74,8 @@ def greedy_search(
     if batch_size == 0:
         return []
     best_token = _best_token_fast if fast.enabled(model, device) else _best_token
+    if sampler is not None:
+        best_token = sampler.draw
     results: list[Hypothesis | None] = [None] * batch_size
     was_training = model.training
     model.eval()  # dropout off: decoding must be deterministic
@@ -77,7 +86,10 @@ def greedy_search(
         while True:
             step += 1
             out = model.step(rows.tokens, state, need_weights=need_weights)
-            best, tokens = best_token(step_log_probs(out.logits))  # (B,) each
+            log_probs = step_log_probs(out.logits)  # (B, V)
+            if no_repeat_ngram_size:
+                ban_repeated_ngrams_(log_probs, rows.history, no_repeat_ngram_size)
+            best, tokens = best_token(log_probs)  # (B,) each
             rows.extend(best, tokens, out.attention)
             ended = tokens == EOS
             done = ended | (limits[rows.index] <= step)

@@ -16,6 +16,8 @@ Shared rules (notes §22, test-time autoregressive decoding):
   that reaches its maximum length without ``<eos>`` is returned as is, with ``finished=False``.
 - Ranking uses GNMT's length penalty (Wu et al. 2016, eq. 14):
   ``normalized_score = score / ((5 + len) / 6) ** alpha``; ``alpha = 0`` ranks by raw score.
+- ``no_repeat_ngram_size = n > 0`` (fairseq's option of that name): a token that would repeat an
+  n-gram already in the output is banned like the specials (:func:`ban_repeated_ngrams_`).
 """
 
 from __future__ import annotations
@@ -82,6 +84,26 @@ def ban_tokens_(log_probs: Tensor) -> Tensor:
 def step_log_probs(logits: Tensor) -> Tensor:
     """``(B, V)`` logits (any float dtype) → ``(B, V)`` float32 log-probabilities with banned tokens at ``-inf``."""
     return ban_tokens_(torch.log_softmax(logits.float(), dim=-1))
+
+
+def ban_repeated_ngrams_(log_probs: Tensor, history: Tensor, n: int) -> Tensor:
+    """Ban, in place, every token that would complete an ``n``-gram already in a row's output.
+
+    ``log_probs (R, V)`` and ``history (R, t)`` (the row's generated ids, no ``<bos>``): where the last
+    ``n - 1`` ids occurred before, the id that followed them then gets ``-inf`` now (``n = 1``: no id
+    twice). ``<eos>`` never ends up banned: it is never part of a live row's history.
+    """
+    rows, t = history.shape
+    if n <= 0 or rows == 0 or t < n:  # no n-gram complete yet: nothing to repeat
+        return log_probs
+    if n == 1:
+        return log_probs.scatter_(1, history, float("-inf"))
+    grams = history.unfold(1, n, 1)  # (R, t - n + 1, n) every n-gram so far
+    tail = history[:, t - n + 1 :]  # (R, n - 1) the prefix the next token would extend
+    match = (grams[:, :, : n - 1] == tail[:, None, :]).all(dim=-1)  # (R, t - n + 1)
+    r, g = match.nonzero(as_tuple=True)
+    log_probs[r, grams[r, g, n - 1]] = float("-inf")
+    return log_probs
 
 
 def length_cap(model: nn.Module, src_len: int = 0) -> int:

@@ -21,6 +21,7 @@ from typing import Any
 from attnlab.config import AUTO_DECODE_ROWS
 from attnlab.data.pairs import pair_of
 from attnlab.data.text import preprocess
+from attnlab.decoding.sampling import Sampler
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import bleu_by_length, bleu_tokenize, corpus_scores, d2l_bleu
 from attnlab.i18n import N_, _, ljust, width
@@ -28,7 +29,7 @@ from attnlab.io import atomic_write_json, atomic_write_text, read_input
 from attnlab.notes import ACCEPTED, REFERENCES, SENTENCES
 from attnlab.progress import Progress
 from attnlab.runs import MANIFEST, WEIGHTS
-from attnlab.translator import Translator, decode_many
+from attnlab.translator import Translator, decode_batches, decode_many
 
 #: The notes' example sentences (§3, §4, §22) and D2L's reference translations (attnlab.notes).
 NOTES_EXAMPLES: tuple[tuple[str, str], ...] = tuple((s, REFERENCES[s]) for s in SENTENCES)
@@ -191,16 +192,18 @@ def evaluate_files(translator: Translator, sources: Sequence[str], references: S
             "checkpoint": checkpoint_identity(getattr(translator, "checkpoint", None)), "sources": list(sources)}
 
 
-def report_name(what: str, beam_size: int | None = None, max_sentences: int = 0, checkpoint: str = "best") -> str:
+def report_name(what: str, beam_size: int | None = None, max_sentences: int = 0, checkpoint: str = "best",
+                decode: str | None = None) -> str:
     """The name of one evaluation's report in the run folder (``eval-<name>.json``, ``hyps-<name>.txt``,
     ``src-<name>.txt``): ``what`` (a split, or :func:`file_report_name`) and each setting that is not the
     default: a beam other than the run's (``beam_size``; None = the run's), a cut (``-first<N>``), a
-    checkpoint other than ``best``. One name per distinct evaluation, so beam 1 and beam 4 keep a report
-    each; the default names (``test``) are the ones the web page, ``compare`` and ``doctor`` read."""
+    checkpoint other than ``best``, other ``decode.*`` settings (``decode``, e.g. ``length_penalty0.6``).
+    One name per distinct evaluation, so beam 1 and beam 4 keep a report each; the default names
+    (``test``) are the ones the web page, ``compare`` and ``doctor`` read."""
     from attnlab.maps import settings_suffix
 
     return what + settings_suffix(beam=beam_size, first=max_sentences or None,
-                                  checkpoint=None if checkpoint == "best" else checkpoint)
+                                  checkpoint=None if checkpoint == "best" else checkpoint, decode=decode)
 
 
 def file_report_name(src: str | Path, refs: Sequence[str | Path] = (), sha256s: Sequence[str] | None = None) -> str:
@@ -240,23 +243,25 @@ def decode_with_bar(translator: Translator, src: list[list[int]], beam_size: int
     terminal; off one, plain lines with no carriage return, :mod:`attnlab.progress`).
 
     The batches are the ones ``decode_many`` makes itself (sources sorted by length, stably, then cut
-    every ``batch_size`` sentences, auto: ``AUTO_DECODE_ROWS`` decoder rows), so the hypotheses are
-    the same as one call's; only the bar is added. ``empty``: sentences beside ``src`` that need no decoding
+    every ``batch_size`` sentences, auto: ``AUTO_DECODE_ROWS`` decoder rows, and at ``decode.max_tokens``
+    source tokens), and sampling draws from one generator throughout, so the hypotheses are the same as
+    one call's; only the bar is added. ``empty``: sentences beside ``src`` that need no decoding
     (no token): counted in the bar's total and done at once, so it ends at the report's number of sentences.
     """
     dcfg = translator.cfg.decode
     beam = beam_size or dcfg.beam_size
     bs = batch_size or dcfg.batch_size or max(1, AUTO_DECODE_ROWS // beam)
     order = sorted(range(len(src)), key=lambda i: len(src[i]))
+    sampler = (Sampler.seeded(dcfg.seed, translator.device, dcfg.sampling_topk, dcfg.temperature)
+               if dcfg.sampling else None)
     hyps: list[list[Any]] = [[] for _ in src]
     bar = Progress(_("evaluate (beam {beam})").format(beam=beam), unit="sent", total=len(src) + empty)
     try:
         if empty:
             bar.update(empty)
-        for start in range(0, len(order), bs):
-            idx = order[start : start + bs]
+        for idx in decode_batches(order, src, bs, dcfg.max_tokens):
             out = decode_many(translator.model, [src[i] for i in idx], dcfg, translator.device, beam_size=beam,
-                              batch_size=bs, threads=translator.thread_tuner())
+                              batch_size=len(idx), threads=translator.thread_tuner(), sampler=sampler)
             for i, h in zip(idx, out):
                 hyps[i] = h
             bar.update(len(idx))
