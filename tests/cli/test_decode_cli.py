@@ -71,8 +71,10 @@ def test_evaluate_takes_the_options_and_keeps_its_hypotheses(tiny_runs, tmp_path
     assert main(["evaluate", str(run), "--max-sentences", "6", "--quiet", "--output", str(out),
                  "--max-len-a", "0", "decode.max_len_b=2"]) == 0
     hyps = out.read_text(encoding="utf-8").splitlines()
-    assert hyps == (run / "hyps-test.txt").read_text(encoding="utf-8").splitlines()  # the sources' order
-    assert len(hyps) == json.loads((run / "eval-test.json").read_text(encoding="utf-8"))["sentences"]
+    # the report is named by the settings that differ from the run's: it never replaces eval-test.json
+    (kept,) = run.glob("hyps-test-*.txt")
+    assert kept.name == "hyps-test-first6-max-len-a0.0-max-len-b2.txt"
+    assert hyps == kept.read_text(encoding="utf-8").splitlines()  # the sources' order
     assert all(len(h.split()) <= 2 for h in hyps)
     capsys.readouterr()
     assert main(["evaluate", str(run), "hello"]) == 2

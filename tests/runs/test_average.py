@@ -58,7 +58,7 @@ def test_every_command_loads_the_averaged_checkpoint(saved_run, tmp_path, capsys
     assert main(["translate", str(run), "--checkpoint", "averaged", "twenty one"]) == 0
     assert capsys.readouterr().out.strip()
     assert main(["evaluate", str(run), "--checkpoint", "averaged", "--max-sentences", "4", "--quiet"]) == 0
-    report = json.loads((run / "eval-test.json").read_text(encoding="utf-8"))
+    report = json.loads((run / "eval-test-first4-averaged.json").read_text(encoding="utf-8"))
     assert report["checkpoint"]["name"] == "averaged"
     assert main(["export", str(run), str(tmp_path / "exp"), "--checkpoint", "averaged"]) == 0
     spec = json.loads((tmp_path / "exp" / "config.json").read_text(encoding="utf-8"))
