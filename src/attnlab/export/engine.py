@@ -13,6 +13,8 @@ greedy search). Greedy float32 output equals attnlab's (tests/export/); int8 out
 ``ct2.int8_weights``) nearly does, and is the same on every x86 processor. Two differences remain:
 beam search ranks with CTranslate2's length penalty ``score / length^α`` rather than GNMT's, and a
 score is CTranslate2's (log-probability after the banned tokens are removed).
+``decode.no_repeat_ngram_size``, ``decode.max_tokens`` and sampling (``sampling_topk``, ``temperature``,
+``seed``) are passed to CTranslate2's options of those meanings; its draws are its own, not attnlab's.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ class CT2Translator(Translator):
         except (RuntimeError, ValueError, OSError) as e:  # CTranslate2's own refusals (UnicodeDecodeError included)
             raise _engine_refused(folder, model_dir, compute_type, where, e) from None
         tr.ct2_info = {**entry, "compute_type": compute_type, "one_sequence": one_sequence}
+        tr.ct2_module = ct2  # its set_random_seed: --sampling draws reproducibly
         tr._tgt_ids = {tr.tgt_tok.id_to_token(i): i for i in range(len(tr.tgt_tok))}
         return tr
 
@@ -119,7 +122,12 @@ class CT2Translator(Translator):
         beam = beam_size or dcfg.beam_size
         opts = dict(beam_size=beam, num_hypotheses=nbest, length_penalty=dcfg.length_penalty, disable_unk=True,
                     suppress_sequences=_BANNED, end_token=SPECIALS[EOS], return_end_token=True, return_scores=True,
-                    max_batch_size=dcfg.batch_size or max(1, AUTO_DECODE_ROWS // beam))
+                    max_batch_size=dcfg.max_tokens or dcfg.batch_size or max(1, AUTO_DECODE_ROWS // beam),
+                    batch_type="tokens" if dcfg.max_tokens else "examples",
+                    no_repeat_ngram_size=dcfg.no_repeat_ngram_size)
+        if dcfg.sampling:  # CTranslate2's sampling: top-k 0 is the whole vocabulary, as decode.sampling_topk's
+            self.ct2_module.set_random_seed(dcfg.seed)
+            opts.update(sampling_topk=dcfg.sampling_topk, sampling_temperature=dcfg.temperature)
         tokens = [[self.src_tok.id_to_token(i) for i in ids] for ids in src_seqs]
         if self.ct2_info.get("one_sequence"):  # source <eos> <bos>, the source under its prefix
             prompts = [[SOURCE_PREFIX + t for t in ts] + [SOURCE_PREFIX + SPECIALS[EOS], SPECIALS[BOS]] for ts in tokens]
