@@ -532,6 +532,19 @@ def apply_overrides(cfg: Config, overrides: list[str] | tuple[str, ...]) -> Conf
     return from_dict(grouped, cfg)
 
 
+def apply_decode_overrides(cfg: Config, overrides: list[str] | tuple[str, ...]) -> Config:
+    """:func:`apply_overrides` for a trained run (translate, evaluate, export): only ``decode.*`` keys may
+    change; the model, its data and its training are fixed by the weights, so any other section is a
+    :class:`ConfigError` naming the setting."""
+    for item in overrides:
+        section = item.split(".", 1)[0].strip()
+        if section != "decode":
+            raise ConfigError(
+                _("{item}: a trained run's {section}.* settings are fixed by its weights; only decode.* settings "
+                  "apply here (e.g. decode.beam_size=4 decode.length_penalty=0.6)").format(item=item, section=section))
+    return apply_overrides(cfg, overrides)
+
+
 def dumps_toml(cfg: Config) -> str:
     """``cfg`` as TOML that :func:`load_toml` reads back to the same Config (tomli-w escapes every string)."""
     # TOML has no null: an absent optional key means None

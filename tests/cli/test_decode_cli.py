@@ -79,3 +79,15 @@ def test_evaluate_takes_the_options_and_keeps_its_hypotheses(tiny_runs, tmp_path
     capsys.readouterr()
     assert main(["evaluate", str(run), "hello"]) == 2
     assert "is not a setting" in capsys.readouterr().err
+
+
+def test_export_keeps_the_decode_settings_it_is_given(tiny_runs, tmp_path, capsys):
+    run, out = str(tiny_runs("transformer")), tmp_path / "exp"
+    assert main(["export", run, str(out), "--beam", "4", "decode.length_penalty=0.6"]) == 0
+    spec = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    assert (spec["config"]["decode"]["beam_size"], spec["config"]["decode"]["length_penalty"]) == (4, 0.6)
+    assert Translator.from_run(out).cfg.decode.beam_size == 4  # the export's default beam
+    capsys.readouterr()
+    assert main(["export", run, str(tmp_path / "exp2"), "model.num_layers=3"]) == 2
+    assert "only decode.* settings apply" in capsys.readouterr().err
+    assert not (tmp_path / "exp2").exists()

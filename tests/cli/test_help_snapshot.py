@@ -26,10 +26,11 @@ _DECODE = {"--length-penalty", "--max-len-a", "--max-len-b", "--batch-size", "--
            "--sampling", "--sampling-topk", "--temperature", "--seed"}
 ADDED["translate"] = _DECODE | {"--format"}  # scored n-best lines (tsv, jsonl) as fairseq's H- lines
 ADDED["evaluate"] = ADDED["evaluate"] | _DECODE | {"--output"}  # the hypotheses kept for sacreBLEU or COMET
+ADDED["export"] = _DECODE | {"--beam", "--nbest"}  # the export's decode defaults
 #: Commands added since the snapshot, on purpose.
 ADDED_COMMANDS = {"average"}  # checkpoint averaging, as fairseq's, OpenNMT's and JoeyNMT's
 #: Positionals added at the end, on purpose: evaluate RUN decode.beam_size=4 (a decode setting).
-ADDED_POSITIONALS: dict[str, list[str]] = {"evaluate": ["overrides"]}
+ADDED_POSITIONALS: dict[str, list[str]] = {"evaluate": ["overrides"], "export": ["overrides"]}
 #: Options removed since the snapshot, on purpose (none: a removed option breaks someone's script).
 REMOVED: dict[str, set[str]] = {}
 

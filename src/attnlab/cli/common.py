@@ -332,26 +332,30 @@ DECODE_OPTIONS: tuple[tuple[str, str, type, str], ...] = (
 )
 
 
+def _dest(option: str) -> str:
+    """argparse's own name for an option's value: ``--max-len-a`` → ``max_len_a``."""
+    return option.lstrip("-").replace("-", "_")
+
+
 def add_decode_args(p: argparse.ArgumentParser, nbest: bool = True) -> None:
     """The :data:`DECODE_OPTIONS` (``nbest``: with ``--nbest``), each None unless given, so the run's own
-    ``decode.*`` setting holds (see :func:`decode_overrides`)."""
+    ``decode.*`` setting holds (see :func:`decode_overrides`); ``--max-len-a`` is ``args.max_len_a``."""
     for option, key, kind, helptext in DECODE_OPTIONS:
         if key == "nbest" and not nbest:
             continue
         tail = _(" (default: the run's decode.{key})").format(key=key)
         if kind is bool:
-            p.add_argument(option, dest=f"decode_{key}", action="store_const", const=True, default=None,
-                           help=_(helptext) + tail)
+            p.add_argument(option, action="store_const", const=True, default=None, help=_(helptext) + tail)
         else:
-            p.add_argument(option, dest=f"decode_{key}", type=kind, default=None, metavar="N" if kind is int else "X",
+            p.add_argument(option, type=kind, default=None, metavar="N" if kind is int else "X",
                            help=_(helptext) + tail)
 
 
 def decode_overrides(args) -> list[str]:
     """The ``decode.KEY=VALUE`` overrides the given :data:`DECODE_OPTIONS` stand for."""
     out = []
-    for _option, key, _kind, _help in DECODE_OPTIONS:
-        value = getattr(args, f"decode_{key}", None)
+    for option, key, _kind, _help in DECODE_OPTIONS:
+        value = getattr(args, _dest(option), None)
         if value is not None:
             out.append(f"decode.{key}={str(value).lower() if isinstance(value, bool) else value}")
     return out
@@ -375,14 +379,8 @@ def apply_decode_settings(tr, args, settings: list[str]) -> config_mod.DecodeCon
     given, then the trailing ``decode.key=value`` settings; returns the decode config now in force.
     A setting of another section (the model, its data, its training are fixed by the trained weights) or
     an unknown key is a one-line :class:`~attnlab.config.ConfigError`."""
-    for item in settings:
-        section = item.split(".", 1)[0].strip()
-        if section != "decode":
-            raise config_mod.ConfigError(
-                _("{item}: a trained run's {section}.* settings are fixed by its weights; only decode.* settings "
-                  "apply here (e.g. decode.beam_size=4 decode.length_penalty=0.6)").format(item=item, section=section))
     given = decode_overrides(args) + settings
     if given:
-        tr.set_decode(config_mod.apply_overrides(tr.cfg, given).decode)
+        tr.set_decode(config_mod.apply_decode_overrides(tr.cfg, given).decode)
         say(args, "decoding with " + " ".join(given))
     return tr.cfg.decode

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from attnlab.cli.common import add_decode_args
 from attnlab.export import FORMATS, QUANTIZATIONS
 from attnlab.i18n import _
 
@@ -14,14 +14,21 @@ def cmd_export(args) -> int:
     import shlex
     from pathlib import Path
 
+    from attnlab.cli.common import decode_overrides, split_settings
+    from attnlab.errors import AttnlabError
     from attnlab.export.folder import export_run
+
+    settings, rest = split_settings(args.overrides)
+    if rest:
+        raise AttnlabError(_("{word!r} is not a setting; after RUN OUT, export takes decode.key=value settings "
+                             "(e.g. decode.beam_size=4)").format(word=rest[0]))
 
     try:
         here = Path.cwd().resolve()  # asked before: a replaced current folder no longer has a path
     except OSError:
         here = None
     out = export_run(args.run, args.out, which=args.checkpoint, fmt=args.format,
-                     quantization=args.quantization, force=args.force)
+                     quantization=args.quantization, force=args.force, decode=decode_overrides(args) + settings)
     spec = json.loads((out / "config.json").read_text(encoding="utf-8"))
     engines = spec.get("engines") or {}
     extra = "".join(f"; {name}/ ({e['quantization']})" for name, e in engines.items())
@@ -45,12 +52,15 @@ def register(sub) -> None:
         description=_("Write one checkpoint as a folder that needs no run folder: config.json, model.safetensors "
                       "(config and fingerprint in its metadata) and one Hugging Face tokenizers file per language. "
                       "Every command that takes a RUN accepts it. --format ctranslate2 adds OUT/ctranslate2/, the "
-                      "model for the CTranslate2 engine (`attnlab translate OUT --engine ctranslate2`)."),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                      "model for the CTranslate2 engine (`attnlab translate OUT --engine ctranslate2`). The "
+                      "decoding options and decode.key=value settings become the export's decode defaults."))
     e.add_argument("run", metavar="RUN", help=_("run folder (the --out of `attnlab train`) or an "
                                                 "exported folder"))
     e.add_argument("out", metavar="OUT", help=_("the folder to write"))
-    e.add_argument("--checkpoint", default="best", help=_("best, last or step-N"))
+    e.add_argument("overrides", nargs="*", default=[], metavar="decode.key=value",
+                   help=_("decode settings, applied after the options, e.g. decode.beam_size=4"))
+    e.add_argument("--checkpoint", default="best", help=_("best, last, step-N or averaged (`attnlab average`)"))
+    add_decode_args(e)
     e.add_argument("--format", choices=FORMATS, default="safetensors",
                    help=_("ctranslate2 also converts the Transformer or decoder-only model for "
                           "CTranslate2"))

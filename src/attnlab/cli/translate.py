@@ -136,7 +136,7 @@ def _check_counts(args, *names: str) -> None:
     """``--beam`` / ``--nbest`` given as 0 or less are mistakes (0 once meant the run's default silently)."""
     why = {"beam": N_("--beam 1 = greedy"), "nbest": N_("--nbest 1 = the best translation alone")}
     for name in names:
-        value = getattr(args, {"beam": "decode_beam_size", "nbest": "decode_nbest"}[name], None)
+        value = getattr(args, name, None)
         if value is not None and value < 1:
             raise AttnlabError(_("--{name} {value} must be at least 1 ({why}; leave --{name} out for the default)")
                                .format(name=name, value=value, why=_(why[name])))
@@ -146,11 +146,11 @@ def _decode_settings(args, tr, settings: list[str]) -> tuple[int, int]:
     """Apply the decoding options and ``decode.key=value`` settings to ``tr`` (cli/common.py), and return the
     beam and n-best to decode with, checked against each other and the model: a beam wider than the target
     vocabulary has nothing to fill it with, and n-best lists come out of the beam (unless sampled)."""
-    beam = args.decode_beam_size or tr.cfg.decode.beam_size
-    said = (f"--beam {beam}" if args.decode_beam_size
+    beam = args.beam or tr.cfg.decode.beam_size
+    said = (f"--beam {beam}" if args.beam
             else _("the run's beam size (decode.beam_size={beam})").format(beam=beam))
-    nbest = getattr(args, "decode_nbest", None)
-    searched = not args.decode_sampling and not any(
+    nbest = getattr(args, "nbest", None)
+    searched = not args.sampling and not any(
         item.split("=", 1)[0].strip() in ("decode.beam_size", "decode.sampling") for item in settings)
     if nbest and nbest > beam and searched:
         raise AttnlabError(_("--nbest {nbest} is larger than {said}; n-best lists come out of the beam: raise "
@@ -159,7 +159,7 @@ def _decode_settings(args, tr, settings: list[str]) -> tuple[int, int]:
     beam = dcfg.beam_size
     vocab = len(tr.tgt_tok)
     if beam > vocab:
-        said = f"--beam {beam}" if args.decode_beam_size else _("decode.beam_size={beam}").format(beam=beam)
+        said = f"--beam {beam}" if args.beam else _("decode.beam_size={beam}").format(beam=beam)
         raise AttnlabError(_("{said} is larger than the target vocabulary ({vocab} tokens); a beam holds at most "
                              "one hypothesis per token: use --beam {vocab} or less").format(said=said, vocab=vocab))
     return beam, dcfg.nbest
@@ -595,7 +595,7 @@ def register(sub) -> None:
                            help=_("decode settings, applied after the options, e.g. decode.beam_size=4"))
             q.add_argument("--output", metavar="FILE",
                            help=_("also write the hypotheses to FILE, one a line in the order of the sources "
-                                  "(for sacreBLEU or COMET)"))
+                                  "(for sacreBLEU or COMET) (default: none)"))
             q.add_argument("--split", default=None,
                            help=_("which split of the run's corpus: train, valid or test (default: "
                                   "test)"))

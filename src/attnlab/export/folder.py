@@ -56,12 +56,12 @@ def _load(run: Path, which: str):
             loaded.tgt_tok)
 
 
-def _write_tree(tmp: Path, run: Path, which: str, fmt: str, quantization: str) -> None:
+def _write_tree(tmp: Path, run: Path, which: str, fmt: str, quantization: str, decode: list[str]) -> None:
     files, path, step, model, src_tok, tgt_tok = _load(run, which)
     if fmt == "ctranslate2":
         ct2.check_convertible(model)  # before any work: a GRU run is refused in one line
         ct2.require_ctranslate2()
-    cfg = files.config
+    cfg = config_mod.apply_decode_overrides(files.config, decode)  # the export's own decode defaults
     fp = runs.fingerprint(cfg, files.tokenizers)
     names = _tokenizer_files(src_tok.lang, tgt_tok.lang)
     entries: dict[str, Any] = {}
@@ -170,13 +170,14 @@ def _check_out(run: Path, out: Path, force: bool) -> None:
 
 
 def export_run(run: str | Path, out: str | Path, which: str = "best", fmt: str = "safetensors",
-               quantization: str = "float32", force: bool = False) -> Path:
+               quantization: str = "float32", force: bool = False, decode: list[str] | tuple[str, ...] = ()) -> Path:
     """Export checkpoint ``which`` of ``run`` (a run folder or an exported one) into the folder ``out``.
 
     ``fmt="ctranslate2"`` adds ``out/ctranslate2/``, the model converted with ``quantization``.
     ``out`` must be new or empty; with ``force`` it may also be an earlier export holding nothing but
     its own files (its manifest says which), never a folder with other files or one that contains
-    ``run``. The new folder is built beside ``out`` and swapped in at once, then the old one is
+    ``run``. ``decode``: ``decode.key=value`` settings that replace the run's as the export's defaults
+    (``config.json`` and ``ctranslate2/decode.json``); another section is refused. The new folder is built beside ``out`` and swapped in at once, then the old one is
     removed; ``out`` may be the current folder. Returns the folder written (resolved). Raises
     :class:`AttnlabError` (or :class:`~attnlab.errors.CheckpointError`) with one line on any
     problem; ``out`` is then untouched.
@@ -193,7 +194,7 @@ def export_run(run: str | Path, out: str | Path, which: str = "best", fmt: str =
         raise AttnlabError(_("could not write {out}: {why}; choose another OUT").format(out=out, why=e.strerror or e)) from None
     try:
         os.chmod(tmp, usual_mode(is_dir=True))  # mkdtemp makes 0700
-        _write_tree(tmp, run, which, fmt, quantization)
+        _write_tree(tmp, run, which, fmt, quantization, list(decode))
         fsync_dir(tmp)
         runs.swap_in(tmp, out)  # the checkpoint saver's swap: renameat2 exchange, else two renames
         fsync_dir(out.parent)
