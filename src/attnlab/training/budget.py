@@ -151,15 +151,45 @@ class BudgetPlan:
 
     def state_dict(self) -> dict[str, Any]:
         return {"shape": self.shape, "horizon": self.horizon, "sec_per_update": self.sec_per_update,
-                "valid_cost_s": self.valid_cost_s, "evals_done": self.evals_done}
+                "valid_cost_s": self.valid_cost_s, "evals_done": self.evals_done,
+                "fixed_horizon": self.fixed_horizon, "budget_s": self.budget_s}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], step: int | None = None) -> str | None:
+        """Continue the saved plan. The limits a resume gives (``--max-steps``, ``--max-minutes``) are the
+        saved ones unless they were changed on purpose; then the run is extended (or cut) to them, and the
+        return value says how the schedule changes at update ``step`` (None when nothing changes)."""
         if state.get("shape") != self.shape:
-            return  # a checkpoint written before the plan existed, or with another schedule
+            return None  # a checkpoint written before the plan existed, or with another schedule
+        old = BudgetPlan(self.shape, self.cfg, state.get("fixed_horizon", self.fixed_horizon),
+                         state.get("budget_s", self.budget_s), state["horizon"])
         for key in ("horizon", "sec_per_update", "valid_cost_s", "evals_done"):
             setattr(self, key, state[key])
         if self.fixed_horizon is not None and self.budget_s <= 0:
             self.horizon = self.fixed_horizon  # a step or epoch budget given anew on resume wins
+        if (old.fixed_horizon, old.budget_s) == (self.fixed_horizon, self.budget_s):
+            return None
+        if self.budget_s > 0 and self.sec_per_update > 0 and step is not None:  # re-project the new time budget
+            left = self.budget_s - (step * self.sec_per_update) - self.reserve_s()
+            projected = step + max(int(left / self.sec_per_update), 1)
+            self.horizon = projected if self.fixed_horizon is None else min(projected, self.fixed_horizon)
+        return self.change_from(old, step)
+
+    def change_from(self, old: BudgetPlan, step: int | None) -> str:
+        """One line: the old plan, the new one, and (at update ``step``) the learning rate's factor before and after."""
+        line = _("--resume changes the plan: {old} -> {new}").format(old=old._limits(), new=self._limits())
+        if self.budgeted and step is not None:
+            line += _("; horizon {was} -> {now} updates; at update {step} the learning-rate factor goes from "
+                      "{a:.3f} to {b:.3f}").format(was=old.horizon or "?", now=self.horizon or "?", step=step,
+                                                   a=old.factor(step), b=self.factor(step))
+            if self.shape == "wsd" and self.horizon:
+                line += _(" (decay now from update {start})").format(
+                    start=self.horizon - max(1, round(self.cfg.decay_frac * self.horizon)))
+        return line
+
+    def _limits(self) -> str:
+        parts = [_("{n} updates").format(n=self.fixed_horizon)] if self.fixed_horizon else []
+        parts += [_("{minutes:g} min").format(minutes=self.budget_s / 60)] if self.budget_s > 0 else []
+        return ", ".join(parts) or _("no limit")
 
     def describe(self) -> str:
         if not self.budgeted:

@@ -400,7 +400,9 @@ class Session:
             raise runs.CheckpointError(_("{path}: its optimizer state does not fit this model ({error}); resume with the "
                                          "run's own config.toml or start a new run with another --out").format(
                 path=path / runs.STATE, error=e)) from None
-        self.budget.load_state_dict(st.get("budget", {}))
+        change = self.budget.load_state_dict(st.get("budget", {}), st["step"])
+        if change and D.is_main():
+            print(change, file=sys.stderr)  # a resume that moves the schedule says so (the plan is not silent)
         exclude = st.get("epoch_exclude")
         self.progress = p = Progress(st["step"], st["epoch"], st["batch_in_epoch"], st["best_bleu"], st["tokens_seen"],
                                      st.get("examples_seen", 0),
