@@ -12,8 +12,8 @@ from safetensors.torch import load_file
 
 from attnlab.cli import main
 from attnlab.errors import CheckpointError
-from attnlab.runs import load_model
-from attnlab.runs.average import average_checkpoints, step_checkpoints
+from attnlab.runs import load_model, step_checkpoints
+from attnlab.runs.average import average_checkpoints
 from tests.conftest import tiny_config
 
 

@@ -29,23 +29,18 @@ from attnlab.runs.checkpoint import (
     _save_failed,
     _write_synced,
     check_safetensors_header,
+    checkpoint_root,
+    step_checkpoints,
+    step_of,
     swap_in,
     verify_checkpoint,
 )
 from attnlab.runs.folder import MANIFEST, WEIGHTS, is_export, read_run
 
-__all__ = ["AVERAGED", "average_checkpoints", "average_tensors", "step_checkpoints"]
+__all__ = ["AVERAGED", "average_checkpoints", "average_tensors"]
 
 AVERAGED = "averaged"  # the default name of the averaged checkpoint, `--checkpoint averaged`
-_STEP = re.compile(r"step-(\d+)")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-
-
-def step_checkpoints(run_dir: Path) -> list[Path]:
-    """The run's ``checkpoints/step-N`` folders, oldest step first (by number, not by name)."""
-    root = Path(run_dir) / "checkpoints"
-    found = [(int(m[1]), p) for p in root.glob("step-*") if p.is_dir() and (m := _STEP.fullmatch(p.name))]
-    return [p for _, p in sorted(found)]
 
 
 def average_tensors(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -87,7 +82,7 @@ def average_checkpoints(run_dir: str | Path, last: int, name: str = AVERAGED) ->
     if last < 1:
         raise CheckpointError(_("--last {n} must be at least 1: the number of newest checkpoints to average")
                               .format(n=last))
-    if not _NAME.fullmatch(name) or _STEP.fullmatch(name) or name.lower() in ("best", "last"):
+    if not _NAME.fullmatch(name) or step_of(name) is not None or name.lower() in ("best", "last"):
         raise CheckpointError(_("--name {name} cannot name a checkpoint: use letters, digits, '.', '_' or '-', "
                                 "and neither best, last nor step-N (default: averaged)").format(name=name))
     if is_export(run_dir):
@@ -110,12 +105,12 @@ def average_checkpoints(run_dir: str | Path, last: int, name: str = AVERAGED) ->
         if {k: tuple(v.shape) for k, v in s.items()} != first:
             raise CheckpointError(_("{path} holds other tensors than {first}; only checkpoints of one model can "
                                     "be averaged").format(path=path, first=chosen[0]))
-    step = int(_STEP.fullmatch(chosen[-1].name)[1])
+    step = step_of(chosen[-1].name)
     sources = [p.name for p in chosen]
     blob = safetensors_bytes(average_tensors(states), metadata={"step": str(step), "averaged": ",".join(sources)})
     manifest = {"step": step, "averaged": sources, "files": {WEIGHTS: hashlib.sha256(blob).hexdigest()},
                 **_run_fingerprint(run_dir)}
-    root = run_dir / "checkpoints"
+    root = checkpoint_root(run_dir)
     final = root / name
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))

@@ -23,6 +23,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import struct
 import sys
@@ -56,6 +57,51 @@ from attnlab.runs.folder import (
     read_run,
     sha256_file,
 )
+
+# ------------------------------------------------------------------------------------------------
+# Names: the only place that spells them (training, resume, doctor and `average` ask here)
+
+CHECKPOINTS = "checkpoints"  # RUN/checkpoints/: step-N folders, the LAST and BEST pointers, named ones (averaged)
+LAST, BEST = "LAST", "BEST"
+_STEP_NAME = re.compile(r"step-(\d+)")
+
+
+def checkpoint_root(run_dir: str | Path) -> Path:
+    """``RUN/checkpoints``."""
+    return Path(run_dir) / CHECKPOINTS
+
+
+def step_name(step: int) -> str:
+    """The folder name of the checkpoint saved after ``step`` updates: ``step-0000500``."""
+    return f"step-{step:07d}"
+
+
+def step_of(name: str) -> int | None:
+    """The step a ``step-N`` folder name holds (None for any other name: ``averaged``, ``LAST``…)."""
+    m = _STEP_NAME.fullmatch(name)
+    return int(m[1]) if m else None
+
+
+def step_checkpoints(run_dir: str | Path) -> list[Path]:
+    """The run's ``step-N`` checkpoint folders, oldest step first (by number, not by name)."""
+    found = [(n, p) for p in checkpoint_root(run_dir).glob("step-*") if p.is_dir() and (n := step_of(p.name)) is not None]
+    return [p for _, p in sorted(found)]
+
+
+def has_checkpoint(run_dir: str | Path) -> bool:
+    """Whether the run has saved a checkpoint to resume from (its ``LAST`` pointer exists)."""
+    return (checkpoint_root(run_dir) / LAST).is_file()
+
+
+def last_manifest(run_dir: str | Path) -> dict[str, Any] | None:
+    """The manifest of the checkpoint ``LAST`` names, unverified (None when it cannot be read: the loader
+    says why with its own message)."""
+    try:
+        name = _pointer(checkpoint_root(run_dir), "last")
+        manifest = json.loads((checkpoint_root(run_dir) / str(name) / MANIFEST).read_text(encoding="utf-8"))
+    except (CheckpointError, OSError, ValueError, UnicodeDecodeError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
 
 
 def _write_synced(path: Path, data: bytes) -> None:
@@ -101,8 +147,8 @@ def save_checkpoint(
     Raises :class:`CheckpointError` when the disk refuses the write (full, size limit, permissions);
     the half-written folder is removed and ``LAST``/``BEST`` still name the previous checkpoint.
     """
-    ckpt_root = Path(run_dir) / "checkpoints"
-    name = f"step-{step:07d}"
+    ckpt_root = checkpoint_root(run_dir)
+    name = step_name(step)
     final = ckpt_root / name
     try:
         ckpt_root.mkdir(parents=True, exist_ok=True)
@@ -134,9 +180,9 @@ def save_checkpoint(
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        atomic_write_text(ckpt_root / "LAST", name + "\n")
+        atomic_write_text(ckpt_root / LAST, name + "\n")
         if best:
-            atomic_write_text(ckpt_root / "BEST", name + "\n")
+            atomic_write_text(ckpt_root / BEST, name + "\n")
     except OSError as e:
         raise _save_failed(ckpt_root, name, e) from None
     _rotate(ckpt_root, keep)
@@ -286,7 +332,7 @@ def _pointer(ckpt_root: Path, which: str) -> str | None:
         return None
     if (name is None or len(raw) > _MAX_POINTER_BYTES or not name.isprintable() or name in (".", "..")
             or "/" in name or "\\" in name):
-        steps = sorted(q.name for q in ckpt_root.glob("step-*") if q.is_dir())
+        steps = [q.name for q in step_checkpoints(ckpt_root.parent)]
         fix = f"write the name of one of its checkpoints into it ({', '.join(steps[-3:])})" if steps else "delete it"
         raise CheckpointError(_("{p} is corrupt: it must hold the name of a checkpoint folder beside "
                                 "it, such as step-0000500; {fix}").format(p=p, fix=fix))
@@ -295,10 +341,10 @@ def _pointer(ckpt_root: Path, which: str) -> str | None:
 
 def _rotate(ckpt_root: Path, keep: int) -> None:
     try:
-        protected = {_pointer(ckpt_root, "LAST"), _pointer(ckpt_root, "BEST")}
+        protected = {_pointer(ckpt_root, LAST), _pointer(ckpt_root, BEST)}
     except CheckpointError:
         return  # a pointer someone overwrote: remove nothing it might have named
-    steps = sorted(p for p in ckpt_root.glob("step-*") if p.is_dir())
+    steps = step_checkpoints(ckpt_root.parent)
     removable = [p for p in steps if p.name not in protected]
     # keep the newest `keep` step folders besides the protected ones
     excess = len(removable) - max(keep, 0)
@@ -323,7 +369,7 @@ def resolve_checkpoint(run_dir: str | Path, which: str = "best") -> Path:
             raise CheckpointError(_("{run_dir} is an exported folder holding one model; drop "
                                     "--checkpoint {which}").format(run_dir=run_dir, which=which))
         return run_dir
-    ckpt_root = run_dir / "checkpoints"
+    ckpt_root = checkpoint_root(run_dir)
     if which in ("best", "last"):
         name = _pointer(ckpt_root, which)
         if name is None and which == "best":
@@ -336,7 +382,7 @@ def resolve_checkpoint(run_dir: str | Path, which: str = "best") -> Path:
     if not path.is_dir():
         raise CheckpointError(
             _("checkpoint {path} is missing; use best, last or one of: {names}").format(
-                path=path, names=", ".join(sorted(p.name for p in ckpt_root.glob("step-*"))))
+                path=path, names=", ".join(p.name for p in step_checkpoints(run_dir)))
         )
     return path
 
@@ -367,7 +413,7 @@ def verify_checkpoint(path: Path, run_dir: Path | None = None) -> dict[str, Any]
             raise CheckpointError(
                 _("{fpath} does not match its sha256 in {MANIFEST}: the file is corrupt or was changed").format(fpath=fpath, MANIFEST=MANIFEST)
             )
-    if run_dir is None and path.parent.name == "checkpoints":
+    if run_dir is None and path.parent.name == CHECKPOINTS:
         run_dir = path.parent.parent
     if run_dir is not None and (run_dir / CONFIG).is_file():
         check_run_matches(path, manifest, run_dir)

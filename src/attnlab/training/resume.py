@@ -12,11 +12,11 @@ before anything in the folder is written, with one line naming the keys and both
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from attnlab import config as config_mod
+from attnlab import runs
 from attnlab.errors import AttnlabError
 from attnlab.i18n import N_, _
 
@@ -67,11 +67,7 @@ def _show(v: Any) -> str:
 
 def _trained_model(run_dir: Path) -> dict[str, Any] | None:
     """The model config recorded in the manifest of ``LAST`` (what its weights were built with), if any."""
-    try:
-        name = (run_dir / "checkpoints" / "LAST").read_text(encoding="utf-8").strip()
-        manifest = json.loads((run_dir / "checkpoints" / name / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None  # the loader reports an unreadable checkpoint with its own message
+    manifest = runs.last_manifest(run_dir)  # None when unreadable: the loader says why with its own message
     model = manifest.get("model") if isinstance(manifest, dict) else None
     return model if isinstance(model, dict) else None
 

@@ -52,7 +52,7 @@ def _is_dead_record(name: str) -> bool:
     """A name a run's records take (``metrics.jsonl``, ``tensorboard/``, a set-aside ``….old.2``, ``checkpoints/``,
     ``train.lock``, which training takes before it checks the folder)."""
     base = name.split(".old", 1)[0] if ".old" in name else name
-    return base in (*RECORDS, BOARD_DIR) or name in ("checkpoints", LOCK_FILE)
+    return base in (*RECORDS, BOARD_DIR) or name in (runs.CHECKPOINTS, LOCK_FILE)
 
 
 def _check_new_run_dir(out_dir: Path) -> None:
@@ -80,12 +80,12 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
     checkpoint; else one whose files a new run would overwrite, or that already holds a run. Training
     checks this before it locks the folder, so a refused folder is left without a ``train.lock``."""
     if resume:
-        if not (out_dir / "checkpoints" / "LAST").is_file():
+        if not runs.has_checkpoint(out_dir):
             raise AttnlabError(_("--resume: {out_dir} holds no checkpoint to resume from; drop "
                                  "--resume to start a new run").format(out_dir=out_dir))
         return
     _check_new_run_dir(out_dir)
-    if (out_dir / "checkpoints").exists() and any((out_dir / "checkpoints").iterdir()):
+    if runs.checkpoint_root(out_dir).exists() and any(runs.checkpoint_root(out_dir).iterdir()):
         raise AttnlabError(_("{out_dir} already holds a run; add --resume to continue it or choose "
                              "another --out").format(out_dir=out_dir))
 

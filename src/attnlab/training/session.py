@@ -118,7 +118,7 @@ def agree_on_restart(out_dir: Path, resume: bool) -> tuple[bool, bool]:
     when there is one."""
     restarted = D.is_distributed() and D.sum_floats(D.restart_count() > 0)[0] > 0
     if restarted and not resume:
-        resume = bool(D.broadcast_object((out_dir / "checkpoints" / "LAST").is_file() if D.is_main() else None))
+        resume = bool(D.broadcast_object(runs.has_checkpoint(out_dir) if D.is_main() else None))
     return restarted, resume
 
 

@@ -787,16 +787,13 @@ def run(run_dir: str | Path) -> DoctorReport:
 
 def _best_step(run_dir: Path) -> int | None:
     """The step of the checkpoint ``best`` resolves to (what the other commands load), None when unknown."""
-    import re
-
     from attnlab.errors import CheckpointError
-    from attnlab.runs.checkpoint import resolve_checkpoint
+    from attnlab.runs.checkpoint import resolve_checkpoint, step_of
 
     try:
-        m = re.fullmatch(r"step-(\d+)", resolve_checkpoint(run_dir, "best").name)
+        return step_of(resolve_checkpoint(run_dir, "best").name)
     except CheckpointError:
         return None
-    return int(m.group(1)) if m else None
 
 
 def _text(report: DoctorReport) -> str:
