@@ -541,6 +541,25 @@ def _read_raw(cfg: DataConfig) -> tuple[list[tuple[str, str]], str, dict[str, st
     return _parse_pairs(data, name, _sides(corpus)), str(path), identity
 
 
+def locate_recorded(recorded: dict[str, Any] | None) -> str | None:
+    """Where a corpus of your own that a run recorded (:func:`read_parallel`'s identity: each file's name and
+    sha256) is now, when it is where a resume looks without ``--data``: the current folder, then
+    ``$ATTNLAB_DATA_DIR``. Every file must be there with its recorded sha256 (a same-named file with other
+    bytes is another corpus). Returns the ``--data`` value (``A`` or ``A,B``) or None."""
+    files = (recorded or {}).get("files")
+    if not isinstance(files, list) or not files:
+        return None
+    folders = [Path.cwd()] + ([Path(os.environ["ATTNLAB_DATA_DIR"]).expanduser()] if os.environ.get("ATTNLAB_DATA_DIR")
+                              else [])
+    for folder in folders:
+        paths = [folder / str(f.get("file", "")) for f in files if isinstance(f, dict)]
+        if len(paths) == len(files) and all(
+                p.is_file() and hashlib.sha256(p.read_bytes()).hexdigest() == f.get("sha256")
+                for p, f in zip(paths, files)):
+            return ",".join(str(p) for p in paths)
+    return None
+
+
 def _swapped(cfg: DataConfig) -> bool:
     """Whether ``cfg`` reads a named corpus against its columns (fra-eng's English, French read fr-en)."""
     corpus = corpus_of(cfg.dataset)

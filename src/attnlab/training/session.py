@@ -34,12 +34,12 @@ from torch import nn
 
 from attnlab import config as config_mod
 from attnlab import fast, runs
-from attnlab.config import Config
+from attnlab.config import OWN_CORPUS, Config
 from attnlab.data import corpus, pairs
 from attnlab.data.batching import Batch, collate
 from attnlab.data.vocab import load_tokenizer
 from attnlab.device import cpu_threads, set_threads
-from attnlab.errors import AttnlabError
+from attnlab.errors import AttnlabError, CorpusError
 from attnlab.i18n import _
 from attnlab.interrupts import Interrupted
 from attnlab.models import build_model
@@ -208,14 +208,30 @@ def load_data(cfg: Config, saved: runs.RunFiles | None, prepared, out_dir: Path 
     the corpus it recorded (:func:`attnlab.data.corpus.require_same_corpus`)."""
     if prepared is None:
         toks = None
+        data = cfg.data
         if saved is not None:
             toks = (load_tokenizer(saved.tokenizers["src"]), load_tokenizer(saved.tokenizers["tgt"]))
-        prepared = corpus.prepare(cfg.data, tokenizers=toks)
+            if data.dataset == OWN_CORPUS and not data.data_path:  # resumed without --data: where it was?
+                data = dataclasses.replace(data, data_path=_recorded_corpus_path(saved, out_dir))
+        prepared = corpus.prepare(data, tokenizers=toks)
     if saved is not None:
         corpus.require_same_corpus(prepared, runs.recorded_corpus(saved.meta), out_dir or "the run")
     if not prepared.splits["train"].src:
         raise AttnlabError(_("the training split is empty; raise data.max_pairs or check the corpus"))
     return prepared
+
+
+def _recorded_corpus_path(saved: runs.RunFiles, out_dir: Path | None) -> str:
+    """The corpus of your own a resumed run recorded (name and sha256), found in the current folder or
+    ``$ATTNLAB_DATA_DIR`` (:func:`attnlab.data.corpus.locate_recorded`); else a one-line error naming it."""
+    recorded = runs.recorded_corpus(saved.meta) or {}
+    found = corpus.locate_recorded(recorded)
+    if found is None:
+        raise CorpusError(
+            _("--resume: {run} was trained on {file} (sha256 {sha}…), a corpus of your own, which is not in the "
+              "current folder or $ATTNLAB_DATA_DIR; pass --data with its path").format(
+                run=out_dir or "the run", file=recorded.get("file", "?"), sha=str(recorded.get("sha256", "?"))[:12]))
+    return found
 
 
 def epoch_batches(cfg: Config, split, epoch: int, exclude, world: int) -> list[list[int]]:
