@@ -222,3 +222,19 @@ def test_die_with_parent_ends_a_child_whose_parent_is_already_gone():
     assert alive.returncode == 0 and alive.stdout.strip() == "alive"  # its parent (this process) is there
     dead = subprocess.run([sys.executable, "-c", code, "1"], capture_output=True, text=True, env=env, timeout=60)
     assert dead.returncode == -signal.SIGKILL and dead.stdout == ""
+
+
+@pytest.mark.parametrize("what", ["symlink", "folder", "fifo"])
+def test_a_lock_file_that_is_not_a_regular_file_is_refused_and_what_it_points_at_is_kept(tmp_path, what):
+    """A run folder from elsewhere whose train.lock is a symlink must not make training truncate the file it
+    points at; a folder or a FIFO in its place must not turn the lock off (two writers then mixed one
+    metrics.jsonl)."""
+    run, victim = tmp_path / "run", tmp_path / "precious.txt"
+    run.mkdir()
+    victim.write_text("precious\n")
+    lock = run / LOCK_FILE
+    {"symlink": lambda: lock.symlink_to(victim), "folder": lock.mkdir, "fifo": lambda: os.mkfifo(lock)}[what]()
+    with pytest.raises(RunLockedError, match="not a regular file") as e:
+        lock_run_folder(run)
+    assert "\n" not in str(e.value) and str(lock) in str(e.value)
+    assert victim.read_text() == "precious\n"

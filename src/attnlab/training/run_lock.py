@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import os
 import shlex
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,11 @@ def _holder(path: Path) -> tuple[int | None, str]:
         return None, ""
 
 
+def _not_a_lock(path: Path) -> RunLockedError:
+    return RunLockedError(_("{path} is not a regular file (a link, a folder or a device), so the run folder cannot "
+                            "be locked; remove it (training keeps its lock there) and run again").format(path=path))
+
+
 def lock_run_folder(out_dir: str | Path) -> RunLock:
     """Lock ``out_dir`` (created if new) for this process's training; release with :meth:`RunLock.release`.
 
@@ -84,9 +90,16 @@ def lock_run_folder(out_dir: str | Path) -> RunLock:
         return RunLock(path)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError:
-        return RunLock(path)
+        # O_NOFOLLOW: a run folder from elsewhere (a tarball) whose train.lock is a symlink must not make
+        # training truncate the file it points at; O_NONBLOCK: a FIFO in its place must not hang the open.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):  # a symlink, a folder, a socket or device
+            raise _not_a_lock(path) from None
+        return RunLock(path)  # a folder that cannot be written: the checks that follow say so
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device: flock on it would lock nothing shared
+        os.close(fd)
+        raise _not_a_lock(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
