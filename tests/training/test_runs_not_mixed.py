@@ -210,6 +210,24 @@ def test_the_launchers_line_names_the_failed_worker():
     assert "exited with status 1" in failure_line(0, 7, 1)
 
 
+def test_the_launchers_line_blames_the_killed_worker_names_the_folder_and_resumes_only_a_checkpoint(tmp_path):
+    """rank 1 killed by SIGKILL, then rank 0 stopped by torchrun's SIGTERM: the line named rank 0 and SIGTERM,
+    printed a literal RUN, and advised --resume for a folder with no checkpoint."""
+    from types import SimpleNamespace
+
+    from attnlab.training.launch import failure_line, first_failure
+
+    failures = {0: SimpleNamespace(exitcode=-signal.SIGTERM, timestamp=1, pid=10),
+                1: SimpleNamespace(exitcode=-signal.SIGKILL, timestamp=2, pid=11)}
+    assert first_failure(failures)[0] == 1
+    run = tmp_path / "my run"
+    line = failure_line(1, 11, -signal.SIGKILL, str(run))
+    assert "first checkpoint" in line and "--resume" not in line
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "LAST").write_text("step-0000010\n")
+    assert f"--resume --out '{run}'" in failure_line(1, 11, -signal.SIGKILL, str(run))
+
+
 def test_die_with_parent_ends_a_child_whose_parent_is_already_gone():
     """The race the parent-death signal leaves: a parent that died before the child asked for it."""
     if not sys.platform.startswith("linux"):

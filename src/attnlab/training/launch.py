@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -281,15 +282,21 @@ def torchrun_main() -> int:
     except SignalException as e:
         return exit_code(int(e.sigval))
     except ChildFailedError as e:
-        # The cause first: a worker killed by a signal, then one that said what was wrong (status 2), before
-        # the others, which failed because it went away (their timestamps may come first).
-        rank, failure = min(e.failures.items(), key=lambda rf: (rf[1].exitcode >= 0, rf[1].exitcode != 2,
-                                                                rf[1].timestamp, rf[0]))
+        rank, failure = first_failure(e.failures)
         if failure.exitcode == 2:
             return 2  # an AttnlabError: the worker printed its one line
-        print(failure_line(rank, failure.pid, failure.exitcode), file=sys.stderr)
+        print(failure_line(rank, failure.pid, failure.exitcode, _out_dir(sys.argv)), file=sys.stderr)
         return 1
     return 0
+
+
+def first_failure(failures: dict[int, Any]) -> tuple[int, Any]:
+    """``(rank, failure)`` of the worker that ended the job, out of torchrun's ``ChildFailedError.failures``:
+    one killed by a signal other than SIGTERM (which torchrun sends the others when one dies), then one that
+    said what was wrong (status 2), before the others, which failed because it went away (their timestamps
+    may come first)."""
+    return min(failures.items(), key=lambda rf: (rf[1].exitcode >= 0, rf[1].exitcode == -signal.SIGTERM,
+                                                 rf[1].exitcode != 2, rf[1].timestamp, rf[0]))
 
 
 def _said_by_failure_line(record: logging.LogRecord) -> bool:
@@ -298,9 +305,19 @@ def _said_by_failure_line(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith(("failed (exitcode", "Sending process", "Closing process"))
 
 
-def failure_line(rank: int, pid: int, exitcode: int) -> str:
-    """What ended the job, in one line: which worker failed and how (torchrun stopped the others); what is
-    saved is the last checkpoint, which ``--resume`` continues from."""
+def _out_dir(argv: list[str]) -> str | None:
+    """The ``--out`` of the ``attnlab train`` command torchrun ran (None when it has none)."""
+    for i, a in enumerate(argv):
+        if a == "--out" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--out="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def failure_line(rank: int, pid: int, exitcode: int, out_dir: str | None = None) -> str:
+    """What ended the job, in one line: which worker failed and how (torchrun stopped the others), and how
+    to go on: ``--resume`` from the last checkpoint of ``out_dir``, or a new start when it holds none."""
     if exitcode < 0:
         try:
             how = _("was killed by {signal}").format(signal=signal.Signals(-exitcode).name)
@@ -308,8 +325,13 @@ def failure_line(rank: int, pid: int, exitcode: int) -> str:
             how = _("was killed by signal {signal}").format(signal=-exitcode)
     else:
         how = _("exited with status {code}").format(code=exitcode)
+    run = shlex.quote(out_dir) if out_dir else "RUN"
+    if out_dir and not (Path(out_dir) / "checkpoints" / "LAST").is_file():
+        return _("error: worker rank {rank} (pid {pid}) {how}, so the job stopped before its first checkpoint; "
+                 "start it again (the same command)").format(rank=rank, pid=pid, how=how)
     return _("error: worker rank {rank} (pid {pid}) {how}, so the job stopped; the run folder keeps its last "
-             "checkpoint: continue with `attnlab train --resume --out RUN`").format(rank=rank, pid=pid, how=how)
+             "checkpoint: continue with `attnlab train --resume --out {run}`").format(rank=rank, pid=pid, how=how,
+                                                                                     run=run)
 
 
 if __name__ == "__main__":  # torchrun_command runs torchrun through here
