@@ -61,7 +61,8 @@ def test_the_example_and_its_table_agree():
     assert source in notes.SENTENCES and target in notes.ACCEPTED[source]
     table = notes.NOTES_ALIGNMENT[source]
     assert [table[w] for w in ("je", "suis", "chez", "moi")] == ["i'm", "i'm", "home", "home"]  # the notes' §1
-    assert set(table.values()) <= set(source.split())
+    assert set(table.values()) <= {*source.split(), "<eos>"}
+    assert (table["."], table["<eos>"]) == (".", "<eos>")  # the table's last two rows: the whole table is judged
 
 
 def _doc_d2l_rows() -> tuple[list[tuple[list[str], list[str]]], dict[str, str]]:

@@ -551,7 +551,9 @@ def _probe_steps(run_dir: Path, sentence: str) -> tuple[str, list[dict[str, Any]
 
 
 def _probe_cross(rec: dict[str, Any]) -> torch.Tensor | None:
-    """The record's cross-attention ``(T_out, S)``: averaged over heads (already) and layers.
+    """The record's cross-attention ``(T_out, S)``: its last layer, heads averaged (already), the one map
+    every alignment verdict reads (:func:`attnlab.evaluation.alignment.verdict_map`), so the frame shows what
+    its mark judges.
 
     Probes store, per kind, ``(layers, T_out, keys)``; the decoder-only ``self`` keys run over
     ``source <bos> targets``. Both start with the source positions, so the first ``len(src_tokens)``
@@ -562,15 +564,24 @@ def _probe_cross(rec: dict[str, Any]) -> torch.Tensor | None:
     if not raw:
         return None
     w = torch.tensor(raw, dtype=torch.float32)  # (layers, T_out, keys)
-    return w.mean(dim=0)[:, : len(rec["src_tokens"])]  # (T_out, S)
+    return w[-1][:, : len(rec["src_tokens"])]  # (T_out, S)
+
+
+def _probe_layers(steps: list[dict[str, Any]]) -> int:
+    """How many layers the probes' map has (the timeline draws the last)."""
+    att = next((r.get("attention") for r in steps if r.get("attention")), None) or {}
+    raw = att.get("cross", att.get("self"))
+    return len(raw) if raw else 0
 
 
 def _verdict_mark(rec: dict[str, Any]) -> str:
     """The alignment verdict training recorded with a probe of the notes' example (``alignment``, written
     by :func:`attnlab.evaluation.alignment.check_result`), as a short mark; empty for other probes."""
-    formed = (rec.get("alignment") or {}).get("formed")
+    verdict = rec.get("alignment") or {}
+    formed = verdict.get("formed")
     if formed is None:
-        return ""
+        missing = verdict.get("missing")
+        return "\n? " + _("can't judge: no {missing}").format(missing=missing) if missing else ""
     return "\n" + ("✓ " + _("aligned as the notes' table") if formed else "✗ " + _("not aligned as the notes' table"))
 
 
@@ -583,7 +594,8 @@ def _pick(n: int, k: int) -> list[int]:
 
 def timeline_frames(run_dir: str | Path, sentence: str, max_frames: int | None = None) -> tuple[str, list]:
     """The probe ``sentence`` as training spelled it and its cross-attention at each recorded step, as
-    :class:`~attnlab.viz.attention.Frame` s (layers and heads averaged; rows: generated tokens, columns:
+    :class:`~attnlab.viz.attention.Frame` s (the last layer, heads averaged: the map the verdict judges; rows:
+    generated tokens, columns:
     source tokens), at most ``max_frames`` spread evenly, first and last included. A frame of the notes'
     example carries the alignment verdict recorded with it (formed or not, as every other command says).
 
@@ -609,8 +621,10 @@ def timeline_figure(run_dir: str | Path, sentence: str, max_panels: int = 8):
     from attnlab.viz.attention import strip_figure
 
     name, frames = timeline_frames(run_dir, sentence, max_panels)
-    heading = _("{run} · cross-attention during training\n“{sentence}” (layers and heads averaged)").format(
-        run=Path(run_dir).resolve().name, sentence=name)
+    layers = _probe_layers(_probe_steps(Path(run_dir), sentence)[1])
+    heading = _("{run} · cross-attention during training\n“{sentence}” (layer {layer} of {layers}, heads "
+                "averaged: the map the §1 verdict judges)").format(
+        run=Path(run_dir).resolve().name, sentence=name, layer=layers, layers=layers)
     return strip_figure(frames, heading)
 
 
@@ -625,7 +639,9 @@ def draw_timeline(run_dir: str | Path, sentence: str, out_dir: str | Path, max_p
     stem = out_dir / f"{slug(sentence)}_timeline"
     written = save_figure(timeline_figure(run_dir, sentence, max_panels), stem, formats=formats)
     name, frames = timeline_frames(run_dir, sentence)
-    gif = animate(frames, stem.with_suffix(".gif"), f"{run_dir.resolve().name} · “{name}”")
+    layers = _probe_layers(_probe_steps(run_dir, sentence)[1])
+    gif = animate(frames, stem.with_suffix(".gif"), f"{run_dir.resolve().name} · “{name}” · "
+                  + _("layer {layer} of {layers}, heads averaged").format(layer=layers, layers=layers))
     if gif is not None:
         written.append(gif)
     return written

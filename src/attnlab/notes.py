@@ -127,12 +127,13 @@ def cite(number: str | int, lang: str | None = None) -> str:
 #: that says which source token each target token should look at.
 EXAMPLE = ("i'm home .", "je suis chez moi .")
 
-#: The notes' table of §1 / §25, extended to Tatoeba's other accepted translation of the example
-#: ("je suis à la maison ."): target word → the source word it should attend to. Words the notes do not
-#: place (".", <eos>) are judged by nothing: a map aligns when each of these words looks at its word.
+#: The notes' table of §1 / §25, whole, extended to Tatoeba's other accepted translation of the example
+#: ("je suis à la maison ."): target word → the source word it should attend to. The table places every
+#: target token, the full stop and ``<eos>`` included (``.`` → ``.``, ``<eos>`` → ``<eos>``): a map aligns
+#: when each of them looks at its word.
 NOTES_ALIGNMENT: dict[str, dict[str, str]] = {
     "i'm home .": {"je": "i'm", "suis": "i'm", "chez": "home", "moi": "home", "à": "home", "la": "home",
-                   "maison": "home"},
+                   "maison": "home", ".": ".", "<eos>": "<eos>"},
 }
 
 #: The notes' four example sentences (the demo's, the training probes', ``evaluate``'s).

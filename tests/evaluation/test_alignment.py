@@ -27,21 +27,51 @@ def _map(looks_at: list[int], S: int = 4, peak: float = 0.7) -> torch.Tensor:
 
 def test_a_map_that_aligns_as_the_notes_table_has_formed():
     check = check_alignment("i'm home .", SRC, OUT, _map([0, 0, 1, 1, 2, 3]))
-    assert check.formed is True and (check.agree, check.judged) == (4, 4)
+    assert check.formed is True and (check.agree, check.judged) == (6, 6) and check.missing == ()
     assert [r.looks_at for r in check.rows] == ["i'm", "i'm", "home", "home", ".", "<eos>"]
-    assert not check.rows[4].judged and not check.rows[5].judged  # the notes place neither "." nor <eos>
-    assert "has formed: 4 of 4" in check.summary()
+    assert check.rows[4].judged and check.rows[5].judged  # the whole table: . → . and <eos> → <eos> too
+    assert "has formed: 6 of 6" in check.summary()
+    assert "(je, suis → i'm; chez, moi → home; . → .; <eos> → <eos>)" in check.summary()
 
 
 def test_je_on_the_full_stop_has_not_formed_and_says_which_word():
     check = check_alignment("i'm home .", SRC, OUT, _map([2, 0, 1, 1, 2, 3]))
-    assert check.formed is False and (check.agree, check.judged) == (3, 4)
-    assert check.wrong == "je → ." and "has not formed: 3 of 4" in check.summary() and "je → ." in check.summary()
+    assert check.formed is False and (check.agree, check.judged) == (5, 6)
+    assert check.wrong == "je → ." and "has not formed: 5 of 6" in check.summary() and "je → ." in check.summary()
 
 
 def test_a_map_that_sits_on_eos_has_not_formed_however_sharp():
     check = check_alignment("i'm home .", SRC, OUT, _map([3] * 6, peak=0.97))
-    assert check.formed is False and check.agree == 0
+    assert check.formed is False and check.agree == 1  # only <eos> → <eos> is right
+
+
+def test_the_full_stop_and_eos_rows_are_judged_too():
+    # the native demo's Transformer: every word right, but . → home and <eos> → . : not formed
+    check = check_alignment("i'm home .", SRC, OUT, _map([0, 0, 1, 1, 1, 2]))
+    assert check.formed is False and (check.agree, check.judged) == (4, 6)
+    assert check.wrong == ". → home, <eos> → ." and "has not formed" in check.summary()
+
+
+def test_a_translation_without_a_row_of_the_table_cannot_be_judged_never_formed():
+    # `je suis.`: both its words look at i'm, but chez and moi are not there to be judged
+    out = ["je", "suis", ".", "<eos>"]
+    check = check_alignment("i'm home .", SRC, out, _map([0, 0, 2, 3]))
+    assert check.formed is None and check.missing == ("chez", "moi") and (check.agree, check.judged) == (4, 4)
+    assert check.summary().startswith("can't judge: the translation has no chez/moi")
+    # a row that is there and wrong is evidence enough: not formed, and the missing rows are named
+    bad = check_alignment("i'm home .", SRC, out, _map([0, 3, 2, 3]))
+    assert bad.formed is False and bad.summary().endswith("suis → <eos>; the translation has no chez/moi")
+    # no <eos> (the output stopped at max_len): its row is missing too
+    assert check_alignment("i'm home .", SRC, OUT[:5], _map([0, 0, 1, 1, 2])).missing == ("<eos>",)
+
+
+def test_the_other_accepted_translation_is_held_against_its_own_rows():
+    out = ["je", "suis", "à", "la", "maison", ".", "<eos>"]
+    check = check_alignment("i'm home .", SRC, out, _map([0, 0, 1, 1, 1, 2, 3]))
+    assert check.formed is True and check.judged == 7 and check.missing == ()
+    assert "à, la, maison → home" in check.summary()
+    assert expected_words("i'm home .")["chez"] == ("home",)  # no output: the notes' own translation
+    assert "maison" in expected_words("i'm home .", output=["je", "suis", "à", "la", "maison"])
 
 
 def test_bpe_pieces_are_joined_into_words_before_the_argmax():
@@ -68,13 +98,14 @@ def test_bpe_pieces_are_joined_into_words_before_the_argmax():
 
 
 def test_a_french_to_english_run_reads_the_table_the_other_way():
-    assert expected_words("je suis chez moi .", reverse=True) == {"i'm": ("je", "suis"), "home": ("chez", "moi")}
+    assert expected_words("je suis chez moi .", reverse=True) == {"i'm": ("je", "suis"), "home": ("chez", "moi"),
+                                                                  ".": (".",), "<eos>": ("<eos>",)}
     assert expected_words("je suis à la maison.", reverse=True)["home"] == ("à", "la", "maison")
     assert expected_words("je suis perdu .", reverse=True) == {}  # not the notes' example: no table
     src, out = ["je", "suis", "chez", "moi", ".", "<eos>"], ["i'm", "home", ".", "<eos>"]
     w = _map([1, 3, 4, 5], S=6)  # i'm → suis, home → moi
     check = check_alignment("je suis chez moi .", src, out, w, reverse=True)
-    assert check.formed is True and check.judged == 2
+    assert check.formed is True and check.judged == 4 and "i'm → je/suis; home → chez/moi" in check.summary()
     assert check_alignment("je suis chez moi .", src, out, _map([1, 5, 4, 5], S=6), reverse=True).formed is False
     from attnlab.config import DataConfig
     from attnlab.data.pairs import pair_of
@@ -113,3 +144,7 @@ def test_a_probe_record_gets_the_same_verdict_and_round_trips_through_json():
     stored = {**rec, "alignment": check_alignment("i'm home .", SRC, OUT, _map([3] * 6)).to_json()}
     assert check_probe(stored).formed is False  # the verdict training recorded on the unrounded map wins
     assert check_probe({**rec, "attention": {}}) is None
+    # a verdict recorded before the whole table was judged (no table_rows) is not trusted: the map is read again
+    old = {k: v for k, v in check_alignment("i'm home .", SRC, OUT, _map([3] * 6)).to_json().items()
+           if k != "table_rows"}
+    assert check_probe({**rec, "alignment": old}) == direct

@@ -1,8 +1,11 @@
 """Has cross-attention formed? One measure behind every verdict: does it align as the notes say (§1, §25)?
 
-The notes' table of §1 says which source word each French word of ``i'm home .`` should look at:
-je, suis → i'm; chez, moi → home. A cross-attention map has *formed* when the argmax of each of those
-rows is that word. That is the one test ``attnlab explain``, ``attnlab doctor``, ``attnlab attention``,
+The notes' table of §1 says which source token each French token of ``i'm home .`` should look at:
+je, suis → i'm; chez, moi → home; . → .; <eos> → <eos>. The whole table is judged, against the accepted
+translation (Tatoeba's, :data:`attnlab.notes.ACCEPTED`) closest to the output: a map has *formed* when the
+argmax of each of its rows is the table's word; it has *not formed* when any row looks elsewhere; and when
+the output lacks one of the table's words (``je suis .`` has no chez, moi), there is no row to hold against
+it, so the answer is "can't judge", never "formed". That is the one test ``attnlab explain``, ``attnlab doctor``, ``attnlab attention``,
 the demo, the web page and the training timeline apply, with the same bar, to the same map:
 :func:`verdict_map` (the last layer's heads averaged — what the decoder reads last before ``W_o``; a
 Bahdanau model has that one map). How much a map changes from row to row says nothing about this: a map
@@ -39,14 +42,23 @@ from attnlab.maps import CONTINUES, WORD_START
 from attnlab.notes import ACCEPTED, EXAMPLE, NOTES_ALIGNMENT
 
 __all__ = ["AlignmentCheck", "RowCheck", "check_alignment", "check_probe", "check_result", "example_sentence",
-           "expected_words", "verdict_map"]
+           "expected_words", "table_text", "verdict_map"]
 
 #: Labels that are never part of a word: the specials (``<eos>`` is a key like any other; it is simply
 #: never the table's word).
 _SPECIALS = ("<unk>", "<pad>", "<bos>", "<eos>", "[MASK]")
 
-#: The table's words, written as the notes write them: ``je, suis → i'm; chez, moi → home``.
-_TABLE_TEXT = "je, suis → i'm; chez, moi → home"
+#: The end of a sentence, a row and a column of the table like any word (§1: ``<eos>`` → ``<eos>``).
+_EOS = "<eos>"
+
+
+def table_text(table: Sequence[tuple[str, tuple[str, ...]]]) -> str:
+    """The table as the notes write it, outputs that look at the same words together:
+    ``je, suis → i'm; chez, moi → home; . → .; <eos> → <eos>`` (read the other way: ``i'm → je/suis``)."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for out, src in table:
+        groups.setdefault(tuple(src), []).append(out)
+    return "; ".join(f"{', '.join(outs)} → {'/'.join(src)}" for src, outs in groups.items())
 
 
 @dataclass(frozen=True)
@@ -70,13 +82,15 @@ class RowCheck:
 
 @dataclass(frozen=True)
 class AlignmentCheck:
-    """The verdict on one map: each output word's row, and whether every judged row looks where the notes'
-    table says. ``formed`` is None when no row can be judged (not the notes' example, or a translation
-    with none of the table's words)."""
+    """The verdict on one map: each output word's row, the table it is held against (``table``: output word →
+    the source words it should look at; empty: the notes' table is not for this sentence), and whether every
+    row of that table is present and looks where it says. ``formed``: True (every row present and right),
+    False (a present row looks elsewhere), None (no table, or a row missing from the output: can't judge)."""
 
     sentence: str
     rows: tuple[RowCheck, ...]
     other_pair: str = ""  # the run's pair ("English → Chinese") when the notes' en-fr table is not for it
+    table: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def judged(self) -> int:
@@ -87,8 +101,18 @@ class AlignmentCheck:
         return sum(r.judged and r.ok for r in self.rows)
 
     @property
+    def missing(self) -> tuple[str, ...]:
+        """The table's words the output lacks (their rows cannot be judged)."""
+        present = {r.output for r in self.rows}
+        return tuple(w for w, _src in self.table if w not in present)
+
+    @property
     def formed(self) -> bool | None:
-        return None if self.judged == 0 else self.agree == self.judged
+        if not self.table or self.judged == 0:
+            return None
+        if self.agree < self.judged:
+            return False  # a row that is there looks elsewhere: evidence enough
+        return None if self.missing else True
 
     @property
     def wrong(self) -> str:
@@ -99,30 +123,38 @@ class AlignmentCheck:
         """One line in the current language: formed or not, and on how many of the notes' words."""
         if self.other_pair:
             return _("no verdict: the notes' table of §1 ({table}) is not for a run that translates {pair}").format(
-                table=_TABLE_TEXT, pair=self.other_pair)
+                table=table_text(tuple(expected_words(EXAMPLE[0]).items())), pair=self.other_pair)
+        table, missing = table_text(self.table), "/".join(self.missing)
+        if not self.table:
+            return _("no verdict: the notes' table of §1 is for the notes' example, not this sentence")
         if self.formed is None:
-            return _("no verdict: the notes' table of §1 places no word of this translation")
+            return _("can't judge: the translation has no {missing} (the notes' table of §1: {table})").format(
+                missing=missing, table=table)
         if self.formed:
             return _("attention has formed: {agree} of {judged} words look where the notes' table of §1 says "
-                     "({table})").format(agree=self.agree, judged=self.judged, table=_TABLE_TEXT)
-        return _("attention has not formed: {agree} of {judged} words look where the notes' table of §1 says "
-                 "({table}); {wrong}").format(agree=self.agree, judged=self.judged, table=_TABLE_TEXT,
-                                              wrong=self.wrong)
+                     "({table})").format(agree=self.agree, judged=self.judged, table=table)
+        line = _("attention has not formed: {agree} of {judged} words look where the notes' table of §1 says "
+                 "({table}); {wrong}").format(agree=self.agree, judged=self.judged, table=table, wrong=self.wrong)
+        return line + ("; " + _("the translation has no {missing}").format(missing=missing) if missing else "")
 
     def to_json(self) -> dict[str, Any]:
         """The verdict as data; ``summary`` in the current language (the web page rebuilds it in its own)."""
         return {"sentence": self.sentence, "formed": self.formed, "agree": self.agree, "judged": self.judged,
-                "wrong": self.wrong, "table": _TABLE_TEXT, "summary": self.summary(), "other_pair": self.other_pair,
+                "wrong": self.wrong, "table": table_text(self.table), "summary": self.summary(),
+                "other_pair": self.other_pair, "missing": "/".join(self.missing),
+                "table_rows": [[w, list(src)] for w, src in self.table],
                 "rows": [{"output": r.output, "looks_at": r.looks_at, "weight": round(r.weight, 4),
                           "expected": list(r.expected)} for r in self.rows]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AlignmentCheck:
-        """The verdict :meth:`to_json` wrote (a probe record's); raises ValueError on anything else."""
+        """The verdict :meth:`to_json` wrote (a probe record's); raises ValueError on anything else (also on a
+        verdict recorded before the whole table was judged: it has no ``table_rows``)."""
         try:
             rows = tuple(RowCheck(str(r["output"]), str(r["looks_at"]), float(r["weight"]),
                                   tuple(str(e) for e in r["expected"])) for r in data["rows"])
-            return cls(str(data["sentence"]), rows, str(data.get("other_pair", "")))
+            table = tuple((str(w), tuple(str(x) for x in src)) for w, src in data["table_rows"])
+            return cls(str(data["sentence"]), rows, str(data.get("other_pair", "")), table)
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not an alignment verdict: {e}") from None
 
@@ -150,24 +182,33 @@ def example_sentence(pair: Pair | None = None) -> str | None:
     return EXAMPLE[0] if pair is None else pair.notes_example
 
 
-def expected_words(sentence: str, reverse: bool = False) -> dict[str, tuple[str, ...]]:
-    """What each target word of ``sentence``'s translation should look at, from the notes' table (empty:
-    the table is not for this sentence).
+def expected_words(sentence: str, reverse: bool = False, output: Sequence[str] = ()) -> dict[str, tuple[str, ...]]:
+    """The rows of the notes' table for ``sentence``'s translation, in the translation's order: each target
+    word, ``<eos>`` included, and the source words it should look at (empty: the table is not for this sentence).
 
-    ``reverse``: ``sentence`` is the French side of a French → English run, one of the French sentences
-    Tatoeba accepts for an example of the table; the table is read the other way, over that sentence's words.
+    The table's rows are those of one accepted translation (Tatoeba's, :data:`attnlab.notes.ACCEPTED`): the one
+    sharing most words with ``output`` (the words the model wrote; ties and no output: the notes' own,
+    ``je suis chez moi .``). ``reverse``: ``sentence`` is the French side of a French → English run, one of the
+    French sentences Tatoeba accepts for the example; the table is read the other way, over that sentence's
+    words (``i'm`` → ``je``/``suis``).
     """
     key = preprocess(sentence)
     if not reverse:
-        return {tgt: (src,) for tgt, src in NOTES_ALIGNMENT.get(key, {}).items()}
+        table = NOTES_ALIGNMENT.get(key, {})
+        translations = list(dict.fromkeys(preprocess(a) for a in ACCEPTED.get(key, ())))
+        if not table or not translations:
+            return {}
+        seen = set(output)
+        words = max(translations, key=lambda t: len(seen & set(t.split()))).split() + [_EOS]  # first on ties
+        return {w: (table[w],) for w in words if w in table}
     for source, table in NOTES_ALIGNMENT.items():
         if key in {preprocess(a) for a in ACCEPTED.get(source, ())}:
-            words = set(key.split())
-            back: dict[str, list[str]] = {}
-            for fr, en in table.items():
-                if fr in words:
-                    back.setdefault(en, []).append(fr)
-            return {en: tuple(fr) for en, fr in back.items()}
+            words = [*key.split(), _EOS]
+            back: dict[str, list[str]] = {en: [] for en in [*source.split(), _EOS]}
+            for fr in words:
+                if fr in table:
+                    back[table[fr]].append(fr)
+            return {en: tuple(fr) for en, fr in back.items() if fr}
     return {}
 
 
@@ -197,8 +238,9 @@ def _words(tokens: Sequence[str]) -> tuple[list[str], list[int]]:
 
 def check_alignment(sentence: str, src_tokens: Sequence[str], out_tokens: Sequence[str], weights: Tensor,
                     reverse: bool = False, other_pair: str = "") -> AlignmentCheck:
-    """Hold a map against the notes' table for ``sentence``; ``other_pair``: the run's pair when the table is not
-    for it (every row is shown, none judged).
+    """Hold a map against the notes' whole table for ``sentence`` (:func:`expected_words`: the rows of the
+    accepted translation closest to the output); ``other_pair``: the run's pair when the table is not for it
+    (every row is shown, none judged).
 
     ``weights``: any shape :func:`verdict_map` takes; its rows are the output tokens ``out_tokens`` (the
     token each query produced), its columns the source tokens ``src_tokens``. A masked ``<pad>`` column
@@ -216,13 +258,13 @@ def check_alignment(sentence: str, src_tokens: Sequence[str], out_tokens: Sequen
     to_word = torch.zeros(S, len(src_words))
     to_word[torch.arange(S), torch.tensor(src_owner)] = 1.0
     by_src_word = w @ to_word  # (T, W_src): a source word's weight is its pieces' sum
-    expected = {} if other_pair else expected_words(sentence, reverse)
+    expected = {} if other_pair else expected_words(sentence, reverse, out_words)
     rows = []
     for j, word in enumerate(out_words):
         row = by_src_word[[i for i, o in enumerate(out_owner) if o == j]].mean(dim=0)  # (W_src,) its pieces' mean
         best = int(row.argmax())
         rows.append(RowCheck(word, src_words[best], round(float(row[best]), 4), expected.get(word, ())))
-    return AlignmentCheck(preprocess(sentence), tuple(rows), other_pair)
+    return AlignmentCheck(preprocess(sentence), tuple(rows), other_pair, tuple(expected.items()))
 
 
 def _how(pair: Pair | None) -> dict[str, Any]:

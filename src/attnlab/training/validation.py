@@ -119,7 +119,7 @@ def record_probes(model: nn.Module, prepared, cfg: Config, device: torch.device,
             "translation": r.translation, "attention": att,
         }
         verdict = check_result(r, pair)  # the one alignment verdict, on the unrounded map
-        if verdict is not None and verdict.formed is not None:  # only the notes' example has a table
+        if verdict is not None and verdict.table:  # only the notes' example has a table; "can't judge" is kept too
             rec["alignment"] = verdict.to_json()
         records.append(rec)
     runs.append_jsonl(run_dir / "probes.jsonl", records)  # a full disk warns; the run still saves

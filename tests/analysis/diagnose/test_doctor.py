@@ -272,7 +272,7 @@ def test_je_on_the_full_stop_is_attention_not_formed_with_the_verdict_every_comm
 def test_a_map_that_aligns_as_the_notes_table_is_formed():
     r = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=_probes({0: ON_THE_STOP, 500: ALIGNED}))
     f = r.finding("attention_not_formed")
-    assert f.checked and not f.detected and r.healthy and "has formed: 4 of 4" in f.evidence[0]
+    assert f.checked and not f.detected and r.healthy and "has formed: 6 of 6" in f.evidence[0]
 
 
 def test_movement_is_no_longer_the_bar():
@@ -343,3 +343,46 @@ def test_json_carries_the_verdict_and_missing_evidence(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["healthy"] is False and out["verdict"].startswith("not enough evidence")
     assert any("too low to call" in m for m in out["missing_evidence"])
+
+
+# ------------------------------------------------------------------------------ three answers, with evidence
+
+
+def test_six_logged_losses_is_not_enough_evidence_never_a_tick():
+    # the bad-lr run (lr 0.05, num_steps 5): six logged losses, no climb among them
+    r = D.diagnose_curves(curve([6.0, 5.0, 4.6, 4.4, 4.3, 4.25]), [], V, lr=0.05)
+    f = r.finding("lr_too_high")
+    assert not f.detected and not f.checked and (f.need, f.have) == ("8 logged training losses", "6")
+    text = r.format()
+    assert "✓ no sign of oscillating" not in text
+    assert "learning rate too high): not enough evidence: need 8 logged training losses, have 6" in text
+    assert "symptom above 15%" in text  # the numbers it compared are still shown
+    # a climb seen on six losses is still seen
+    climbing = D.diagnose_curves(curve([6.0, 4.0, 3.5, 6.5, 7.0, 7.5]), [], V, lr=0.05).finding("lr_too_high")
+    assert climbing.detected
+
+
+def test_every_tick_shows_its_numbers_and_every_question_mark_its_need():
+    r = D.diagnose_curves(curve(healthy_losses(n=40, floor=0.35), every=25), CONVERGED, V, lr=1e-3,
+                          data_stats={"num_steps": 10, "splits": {"train": {"pairs": 1000, "truncated": 3}}})
+    answers = {f.symptom: ("✗" if f.detected else "✓" if f.checked else "?") for f in r.findings}
+    assert answers == {"lr_too_high": "✓", "lr_too_low": "✓", "undertrained": "✓", "overfitting": "✓",
+                       "num_steps_too_small": "✓", "attention_not_formed": "?"}, r.format()
+    for f in r.findings:
+        if f.checked:
+            assert f.evidence and any(ch.isdigit() for ch in f.evidence[-1]), f
+        else:
+            assert f.need and f.have, f
+    assert "3 of 1,000 training pairs (0.3%) were cut to num_steps - 1 = 9 tokens (symptom above 2%)" in r.format()
+    assert "need a probe of “i'm home .”" in r.format()
+
+
+def test_a_translation_without_the_tables_words_is_not_enough_evidence():
+    src, out = ["i'm", "home", ".", "<eos>"], ["je", "suis", ".", "<eos>"]
+    rows = [[0.7, 0.1, 0.1, 0.1], [0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.7, 0.1], [0.1, 0.1, 0.1, 0.7]]
+    rec = {"step": 500, "src_tokens": src, "tgt_tokens": out, "translation": "je suis .",
+           "attention": {"cross": [rows]}}
+    probes = {"sentences": [{"sentence": "i'm home .", "steps": [rec]}]}
+    f = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, probes=probes).finding("attention_not_formed")
+    assert not f.detected and not f.checked and f.need == "the rows chez/moi in the translation"
+    assert "can't judge: the translation has no chez/moi" in f.evidence[0]

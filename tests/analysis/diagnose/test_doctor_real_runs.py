@@ -28,9 +28,10 @@ def test_lr_1e_5_is_too_low_and_raised_not_lowered():
     assert f.numbers["fall_share"] < D.SLOW_FALL_SHARE
     # unfinished and no attention yet: consequences of the lr, shown but not counted
     assert report.finding("undertrained").caused_by == "lr_too_low"
-    # it translates `i'm home .` as nothing: no row the notes' table places, so no alignment verdict (a map
-    # with no judged row is none), and the doctor says it did not check rather than guess
-    assert not report.finding("attention_not_formed").checked
+    # it translates `i'm home .` as nothing: its one row, <eos>, looks at `.`, not at <eos> as the whole table
+    # says: not formed, a consequence of the lr like the rest
+    f = report.finding("attention_not_formed")
+    assert f.detected and f.caused_by == "lr_too_low" and "<eos> → ." in f.evidence[0]
     assert not report.healthy and any("too low to call" in m for m in report.missing)
 
 
@@ -44,10 +45,13 @@ def test_lr_1_is_too_high():
 
 def test_one_minute_budget_is_undertrained_only():
     report, seen = verdict("budget1min")
-    assert seen == {"undertrained"}, report.format()
+    # judged on the whole table of §1, its map is not formed: je suis à la maison right, but `.` → home (the
+    # verdict it recorded judged the words only, and said formed: the doctor reads the map again)
+    assert seen == {"undertrained", "attention_not_formed"}, report.format()
     assert "--max-minutes 2" in report.finding("undertrained").suggestion
-    assert report.verdict().startswith("undertrained: no wrong setting seen")
-    assert not report.finding("attention_not_formed").detected  # it formed within the minute
+    assert report.finding("attention_not_formed").evidence[0].endswith("6 of 7 words look where the notes' table "
+                                                                        "of §1 says (je, suis → i'm; à, la, maison → "
+                                                                        "home; . → .; <eos> → <eos>); . → home")
 
 
 def test_num_steps_6_is_truncation():

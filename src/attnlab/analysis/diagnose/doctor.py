@@ -20,6 +20,11 @@ above ``ln V`` (the loss of a uniform guess over V target words) when its initia
 "above 1.5 × ln V" alone says nothing until the loss has been lower. The validation loss, measured on
 the same fixed sentences every time, is the noise-free curve when there are validations.
 
+**Three answers, each with its evidence.** Every check prints the numbers it compared and the threshold,
+and one of: ✗ (the symptom is seen), ✓ (enough evidence to have seen it, and it is not there), or "not enough
+evidence: need N, have M" (a curve of six points cannot show an oscillation, so its absence is not a ✓). A
+symptom seen on little evidence is still seen: a loss that climbs 15 % of L0 climbed.
+
 **Never "healthy" on too little evidence.** A run is called healthy only when no symptom is seen *and*
 there was enough to see one: at least ``MIN_STEPS`` updates and ``MIN_EVENTS`` logged losses, two
 validations, and a validation BLEU of at least ``MIN_BLEU`` (a model that does not translate yet tells
@@ -144,7 +149,9 @@ class Finding:
     evidence: list[str] = field(default_factory=list)
     suggestion: str = ""
     numbers: dict[str, Any] = field(default_factory=dict)
-    checked: bool = True  # False: the run lacks what this check reads (see DoctorReport.notes)
+    checked: bool = True  # False: not enough evidence to call it absent (need, have say what lacks)
+    need: str = ""  # the evidence a ✓ needs ("8 logged training losses")
+    have: str = ""  # what the run has of it ("6")
     caused_by: str = ""  # seen, but a consequence of that symptom (not counted in the verdict)
 
 
@@ -210,6 +217,16 @@ class DoctorReport(TextReport):
 def _new_finding(symptom: str) -> Finding:
     """A ``symptom`` not seen (yet), titled in the current language."""
     return Finding(symptom, _(TITLES[symptom]), False)
+
+
+def _not_enough(f: Finding, need: str, have: str | int) -> Finding:
+    """``f`` cannot be called absent: it needs ``need`` and the run has ``have``."""
+    f.checked, f.need, f.have = False, need, str(have)
+    return f
+
+
+def _need_events(n: int) -> str:
+    return _("{count} logged training losses").format(count=n)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -279,7 +296,8 @@ def check_lr_too_high(train: list[dict[str, Any]], vocab_size: int, lr: float | 
             count=len(bad), step=bad[0]))
     pts = _losses(train)
     if len(pts) < 2:
-        f.checked = bool(bad)
+        if not bad:
+            _not_enough(f, _need_events(MIN_EVENTS), len(pts))
         return _too_high_suggestion(f, lr, exploded=bool(bad))
     l0 = start_loss(pts, vocab_size)
     rise, at, base = _max_rise(pts)
@@ -313,6 +331,16 @@ def check_lr_too_high(train: list[dict[str, Any]], vocab_size: int, lr: float | 
               "(threshold {threshold:.0%}): it oscillates").format(
                 jumps=_fmt(jumps), share=jumps / l0, threshold=OSCILLATION_SHARE)
         )
+    if not f.detected:
+        limit = max(l0, UNIFORM_FACTOR * math.log(vocab_size)) if vocab_size > 1 else l0
+        f.evidence.append(
+            _("largest climb above the best so far {rise} nats = {share:.0%} of L0 = {l0} (symptom above "
+              "{tolerance:.0%}); highest loss {peak} (symptom above {limit}); second-half jumps ±{jumps} = "
+              "{jshare:.0%} of L0 (symptom above {threshold:.0%})").format(
+                rise=_fmt(rise), share=rise / l0, l0=_fmt(l0), tolerance=RISE_SHARE, peak=_fmt(peak),
+                limit=_fmt(limit), jumps=_fmt(jumps), jshare=jumps / l0, threshold=OSCILLATION_SHARE))
+        if len(pts) < MIN_EVENTS:  # too few points to show a climb or an oscillation: no ✓
+            _not_enough(f, _need_events(MIN_EVENTS), len(pts))
     return _too_high_suggestion(f, lr, exploded=bool(bad) or peak > l0)
 
 
@@ -364,9 +392,10 @@ def check_lr_too_low(
     fall), without rising, and it was still falling at the end: the steps are too small."""
     f = _new_finding("lr_too_low")
     pts = _losses(train)
-    if len(pts) < MIN_EVENTS or pts[-1][0] < SLOW_AFTER_STEPS:
-        f.checked = False
-        return f
+    if len(pts) < MIN_EVENTS:
+        return _not_enough(f, _need_events(MIN_EVENTS), len(pts))
+    if pts[-1][0] < SLOW_AFTER_STEPS:
+        return _not_enough(f, _("{steps} updates").format(steps=SLOW_AFTER_STEPS), pts[-1][0])
     l0, end = start_loss(pts, vocab_size), _end_loss(pts)
     share = (l0 - end) / l0 if l0 > 0 else 0.0
     rise = _max_rise(pts)[0]
@@ -385,6 +414,12 @@ def check_lr_too_low(
         f.suggestion = (f"train.lr={_fmt(lr * 10)}" if lr else _("raise train.lr 10×")) + _(
             " (×10: the steps are too small, not the model)"
         )
+    else:
+        f.evidence.append(
+            _("in {steps} updates the training loss fell {share:.0%} of the start (L0 = {l0} → {end}); the symptom "
+              "is a fall between {stuck:.0%} and {needed:.0%}, never climbing back, still falling at the end "
+              "({evidence})").format(steps=pts[-1][0], share=share, l0=_fmt(l0), end=_fmt(end), stuck=STUCK_FALL_SHARE,
+                                    needed=SLOW_FALL_SHARE, evidence=text or "-"))
     return f
 
 
@@ -409,13 +444,14 @@ def check_undertrained(
     f = _new_finding("undertrained")
     improving, text = _still_improving(train, valid)
     if improving is None:
-        f.checked = False
-        return f
+        return _not_enough(f, _("{count} validations or {events}").format(count=MIN_VALIDATIONS,
+                                                                           events=_need_events(MIN_EVENTS)),
+                           _("{count} and {events}").format(count=len(_valids(valid)), events=len(_losses(train))))
     f.numbers["still_improving"] = improving
+    f.evidence.append(text + _(" (threshold {share:.0%} or +{bleu:g} BLEU)").format(
+        share=STILL_IMPROVING, bleu=STILL_IMPROVING_BLEU))
     if improving:
         f.detected = True
-        f.evidence.append(text + _(" (threshold {share:.0%} or +{bleu:g} BLEU)").format(
-            share=STILL_IMPROVING, bleu=STILL_IMPROVING_BLEU))
         f.suggestion = _budget_suggestion(budget)
     return f
 
@@ -431,8 +467,7 @@ def check_overfitting(train: list[dict[str, Any]], valid: list[dict[str, Any]]) 
     f = _new_finding("overfitting")
     vals = _valids(valid)
     if len(vals) < MIN_VALIDATIONS:
-        f.checked = False
-        return f
+        return _not_enough(f, _("{count} validations").format(count=MIN_VALIDATIONS), len(vals))
     pts = _losses(train)
     best = min(vals, key=lambda r: r["valid_loss"])
     last = vals[-1]
@@ -460,6 +495,15 @@ def check_overfitting(train: list[dict[str, Any]], valid: list[dict[str, Any]]) 
                 "raise model.dropout (e.g. 0.3), train.weight_decay or the data (data.max_pairs=0); "
                 "use the `best` checkpoint (step {step}), not `last`"
             ).format(step=best["step"])
+    if not f.detected:
+        f.evidence.append(
+            _("the validation loss ends at {last} (step {last_step}), {rise:+.0%} against its minimum {best} (step "
+              "{best_step}); the symptom is above +{threshold:.0%} while the training loss falls ({train_best} → "
+              "{train_last})").format(last=_fmt(last["valid_loss"]), last_step=last["step"], rise=rise,
+                                      best=_fmt(best["valid_loss"]), best_step=best["step"],
+                                      threshold=OVERFIT_VALID_RISE,
+                                      train_best=_fmt(tr_best) if tr_best is not None else "-",
+                                      train_last=_fmt(tr_last) if tr_last is not None else "-"))
     return f
 
 
@@ -509,7 +553,8 @@ def check_num_steps(data_stats: dict[str, Any], eval_report: dict[str, Any] | No
     train = splits.get("train") or {}
     pairs, cut = train.get("pairs", 0), train.get("truncated", 0)
     f.numbers.update(num_steps=num_steps, truncated_pairs=cut, train_pairs=pairs)
-    f.checked = bool(pairs)
+    if not pairs:
+        _not_enough(f, _("the training pairs' lengths (meta.json)"), _("none"))
     if pairs:
         share = cut / pairs
         f.numbers["truncated_share"] = share
@@ -520,6 +565,11 @@ def check_num_steps(data_stats: dict[str, Any], eval_report: dict[str, Any] | No
                   "(threshold {threshold:.0%}): the model never sees their ends").format(
                     cut=cut, pairs=pairs, share=share, kept=num_steps - 1, threshold=TRUNCATED_SHARE)
             )
+        else:
+            f.evidence.append(
+                _("{cut:,} of {pairs:,} training pairs ({share:.1%}) were cut to num_steps - 1 = {kept} tokens "
+                  "(symptom above {threshold:.0%})").format(cut=cut, pairs=pairs, share=share, kept=num_steps - 1,
+                                                             threshold=TRUNCATED_SHARE))
     poor = _long_bucket(eval_report)
     if poor is not None:
         longest, top = poor
@@ -589,9 +639,19 @@ def check_attention(probes: dict[str, Any] | None, pair: Pair | None = None, bes
     probe = _example_probe(probes, pair)
     rec = _at_step(probe["steps"], best_step) if probe is not None else None
     check: AlignmentCheck | None = check_probe(rec, pair, probe["sentence"]) if rec is not None else None
-    if check is None or check.formed is None:
-        f.checked = False
-        return f
+    if check is None or not check.table:
+        example = example_sentence(pair)
+        if example is None:  # the notes' table is for their English ↔ French corpus, not this run's
+            return _not_enough(f, _("a run on fra-eng, the corpus the notes' table of §1 is for"),
+                               _("a run on {corpus}").format(corpus=pair.corpus if pair is not None else "-"))
+        return _not_enough(f, _("a probe of “{sentence}” with a cross-attention map (train.probe_sentences)").format(
+            sentence=example), _("none"))
+    if check.formed is None:  # the translation lacks a row of the table: nothing to hold it against
+        f.evidence.append(_("at step {step}, “{sentence}” → “{translation}”: {verdict}").format(
+            step=rec["step"], sentence=probe["sentence"], translation=rec.get("translation", ""),
+            verdict=check.summary()))
+        return _not_enough(f, _("the rows {missing} in the translation").format(missing="/".join(check.missing)),
+                           f"“{rec.get('translation', '')}”")
     f.numbers.update(step=rec["step"], sentence=probe["sentence"], alignment=check.to_json())
     line = _("at step {step}, “{sentence}” → “{translation}”: {verdict}").format(
         step=rec["step"], sentence=probe["sentence"], translation=rec.get("translation", ""), verdict=check.summary())
@@ -814,7 +874,9 @@ def _text(report: DoctorReport) -> str:
             lines.append("  ✓ " + _("no sign of {title}").format(title=title))
             lines += [f"      {e}" for e in f.evidence]
         else:
-            lines.append("  ? " + _("not checked: {title}").format(title=title))
+            lines.append("  ? " + _("{title}: not enough evidence: need {need}, have {have}").format(
+                title=title, need=f.need, have=f.have))
+            lines += [f"      {e}" for e in f.evidence]
     lines += ["  " + _("missing evidence: {what}").format(what=m) for m in report.missing]
     lines += ["  " + _("note: {note}").format(note=n) for n in report.notes]
     lines.append(_("verdict: {verdict}").format(verdict=report.verdict()))

@@ -366,10 +366,13 @@ function fillSelect(sel, items, value) {
 // The one alignment verdict (evaluation/alignment.py: the notes' table of §1 on `i'm home .`), in the
 // page's language: the same words `attnlab explain`, `doctor`, `attention` and the demo print.
 function verdictText(a) {
-  if (!a || a.formed === null || a.formed === undefined) return "";
-  return a.formed
-    ? t("attention has formed: {agree} of {judged} words look where the notes' table of §1 says ({table})", a)
-    : t("attention has not formed: {agree} of {judged} words look where the notes' table of §1 says ({table}); {wrong}", a);
+  if (!a) return "";
+  if (a.formed === null || a.formed === undefined) {
+    return a.missing ? t("can't judge: the translation has no {missing} (the notes' table of §1: {table})", a) : "";
+  }
+  if (a.formed) return t("attention has formed: {agree} of {judged} words look where the notes' table of §1 says ({table})", a);
+  const line = t("attention has not formed: {agree} of {judged} words look where the notes' table of §1 says ({table}); {wrong}", a);
+  return a.missing ? line + "; " + t("the translation has no {missing}", a) : line;
 }
 
 function showResult(res, keepStep) {
