@@ -112,6 +112,7 @@ def cmd_compare(args) -> int:
         device=args.device or "auto",
         progress=show_progress(args),
         data=args.data,
+        cap_s=args.timing_cap,
     )
     out = writable_folder(Path(args.save_dir) if args.save_dir else default_out(args.runs[0], "compare"),
                           "--save-dir")
@@ -260,6 +261,9 @@ def _add_compare(sub) -> None:
         help=_("validation sentences for speed (and BLEU when a run has no eval-test.json)"),
     )
     c.add_argument("--checkpoint", default="best", help=_("best, last or step-N (for every run)"))
+    c.add_argument("--timing-cap", dest="timing_cap", type=float, default=5.0, metavar="SECONDS",
+                   help=_("each speed is timed again until its 95 per cent interval is within ±10 per cent, or for at most "
+                          "this many seconds"))
     add_device_arg(c)
     add_run_data_arg(c)
     c.add_argument(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import random
 import shutil
 
 import pytest
@@ -24,7 +26,8 @@ def _copy(src, dst):
 def test_runs_without_reports_are_scored_now_on_the_same_sentences(tiny_runs, tmp_path, capsys):
     a, b = tiny_runs("transformer"), tiny_runs("bahdanau")
     out = tmp_path / "cmp"
-    assert main(["compare", str(a), str(b), "--sentences", "10", "--save-dir", str(out), "--quiet"]) == 0
+    assert main(["compare", str(a), str(b), "--sentences", "10", "--save-dir", str(out), "--quiet",
+                 "--timing-cap", "0.2"]) == 0
     captured = capsys.readouterr()
     assert "compare" not in captured.err  # --quiet: no progress bar
     data = json.loads((out / "compare.json").read_text())
@@ -65,7 +68,7 @@ def test_one_report_missing_means_no_report_is_used(tiny_runs, tmp_path, capsys)
     b = tiny_runs("bahdanau")
     assert main(["evaluate", str(a), "--split", "test", "--beam", "1", "--quiet"]) == 0
     capsys.readouterr()
-    c = Cm.run([a, b], bleu_sentences=8)
+    c = Cm.run([a, b], bleu_sentences=8, cap_s=0.2)
     assert c.scored_on.startswith("the same 8 validation sentences")
     assert c.why == "bahdanau has no eval-test.json"
     assert all(sum(row["sentences"] for row in r.by_length) == 8 for r in c.runs)
@@ -73,7 +76,7 @@ def test_one_report_missing_means_no_report_is_used(tiny_runs, tmp_path, capsys)
     b2 = _copy(b, tmp_path / "b")
     assert main(["evaluate", str(b2), "--split", "test", "--beam", "1", "--quiet"]) == 0
     capsys.readouterr()
-    c = Cm.run([a, b2], bleu_sentences=8)
+    c = Cm.run([a, b2], bleu_sentences=8, cap_s=0.2)
     report = json.loads((a / "eval-test.json").read_text())
     assert c.why == "" and c.scored_on.startswith(f"the test split: {report['sentences']} sentences, beam 1")
     assert c.runs[0].bleu == report["bleu"]
@@ -83,7 +86,7 @@ def test_one_report_missing_means_no_report_is_used(tiny_runs, tmp_path, capsys)
             {**json.loads((b2 / "eval-test.json").read_text()), "checkpoint": {"weights_sha256": "0" * 64}}
         )
     )
-    c = Cm.run([a, b2], bleu_sentences=8)
+    c = Cm.run([a, b2], bleu_sentences=8, cap_s=0.2)
     assert "scored other weights" in c.why and c.scored_on.startswith("the same 8")
 
 
@@ -94,7 +97,7 @@ def test_runs_split_differently_are_refused(tiny_runs, tmp_path, capsys):
     assert "valid_frac = 0.02" in cfg
     (b / "config.toml").write_text(cfg.replace("valid_frac = 0.02", "valid_frac = 0.05"))
     with pytest.raises(AttnlabError, match="split the data differently .*data.valid_frac = 0.02 vs 0.05"):
-        Cm.run([a, b], bleu_sentences=4)
+        Cm.run([a, b], bleu_sentences=4, cap_s=0.2)
     assert main(["compare", str(a), str(b), "--quiet"]) == 2
     assert "split the data differently" in capsys.readouterr().err
 
@@ -118,7 +121,7 @@ def test_runs_of_other_directions_are_refused(two_directions, tmp_path, capsys):
     """An fr→en run beside an en→fr one was fed the first run's French and scored against its English."""
     en_fr, fr_en = two_directions
     with pytest.raises(AttnlabError, match="en-fr translates en→fr and fr-en fr→en"):
-        Cm.run([en_fr, fr_en], bleu_sentences=4)
+        Cm.run([en_fr, fr_en], bleu_sentences=4, cap_s=0.2)
     assert main(["compare", str(fr_en), str(en_fr), "--quiet", "--save-dir", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "compare runs of one data.direction" in err[0], err
@@ -127,7 +130,8 @@ def test_runs_of_other_directions_are_refused(two_directions, tmp_path, capsys):
 
 def test_progress_bar_and_argument_errors(tiny_runs, tmp_path, capsys):
     a, b = tiny_runs("transformer"), tiny_runs("bahdanau")
-    assert main(["compare", str(a), str(b), "--sentences", "4", "--save-dir", str(tmp_path)]) == 0
+    assert main(["compare", str(a), str(b), "--sentences", "4", "--save-dir", str(tmp_path),
+                 "--timing-cap", "0.2"]) == 0
     assert "compare" in capsys.readouterr().err  # tqdm's bar, on stderr
     assert main(["compare", str(a)]) == 2
     assert "at least two" in capsys.readouterr().err
@@ -139,7 +143,7 @@ def test_run_answers_through_the_report_protocol(tiny_runs):
     from attnlab.analysis.report import Report
 
     a, b = tiny_runs("transformer"), tiny_runs("bahdanau")
-    c = Cm.run([a, b], bleu_sentences=4)
+    c = Cm.run([a, b], bleu_sentences=4, cap_s=0.2)
     assert isinstance(c, Report)
     assert c.format().startswith("# Comparison: transformer vs bahdanau") and c.format("en") == str(c)
     assert c.figure().get_suptitle().startswith("compare: transformer (transformer) vs bahdanau (bahdanau)")
@@ -147,15 +151,18 @@ def test_run_answers_through_the_report_protocol(tiny_runs):
     assert data["length_unit"] == "words" and [r["name"] for r in data["runs"]] == ["transformer", "bahdanau"]
 
 
-def _summary(name, recurrent, train_wps, long_bleu, pps):
+def _summary(name, recurrent, train_wps, long_bleu, pps, log_se=0.02):
     arch = {"recurrent": recurrent, "heads": 1 if recurrent else 4, "attention": ["cross"] if recurrent else
             ["enc_self", "dec_self", "cross"], "positional": None if recurrent else "sinusoidal", "width": 32,
             "layers": 1 if recurrent else 2, "ffn": None if recurrent else 64, "batch": 400}
     return Cm.RunSummary(name, name, "bahdanau" if recurrent else "transformer", 1000, train_wps, 10.0, 20.0, 40.0,
                          [{"bucket": "1-4", "bleu": 30.0, "sentences": 50},
-                          {"bucket": "5-8", "bleu": long_bleu, "sentences": 10}],
+                          {"bucket": "5-8", "bleu": 20.0, "sentences": 10}],
                          architecture=arch,
-                         throughput=[{"length": n, "positions_per_s": p} for n, p in zip((8, 16, 32), pps)])
+                         throughput=[{"length": n, "positions_per_s": p, "log_mean": math.log(p), "log_se": log_se,
+                                      "repeats": 10, "lo": p * 0.96, "hi": p * 1.04}
+                                     for n, p in zip((8, 16, 32), pps)],
+                         longest={"bleu": long_bleu, "sentences": 50, "words": "9–12"})
 
 
 def test_the_notes_table_is_answered_by_the_runs_and_says_when_they_contradict_it():
@@ -172,12 +179,69 @@ def test_the_notes_table_is_answered_by_the_runs_and_says_when_they_contradict_i
     assert "the Transformer gains as n grows" in text and "- Long-range: agrees." in text
     slow = _summary("tf", False, 40_000, 5.0, (5_000, 5_000, 4_000))
     text = Cm.notes_table(Cm.Comparison([gru, slow], ""))
-    assert "- Parallelism: agrees." in text and "no gain with n" in text and "- Long-range: contradicted" in text
+    assert "- Parallelism: agrees." in text and "loses ground as n grows" in text and "- Long-range: contradicted" in text
+    assert "the test split's 50 longest sentences (9–12 words)" in text
+    noisy = _summary("tf", False, 25_000, 29.0, (32_000, 31_000, 34_000), log_se=0.1)
+    assert "can't tell whether the Transformer gains as n grows" in Cm.notes_table(Cm.Comparison([gru, noisy], ""))
 
 
 def test_compare_prints_the_notes_table_measured_on_the_runs(tiny_runs):
-    c = Cm.run([tiny_runs("transformer"), tiny_runs("bahdanau")], bleu_sentences=4)
+    c = Cm.run([tiny_runs("transformer"), tiny_runs("bahdanau")], bleu_sentences=4, cap_s=0.2)
     text = c.format()
     assert "## The notes' §26 table, on these runs" in text
     assert [len(r.throughput) for r in c.runs] == [3, 3] and all(x["positions_per_s"] > 0 for x in c.runs[0].throughput)
     assert c.runs[0].architecture["heads"] == 2 and c.runs[1].architecture["recurrent"]
+
+
+# ---------------------------------------------------------------- repeated timings, fitted trends (§26)
+
+
+def test_the_slope_and_its_interval_on_synthetic_ratios():
+    x = [math.log(n) for n in (8, 16, 32)]
+    b, lo, hi = Cm.slope_interval(x, [0.5 * v for v in x], [0.05] * 3)  # ratio ∝ n^0.5, exact
+    assert b == pytest.approx(0.5) and 0 < lo < 0.5 < hi
+    assert hi - lo == pytest.approx(2 * 1.959964 * 0.05 / math.sqrt(sum((v - sum(x) / 3) ** 2 for v in x)))
+    # the issue's two runs: 1.06×, 0.81×, 1.52× and 1.44×, 1.21×, 1.34×, each one timing (±20 %): no trend either way
+    for ratios in ((1.06, 0.81, 1.52), (1.44, 1.21, 1.34)):
+        b, lo, hi = Cm.slope_interval(x, [math.log(r) for r in ratios], [math.log(1.2) / 1.96] * 3)
+        assert lo < 0 < hi, (ratios, b, lo, hi)
+    # scatter beyond the points' errors widens the interval (the Birge ratio); a falling ratio is a negative slope
+    tight = Cm.slope_interval(x, [0.0, 0.3, 0.1], [0.01] * 3)
+    assert tight[2] - tight[1] > 2 * 1.96 * 0.01 / math.sqrt(sum((v - sum(x) / 3) ** 2 for v in x))
+    assert Cm.slope_interval(x, [-0.4 * v for v in x], [0.02] * 3)[2] < 0
+    assert all(math.isnan(v) for v in Cm.slope_interval([1.0], [1.0], [0.1]))
+
+
+def test_a_timing_is_repeated_until_its_interval_is_within_ten_percent_or_the_cap():
+    rng = random.Random(0)
+    t = Cm.repeat_rate(lambda: 100 * math.exp(rng.gauss(0, 0.2)))  # ±20 % per timing
+    assert t.hi / t.rate <= 1.1 + 1e-9 and t.rate / t.lo <= 1.1 + 1e-9 and t.n > Cm.TIMING_MIN_REPS
+    assert t.lo < 100 < t.hi
+    now = [0.0]
+
+    def clock():  # each reading advances one second: a one-second cap ends it at the first check
+        now[0] += 1.0
+        return now[0]
+
+    capped = Cm.repeat_rate(lambda: 100 * math.exp(rng.gauss(0, 1.0)), cap_s=1.0, clock=clock)
+    assert capped.n == Cm.TIMING_MIN_REPS and capped.hi / capped.lo > 1.2  # stopped by the cap, and it shows
+
+
+@pytest.mark.slow
+def test_compare_twice_on_the_same_runs_reaches_the_same_conclusion(tiny_runs, monkeypatch):
+    """Timings that vary ±25 % from one call to the next (a shared CPU) around a Transformer whose advantage
+    grows as n^0.3: two comparisons of the same runs fit the same slope sign, whatever each timing drew."""
+    rng = random.Random(1)
+
+    def fake_time(model, batch, device, clock=None):
+        n = batch.src.shape[1]
+        rate = 1e4 * (n / 8) ** (0.3 if type(model).__name__ == "Transformer" else 0.0)  # positions/s
+        return batch.num_tgt_tokens / rate * math.exp(rng.gauss(0, 0.25))
+
+    monkeypatch.setattr(Cm, "time_forward_backward", fake_time)
+    a, b = tiny_runs("transformer"), tiny_runs("bahdanau")
+    said = []
+    for _ in range(2):
+        text = Cm.run([a, b], bleu_sentences=4, cap_s=0.5).format()
+        said.append([line.rsplit(": ", 1)[-1] for line in text.splitlines() if "Against sentence length" in line])
+    assert said[0] == said[1] and said[0][0].startswith("the Transformer gains as n grows"), said

@@ -33,21 +33,34 @@ rows (encoder, decoder, attention type, position information, parallelism, long-
 each run's own answer read off its model, and D2L's comparison behind the last two rows (D2L 10.6.2 zh /
 11.6.2 en: sequential operations O(n) for a recurrent layer against O(1) for self-attention, maximum path
 length O(n) against O(1)) set beside what these runs measured: training words/s, forward + backward
-positions/s against sentence length (``scaling``'s measurement, :func:`attnlab.analysis.experiments.scaling
-.measure_throughput`, on each run's own model) and BLEU on the longest sentences. Where a small run on a few
-CPU cores contradicts a claim, the table says so and why.
+positions/s against sentence length (``scaling``'s measurement, on each run's own model) and BLEU on the
+longest sentences of the test split (:func:`longest_sample`, the same for every run). Where a small run on a
+few CPU cores contradicts a claim, the table says so and why.
+
+**A timing is a mean with its interval, a trend is a fitted slope.** One timing on a shared CPU varies by tens
+of per cent, so a single one (or "the last ratio beats the first") can flip between two runs of the same
+models. Each speed is timed again and again until the 95 % interval of its mean (Student's t) is within
+``±TIMING_REL`` of it, or ``TIMING_CAP_S`` seconds pass (:func:`repeat_rate`); the Transformer / GRU ratio at
+each length n carries the interval of the difference of the log-rates; "gains as n grows" is read off the
+slope of log(ratio) against log(n), fitted by weighted least squares with those intervals (inflated by the
+points' scatter about the line when it exceeds them, the Birge ratio), and said only when the slope's 95 %
+interval excludes 0; otherwise the table says it cannot tell (:func:`slope_interval`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.analysis.experiments.scaling import measure_throughput
+import torch
+
+from attnlab.analysis.experiments.scaling import forward_backward, random_batch
 from attnlab.analysis.report import TextReport
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import bleu_by_length, corpus_scores
@@ -82,6 +95,8 @@ class RunSummary:
     words_per_token: float = float("nan")  # the run's target words per tokenizer token (+ <eos>)
     architecture: dict[str, Any] = field(default_factory=dict)  # the §26 rows read off the model (architecture())
     throughput: list[dict[str, Any]] = field(default_factory=list)  # forward + backward positions/s by length
+    translate_interval: list[float] = field(default_factory=list)  # [lo, hi, repeats] of translate_sentences_per_s
+    longest: dict[str, Any] = field(default_factory=dict)  # BLEU on the test split's longest sentences
 
 
 @dataclass
@@ -184,14 +199,114 @@ def words_per_token(tr: Translator, texts: list[str]) -> float:
     return words / tokens if tokens else float("nan")
 
 
-def measure_translation_speed(tr, sentences: list[str], repeats: int = 1) -> tuple[float, list[str]]:
-    """Greedy sentences/s on ``sentences`` and the translations, timed after one untimed warm-up pass
-    over the same sample (the first pass in a process pays for thread pools and allocator growth)."""
-    tr.translate(sentences, beam_size=1)
-    t0 = time.perf_counter()
-    for _repeat in range(repeats):
+#: A timing is repeated until the 95 % interval of its mean is within ± this share of it ...
+TIMING_REL = 0.10
+#: ... or this many seconds of repeats have passed (per timed quantity), with at least ``TIMING_MIN_REPS``.
+TIMING_CAP_S = 5.0
+TIMING_MIN_REPS = 3
+TIMING_MAX_REPS = 200
+
+#: Student's t, 97.5 % quantile, for 1 … 30 degrees of freedom (beyond: the Cornish-Fisher expansion,
+#: Abramowitz & Stegun 26.7.5, within 1e-4 there).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_Z975 = 1.959964
+
+
+def t975(df: int) -> float:
+    """The 97.5 % quantile of Student's t with ``df`` degrees of freedom (a 95 % two-sided interval)."""
+    if df < 1:
+        return math.inf
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = _Z975
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A rate measured ``n`` times: the mean of the log-rates (a rate's noise is multiplicative), its
+    standard error, and the rate with its 95 % interval (``rate``, ``lo``, ``hi``)."""
+
+    log_mean: float
+    log_se: float
+    n: int
+
+    @property
+    def half(self) -> float:
+        """Half the 95 % interval of the log-rate (0.0953 = ±10 %)."""
+        return t975(self.n - 1) * self.log_se if self.n > 1 else math.inf
+
+    @property
+    def rate(self) -> float:
+        return math.exp(self.log_mean)
+
+    @property
+    def lo(self) -> float:
+        return math.exp(self.log_mean - self.half) if math.isfinite(self.half) else 0.0
+
+    @property
+    def hi(self) -> float:
+        return math.exp(self.log_mean + self.half) if math.isfinite(self.half) else math.inf
+
+
+def timing_of(rates: list[float]) -> Timing:
+    """The :class:`Timing` of measured ``rates`` (each > 0)."""
+    logs = [math.log(r) for r in rates]
+    se = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
+    return Timing(statistics.fmean(logs), se, len(logs))
+
+
+def repeat_rate(once: Callable[[], float], cap_s: float = TIMING_CAP_S, rel: float = TIMING_REL,
+                clock: Callable[[], float] = time.perf_counter) -> Timing:
+    """Call ``once`` (one measurement, a rate > 0) until the 95 % interval of the mean is within ``±rel`` of it,
+    or ``cap_s`` seconds of ``clock`` have passed, at least ``TIMING_MIN_REPS`` and at most ``TIMING_MAX_REPS``
+    times; the first call is a warm-up and is not counted (it pays for thread pools and allocator growth)."""
+    once()
+    rates: list[float] = []
+    start = clock()
+    while len(rates) < TIMING_MAX_REPS:
+        rates.append(once())
+        if len(rates) >= TIMING_MIN_REPS:
+            t = timing_of(rates)
+            if t.half <= math.log1p(rel) or clock() - start >= cap_s:
+                return t
+    return timing_of(rates)
+
+
+def slope_interval(x: list[float], y: list[float], se: list[float]) -> tuple[float, float, float]:
+    """The slope of ``y`` against ``x`` by weighted least squares (weights ``1 / se²``) and its 95 % interval,
+    ``(slope, lo, hi)``. The interval comes from the points' own errors, widened by the Birge ratio
+    ``sqrt(χ² / (k - 2))`` when the points scatter about the line more than their errors say; NaNs for fewer
+    than two points or no spread in ``x``."""
+    k = len(x)
+    if k < 2 or len(set(x)) < 2:
+        return math.nan, math.nan, math.nan
+    w = [1 / max(e, 1e-12) ** 2 for e in se]
+    sw = sum(w)
+    xm, ym = sum(wi * xi for wi, xi in zip(w, x)) / sw, sum(wi * yi for wi, yi in zip(w, y)) / sw
+    sxx = sum(wi * (xi - xm) ** 2 for wi, xi in zip(w, x))
+    b = sum(wi * (xi - xm) * (yi - ym) for wi, xi, yi in zip(w, x, y)) / sxx
+    var = 1 / sxx
+    if k > 2:
+        chi2 = sum(wi * (yi - ym - b * (xi - xm)) ** 2 for wi, xi, yi in zip(w, x, y))
+        var *= max(1.0, chi2 / (k - 2))
+    half = _Z975 * math.sqrt(var)
+    return b, b - half, b + half
+
+
+def measure_translation_speed(tr, sentences: list[str], cap_s: float = TIMING_CAP_S,
+                              clock: Callable[[], float] = time.perf_counter) -> tuple[Timing, list[str]]:
+    """Greedy sentences/s on ``sentences`` (:func:`repeat_rate`) and the translations."""
+    hyps: list[str] = []
+
+    def once() -> float:
+        nonlocal hyps
+        t0 = clock()
         hyps = tr.translate(sentences, beam_size=1)
-    return repeats * len(sentences) / max(time.perf_counter() - t0, 1e-9), hyps
+        return len(sentences) / max(clock() - t0, 1e-9)
+
+    return repeat_rate(once, cap_s, clock=clock), hyps
 
 
 def usable_eval_report(run_dir: Path, tr: Translator) -> tuple[dict[str, Any] | None, str]:
@@ -255,24 +370,75 @@ def architecture(tr: Translator) -> dict[str, Any]:
             "batch": tr.cfg.data.batch_tokens}
 
 
-def throughput(tr: Translator) -> list[dict[str, Any]]:
+def time_forward_backward(model, batch, device, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds of one forward + backward of ``batch`` (``scaling``'s measurement), the device synchronised."""
+    t0 = clock()
+    forward_backward(model, batch, 0.0)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return clock() - t0
+
+
+def throughput(tr: Translator, cap_s: float = TIMING_CAP_S,
+               clock: Callable[[], float] = time.perf_counter) -> list[dict[str, Any]]:
     """Forward + backward positions/s of ``tr``'s model at :data:`THROUGHPUT_LENGTHS` (random sentences of that
-    length, no padding, about :data:`THROUGHPUT_POSITIONS` target positions per batch; best of 2); the model is
-    put back in eval mode and its gradients dropped."""
-    rows = measure_throughput(tr.model, THROUGHPUT_LENGTHS, THROUGHPUT_POSITIONS, 2, 0.0, tr.device,
-                              len(tr.src_tok), len(tr.tgt_tok))
-    tr.model.eval()
-    return [{"length": r["length"], "positions_per_s": r["tokens_per_s"]} for r in rows]
+    length, no padding, about :data:`THROUGHPUT_POSITIONS` target positions per batch), each a
+    :func:`repeat_rate` timing: ``positions_per_s`` (its mean), ``lo``, ``hi``, ``repeats``, ``log_mean``,
+    ``log_se``. The model is put back in eval mode and its gradients dropped."""
+    model, generator, rows = tr.model, torch.Generator().manual_seed(0), []
+    model.train()
+    for n in THROUGHPUT_LENGTHS:
+        batch = random_batch(max(1, THROUGHPUT_POSITIONS // n), n, n, len(tr.src_tok), len(tr.tgt_tok),
+                             generator).to(tr.device)
+        t = repeat_rate(lambda b=batch: b.num_tgt_tokens / max(time_forward_backward(model, b, tr.device, clock),
+                                                               1e-9), cap_s, clock=clock)
+        rows.append({"length": n, "positions_per_s": t.rate, "lo": t.lo, "hi": t.hi, "repeats": t.n,
+                     "log_mean": t.log_mean, "log_se": t.log_se})
+    model.zero_grad(set_to_none=True)
+    model.eval()
+    return rows
+
+
+#: Long-range is judged on this many of the test split's longest sources (fewer when the split is smaller).
+LONGEST_SENTENCES = 50
+
+
+def longest_sample(tr: Translator, n: int = LONGEST_SENTENCES, data: str | Path | None = None) -> _Sample:
+    """The ``n`` longest distinct sources (in words) of ``tr``'s test split (the validation split when there is
+    no test split), with their references: the sentences a long-range claim is about, the same for every run."""
+    prepared = tr.prepare_corpus(data)
+    split = prepared.splits.get("test") or prepared.splits.get("valid")
+    out = _Sample([], [], [], [])
+    if split is None:
+        return out
+    ids = sorted(split.unique_sources(), key=lambda i: (-len(split.src_text[i].split()), i))[:n]
+    for i in ids:
+        out.sources.append(detokenize(split.src_text[i].split(), tr.src_tok.lang))
+        out.references.append([detokenize(r.split(), tr.tgt_tok.lang) for r in split.references[i]])
+        out.src_words.append(len(split.src_text[i].split()))
+        out.ref_texts.append(split.tgt_text[i])
+    return out
+
+
+def _long_range(tr: Translator, sample: _Sample) -> dict[str, Any]:
+    """BLEU (greedy) on ``sample``, :func:`longest_sample`'s, with its length range in words."""
+    if not sample.sources:
+        return {}
+    hyps = tr.translate(sample.sources, beam_size=1)
+    return {"bleu": float(corpus_scores(hyps, sample.references)["bleu"]), "sentences": len(sample.sources),
+            "words": f"{min(sample.src_words)}–{max(sample.src_words)}"}
 
 
 def summarise_run(
-    run_dir: Path, tr: Translator, sample: _Sample, report: dict[str, Any] | None
+    run_dir: Path, tr: Translator, sample: _Sample, report: dict[str, Any] | None, longest: _Sample | None = None,
+    cap_s: float = TIMING_CAP_S, clock: Callable[[], float] = time.perf_counter,
 ) -> RunSummary:
     """Everything the comparison shows for one run: ``report`` (its eval-test.json) gives the scores
-    when not None, else they are measured now on ``sample`` (greedy)."""
+    when not None, else they are measured now on ``sample`` (greedy); ``longest``: the long-range sample
+    (:func:`longest_sample`); ``cap_s``, ``clock``: each timing's cap and clock (:func:`repeat_rate`)."""
     files = read_run(run_dir)
     params = sum(p.numel() for p in tr.model.parameters() if p.requires_grad)  # tied weights once
-    speed, hyps = measure_translation_speed(tr, sample.sources)
+    speed, hyps = measure_translation_speed(tr, sample.sources, cap_s, clock)
     if report is None:
         report = {**corpus_scores(hyps, sample.references)}
         report["by_length"] = bleu_by_length(hyps, sample.references, sample.src_words)
@@ -283,14 +449,16 @@ def summarise_run(
         files.config.model.kind,
         params,
         _train_tokens_per_s(files.meta, read_metrics(run_dir)) * wpt,
-        speed,
+        speed.rate,
         float(report["bleu"]),
         float(report.get("chrf", float("nan"))),
         list(report.get("by_length", [])),
         notes_examples(tr),
         wpt,
         architecture(tr),
-        throughput(tr) if traits(tr.cfg.model).task == "translate" else [],
+        throughput(tr, cap_s, clock) if traits(tr.cfg.model).task == "translate" else [],
+        [speed.lo, speed.hi, speed.n],
+        _long_range(tr, longest) if longest is not None else {},
     )
 
 
@@ -301,10 +469,13 @@ def run(
     device: str = "cpu",
     progress: bool = False,
     data: str | Path | None = None,
+    cap_s: float = TIMING_CAP_S,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Comparison:
     """Summaries of ``runs`` in order, every score on the same sentences (see the module docstring).
 
-    ``progress``: progress on stderr, one tick per run (:mod:`attnlab.progress`); ``data``: where the corpus is (``--data``). Raises :class:`AttnlabError` for fewer than
+    ``progress``: progress on stderr, one tick per run (:mod:`attnlab.progress`); ``data``: where the corpus is
+    (``--data``); ``cap_s``, ``clock``: each timing's cap in seconds and the clock that times it. Raises :class:`AttnlabError` for fewer than
     two runs, ``bleu_sentences < 1``, an unreadable run, or runs that split the corpus differently.
     """
     from attnlab.progress import Progress
@@ -314,11 +485,14 @@ def run(
                              "runs/b`"))
     if bleu_sentences < 1:
         raise AttnlabError(_("--sentences {bleu_sentences} must be at least 1").format(bleu_sentences=bleu_sentences))
+    if not (math.isfinite(cap_s) and cap_s > 0):
+        raise AttnlabError(_("--timing-cap {cap} must be a number of seconds above 0 (e.g. 5)").format(cap=cap_s))
     run_dirs = [Path(r) for r in runs]
     trs = [Translator.from_run(d, which=which, device=device) for d in run_dirs]
     check_same_split([(d.name, tr.cfg) for d, tr in zip(run_dirs, trs)])
     reports, why = _scoring(run_dirs, trs)
     sample = common_sample(trs[0], bleu_sentences, data)  # the speed sample, and the BLEU one without reports
+    longest = longest_sample(trs[0], data=data)
     if reports is not None:
         first = reports[0]
         scored_on = _("the test split: {n:,} sentences, beam {beam} (each run's eval-test.json)").format(
@@ -330,7 +504,8 @@ def run(
     bar = Progress(_("compare"), unit="run", total=len(runs)) if progress else None
     try:
         for i, (d, tr) in enumerate(zip(run_dirs, trs)):
-            out.append(summarise_run(d, tr, sample, reports[i] if reports is not None else None))
+            out.append(summarise_run(d, tr, sample, reports[i] if reports is not None else None, longest,
+                                     cap_s, clock))
             if bar is not None:
                 bar.update(1, run=d.name)
         if bar is not None:
@@ -343,6 +518,13 @@ def run(
 
 def _num(x: float, fmt: str) -> str:
     return "-" if not math.isfinite(x) else format(x, fmt)
+
+
+def _rate(x: float, interval: list[float] | tuple[float, ...], fmt: str) -> str:
+    """A timed rate with its 95 % interval and repeats: ``12,000 (11,500–12,600, ×7)``."""
+    if len(interval) < 3 or not all(math.isfinite(v) for v in interval[:2]):
+        return _num(x, fmt)
+    return f"{_num(x, fmt)} ({_num(interval[0], fmt)}–{_num(interval[1], fmt)}, ×{int(interval[2])})"
 
 
 def _buckets(runs: list[RunSummary]) -> list[str]:
@@ -372,7 +554,7 @@ def _markdown(comparison: Comparison) -> str:
     for r in runs:
         lines.append(
             f"| {r.name} | {r.kind} | {r.parameters:,} | {_num(r.train_words_per_s, ',.0f')} | "
-            f"{_num(r.words_per_token, '.2f')} | {_num(r.translate_sentences_per_s, ',.1f')} | "
+            f"{_num(r.words_per_token, '.2f')} | {_rate(r.translate_sentences_per_s, r.translate_interval, ',.1f')} | "
             f"{r.bleu:.2f} | {_num(r.chrf, '.2f')} |"
         )
     buckets = _buckets(runs)
@@ -431,9 +613,10 @@ def _rows_of(r: RunSummary) -> dict[str, str]:
     }
 
 
-def _longest(r: RunSummary) -> tuple[str, float] | None:
-    rows = [x for x in r.by_length if x.get("sentences")]
-    return (rows[-1]["bucket"], float(rows[-1]["bleu"])) if rows else None
+def _longest(r: RunSummary) -> tuple[str, float, int] | None:
+    """``(length range in words, BLEU, sentences)`` on the test split's longest sentences (:func:`longest_sample`)."""
+    x = r.longest
+    return (str(x["words"]), float(x["bleu"]), int(x["sentences"])) if x else None
 
 
 def notes_table(comparison: Comparison) -> str:
@@ -448,7 +631,7 @@ def notes_table(comparison: Comparison) -> str:
         "encoder": _("encoder"), "decoder": _("decoder"), "attention": _("attention type"),
         "positions": _("position information"), "sequential": _("sequential operations (D2L)"),
         "path": _("maximum path length (D2L)"), "train": _("parallelism, measured: training words/s"),
-        "long": _("long-range, measured: BLEU on the longest sentences"),
+        "long": _("long-range, measured: BLEU on the test split's longest sentences"),
     }
     lines = [
         _("## The notes' §26 table, on these runs"),
@@ -465,10 +648,14 @@ def notes_table(comparison: Comparison) -> str:
     lines.append(f"| {label['train']} | " + " | ".join(_num(r.train_words_per_s, ',.0f') for r in runs) + " |")
     longest = [_longest(r) for r in runs]
     lines.append(f"| {label['long']} | " + " | ".join(
-        _("{bleu:.2f} ({bucket} words)").format(bleu=x[1], bucket=x[0]) if x else "-" for x in longest) + " |")
+        _("{bleu:.2f} ({n} sentences of {bucket} words)").format(bleu=x[1], n=x[2], bucket=x[0]) if x else "-"
+        for x in longest) + " |")
     lengths = [x["length"] for x in runs[0].throughput]
     for i, n in enumerate(lengths):
-        cells = [_num(r.throughput[i]["positions_per_s"], ",.0f") if i < len(r.throughput) else "-" for r in runs]
+        cells = [_rate(r.throughput[i]["positions_per_s"], [r.throughput[i].get("lo", math.nan),
+                                                            r.throughput[i].get("hi", math.nan),
+                                                            r.throughput[i].get("repeats", 0)], ",.0f")
+                 if i < len(r.throughput) else "-" for r in runs]
         lines.append("| " + _("forward + backward positions/s, n = {n}").format(n=n) + " | " + " | ".join(cells) + " |")
     lines += ["", *_verdicts(runs, longest)]
     return "\n".join(lines)
@@ -483,9 +670,10 @@ def _verdicts(runs: list[RunSummary], longest: list[tuple[str, float] | None]) -
         return [_("(The notes' claims compare a recurrent run with a Transformer; these runs are all of one kind.)")]
     R, A = runs[rec], runs[att]
     out = []
-    ratios = [a["positions_per_s"] / g["positions_per_s"] for a, g in zip(A.throughput, R.throughput)
-              if g["positions_per_s"] > 0]
-    trend = ", ".join(f"n = {a['length']}: {x:.2f}×" for a, x in zip(A.throughput, ratios))
+    trend_rows = length_trend(A.throughput, R.throughput)
+    ratios = [row["ratio"] for row in trend_rows]
+    trend = ", ".join(f"n = {row['length']}: {row['ratio']:.2f}× ({row['lo']:.2f}–{row['hi']:.2f})"
+                      for row in trend_rows)
     if math.isfinite(A.train_words_per_s) and math.isfinite(R.train_words_per_s) \
             and A.train_words_per_s < R.train_words_per_s:
         out.append(_("- Parallelism: contradicted by these runs' training speed: {gru} trained {g:,.0f} words/s, "
@@ -510,27 +698,52 @@ def _verdicts(runs: list[RunSummary], longest: list[tuple[str, float] | None]) -
     else:
         out.append(_("- Parallelism: agrees. {tf} trained {t:,.0f} words/s, {gru} {g:,.0f}.").format(
             tf=A.name, t=A.train_words_per_s, gru=R.name, g=R.train_words_per_s))
-    if ratios:
-        grows = len(ratios) > 1 and ratios[-1] > ratios[0]
-        out.append((_("  Against sentence length ({tf} / {gru}, forward + backward positions/s; `attnlab scaling` "
-                      "measures the same on its ladder): {trend}: the Transformer gains as n grows, as O(1) against "
-                      "O(n) sequential operations predicts.") if grows else
-                    _("  Against sentence length ({tf} / {gru}, forward + backward positions/s; `attnlab scaling` "
-                      "measures the same on its ladder): {trend}: no gain with n at these sizes on this "
-                      "machine, so the O(1) against O(n) of sequential operations does not show here.")).format(
-            tf=A.name, gru=R.name, trend=trend))
+    if len(trend_rows) > 1:
+        b, lo, hi = slope_interval([math.log(row["length"]) for row in trend_rows],
+                                   [math.log(row["ratio"]) for row in trend_rows], [row["log_se"] for row in trend_rows])
+        fit = _("slope of log(ratio) against log(n) {b:+.2f}, 95 % interval {lo:+.2f} to {hi:+.2f}").format(
+            b=b, lo=lo, hi=hi)
+        head = _("  Against sentence length ({tf} / {gru}, forward + backward positions/s, each the mean of repeated "
+                 "timings with its 95 % interval; `attnlab scaling` measures the same on its ladder): {trend}; "
+                 "{fit}").format(tf=A.name, gru=R.name, trend=trend, fit=fit)
+        if lo > 0:
+            tail = _("the Transformer gains as n grows, as O(1) against O(n) sequential operations predicts.")
+        elif hi < 0:
+            tail = _("the Transformer loses ground as n grows at these sizes on this machine, so the O(1) against "
+                     "O(n) of sequential operations does not show here.")
+        else:
+            tail = _("can't tell whether the Transformer gains as n grows: the interval contains 0 (time it on "
+                     "an idle machine, or with a longer cap, --timing-cap).")
+        out.append(f"{head}: {tail}")
     la, lr = longest[att], longest[rec]
     if la and lr:
         if la[1] >= lr[1]:
-            out.append(_("- Long-range: agrees. On the longest sentences ({bucket} words) {tf} scores {a:.2f} BLEU, "
-                         "{gru} {r:.2f}: a path of O(1) steps between any two words against O(n).").format(
-                bucket=la[0], tf=A.name, a=la[1], gru=R.name, r=lr[1]))
+            out.append(_("- Long-range: agrees. On the test split's {n} longest sentences ({bucket} words) {tf} "
+                         "scores {a:.2f} BLEU, {gru} {r:.2f}: a path of O(1) steps between any two words against "
+                         "O(n).").format(n=la[2], bucket=la[0], tf=A.name, a=la[1], gru=R.name, r=lr[1]))
         else:
-            out.append(_("- Long-range: contradicted on these runs. On the longest sentences ({bucket} words) {tf} "
-                         "scores {a:.2f} BLEU, {gru} {r:.2f}. A short path only helps a model that has learned to use "
-                         "it: a small or briefly trained Transformer, few long sentences in its data, or a sample "
-                         "of a few long sentences (see n in the table above) can outweigh it.").format(
-                bucket=la[0], tf=A.name, a=la[1], gru=R.name, r=lr[1]))
+            out.append(_("- Long-range: contradicted on these runs. On the test split's {n} longest sentences ({bucket} "
+                         "words) {tf} scores {a:.2f} BLEU, {gru} {r:.2f}. A short path only helps a model that has "
+                         "learned to use it: a small or briefly trained Transformer, or few long sentences in its "
+                         "data, can outweigh it.").format(n=la[2], bucket=la[0], tf=A.name, a=la[1], gru=R.name,
+                                                          r=lr[1]))
+    return out
+
+
+def length_trend(a_rows: list[dict[str, Any]], r_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ratio of two models' :func:`throughput` rows at each length: ``ratio`` (of the mean rates), its 95 %
+    interval ``lo``–``hi`` and ``log_se``, the standard error of log(ratio) (the two timings' errors combined;
+    t with the smaller run's repeats - 1 degrees of freedom)."""
+    out = []
+    for a, r in zip(a_rows, r_rows):
+        if a.get("log_mean") is None or r.get("log_mean") is None:
+            la, lr, se, df = math.log(a["positions_per_s"]), math.log(r["positions_per_s"]), 0.0, 0
+        else:
+            la, lr = a["log_mean"], r["log_mean"]
+            se, df = math.hypot(a["log_se"], r["log_se"]), min(a["repeats"], r["repeats"]) - 1
+        half = t975(df) * se if se > 0 else 0.0
+        out.append({"length": a["length"], "ratio": math.exp(la - lr), "lo": math.exp(la - lr - half),
+                    "hi": math.exp(la - lr + half), "log_se": se})
     return out
 
 
