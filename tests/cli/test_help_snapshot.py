@@ -20,6 +20,7 @@ ADDED: dict[str, set[str]] = {
     "serve": {"--max-sentences",  # how long a list /api/translate takes
               "--max-client-connections", "--send-timeout"},  # nginx's limit_conn and send_timeout: no client starves the rest
     "demo": {"--seed"},  # which of the demo's results hold over seeds (the notes' sentences, the map)
+    "compare": {"--timing-cap"},  # each speed timed again until its 95 % interval is ±10 %, at most this long
 }
 #: The decoding options every decoding command shares (cli/common.py DECODE_OPTIONS), fairseq's names.
 _DECODE = {"--length-penalty", "--max-len-a", "--max-len-b", "--batch-size", "--max-tokens", "--no-repeat-ngram-size",

@@ -51,7 +51,8 @@ def _argv(command: str, run, tmp, gold) -> list[str] | None:
         "doctor": ["doctor", t],
         "sweep": None,  # its own test below (slow)
         "heads": ["heads", t, "--sentences", "6", "--save-dir", str(tmp / "heads")],
-        "compare": ["compare", t, str(run("bahdanau")), "--sentences", "6", "--save-dir", str(tmp / "cmp")],
+        "compare": ["compare", t, str(run("bahdanau")), "--sentences", "6", "--save-dir", str(tmp / "cmp"),
+                    "--timing-cap", "0.2"],
         "fill": ["fill", str(run("encoder-only")), "[MASK] one", "--top", "2"],
         "align": ["align", t, "--gold", str(gold), "--no-ibm", "--save-dir", str(tmp / "align")],
         "attribute": ["attribute", t, SENTENCE, "--save-dir", str(tmp / "attr")],

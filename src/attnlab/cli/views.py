@@ -92,7 +92,7 @@ def cmd_attention(args) -> int:
     print(f"{args.sentence} → {result.translation}")
     # the one alignment verdict (§1, §25): on the notes' example, what explain, doctor, the demo and the web say
     check = check_result(result, pair_of(tr.cfg.data))
-    if check is not None and check.formed is not None:
+    if check is not None and check.table:  # formed, not formed, or can't judge (a row of the table missing)
         print(check.summary())
     stem = maps.slug(args.sentence) + _settings(args, beam=None if beam == 1 else beam,
                                                 pad=None if args.pad == DEFAULT_PAD else args.pad)

@@ -101,7 +101,7 @@ def test_explain_holds_the_notes_example_against_the_table_and_says_why_attentio
     report = run(tr, "i'm home .")
     text = report.format()
     check = check_result(tr.attention("i'm home ."))
-    assert check.judged == 4 and text.count(check.summary()) == 1
+    assert check.judged == 6 and text.count(check.summary()) == 1  # the whole table: . and <eos> too
     assert "depends on (integrated gradients, 16 steps)" in text and "recurrent state" in text
     assert report.to_json()["depends"]["alignment"]["formed"] is check.formed
 

@@ -98,12 +98,12 @@ class DependsReport(TextReport):
                                     "`attnlab attribute --steps 64` gives finer rows"))
         if self.missing:
             lines.append("    " + self.missing)
-        if self.check is not None and (self.check.formed is not None or self.check.other_pair):
+        if self.check is not None and (self.check.table or self.check.other_pair):  # can't judge is said too
             lines.append("  " + self.check.summary())
         elif self.check is not None:
             lines.append("  " + _("no verdict on this sentence: the notes' table of §1 is for {example!r}; "
                                   "`attnlab align` scores any sentence against gold word alignments (AER)").format(
-                example=example_sentence(self.pair)))
+                example=example_sentence(self.pair) or example_sentence()))
         if self.recurrent:
             lines.append("  " + _("why attention can sit still (§1): information also travels through the recurrent "
                                   "state — the decoder's hidden state starts from the encoder's summary and carries it "

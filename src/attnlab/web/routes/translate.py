@@ -195,7 +195,7 @@ def alignment_verdict(tr: Any, res: Any) -> dict[str, Any] | None:
     """The one alignment verdict (:func:`attnlab.evaluation.alignment.check_result`, what ``explain``,
     ``doctor``, ``attention`` and the demo say) on the notes' example; None for any other sentence."""
     check = check_result(res, pair_of(tr.cfg.data))
-    return check.to_json() if check is not None and check.formed is not None else None
+    return check.to_json() if check is not None and check.table else None  # can't judge is a verdict too
 @dataclass(frozen=True)
 class BatchJob:
     """An admitted list of sentences: one admission slot, one decoding of them all, batched."""
