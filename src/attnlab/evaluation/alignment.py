@@ -5,8 +5,8 @@ je, suis → i'm; chez, moi → home; . → .; <eos> → <eos>. The whole table 
 translation (Tatoeba's, :data:`attnlab.notes.ACCEPTED`) closest to the output: a map has *formed* when the
 argmax of each of its rows is the table's word; it has *not formed* when any row looks elsewhere; and when
 the output lacks one of the table's words (``je suis .`` has no chez, moi), there is no row to hold against
-it, so the answer is "can't judge", never "formed". That is the one test ``attnlab explain``, ``attnlab doctor``, ``attnlab attention``,
-the demo, the web page and the training timeline apply, with the same bar, to the same map:
+it, so the answer is "can't judge", never "formed". That is the one test ``attnlab explain``, ``attnlab doctor``,
+``attnlab attention``, the demo, the web page and the training timeline apply, with the same bar, to the same map:
 :func:`verdict_map` (the last layer's heads averaged — what the decoder reads last before ``W_o``; a
 Bahdanau model has that one map). How much a map changes from row to row says nothing about this: a map
 can move a lot and still look at ``<eos>`` from every row that matters.
@@ -44,8 +44,7 @@ from attnlab.notes import ACCEPTED, EXAMPLE, NOTES_ALIGNMENT
 __all__ = ["AlignmentCheck", "RowCheck", "check_alignment", "check_probe", "check_result", "example_sentence",
            "expected_words", "table_text", "verdict_map"]
 
-#: Labels that are never part of a word: the specials (``<eos>`` is a key like any other; it is simply
-#: never the table's word).
+#: Labels that are never part of a word: the specials (``<eos>`` is a word of its own, the table's last row).
 _SPECIALS = ("<unk>", "<pad>", "<bos>", "<eos>", "[MASK]")
 
 #: The end of a sentence, a row and a column of the table like any word (§1: ``<eos>`` → ``<eos>``).
