@@ -701,10 +701,10 @@ def _verdicts(runs: list[RunSummary], longest: list[tuple[str, float] | None]) -
     if len(trend_rows) > 1:
         b, lo, hi = slope_interval([math.log(row["length"]) for row in trend_rows],
                                    [math.log(row["ratio"]) for row in trend_rows], [row["log_se"] for row in trend_rows])
-        fit = _("slope of log(ratio) against log(n) {b:+.2f}, 95 % interval {lo:+.2f} to {hi:+.2f}").format(
+        fit = _("slope of log(ratio) against log(n) {b:+.2f}, 95 per cent interval {lo:+.2f} to {hi:+.2f}").format(
             b=b, lo=lo, hi=hi)
         head = _("  Against sentence length ({tf} / {gru}, forward + backward positions/s, each the mean of repeated "
-                 "timings with its 95 % interval; `attnlab scaling` measures the same on its ladder): {trend}; "
+                 "timings with its 95 per cent interval; `attnlab scaling` measures the same on its ladder): {trend}; "
                  "{fit}").format(tf=A.name, gru=R.name, trend=trend, fit=fit)
         if lo > 0:
             tail = _("the Transformer gains as n grows, as O(1) against O(n) sequential operations predicts.")
