@@ -270,9 +270,9 @@ def _how(pair: Pair | None) -> dict[str, Any]:
     """How a run of ``pair`` (None: the notes' own English → French) reads the table: reversed, or not at all."""
     if pair is None:
         return {"reverse": False}
-    if pair.notes_table is None and set(pair.langs) != {"en", "fr"}:
+    if pair.notes_table is None:
         return {"other_pair": pair.title()}
-    return {"reverse": pair.notes_reversed or pair.src == "fr"}  # the numbers task: English → French, its own words
+    return {"reverse": pair.notes_reversed}
 
 
 def _target_to_source(kind: str, w: Tensor, n_src: int, n_out: int) -> Tensor:

@@ -103,7 +103,7 @@ class DependsReport(TextReport):
         elif self.check is not None:
             lines.append("  " + _("no verdict on this sentence: the notes' table of §1 is for {example!r}; "
                                   "`attnlab align` scores any sentence against gold word alignments (AER)").format(
-                example=example_sentence(self.pair) or example_sentence()))
+                example=example_sentence(self.pair)))
         if self.recurrent:
             lines.append("  " + _("why attention can sit still (§1): information also travels through the recurrent "
                                   "state — the decoder's hidden state starts from the encoder's summary and carries it "
