@@ -182,6 +182,11 @@ def common_sample(tr: Translator, n: int, data: str | Path | None = None) -> _Sa
                              "on").format(run_dir=tr.run_dir))
     if len(rows) > n:
         rows = [rows[k * len(rows) // n] for k in range(n)]
+    return _sample_of(tr, rows)
+
+
+def _sample_of(tr: Translator, rows: list[tuple[Any, int]]) -> _Sample:
+    """The sources, references and lengths of ``(split, index)`` rows, each side detokenized by its own rules."""
     out = _Sample([], [], [], [])
     for split, i in rows:
         out.sources.append(tr.src_tok.detokenize(split.src_text[i].split()))  # each side by its own rules
@@ -408,16 +413,10 @@ def longest_sample(tr: Translator, n: int = LONGEST_SENTENCES, data: str | Path 
     no test split), with their references: the sentences a long-range claim is about, the same for every run."""
     prepared = tr.prepare_corpus(data)
     split = prepared.splits.get("test") or prepared.splits.get("valid")
-    out = _Sample([], [], [], [])
     if split is None:
-        return out
+        return _Sample([], [], [], [])
     ids = sorted(split.unique_sources(), key=lambda i: (-len(split.src_text[i].split()), i))[:n]
-    for i in ids:
-        out.sources.append(detokenize(split.src_text[i].split(), tr.src_tok.lang))
-        out.references.append([detokenize(r.split(), tr.tgt_tok.lang) for r in split.references[i]])
-        out.src_words.append(len(split.src_text[i].split()))
-        out.ref_texts.append(split.tgt_text[i])
-    return out
+    return _sample_of(tr, [(split, i) for i in ids])
 
 
 def _long_range(tr: Translator, sample: _Sample) -> dict[str, Any]:
