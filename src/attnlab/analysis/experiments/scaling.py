@@ -2,16 +2,8 @@
 
 Three measurements, for the GRU encoder–decoder with Bahdanau attention and for the Transformer:
 
-1. **A ladder of model sizes at equal compute.** Every rung (a family at one width) gets the same
-   budget of *counted training FLOPs*, never of minutes: a minute on a busy 2-core laptop and a
-   minute on a GPU buy very different amounts of training, a FLOP count is the same everywhere, so
-   the ladder is fair between the families and reproducible whatever the machine's load. One
-   training step's FLOPs are counted with :class:`torch.utils.flop_counter.FlopCounterMode` on a
-   sample of the run's own batches (forward + backward, per target token, times the epoch's mean
-   target tokens per batch); the budget divided by that is the rung's step count, trained with the
-   budget schedule by steps (``train.max_steps=N``, ``train.max_minutes=0``: ``training/budget.py``
-   plans warm-up and decay on that horizon). Plotted: validation loss against training FLOPs (the
-   validations at 25, 50, 75 and 100 % of the horizon) and the final loss against parameters.
+1. **A ladder of model sizes at equal compute**: every rung gets the same budget of counted
+   training FLOPs, never of minutes (why, and how the steps are planned: docs/explanations/scaling.md).
 2. **Training tokens/s against sentence length.** One batch of a fixed number of target tokens at
    several lengths T, forward + backward: the Transformer handles all T positions of a layer in one
    matrix product, the GRU makes S + T = 2T steps one after another (§26), so at equal tokens its
@@ -22,10 +14,7 @@ Three measurements, for the GRU encoder–decoder with Bahdanau attention and fo
    where every step re-runs the teacher-forced ``forward`` over the source and the whole prefix
    (what decoding would cost if nothing were kept: quadratic in the output length).
 
-Counted FLOPs are the matrix products (``mm``, ``addmm``, ``bmm`` and fused attention, whose CPU
-kernel torch's counter does not know; :data:`EXTRA_FLOP_FORMULAS` adds it); element-wise work
-(softmax, gates, LayerNorm) is not counted, as in Kaplan et al. 2020's ``6N`` rule. Times are the
-best of a few repetitions, the figure least disturbed by other work on the machine.
+FLOPs are counted and times taken as :mod:`attnlab.analysis.measure` says.
 
 Outputs in ``OUT``: ``scaling.json`` (written after every stage, so an interrupted ladder keeps what
 it measured), ``scaling.png`` (the four panels) and ``runs/<family>-d<width>/``, ordinary run folders
@@ -45,25 +34,31 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab import config as config_mod
 from attnlab import device as device_mod
 from attnlab import fast
+from attnlab.analysis.measure import (  # noqa: F401 (re-exported: scaling's measurements, shared with compare)
+    EXTRA_FLOP_FORMULAS,
+    best_time,
+    counted_flops,
+    forward_backward,
+    measure_throughput,
+    random_batch,
+)
 from attnlab.analysis.report import TextReport
 from attnlab.config import DATASETS, Config, ModelConfig
 from attnlab.data import corpus
-from attnlab.data.batching import Batch, collate
+from attnlab.data.batching import collate
 from attnlab.data.pairs import CORPORA
-from attnlab.data.vocab import BOS, EOS
-from attnlab.device import autocast, pick_device, set_threads
+from attnlab.data.vocab import BOS
+from attnlab.device import pick_device, set_threads
 from attnlab.errors import AttnlabError
 from attnlab.i18n import _
 from attnlab.io import atomic_write_json, writable_folder
 from attnlab.models import build_model, traits
 from attnlab.runs import read_metrics, read_run
 from attnlab.training.loop import train, train_step
-from attnlab.training.losses import sequence_loss
 from attnlab.training.optim import make_optimizer
 from attnlab.training.session import epoch_batches
 from attnlab.viz.figure import new_figure, save_figure
@@ -72,7 +67,6 @@ SCHEMA = 1
 #: a run folder's own cost besides its updates and validations (config, meta, the last curves), in the
 #: time estimate; rounded up from a measurement (docs/experiments/scaling.md)
 RUN_OVERHEAD_S = 2.0
-FIRST_ID = EOS + 1  # the first ordinary token id (specials below it): random benchmark sentences use ids >= it
 
 
 # ----------------------------------------------------------------------------------- the families
@@ -199,32 +193,6 @@ def steps_for_budget(budget_flops: float, flops_per_step: float) -> int:
 # ------------------------------------------------------------------------------------ FLOP counting
 
 
-def _sdpa_flops(query, key, value, *args, out_shape=None, **kwargs) -> int:  # noqa: ARG001
-    """Fused attention forward: ``Q Kᵀ`` and ``P V``, ``2·B·H·Q·K·(Dh + Dv)`` (causal counted in full,
-    as torch counts its GPU kernels)."""
-    *batch, q_len, dh = query
-    return 2 * math.prod(batch) * q_len * key[-2] * (dh + value[-1])
-
-
-def _sdpa_backward_flops(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:  # noqa: ARG001
-    """Its backward: four products of the forward's size (dV, dP, dQ, dK)."""
-    return 2 * _sdpa_flops(query, key, value)
-
-
-#: FLOP formulas FlopCounterMode lacks: the CPU's fused attention (torch counts only the GPU kernels)
-EXTRA_FLOP_FORMULAS: dict[Any, Callable[..., int]] = {}
-if hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"):
-    EXTRA_FLOP_FORMULAS[torch.ops.aten._scaled_dot_product_flash_attention_for_cpu] = _sdpa_flops
-    EXTRA_FLOP_FORMULAS[torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward] = _sdpa_backward_flops
-
-
-def counted_flops(fn: Callable[[], Any]) -> int:
-    """The matrix-product FLOPs of running ``fn()`` (forward and, if ``fn`` calls it, backward)."""
-    with FlopCounterMode(display=False, custom_mapping=EXTRA_FLOP_FORMULAS) as counter:
-        fn()
-    return int(counter.get_total_flops())
-
-
 def fresh_model(cfg: Config, src_vocab: int, tgt_vocab: int, device: torch.device) -> nn.Module:
     """A newly initialised model of ``cfg`` with the kernels the trainer would use (seeded: the
     measurements do not depend on the weights, but the same command gives the same model)."""
@@ -234,46 +202,11 @@ def fresh_model(cfg: Config, src_vocab: int, tgt_vocab: int, device: torch.devic
     return model
 
 
-def forward_backward(model: nn.Module, batch: Batch, label_smoothing: float) -> None:
-    """One teacher-forced training pass without the update (the loss as ``train_step`` computes it)."""
-    model.zero_grad(set_to_none=True)
-    with autocast(batch.src.device):  # bf16 on CUDA, as train_step runs it (train.amp's default)
-        out = sequence_loss(model, batch, label_smoothing)
-    (out.loss_sum / max(out.num_tokens, 1)).backward()
-
-
 def param_counts(model: nn.Module) -> tuple[int, int]:
     """``(all trainable parameters, those outside the embedding tables)``; a tied W_o counts once."""
     total = sum(p.numel() for p in model.parameters())
     tables = {id(m.weight): m.weight.numel() for m in model.modules() if isinstance(m, nn.Embedding)}
     return total, total - sum(tables.values())
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def best_time(fn: Callable[[], Any], reps: int, device: torch.device) -> float:
-    """Seconds of the fastest of ``reps`` calls of ``fn`` after one untimed warm-up call."""
-    fn()
-    _sync(device)
-    times = []
-    for _rep in range(max(reps, 1)):
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
-def random_batch(batch_size: int, src_len: int, tgt_len: int, src_vocab: int, tgt_vocab: int,
-                 generator: torch.Generator) -> Batch:
-    """``batch_size`` random sentence pairs with no padding: sources of ``src_len`` tokens and
-    teacher-forcing tensors of ``tgt_len`` positions (``<eos>`` and ``<bos>`` included)."""
-    src = torch.randint(FIRST_ID, src_vocab, (batch_size, src_len - 1), generator=generator).tolist()
-    tgt = torch.randint(FIRST_ID, tgt_vocab, (batch_size, tgt_len - 1), generator=generator).tolist()
-    return collate(src, tgt, list(range(batch_size)))
 
 
 # ---------------------------------------------------------------------------------- planning a rung
@@ -368,27 +301,6 @@ def train_rung(rung: Rung, ladder: Ladder, where: Where, prepared, out_dir: Path
 
 
 # ----------------------------------------------------------------------- tokens/s against length
-
-
-def measure_throughput(model: nn.Module, lengths: tuple[int, ...], tokens: int, reps: int, label_smoothing: float,
-                       device: torch.device, src_vocab: int, tgt_vocab: int) -> list[dict[str, float]]:
-    """Forward + backward of one batch of about ``tokens`` target tokens at each length ``T`` (source
-    and target both ``T`` long, no padding, ``tokens // T`` sentences): time, tokens/s, FLOPs/token.
-
-    At equal tokens the Transformer's matrix products keep their size (B·T rows) whatever T; the
-    GRU's S + T sequential steps each multiply only B = tokens / T rows."""
-    model.train()
-    generator = torch.Generator().manual_seed(0)
-    rows = []
-    for length in lengths:
-        batch = random_batch(max(1, tokens // length), length, length, src_vocab, tgt_vocab, generator).to(device)
-        n = batch.num_tgt_tokens
-        flops = counted_flops(lambda b=batch: forward_backward(model, b, label_smoothing))
-        seconds = best_time(lambda b=batch: forward_backward(model, b, label_smoothing), reps, device)
-        rows.append({"length": length, "batch_size": len(batch.src), "tokens": n, "seconds": seconds,
-                     "tokens_per_s": n / seconds, "flops_per_token": flops / n, "gflops_per_s": flops / seconds / 1e9})
-    model.zero_grad(set_to_none=True)
-    return rows
 
 
 # ----------------------------------------------------------------- decoding with and without cache
