@@ -4,38 +4,20 @@ attnlab's models, loss and searches read as the notes do: every model builds ``n
 loss is ``F.cross_entropy(label_smoothing=ε, ignore_index=<pad>)`` on ``W_o h + b_o``
 (training/losses.py), greedy search takes the ``argmax`` and beam search ``topk`` (decoding/). On
 a CPU those three cost more than they must, and this package holds what replaces them there, each
-with its plain equivalent and its benchmark in the module's docstring:
+with its plain equivalent named in the module's docstring:
 
 - :mod:`attnlab.fast.cross_entropy` — ``W_o`` and the smoothed loss over chunks of rows, the
-  ``(N, V)`` logits never stored (instead of ``nn.Linear`` + ``F.cross_entropy``): 1.79×;
-- :mod:`attnlab.fast.dropout` — masks from one int64 draw per four elements (instead of
-  ``nn.Dropout``): 2.2–2.5×;
-- :mod:`attnlab.fast.top_k` — per-row top-k by blocks of 64 columns (instead of ``topk`` /
-  ``max(dim)``): 2.6–2.9×.
+  ``(N, V)`` logits never stored (instead of ``nn.Linear`` + ``F.cross_entropy``);
+- :mod:`attnlab.fast.dropout` — masks from one int64 draw per four elements (instead of ``nn.Dropout``);
+- :mod:`attnlab.fast.top_k` — per-row top-k by blocks of 64 columns (instead of ``topk`` / ``max(dim)``).
 
-(``bench/kernels.py``, 1 thread on the Intel Xeon of bench/RESULTS.md; together they are most of
-the Transformer step's lead over ``nn.Transformer`` in ``bench/throughput.py``.) Each computes the
-same maths as its plain twin; tests/fast/ checks every pair against each other.
+Each computes the same maths as its plain twin; tests/fast/ checks every pair against each other, and
+``bench/kernels.py`` times them (bench/RESULTS.md, Throughput). The settings and how :func:`apply`
+swaps the modules: docs/explanations/fast-kernels.md.
 
-One setting, ``train.kernels``, chooses (:data:`attnlab.config.KERNELS`):
-
-- ``"fast"``: the fast kernels wherever they run (each one is its plain twin where it cannot
-  apply: the dropout and top-k on CUDA; the loss off the CPU is the fused :class:`SmoothedCrossEntropy`
-  on the logits);
-- ``"auto"`` (the default): today the same as ``"fast"``. On the CPU all three were measured to pay;
-  off the CPU only the fused smoothed loss applies, and it stays the default there because it was
-  attnlab's loss before this package was split off (it has not been timed on a GPU against
-  ``F.cross_entropy`` yet: when ``bench/gpu_check.sh`` shows it does not pay, ``auto`` becomes
-  ``"plain"`` off the CPU in :func:`resolve`);
-- ``"plain"``: the notes' code everywhere — to read it, step through it, or compare against it.
-
-The trainer and the :class:`~attnlab.translator.Translator` call :func:`apply` once on the model they
-build. It swaps the model's ``nn.Dropout`` modules for :class:`Dropout` (a subclass with no
-parameters or buffers: state dicts and checkpoints are the same either way) and records the choice on
-the model, where :func:`enabled` reads it back for the loss and the searches. A model :func:`apply`
-never saw counts as ``"auto"`` there (its dropout stays the ``nn.Dropout`` it was built with). The
-choice changes speed, not the maths: the dropout masks are other draws from the same distribution
-and sums run in another order, so losses agree to rounding, and ``--resume`` may change the setting.
+One setting, ``train.kernels`` (:data:`attnlab.config.KERNELS`: ``fast``, ``auto``, ``plain``), chooses;
+:func:`apply` records it on the model and :func:`enabled` reads it back. The choice changes speed,
+not the maths: losses agree to rounding, and ``--resume`` may change the setting.
 """
 
 from __future__ import annotations

@@ -6,32 +6,11 @@ and an ``argmax`` for the accuracy — :func:`attnlab.training.losses.sequence_l
 kernels are off (``train.kernels``, see :mod:`attnlab.fast`). :func:`sequence_cross_entropy` returns
 the same sums from the same hidden states.
 
-More than half of a small Transformer's FLOPs sit in the output layer ``W_o`` (V × D) and its
-softmax, so padding rows are removed *before* the projection: only the rows whose label is not
-``<pad>`` go through ``W_o``.
-
-The softmax itself is the other big cost: every pass over the ``(N, V)`` logits reads and writes
-tens of megabytes (V ≈ 17k words on fra-eng). :class:`SmoothedCrossEntropy` therefore computes
-the label-smoothed loss, the plain NLL (for perplexity), the accuracy *and the gradient* from a
-single ``log_softmax``; its backward is one multiplication. ``F.cross_entropy`` with
-``label_smoothing`` plus a second plain ``F.cross_entropy`` for the NLL plus an ``argmax`` made
-about eight such passes per step; this makes four.
-
-On a CPU even those passes are slow when the ``(N, V)`` logits are a fresh 100-MB tensor: every
-pass streams from memory and the allocation itself page-faults. :class:`LinearCrossEntropy` goes
-further there: it runs ``W_o`` *and* the loss over chunks of ~180 rows in a reused buffer, writes
-only ``softmax(z)`` and folds the rest of the gradient in as corrections, so the full logits are
-never stored.
-
-Measured by ``bench/kernels.py`` (row ``loss``: ``nn.Linear`` + ``F.cross_entropy(label_smoothing=
-0.1)`` forward and backward over 1,100 rows and the fra-eng vocabulary of 17,390 words, against
-:func:`linear_cross_entropy`): 1.79× (bench/RESULTS.md, Throughput notes; Intel Xeon, 2 cores,
-AVX-512, 1 thread, torch 2.13 CPU), 1.37× again at 5c36ba4 and 1.27× with AVX2 only. The W_o + loss
-path is about half of a training step (``torch.profiler``: 47 % of the Transformer's, 53–59 % of the
-Bahdanau model's); over the commits that built it (5e8099a … 8e7193a, which also brought the lane
-dropout and smaller changes) ``bench/throughput.py`` moved from 1.19× to 1.44× the plain
-``nn.Transformer`` loop and from 1.59× to 1.97× the D2L Bahdanau loop. :class:`SmoothedCrossEntropy`
-alone (the path off the CPU with ``train.kernels = "fast"``) has no GPU measurement.
+Padding rows are removed *before* ``W_o`` (V × D, most of a small Transformer's FLOPs);
+:class:`SmoothedCrossEntropy` computes the smoothed loss, the NLL, the accuracy and the gradient from a
+single ``log_softmax``; :class:`LinearCrossEntropy` (the CPU) runs ``W_o`` and the loss over chunks of
+rows in a reused buffer, so the ``(N, V)`` logits are never stored. Why: docs/explanations/fast-kernels.md;
+timed by ``bench/kernels.py`` (row ``loss``; bench/RESULTS.md, Throughput).
 
 Dimension key: B batch, T target len, N non-pad target tokens, D model dim, V target vocab.
 """
@@ -110,7 +89,7 @@ def _scratch(name: str, rows: int, cols: int, like: Tensor) -> Tensor:
     """A ``(rows, cols)`` buffer kept between calls (contents undefined), for the training path only.
 
     A fresh multi-megabyte CPU tensor is a fresh ``mmap``: every one of its pages faults on first
-    touch, and the chunk's GEMM pays for it (about 15 % of the whole W_o + loss path, measured).
+    touch, and the chunk's GEMM pays for it (bench/RESULTS.md, Throughput).
     The buffers only grow (12 MiB of logits and one augmented W_o per device and dtype) and are shared
     by the process: the training loop is single-threaded, and inference never takes this path."""
     key = (name, like.device, like.dtype)

@@ -4,20 +4,16 @@ Plain equivalent: ``nn.Dropout`` — what every model builds; :func:`attnlab.fas
 for :class:`Dropout` when the fast kernels are on (``train.kernels``, see :mod:`attnlab.fast`).
 
 ``nn.Dropout`` draws one Bernoulli sample per element from the CPU generator; on a small Transformer
-that costs about a tenth of a training step — more than all its attention kernels. Here one 64-bit
+that costs more than all its attention kernels (bench/RESULTS.md, Throughput). Here one 64-bit
 draw (``random_`` over the whole int64 range) gives four 16-bit lanes, and an element is dropped
 when its lane falls in the lowest ``round(p · 2¹⁶)`` of the 65,536 values: the same distribution up
 to ``p``'s rounding to a multiple of 2⁻¹⁶ (0.1 becomes 0.100006) for a quarter of the generator
 calls. The scaled mask is kept in ``x``'s dtype, so forward and backward are one multiplication each
-(a float mask costs 4 bytes an element where ``nn.Dropout`` keeps 1: a few MB on these models).
+(a float mask costs 4 bytes an element where ``nn.Dropout`` keeps 1).
 Masks still come from ``torch``'s default generator, so ``torch.manual_seed`` and a checkpoint's
 saved RNG state reproduce them exactly.
 
-Measured by ``bench/kernels.py`` (rows ``dropout_ffn`` and ``dropout_model``: ``nn.Dropout(0.1)``
-against this, forward and backward): 2.46× on a Transformer's FFN activations ``(1100, 1024)`` and
-2.22× on its residual stream ``(1100, 256)`` (bench/RESULTS.md, Throughput notes; Intel Xeon, 2 cores,
-AVX-512, 1 thread, torch 2.13 CPU); 2.34× / 1.99× again at 5c36ba4, 2.24× / 2.01× with AVX2 only.
-In ``torch.profiler`` of a Transformer training step the masks went from 9 % to ~4 % of it.
+Timed by ``bench/kernels.py`` (rows ``dropout_ffn`` and ``dropout_model``; bench/RESULTS.md, Throughput).
 
 Anywhere else — CUDA (where PyTorch's fused dropout kernel is already cheap), half precision,
 ``p`` that rounds to 0 or 1 (below 2⁻¹⁷ or above 1 − 2⁻¹⁷), evaluation mode — it is ``nn.Dropout``.
@@ -39,7 +35,7 @@ def keep_mask(shape: torch.Size, p: float, dtype: torch.dtype = torch.float32,
     bits = torch.empty((n + _LANES - 1) // _LANES, dtype=torch.int64, device=device).random_(-(2**63), None)
     lanes = bits.view(torch.int16)[:n].view(shape)  # each lane uniform over [-32768, 32767]
     cut = round(p * 65536)
-    # bool → float has no vectorised CPU kernel; uint8 → float has (3× faster), hence the view.
+    # bool → float has no vectorised CPU kernel; uint8 → float has, hence the view.
     keep = (lanes >= cut - 32768).view(torch.uint8).to(dtype)
     return keep.mul_(65536 / (65536 - cut))
 

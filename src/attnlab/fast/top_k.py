@@ -5,13 +5,9 @@ Plain equivalent: ``Tensor.topk(k, dim=-1)`` (beam search: each beam's ``K`` bes
 fast kernels are off (``train.kernels``, see :mod:`attnlab.fast`).
 
 On the CPU ``topk`` (and ``max`` with indices) over each row of a decoder's logits runs a scalar
-selection per row, ~15× slower than the vectorised ``amax``; :func:`top_k_rows` ranks only the
-``k`` blocks of 64 columns with the largest maxima. Measured by ``bench/kernels.py`` over ``(256,
-8000)`` log-probabilities (rows ``topk4`` and ``top1``): 2.62× ``topk(4)`` and 2.88× ``max(dim)``
-(bench/RESULTS.md, Throughput notes; Intel Xeon, 2 cores, AVX-512, 1 thread, torch 2.13 CPU);
-2.24× / 2.43× again at 5c36ba4, 1.99× / 2.40× with AVX2 only. Together with beam search ranking
-only each beam's ``K`` best tokens (3fcbde5), it took beam-4 decoding from 5.0× to 5.5–5.8× the
-uncached reference in ``bench/throughput.py``.
+selection per row, far slower than the vectorised ``amax``; :func:`top_k_rows` ranks only the
+``k`` blocks of 64 columns with the largest maxima. Timed by ``bench/kernels.py`` (rows ``topk4`` and
+``top1``; bench/RESULTS.md, Throughput).
 
 Dimension key: R rows, V columns (the vocabulary), k values kept per row.
 """
