@@ -317,8 +317,8 @@ class DecodeConfig:
     nbest: int = 1
     max_len_a: float = 1.5  # output at most a * source_len + b tokens; a in [0, MAX_LEN_A], b in [1, MAX_LEN_B]
     max_len_b: int = 10
-    # Sentences decoded together; 0 = auto: AUTO_DECODE_ROWS decoder rows (sentences × beam). Measured on
-    # 2 CPU threads (bench/RESULTS.md): greedy 463 sent/s at 64 sentences, 695 at 256; beam 4 best at 64.
+    # Sentences decoded together; 0 = auto: AUTO_DECODE_ROWS decoder rows (sentences × beam), chosen by
+    # measurement (bench/RESULTS.md, "Figures moved out of the source").
     batch_size: int = 0
     max_tokens: int = 0  # or batches of at most this many padded source tokens (fairseq's --max-tokens); 0 = off
     no_repeat_ngram_size: int = 0  # never repeat an n-gram of this size in an output (fairseq's); 0 = off
@@ -561,8 +561,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                 "model": {"num_hiddens": 256, "embed_size": 256, "num_layers": 2, "dropout": 0.2},
                 "train": {"lr": 2e-3, "warmup_steps": 100, "label_smoothing": 0.1,
                           **_EVAL}},
-    # Bahdanau: lr 3e-3 / warm-up 200 / dropout 0.1 beat 2e-3 / 100 / 0.2 by 7.8 BLEU in 15 minutes
-    # (bench/RESULTS.md): with the shorter warm-up the inverse-sqrt decay starved the GRU of step size.
+    # Bahdanau: lr 3e-3 / warm-up 200 / dropout 0.1 beat 2e-3 / 100 / 0.2 at the same budget
+    # (bench/RESULTS.md, "Figures moved out of the source"): with the shorter warm-up the inverse-sqrt decay starved the GRU of step size.
     # Its decoder queries with the state after its step (attention_query "current", Luong et al. 2015): at
     # every budget measured it translated better and its map of i'm home . put je, suis → i'm and chez → home
     # where D2L's order (s(t'-1), "previous") put none there (docs/experiments/bahdanau-alignment.md).

@@ -13,9 +13,8 @@ default) a budgeted run plans its schedule on its **horizon**, the number of upd
 The lr warms up linearly over a small share of the horizon (``train.warmup_frac``, at most
 ``train.warmup_steps`` updates), stays at its peak, and decays linearly to zero over the last
 ``train.decay_frac`` of the horizon (warmup-stable-decay, the default; ``train.schedule="linear"``
-decays from the end of the warm-up instead). Measured against each other at the same budgets
-(bench/RESULTS.md), the flat stretch won every time: 44.3 against 41.0 greedy test BLEU for the
-Transformer in 15 minutes, and ahead for both models at the demo's 1.5 minutes. A run with no budget
+decays from the end of the warm-up instead). Measured against each other at the same budgets, the flat
+stretch won every time (bench/RESULTS.md, Quality). A run with no budget
 keeps the open-ended schedule of Vaswani et al. (warm-up, then 1/√t).
 
 Validation of a budgeted run happens at shares of the horizon (``train.eval_frac``: 0.25 = at 25, 50

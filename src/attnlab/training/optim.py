@@ -34,7 +34,7 @@ def _split(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter], li
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     hidden, tables, vectors = _split(model)
     kwargs: dict[str, Any] = {"lr": cfg.lr, "betas": tuple(cfg.betas)}
-    # Fused Adam(W): one kernel over all parameters (2.7x faster optimizer step measured on CPU, torch 2.13).
+    # Fused Adam(W): one kernel over all parameters, a faster optimizer step (bench/RESULTS.md, "Figures moved out of the source").
     kwargs["fused"] = True
     if cfg.optimizer == "adam":
         return torch.optim.Adam([{"params": _unique(model), "weight_decay": 0.0}], **kwargs)

@@ -185,9 +185,8 @@ def finish_meta(out_dir: Path, facts: dict[str, Any]) -> None:
 class CurvesPainter:
     """Redraws ``curves.png`` after a validation (rank 0), so the curves can be watched while a run goes.
 
-    One draw (matplotlib, PNG only) measured 0.66-0.81 s on a busy 2-core Xeon, about 30 % of a validation
-    of the 15-minute fra-eng Transformer (2.1-2.3 s: loss on 1,000 pairs, BLEU on 200 sentences, 4 probes)
-    and more than a tiny run's whole validation. So a draw is skipped while the time since the previous
+    One draw costs a sizeable share of a validation, more than a tiny run's whole validation
+    (bench/RESULTS.md, "Figures moved out of the source"). So a draw is skipped while the time since the previous
     one is under :attr:`RATIO` times what that one cost: drawing then takes at most 1/RATIO of the run's
     wall time, whatever the validation cadence. :func:`finish_meta` draws at the end in any case (PNG
     and SVG). A failing disk or a missing matplotlib never stops training.

@@ -41,12 +41,12 @@ _SHORT, _MEDIUM_SHORT = 20_000, 80_000
 #: budgets (docs/experiments/sizing-tiers.md). The GRU's were not measured.
 _SMALL_PAIRS, _SMALL_BATCH = 120_000, 800
 #: The small Transformer's vocabulary: words seen at least 5 times. A smaller W_o makes each update cheaper, and
-#: at 12 minutes on a 64 GFLOP/s machine the extra updates scored higher than the rarer words
-#: (bench/RESULTS.md, "The tiers re-tuned under the quota, timed"). The other tiers keep 3.
+#: the extra updates scored higher than the rarer words (bench/RESULTS.md, "The tiers re-tuned under the quota,
+#: timed"). The other tiers keep 3.
 _SMALL_MIN_FREQ = 5
-#: The tiny and small Transformers' depth: one encoder and one decoder layer. Under a CPU quota that makes a laptop
-#: of 64 GFLOP/s, the second layer's cost bought more as updates (nearly twice as many): test BLEU rose at 2.5 and
-#: 12 minutes on both seeds, and a third layer lost (bench/RESULTS.md, "Depth under the quota"). The demo keeps two
+#: The tiny and small Transformers' depth: one encoder and one decoder layer. Under a laptop's CPU quota the
+#: second layer's cost bought more as updates, and a third layer lost (bench/RESULTS.md, "Depth under the
+#: quota"). The demo keeps two
 #: (attnlab.demo.DEMO_TRANSFORMER_LAYERS), whose map of the notes' example formed more often.
 _SHORT_LAYERS = 1
 #: The small GRU's width: narrower than the preset's 256, it makes more updates in the budget, and scored
