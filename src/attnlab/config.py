@@ -5,7 +5,7 @@ A run is fully described by a :class:`Config`. It is written to every run folder
 
 Overrides look like ``train.lr=3e-4`` or ``model.num_layers=3``; each value is parsed
 according to the field's declared type. An unknown section or key is a :class:`ConfigError`
-that lists the valid names — a typo never passes silently (STYLE.md habit 3).
+that lists the valid names — a typo never passes silently (docs/DESIGN.md, Conventions).
 """
 
 from __future__ import annotations

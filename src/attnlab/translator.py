@@ -1,5 +1,5 @@
 """One inference object shared by the CLI, the web server, notebooks and the training probes
-(STYLE.md habit 13).
+(one loader and one Translator for the CLI, the web server and notebooks).
 
 >>> tr = Translator.from_run("runs/transformer")          # doctest: +SKIP
 >>> tr.translate("i'm home .")                              # doctest: +SKIP

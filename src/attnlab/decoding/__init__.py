@@ -1,6 +1,6 @@
 """Greedy and beam search through the model protocol (``encode`` / ``init_state`` / ``step``), notes §22.
 
-One implementation serves every model kind (STYLE.md habit 6). Both searches are batched, run under
+One implementation serves every model kind (through the protocol of docs/DESIGN.md, The main contracts). Both searches are batched, run under
 ``torch.inference_mode()``, drop finished rows with ``DecoderState.select``, never emit
 ``<pad> <bos> <unk>``, and return :class:`Hypothesis` objects (ids without ``<bos>``/``<eos>``).
 """

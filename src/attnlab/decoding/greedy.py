@@ -4,7 +4,7 @@ previous output, one token at a time, instead of the teacher-forced reference).
 Dimension key: B batch (rows still decoding), S source len, V vocab, L layers, H heads,
 T_out generated steps.
 
-One implementation serves every model (STYLE.md habit 6): it only calls ``model.encode``,
+One implementation serves every model (docs/DESIGN.md, The main contracts): it only calls ``model.encode``,
 ``model.init_state``, ``model.step`` and ``DecoderState.select``. Rows are decoded together; a row
 that emits ``<eos>`` or reaches its length limit is finished and removed from the batch (its state
 rows dropped with ``select``), so long outputs do not keep short ones' compute alive. The next token is

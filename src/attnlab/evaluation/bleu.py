@@ -6,7 +6,7 @@ Two different things are called BLEU here:
   sentence against one label: a brevity penalty times the matched n-gram precisions, longer n-grams
   weighted more (``p_n ** (1 / 2**n)``). It is for teaching and for the notes' examples.
 - :func:`corpus_scores` is what a paper would report: sacreBLEU's corpus BLEU and chrF on detokenised
-  text, with the signature that makes the figure reproducible (STYLE.md habit 14), computed against
+  text, with the signature that makes the figure reproducible from the run folder alone, computed against
   **all** the references of each source sentence (Tatoeba often gives one English sentence several
   French translations) and, beside it, against the first reference only. BLEU's tokenizer follows the
   target language (:func:`bleu_tokenize`: ``13a``, sacreBLEU's default; ``zh`` for Chinese; ``char`` for

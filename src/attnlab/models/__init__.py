@@ -1,5 +1,5 @@
 """The five model families behind one protocol, chosen from a plain ``kind → builder`` dict
-(STYLE.md habit 4: no registries, no dotted paths). A builder is the family's class, or a function that
+(a plain dict: no registries, no dotted paths). A builder is the family's class, or a function that
 builds the parts and passes them in (Bahdanau's score function); either answers ``traits(cfg)``.
 
     model = build_model(cfg.model, len(src_tok), len(tgt_tok))

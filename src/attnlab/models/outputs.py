@@ -1,5 +1,5 @@
 """What the models return: output dataclasses that carry attention weights when asked for
-(STYLE.md habit 7: weights are returned, never stored on modules).
+(weights are returned, never stored on modules: docs/DESIGN.md, Conventions).
 
 Attention dicts map a kind to a tensor shaped ``(B, layers, heads, queries, keys)``:
 ``enc_self``, ``dec_self``, ``cross`` for encoder–decoder models, ``self`` for the decoder-only

@@ -1,5 +1,5 @@
 """The narrow protocol every model obeys, so one greedy and one beam search serve them all
-(D2L's encoder–decoder interface; STYLE.md habit 6).
+(D2L's encoder–decoder interface; docs/DESIGN.md, The main contracts).
 
     out = model(src, src_valid_lens, tgt_in, need_weights=False, compute_logits=True)  # ModelOutput
     enc = model.encode(src, src_valid_lens)                                           # EncoderOutput

@@ -1,5 +1,5 @@
 """Run folders and exported folders: the only checkpoint saver and loader, and the readers of everything a
-run wrote (STYLE.md habit 13). Training writes them and inference reads them; neither imports the other.
+run wrote (one loader for every front end). Training writes them and inference reads them; neither imports the other.
 
 - :mod:`~attnlab.runs.folder`: the files of a run folder and how they are read (``read_run``, metrics);
 - :mod:`~attnlab.runs.checkpoint`: the one home of checkpoints: their names (``checkpoints/``, ``step-N``,

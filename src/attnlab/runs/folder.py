@@ -1,4 +1,4 @@
-"""Run folders: what a run writes and how it is read back (STYLE.md habit 13).
+"""Run folders: what a run writes and how it is read back (read by every front end alike).
 
 Run folder layout::
 

@@ -1,4 +1,4 @@
-"""`attnlab train`: a plain, visible training loop (STYLE.md habit 5; the notes' §3, §10, §21).
+"""`attnlab train`: a plain, visible training loop (no callback framework; the notes' §3, §10, §21).
 
 Read :func:`train_step`, then :func:`fit`, then :func:`train`:
 

@@ -1,7 +1,7 @@
 """Invariants that catch mask and decoding bugs, run on the user's own trained model.
 
 A learner cannot tell a bug from a weak model by looking at bad translations; these checks can.
-Each compares two computations that must agree on any model, trained or not (STYLE.md habit 9):
+Each compares two computations that must agree on any model, trained or not (tests check equivalences, not only shapes):
 
 1. padding does not change outputs — a sentence alone, with extra ``<pad>`` on both sides, and
    inside a padded batch give the same logits at its real positions (notes §23: masked keys get
