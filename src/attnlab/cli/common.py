@@ -1,9 +1,9 @@
 """What the ``attnlab`` command modules share: the parser class and help layout, the config
 arguments and how they become a Config, ``--device``, ``--quiet``/``--verbose`` and deprecated spellings.
 
-:mod:`attnlab.cli` and the modules that add subcommands (``inspection.commands_views``,
-``inspection.commands_analysis``, ``web.commands``) import this module; it imports none of them,
-so the dependency points one way: ``cli`` → command modules → ``cli_common`` → ``config``.
+:mod:`attnlab.cli` and the modules that add subcommands (``cli.views``, ``cli.analysis``, ``cli.serve`` and the
+others listed in ``cli.COMMANDS``) import this module; it imports none of them, so the dependency points one
+way: ``cli`` → command modules → ``cli.common`` → ``config``.
 """
 
 from __future__ import annotations

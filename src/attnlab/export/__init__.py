@@ -1,7 +1,7 @@
 """Export a run for use without its run folder, and run it on CTranslate2 (issue 17).
 
 - ``folder.py``: ``attnlab export RUN OUT`` writes config.json, model.safetensors and one Hugging Face
-  ``tokenizers`` file per language (the layout, and its reader, are in ``attnlab/runs.py``);
+  ``tokenizers`` file per language (the layout, and its reader, are in :mod:`attnlab.runs`);
 - ``standalone.py``: what a tool outside attnlab needs: the HF tokenizer files complete with their
   post-processor (``<eos>``), decoder and special tokens, and ``ctranslate2/decode.json``, the decode
   settings CTranslate2's model folder cannot hold;

@@ -1,4 +1,4 @@
-"""`attnlab export RUN OUT`: one checkpoint as a self-contained folder (the layout is in ``runs.py``).
+"""`attnlab export RUN OUT`: one checkpoint as a self-contained folder (the layout is in :mod:`attnlab.runs`).
 
 The folder is written under a temporary name beside ``OUT`` and swapped into place, so ``OUT`` is
 either the previous folder or the complete new one; ``--force`` replaces only an earlier export that

@@ -1,4 +1,4 @@
-"""The training side of a run folder (its layout and readers are in ``attnlab/runs.py``): refuse a
+"""The training side of a run folder (its layout and readers are in :mod:`attnlab.runs`): refuse a
 folder that holds another run, write what describes the run (resolved config, tokenizers, seed,
 versions, data statistics, command line), forget log lines a killed process left after its last
 checkpoint, redraw ``curves.png`` as the run goes, and close the description at the end."""

@@ -524,7 +524,7 @@ def _draw(report: dict[str, Any]):
     """Six panels. Top: validation loss against training FLOPs, final loss against parameters, the
     counted GFLOP/s a training pass reaches at each sentence length. Bottom: training tokens/s against
     length, decoding time and counted FLOPs per generated token with and without the cache."""
-    import matplotlib  # heavy: only when a figure is drawn (plots.new_figure imports it the same way)
+    import matplotlib  # heavy: only when a figure is drawn (viz.figure.new_figure imports it the same way)
 
     fig = new_figure((16, 9))
     axes = fig.subplots(2, 3)
