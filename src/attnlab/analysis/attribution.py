@@ -2,19 +2,10 @@
 
 The notes ask what attention weights really tell us. Two answers a learner can measure on their own model:
 
-- **Attention rollout** (Abnar & Zuidema 2020, §3): a layer's state is its attention's mix of the
-  layer below *plus* the residual connection (§20), so per layer the heads are averaged, the
-  identity is added and the rows renormalised, ``Â_l = (Ā_l + I) / rowsum``; the product
-  ``Â_l ⋯ Â_1`` says how much of each input token flows into each position after layer ``l``.
-  :func:`rollout` computes it for one stack of self-attention: the Transformer's encoder, the
-  decoder-only model's causal stack and the encoder-only model.
-- **Gradient attribution** (through Captum, the maintained PyTorch library; the ``explain`` extra):
-  for each output token ``y_t`` of the model's own greedy translation, teacher-forced, the
-  log-probability ``f_t = log p(y_t | y_<t, x)`` is attributed to the source token embeddings
-  ``e_s`` (summed over the embedding dimension). *Input × gradient* is ``e_s · ∂f_t/∂e_s``;
-  *integrated gradients* (Sundararajan et al. 2017) averages the gradient along the straight path
-  from a baseline of zero source embeddings (positions kept, words removed) to ``e``, so that the
-  attributions of a row add up to ``f_t(e) − f_t(0)`` (completeness; ``delta`` is what is missing).
+- **Attention rollout** (Abnar & Zuidema 2020): :func:`rollout`, for one stack of self-attention;
+- **Gradient attribution** (Captum; the ``explain`` extra): input × gradient and integrated gradients
+  (Sundararajan et al. 2017) of each output token's log-probability on the source embeddings.
+How each is computed, and why: docs/explanations/attribution.md.
 
 :func:`run` puts the gradient attribution beside the attention the notes read as an
 alignment (§25): the last layer's cross-attention with its heads averaged (Bahdanau's single map for

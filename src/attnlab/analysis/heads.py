@@ -14,22 +14,11 @@ with teacher forcing on the reference translations:
   token of the diagonal (the monotone alignment that English→French mostly follows);
 - **importance**: the drop in greedy BLEU and the rise in loss when that one head is silenced (its
   slice ``[..., h·Dh:(h+1)·Dh]`` of the input of ``out_proj`` = W_o zeroed before W_o runs,
-  the other heads untouched; Michel et al. 2019), **with its noise**: on a sample of 100 sentences a
-  BLEU difference of a point or two is chance. A paired bootstrap over the sentences (Koehn 2004:
-  the same resampled sentences score the model with and without the head) gives a 95 % interval of
-  each difference; a head "matters" (or "helps when silenced") only when the interval excludes 0,
-  else its effect is reported as within the noise.
+  the other heads untouched; Michel et al. 2019), with a paired-bootstrap 95 % interval (Koehn 2004):
+  docs/explanations/heads.md.
 
-Averages are over real (non-padding) queries only; padding keys carry exactly 0 weight.
-
-**The plain answer to §28.5** (:func:`answer`, the report's last lines): which heads do what, and which
-are indistinguishable from noise. "Noise" is defined against two baselines, both of which a head must
-match: its attention against **uniform attention** over the same keys (``focus = 1 − entropy / ln K``,
-K the keys its mask lets each query see: 0 = uniform, 1 = one key; a head below :data:`NOISE_FOCUS`
-picks no key), and its silencing against **the sampling noise** of the sentences (the bootstrap
-intervals above). A head that picks keys but whose silencing is within the noise is not called noise:
-it has a pattern the model can do without (other heads may cover it); a head whose silencing moves BLEU or
-the loss beyond the noise does something, named by its role when one statistic dominates.
+Averages are over real (non-padding) queries only; padding keys carry exactly 0 weight. **The plain answer
+to §28.5** (:func:`answer`): which heads do what and which are noise, as docs/explanations/heads.md defines.
 
 Dimension key: B batch, L layers, H heads, Q queries, K keys, S source len, T target len.
 """

@@ -7,9 +7,7 @@ model itself returned:
 
 - :func:`residual_section` (section 4 of a Transformer): the norm placement, and the norms of X,
   Sublayer(·) and X + Sublayer(·) at one position of every layer;
-- :func:`ffn_section` (4, after it): the position-wise FFN (§19) run on the positions one at a time and all
-  at once, on reordered positions, and with one position's input replaced, beside the same layer's
-  self-attention: the same function at every position, mixing no tokens;
+- :func:`ffn_section` (4, after it): the position-wise FFN (§19), the same function at every position;
 - :func:`roles_section` (6): for each attention kind, which tensor is the Query, the Keys and the
   Values (§2 Bahdanau: s(t'−1) against the encoder states h_t; §12 self-attention Q = K = V = X; §18
   the decoder's masked self-attention and its encoder–decoder attention); how ``in_proj`` splits into
@@ -18,11 +16,7 @@ model itself returned:
 - :func:`logit_section` (7): ``logit = W_o[id]·out + b_o[id]`` (§8) for step 1's token, and weight tying;
 - :func:`context_rows`: the §9 table's context vectors and positional-encoding buffer.
 
-Pre-norm against the notes' post-norm (§20). The presets are pre-norm (``model.norm_first=true``):
-``X + Dropout(Sublayer(LayerNorm(X)))`` and a final LayerNorm per stack; the notes write post-norm,
-``LayerNorm(X + Dropout(Sublayer(X)))``, which ``model.norm_first=false`` trains. Post-norm's known risk
-is divergence in deep stacks or without warm-up (Xiong et al. 2020); what the two cost at the presets'
-depth is measured in docs/experiments/norm-placement.md.
+Pre-norm against the notes' post-norm (§20): docs/explanations/explain.md.
 
 The printed sentences are the format strings of :data:`TEXT`, one place to translate them.
 

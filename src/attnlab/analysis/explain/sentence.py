@@ -8,14 +8,11 @@ GRU's gates:
 2. the embedding rows those ids select and the resulting shapes (§5);
 3. the path through the network: every module in call order with its output shape — per layer
    for a Transformer — recorded by forward hooks on a teacher-forced pass;
-4. for GRU models, the update gate z and reset gate r at every step (§6–7), read from the
-   from-scratch GRU (the same weights loaded into ``scratch_gru=True``; it is checked to give the
-   same logits as the trained model); for Transformers, the norm placement (pre-norm against the
-   notes' post-norm, §20) and the residual adds X + Sublayer(·) of every layer (:mod:`.roles`);
+4. for GRU models, the gates z and r at every step (§6–7), read from the from-scratch GRU (checked to
+   give the trained model's logits); for Transformers, the norm placement and residual adds (:mod:`.roles`);
 5. greedy decoding step by step (§3, §22): the attention over the source and the top-k logits with
-   their probabilities (§8) — the translator's own greedy search, watched step by step; then what each
-   output looks at and what it depends on (:mod:`.depends`: the one alignment verdict of
-   :mod:`attnlab.evaluation.alignment`, and the integrated-gradients row of ``attnlab attribute``);
+   their probabilities (§8) — the translator's own greedy search; then what each output looks at and
+   what it depends on (:mod:`.depends`);
 6. Query, Key and Value of each attention kind (§2, §12, §18), ``in_proj`` split into W_q, W_k, W_v
    and heads (§11), and step 1's scores worked by hand (:mod:`.roles`);
 7. one logit worked by hand, ``W_o[id]·out + b_o[id]`` (§8), and weight tying;
