@@ -14,18 +14,13 @@ pairs, splits them by English source, builds the tokenizers from the training sp
 truncates to ``num_steps - 1`` tokens (so ``<eos>`` fits, the notes' §4) and reports every
 truncation and dropped pair in ``Prepared.stats`` — nothing is lost silently.
 
-Where a named corpus is looked for (first hit wins), see :func:`~attnlab.data.download.locate`:
-``--data PATH`` (a zip, a ``fra.txt`` or a folder holding one), ``$ATTNLAB_DATA_DIR``, the user
-cache ``$XDG_CACHE_HOME/attnlab`` (default ``~/.cache/attnlab``), and finally a download of D2L's
-copy into that cache, kept only if its sha256 matches. ``ATTNLAB_OFFLINE=1`` forbids the download.
-A trained run records its corpus by name and checksum, not by path, and the commands that read it
-again locate it the same way at use time (:func:`for_run`), so run folders can move.
+Where a named corpus is looked for: :func:`~attnlab.data.download.locate` (docs/explanations/data.md); a run
+records its corpus by name and checksum, so run folders can move.
 
 Neither a server nor an archive can make attnlab read without bound: a download stops past
 :data:`MAX_DOWNLOAD_BYTES` or its total deadline (``$ATTNLAB_DOWNLOAD_TIMEOUT`` seconds, default
 120, on top of the per-operation socket timeout), and a zip member or a plain ``fra.txt`` is refused
-past :data:`MAX_MEMBER_BYTES` — declared (its size on disk) or actually read (D2L's zip is 3.4 MB, its
-``fra.txt`` 11.7 MB).
+past :data:`MAX_MEMBER_BYTES` — declared (its size on disk) or actually read.
 """
 
 from __future__ import annotations

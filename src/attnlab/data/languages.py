@@ -3,24 +3,12 @@
 Four rules, named by ``data.preprocess`` (``config.PREPROCESS``; ``auto`` picks one per language:
 ``data/pairs.py``):
 
-- ``d2l``: the notes' own (§4, :mod:`attnlab.data.text`): lowercase, a space before ``, . ! ?``, French or
-  English detokenisation. fra-eng and the numbers task's English keep it, so the notes' examples read as
-  they do in D2L.
-- ``metaspace``: for space-separated scripts (``auto``'s choice outside fra-eng): each run of letters, digits
-  and combining marks is a token and so is each other character, and a token that follows a space starts
-  with ``▁`` (SentencePiece's metaspace), so ``I'm home.`` is ``▁I ' m ▁home .`` and joining is lossless:
-  the tokens concatenated, ``▁`` read as a space. Case is kept; the text is first cleaned as D2L's is
-  (invisible characters dropped, NFC, one space per run of whitespace, ``▁`` itself read as a space). The rule
-  *is* Hugging Face ``tokenizers`` pieces (:func:`metaspace_pieces`), which the export writes into its files,
-  so plain ``tokenizers`` cuts and joins text exactly as attnlab does.
-- ``moses``: Moses' tokenizer and detokenizer (sacremoses, with the language's code: its non-breaking
-  prefixes, apostrophes, quotes), on request only: ``tokenizers`` cannot express it, so an export of it
-  needs sacremoses beside the tokenizer file (``export/standalone.py``). Case is kept; text is cleaned first.
-- ``chars``: for scripts written without spaces (Chinese, Japanese, Thai, ...) and no segmenter: each
-  character of those scripts is a token; a run of other letters or digits (``iPhone``, ``12``) is one, and
-  each other mark is one. Joining puts a space only between two such runs, so ``我有 iPhone 12 手机。``
-  reads back as ``我有iPhone 12手机。``. A word vocabulary over it is a character vocabulary; BPE over it
-  learns no merge across characters of those scripts.
+- ``d2l``: the notes' own (§4, :mod:`attnlab.data.text`), kept by fra-eng and the numbers task's English;
+- ``metaspace``: for space-separated scripts, SentencePiece's ``▁`` marking, lossless, case kept; it *is*
+  Hugging Face ``tokenizers`` pieces (:func:`metaspace_pieces`), so an export cuts text as attnlab does;
+- ``moses``: Moses' tokenizer and detokenizer (sacremoses), on request only;
+- ``chars``: each character of scripts written without spaces (Chinese, Japanese, Thai, ...) is a token.
+How each cuts and joins, with examples: docs/explanations/data.md.
 
 Every rule's ``preprocess`` returns tokens separated by single spaces (what the vocabularies split on),
 never raises on any ``str``, and its ``detokenize(preprocess(s).split())`` preprocesses back to

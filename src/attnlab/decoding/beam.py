@@ -16,10 +16,8 @@ The search, at every step and for every sentence:
    live beams' extensions;
 3. stops the sentence — removing its ``K`` rows from the batch with ``DecoderState.select`` — when
    it reaches its length limit, when no beam is live, or when no live beam can still beat the worst
-   kept finished hypothesis. That test is exact, not a heuristic: a future hypothesis descends from a
-   live beam, so its raw score is at most the beam's (log-probabilities are <= 0) and its length at
-   most the limit, hence its normalised score is at most ``best live score / lp(limit)``. Stopping
-   early therefore never changes the result.
+   kept finished hypothesis. The test is exact, so stopping early never changes the result
+   (docs/explanations/beam-search.md).
 
 With ``K = 1`` step 2 keeps the argmax, and an ``<eos>`` leaves no live beam, so beam search returns
 exactly greedy search's tokens and scores (a test checks it).

@@ -17,15 +17,9 @@ here rather than guessed by a converter:
   starts from ``<bos>``) and the source's ``<eos>`` is appended by CTranslate2 (``add_source_eos``),
   as attnlab's batching appends it.
 
-The decoder-only model reads ``source <eos> <bos> target`` with *two* embedding tables; a
-CTranslate2 decoder has one vocabulary, so the target tokens keep their ids and the source tokens
-follow under a ``<src>`` prefix, and the source rows of the output layer get a bias of
-``-65504`` (float16's lowest) so that they are never generated.
-GRU models have no such spec and are refused.
-
-int8 weights are rounded here, not by CTranslate2 (:func:`int8_weights`): one scale per row as
-CTranslate2 expects, but small enough that no x86 int8 GEMM saturates, so the int8 model gives the
-same outputs on every x86 processor.
+The decoder-only model's two embedding tables become one vocabulary (the source under a ``<src>`` prefix,
+never generated); int8 weights are rounded here (:func:`int8_weights`) so every x86 processor gives the
+same outputs; GRU models are refused. Why: docs/explanations/export.md.
 """
 
 from __future__ import annotations

@@ -20,10 +20,8 @@ How the data is shared (the contract the tests check):
 * A global batch with fewer pairs than ranks (only the epoch's short remainder can be) leaves some
   ranks without a pair: those run the first pair with weight 0 so every rank joins the gradient
   all-reduce, and the pair is not counted.
-* The data position is the number of **global** batches done in the epoch. A resume with another
-  number of processes cannot continue the same batch list (the budget changed), so it marks the
-  pairs already consumed in the epoch and cuts the rest of the epoch afresh
-  (:func:`epoch_batches` with ``exclude``): each pair is still seen exactly once per epoch.
+* The data position is the number of **global** batches done in the epoch; a resume with another
+  number of processes still sees each pair once per epoch (docs/explanations/training.md).
 """
 
 from __future__ import annotations

@@ -12,11 +12,8 @@ figures (the other ranks hold a no-op :class:`Board`):
   (``probes/N``). ``KIND`` is
   ``cross`` (the notes' §25 alignment) where the model has it, else what the model records (``self``).
 
-The images come from the records :func:`attnlab.training.validation.record_probes` has just written,
-read back through :func:`attnlab.runs.probes.read_probes`: the maps of ``attnlab attention
---timeline`` and the web page, not a second capture. They are drawn with numpy and labelled with
-Pillow, not matplotlib, whose labelled figure costs far more per sentence (the validation's time is
-the budget's).
+The images are the probe records the validation just wrote, drawn with numpy and Pillow, not a second
+capture (docs/explanations/training.md).
 
 A resumed run appends to the same folder: its writer starts with ``purge_step`` = the resumed step + 1,
 so whatever a killed process logged after its last checkpoint is hidden (as ``metrics.jsonl`` forgets
