@@ -116,7 +116,7 @@ def _best_token(log_probs: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _best_token_fast(log_probs: Tensor) -> tuple[Tensor, Tensor]:
-    """:func:`_best_token` by :func:`attnlab.fast.top_k_rows` (the CPU's ``max(dim)`` is ~3× slower)."""
+    """:func:`_best_token` by :func:`attnlab.fast.top_k_rows` (the CPU's ``max(dim)`` selects per row in scalar code)."""
     best, tokens = fast.top_k_rows(log_probs, 1)  # (B, 1) each
     return best[:, 0], tokens[:, 0]
 

@@ -6,8 +6,8 @@ The decoder's final states ``h`` go through the output layer, ``logits = W_o h +
 (for perplexity) and the count of correct argmax predictions beside it.
 
 On the CPU the same sums come from :func:`attnlab.fast.sequence_cross_entropy` instead: ``W_o`` and the
-loss fused over chunks of rows, the ``(B, T, V)`` logits never stored (1.79× this path's ``nn.Linear`` +
-``F.cross_entropy``, ``bench/kernels.py``). ``train.kernels`` chooses, see :mod:`attnlab.fast`; the
+loss fused over chunks of rows, the ``(B, T, V)`` logits never stored (timed against this path by
+``bench/kernels.py``: bench/RESULTS.md, Throughput). ``train.kernels`` chooses, see :mod:`attnlab.fast`; the
 tests in tests/fast/ check that both paths give the same loss, NLL, accuracy and gradients.
 
 A model whose traits say ``task == "fill"`` (the encoder-only masked LM, notes §28.2) has no target:
