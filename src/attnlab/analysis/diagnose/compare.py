@@ -6,45 +6,22 @@ split, the same text for every run); BLEU overall and by source length; and the 
 notes' example sentences.
 
 **One split for every run.** A score is only shown beside scores of the same sentences:
+the runs' ``eval-test.json`` reports when all scored the compared checkpoint on the same test sentences
+with the same beam; otherwise every run is scored now, greedy, on the same ``--sentences`` validation
+sentences (and the table says why the reports were not used).
 
-* when every run has an ``eval-test.json`` of the checkpoint being compared, over the same test
-  sentences (its ``src-test.txt``) and with the same beam, those reports are used;
-* otherwise every run is scored now, greedy, on the same ``--sentences`` validation sentences (and
-  the table says why the reports were not used).
-
-Runs that split the corpus differently (``data.dataset``, ``data.valid_frac``, ``data.test_frac``)
-are refused: one run's test sentence could be another's training sentence. So are runs of different
-directions (``data.direction``): a French → English run beside an English → French one would be fed the
-first run's sources and scored against its references, in the other language; and scored each on its
-own side, their BLEU would be against references in different languages, which no table can set side
-by side (the split, which hashes the source side, differs too).
+Runs that split the corpus differently (``data.dataset``, ``data.valid_frac``, ``data.test_frac``) or run
+in different directions (``data.direction``) are refused (why: docs/explanations/compare.md).
 
 **One unit: words.** Lengths and speeds are counted in words of the D2L-preprocessed text (items
 separated by spaces, so ``i'm home .`` is 3 words): a BPE run's tokens are not a word run's tokens.
 Training speed is the run's logged target tokens/s times its target words per token (its own
 tokenizer on the sample's references, ``<eos>`` counted as a token since training counts it).
 
-The §26 claim to look at: attention models keep their BLEU on long sentences, where a fixed context
-vector (``seq2seq``) fails; the Transformer trains faster per word (it is parallel over positions)
-but not necessarily translates faster (decoding is sequential for every model).
-
-**The notes' §26 table, measured** (:func:`notes_table`, the last section of ``format()``): the notes'
-rows (encoder, decoder, attention type, position information, parallelism, long-range dependencies) with
-each run's own answer read off its model, and D2L's comparison behind the last two rows (D2L 10.6.2 zh /
-11.6.2 en: sequential operations O(n) for a recurrent layer against O(1) for self-attention, maximum path
-length O(n) against O(1)) set beside what these runs measured: training words/s, forward + backward
-positions/s against sentence length (``scaling``'s measurement, on each run's own model) and BLEU on the
-longest sentences of the test split (:func:`longest_sample`, the same for every run). Where a small run on a
-few CPU cores contradicts a claim, the table says so and why.
-
-**A timing is a mean with its interval, a trend is a fitted slope.** One timing on a shared CPU varies by tens
-of per cent, so a single one (or "the last ratio beats the first") can flip between two runs of the same
-models. Each speed is timed again and again until the 95 % interval of its mean (Student's t) is within
-``±TIMING_REL`` of it, or ``TIMING_CAP_S`` seconds pass (:func:`repeat_rate`); the Transformer / GRU ratio at
-each length n carries the interval of the difference of the log-rates; "gains as n grows" is read off the
-slope of log(ratio) against log(n), fitted by weighted least squares with those intervals (inflated by the
-points' scatter about the line when it exceeds them, the Birge ratio), and said only when the slope's 95 %
-interval excludes 0; otherwise the table says it cannot tell (:func:`slope_interval`).
+**The notes' §26 table, measured** (:func:`notes_table`, the last section of ``format()``): each run's own
+answer to the notes' rows, and D2L's claims set beside what these runs measured. **A timing is a mean with its
+interval** (:func:`repeat_rate`, ``±TIMING_REL`` or ``TIMING_CAP_S``), **a trend a fitted slope**
+(:func:`slope_interval`). How both are read: docs/explanations/compare.md.
 """
 
 from __future__ import annotations
@@ -60,7 +37,7 @@ from typing import Any
 
 import torch
 
-from attnlab.analysis.experiments.scaling import forward_backward, random_batch
+from attnlab.analysis.measure import forward_backward, random_batch
 from attnlab.analysis.report import TextReport
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import bleu_by_length, corpus_scores
