@@ -17,9 +17,6 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "attnlab"
 MAX_DOCSTRING = 25
 
-#: the two docstrings another branch is rewriting; each must still be over (the test says when to drop it)
-PENDING = {"analysis/diagnose/compare.py", "analysis/diagnose/doctor.py"}
-
 #: a measured figure: a throughput, or a speedup written as a decimal ratio (``1.79×``) or "N× faster";
 #: a factor in a rule (``1.5 × ln V``) is spaced and passes
 MEASURED = re.compile(
@@ -50,14 +47,8 @@ def long_docstrings(path: Path) -> list[str]:
 
 
 def test_every_docstring_fits_in_25_lines():
-    over = [d for p in sources() if p.relative_to(SRC).as_posix() not in PENDING for d in long_docstrings(p)]
+    over = [d for p in sources() for d in long_docstrings(p)]
     assert not over, "docstrings over 25 lines (move the explanation to docs/explanations/): " + "; ".join(over)
-
-
-@pytest.mark.parametrize("rel", sorted(PENDING))
-def test_pending_docstrings_are_still_long(rel):
-    """Once one is short, drop it from PENDING so the rule above covers it."""
-    assert long_docstrings(SRC / rel), f"{rel} now fits: remove it from PENDING in {Path(__file__).name}"
 
 
 def test_no_measured_figure_or_commit_hash_in_the_source():

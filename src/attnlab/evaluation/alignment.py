@@ -8,13 +8,10 @@ the output lacks one of the table's words (``je suis .`` has no chez, moi), ther
 it, so the answer is "can't judge", never "formed". That is the one test ``attnlab explain``, ``attnlab doctor``,
 ``attnlab attention``, the demo, the web page and the training timeline apply, with the same bar, to the same map:
 :func:`verdict_map` (the last layer's heads averaged — what the decoder reads last before ``W_o``; a
-Bahdanau model has that one map). How much a map changes from row to row says nothing about this: a map
-can move a lot and still look at ``<eos>`` from every row that matters.
+Bahdanau model has that one map). Movement is not alignment (docs/explanations/alignment.md).
 
-On other sentences there is no table to hold a map against, so there is no verdict: ``attnlab align``
-scores every head against gold word alignments instead, with the Alignment Error Rate
-(:mod:`attnlab.analysis.align`, Och & Ney 2003), which links each target word to its argmax source word
-the same way.
+On other sentences there is no verdict: ``attnlab align`` scores every head against gold word alignments
+with the Alignment Error Rate (:mod:`attnlab.analysis.align`, Och & Ney 2003), argmax links the same way.
 
 Word-level: BPE pieces are joined into words first (a source word's weight is the sum of its pieces'
 weights; a target word's row is the mean of its pieces' rows), so a word and a BPE run are judged alike.

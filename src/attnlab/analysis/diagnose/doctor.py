@@ -14,29 +14,14 @@ many pairs cut / long sentences cut and poor   ``num_steps`` too small         r
 ``i'm home .`` not aligned as the notes' table  attention not formed            train longer / check the model
 =============================================  ==============================  ===================================
 
-**Shapes relative to where the run started.** Each rule compares the curve with the run's own first
-logged loss ``L0`` (the untrained model's), not with a fixed level: an untrained model can start well
-above ``ln V`` (the loss of a uniform guess over V target words) when its initial logits are large, so
-"above 1.5 × ln V" alone says nothing until the loss has been lower. The validation loss, measured on
-the same fixed sentences every time, is the noise-free curve when there are validations.
+Each rule compares the curve with the run's own first logged loss ``L0``; each check prints its numbers and
+threshold and answers ✗, ✓ or "not enough evidence: need N, have M"; a run is healthy only when no symptom
+is seen *and* there was enough to see one (``MIN_STEPS``, ``MIN_EVENTS``, two validations, ``MIN_BLEU``).
+Why each: docs/explanations/doctor.md.
 
-**Three answers, each with its evidence.** Every check prints the numbers it compared and the threshold,
-and one of: ✗ (the symptom is seen), ✓ (enough evidence to have seen it, and it is not there), or "not enough
-evidence: need N, have M" (a curve of six points cannot show an oscillation, so its absence is not a ✓). A
-symptom seen on little evidence is still seen: a loss that climbs 15 % of L0 climbed.
-
-**Never "healthy" on too little evidence.** A run is called healthy only when no symptom is seen *and*
-there was enough to see one: at least ``MIN_STEPS`` updates and ``MIN_EVENTS`` logged losses, two
-validations, and a validation BLEU of at least ``MIN_BLEU`` (a model that does not translate yet tells
-nothing about its settings). Otherwise the verdict says which evidence is missing.
-
-Inputs: ``metrics.jsonl`` (training loss per log event, validation loss/BLEU per validation),
-``meta.json`` (data statistics: pairs cut to ``num_steps``), ``eval-test.json`` (BLEU by source length,
-in words) and ``probes.jsonl`` (the probe sentences' attention at step 0 and every validation: "attention
-formed" is the one alignment verdict of :mod:`attnlab.evaluation.alignment` on the notes' example, read at
-the step of the checkpoint every other command loads by default, ``best``). The
-thresholds are the constants below: heuristics, documented, each a share of a reference with a meaning.
-Losses are the plain per-token cross-entropy (nats) the loop logs (label smoothing excluded).
+Inputs: ``metrics.jsonl``, ``meta.json``, ``eval-test.json`` and ``probes.jsonl`` ("attention formed" is the
+one verdict of :mod:`attnlab.evaluation.alignment`, at the ``best`` checkpoint's step). The thresholds are the
+constants below; losses are the plain per-token cross-entropy in nats (label smoothing excluded).
 """
 
 from __future__ import annotations
