@@ -37,3 +37,11 @@ def rehash(path: Path) -> None:
 def assert_no_specials(text: str) -> None:
     for s in SPECIAL_SPELLINGS:
         assert s not in text, (s, text)
+
+
+def plan_note(err: str) -> tuple[str, str]:
+    """``err`` split into the resume's one note on its new plan and the rest."""
+    lines = err.strip().splitlines()
+    note = [line for line in lines if line.startswith("--resume changes the plan")]
+    assert len(note) == 1, err
+    return note[0], "\n".join(line for line in lines if line not in note)

@@ -24,7 +24,7 @@ from attnlab import config as C
 from attnlab import runs
 from tests.cli.test_cli import assert_one_line_error
 from tests.conftest import tiny_config
-from tests.reliability._helpers import copy_run
+from tests.reliability._helpers import copy_run, plan_note
 
 ENV = {**os.environ, "ATTNLAB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
@@ -175,6 +175,8 @@ def test_disk_full_during_attnlab_train(tiny_runs, tmp_path):
         timeout=300,
         preexec_fn=_limit_file_size(limit),
     )
+    plan, proc.stderr = plan_note(proc.stderr)  # 40 -> 44 updates: the resume says how its plan moves
+    assert "40 updates -> 44 updates" in plan
     assert_one_line_error(
         proc, f"could not save checkpoint step-0000044 in {run / 'checkpoints'}: File too large"
     )

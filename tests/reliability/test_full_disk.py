@@ -22,6 +22,7 @@ from attnlab import config as C
 from attnlab import runs
 from attnlab.cli import main
 from tests.conftest import tiny_config
+from tests.reliability._helpers import plan_note
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
@@ -127,6 +128,8 @@ def test_full_disk_on_resume_is_one_line(disk, tiny_runs, capsys):
     disk.fill()
     rc = main(["train", "--resume", "--out", str(run), "--quiet", "--max-steps", "44"])
     assert rc == 2
-    _one_error_line(capsys.readouterr().err, "No space left on device", str(run))
+    plan, err = plan_note(capsys.readouterr().err)  # 40 -> 44 updates: the resume says how its plan moves
+    assert "40 updates -> 44 updates" in plan
+    _one_error_line(err, "No space left on device", str(run))
     assert runs.resolve_checkpoint(run, "last") == last
     assert {p.name: p.read_bytes() for p in last.iterdir()} == before

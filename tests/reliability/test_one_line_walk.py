@@ -93,6 +93,9 @@ CASES: dict[str, list[tuple[str, list[str]]]] = {
     "export": [("missing run", ["{missing}", "{dir}/o"]), ("file as run", ["{file}", "{dir}/o"]),
                ("file as out", ["{run}", "{file}"]), ("out under /proc", ["{run}", "{proc}"]),
                ("out under a file", ["{run}", "{file}/o"])],
+    "average": [("missing run", ["{missing}"]), ("file as run", ["{file}"]),
+                ("last 0", ["{run}", "--last", "0"]), ("more than it holds", ["{run}", "--last", "99"]),
+                ("bad name", ["{run}", "--last", "1", "--name", "../x"])],
 }
 
 QUIET = {"train", "translate", "evaluate", "demo", "sweep", "scaling", "heads", "compare"}  # no progress lines
