@@ -284,6 +284,17 @@ def test_split_is_disjoint_stable_and_order_independent():
     ]
 
 
+def test_a_metaspace_source_splits_as_its_unmarked_tokens():
+    """The metaspace rule's word-start marks do not move a sentence to another split: hashed with them, every
+    English source of a small own corpus re-drew and none fell in the test split (evaluate had nothing)."""
+    marked = [("\u2581I \u2581like \u2581cats .", "x"), ("\u2581We \u2581want \u2581books .", "y"),
+              ("\u2581He \u2581sees \u2581tea .", "z"), ("\u2581Go .", "w")]
+    plain = [(src.replace("\u2581", ""), tgt) for src, tgt in marked]
+    for frac in (0.2, 0.4):
+        assert split_by_source(marked, frac, frac, preprocessed=True) == split_by_source(
+            plain, frac, frac, preprocessed=True)
+
+
 def test_split_is_pinned():
     # Changing the hash or salt silently re-draws every test set; this pins it.
     got = split_by_source(

@@ -68,3 +68,22 @@ def test_report_names_differ_by_setting_and_by_file(tmp_path):
     names = {report_name("test"), report_name("test", 4), report_name("test", 1), report_name("test", None, 50),
              report_name("test", checkpoint="last"), report_name(a), report_name(a, 4)}
     assert len(names) == 7 and report_name("test") == "test"  # what the web page, compare and doctor read
+
+
+def test_an_empty_split_or_src_file_is_one_error_line_not_a_traceback(tiny_runs, tmp_path, monkeypatch, capsys):
+    """A corpus too small for its test share (every source hashed into train) and an empty --src file each end
+    `attnlab evaluate` with one `error:` line that says what to do (sacreBLEU's 'no hypotheses' escaped once)."""
+    from attnlab.cli import main
+    from attnlab.data import corpus
+
+    run = tiny_runs("transformer")
+    empty = tmp_path / "empty.src"
+    empty.write_text("", encoding="utf-8")
+    for argv, said in ((["evaluate", str(run), "--src", str(empty), "--ref", str(empty)], "holds no sentences"),
+                       (["evaluate", str(run)], "test split of this corpus holds no sentence")):
+        with monkeypatch.context() as m:
+            m.setattr(corpus, "_split_of", lambda *a: "train")  # no source falls in the test split
+            assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error:") and said in err and "; " in err, err  # what, then the fix
+        assert "\n" not in err and "Traceback" not in err, err

@@ -449,7 +449,7 @@ def cmd_evaluate(args) -> int:
                            .format(split=args.split, choices=", ".join(prepared.splits)))
     beam = tr.cfg.decode.beam_size
     result = evaluate_split(tr, prepared.splits[args.split], beam_size=beam, max_sentences=args.max_sentences,
-                            progress=show_progress(args))
+                            progress=show_progress(args), name=args.split)
     examples = notes_examples(tr, beam_size=beam)
     name = report_name(args.split, max_sentences=args.max_sentences, checkpoint=args.checkpoint,
                        **_report_settings(run_decode, tr.cfg.decode))

@@ -37,7 +37,7 @@ from typing import Any
 
 from attnlab.config import OWN_CORPUS, UNSEGMENTED, DataConfig
 from attnlab.data.download import CHUNK, cache_dir, find_in, locate, mib
-from attnlab.data.languages import SCRIPT_SAMPLE, text_rules, unspaced_share
+from attnlab.data.languages import METASPACE, SCRIPT_SAMPLE, text_rules, unspaced_share
 from attnlab.data.numbers import NUMBERS_MAX, NUMBERS_SEED, numbers_pairs
 from attnlab.data.pairs import CORPORA, LANGUAGE_NAMES, Corpus, corpus_of, pair_of
 from attnlab.data.subword import BPETokenizer
@@ -341,6 +341,14 @@ def _split_of(source: str, valid_frac: float, test_frac: float) -> str:
     return "test" if u < test_frac else "valid" if u < test_frac + valid_frac else "train"
 
 
+def _split_key(source: str) -> str:
+    """The text a source is split by: its tokens without the metaspace rule's word-start marks (``▁I ▁like .``
+    is split as ``I like .``, as Moses' tokens of the same sentence are). The marks say how the words are
+    joined, not which sentence it is; hashed with them, the metaspace rule re-drew every test set of a corpus
+    of your own, and a small one could end up with none."""
+    return " ".join(source.replace(METASPACE, " ").split()) if METASPACE in source else source
+
+
 def split_by_source(
     pairs: list[tuple[str, str]], valid_frac: float, test_frac: float, preprocessed: bool = False
 ) -> dict[str, list[int]]:
@@ -352,7 +360,8 @@ def split_by_source(
     else train. So every translation of a source lands in the same split (no English sentence is
     in two splits; each test source keeps all its references), and a source's split never depends
     on the other sentences, the file order, ``max_pairs``, the Python process or the machine. Split
-    sizes are the fractions in expectation, not exactly. Indices keep the input order.
+    sizes are the fractions in expectation, not exactly (a small corpus may have no test source). The hashed
+    text is the same whichever rule marked the word boundaries (:func:`_split_key`). Indices keep the input order.
     ``preprocessed=True`` skips re-normalising sources that are already preprocessed.
     """
     if not (0 <= valid_frac and 0 <= test_frac and valid_frac + test_frac < 1):
@@ -360,7 +369,7 @@ def split_by_source(
     memo: dict[str, str] = {}
     out: dict[str, list[int]] = {name: [] for name in SPLITS}
     for i, (src, _tgt) in enumerate(pairs):
-        key = src if preprocessed else preprocess(src)
+        key = _split_key(src if preprocessed else preprocess(src))
         name = memo.get(key)
         if name is None:
             name = memo[key] = _split_of(key, valid_frac, test_frac)

@@ -100,15 +100,20 @@ def notes_examples(translator: Translator, beam_size: int = 1) -> list[dict[str,
 
 
 def evaluate_split(translator: Translator, split, beam_size: int = 1, batch_size: int | None = None,
-                   max_sentences: int = 0, progress: bool = False) -> dict[str, Any]:
+                   max_sentences: int = 0, progress: bool = False, name: str = "test") -> dict[str, Any]:
     """Translate each distinct source of ``split`` once and score it against all its references.
 
     A split holds one row per (source, translation) pair; Tatoeba gives many sources several
     translations, so scoring rows would count those sentences several times. Buckets of BLEU by
     length use the source's word count (independent of the tokenizer). ``progress``: progress on
     stderr (:class:`attnlab.progress.Progress`: a bar on a terminal, plain lines otherwise), one tick per sentence (the same batches and hypotheses as without it).
+    Raises :class:`AttnlabError` naming the split (``name``) when it holds no sentence.
     """
     rows = split.unique_sources()
+    if not rows:
+        raise AttnlabError(_("the {split} split of this corpus holds no sentence (too few distinct sources for "
+                             "its share of them); score your own files with --src FILE --ref FILE, or train on "
+                             "more sentences").format(split=name))
     if max_sentences:
         rows = rows[:max_sentences]
     n = len(rows)
