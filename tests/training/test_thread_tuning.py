@@ -15,8 +15,12 @@ from tests.conftest import tiny_config
 
 @pytest.fixture
 def one_thread_after():
+    # The tuner starts on the count in use (session.thread_tuner), which is process-wide: an earlier test's
+    # in-process `attnlab train` (train.threads=0 by default) can leave it at 2, and a tuner that starts on
+    # its maximum has nothing to change. Start from the conftest's one, and leave it so for later tests.
+    torch.set_num_threads(1)
     yield
-    torch.set_num_threads(1)  # the conftest's count for every later test
+    torch.set_num_threads(1)
 
 
 class FakeMachine:
