@@ -107,3 +107,12 @@ def english_only(monkeypatch):
     i18n.set_language("en")
     yield
     i18n.set_language("en")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread_after_each_test():
+    """An in-process `attnlab train` with train.threads=0 leaves the count where its thread tuner settled;
+    the next test starts from one thread again, so no test depends on the order the suite runs in."""
+    yield
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
