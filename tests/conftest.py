@@ -110,9 +110,14 @@ def english_only(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def _one_thread_after_each_test():
-    """An in-process `attnlab train` with train.threads=0 leaves the count where its thread tuner settled;
-    the next test starts from one thread again, so no test depends on the order the suite runs in."""
+def _one_thread_and_english_after_each_test():
+    """An in-process `attnlab train` with train.threads=0 leaves the count where its thread tuner settled, and
+    an in-process command run with --lang zh leaves Chinese on: the next test starts from one thread and in
+    English again, so no test depends on the order the suite runs in."""
     yield
     if torch.get_num_threads() != 1:
         torch.set_num_threads(1)
+    from attnlab import i18n
+
+    if i18n.language() != "en":
+        i18n.set_language("en")

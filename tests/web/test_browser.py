@@ -250,7 +250,8 @@ def test_alignment_quality_and_the_chinese_notes(server, browser, tmp_path):
     page.click("#translate")
     page.wait_for_selector("#heatmap .hm-row")
     note = page.text_content("#kind-note")
-    assert "编码器-解码器注意力" in note and "<pad>" in note and "{pad}" not in note
+    assert "交叉注意力" in note and "<pad>" in note and "{pad}" not in note
+    assert "法语" in note and "英语" in note and "{src}" not in note  # the run's pair (numbers: English → French)
     page.screenshot(path=str(tmp_path / "explorer-zh-align.png"), full_page=True)
     page.goto(server + "/?lang=klingon")  # an unknown language: said once, the page stays English
     page.wait_for_selector("#status.error")
