@@ -10,10 +10,7 @@ from a mean. Rotation only removes ``step-N`` folders, so it stays until it is a
 
 from __future__ import annotations
 
-import hashlib
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -23,19 +20,16 @@ from safetensors.torch import save as safetensors_bytes
 
 from attnlab.errors import CheckpointError
 from attnlab.i18n import _
-from attnlab.io import atomic_write_json, fsync_dir, usual_mode
 from attnlab.runs.checkpoint import (
-    _run_fingerprint,
     _save_failed,
-    _write_synced,
     check_safetensors_header,
     checkpoint_root,
     step_checkpoints,
     step_of,
-    swap_in,
     verify_checkpoint,
+    write_checkpoint_folder,
 )
-from attnlab.runs.folder import MANIFEST, WEIGHTS, is_export, read_run
+from attnlab.runs.folder import WEIGHTS, is_export, read_run
 
 __all__ = ["AVERAGED", "average_checkpoints", "average_tensors"]
 
@@ -108,22 +102,9 @@ def average_checkpoints(run_dir: str | Path, last: int, name: str = AVERAGED) ->
     step = step_of(chosen[-1].name)
     sources = [p.name for p in chosen]
     blob = safetensors_bytes(average_tensors(states), metadata={"step": str(step), "averaged": ",".join(sources)})
-    manifest = {"step": step, "averaged": sources, "files": {WEIGHTS: hashlib.sha256(blob).hexdigest()},
-                **_run_fingerprint(run_dir)}
     root = checkpoint_root(run_dir)
-    final = root / name
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
-        try:
-            tmp.chmod(usual_mode(is_dir=True))
-            _write_synced(tmp / WEIGHTS, blob)
-            atomic_write_json(tmp / MANIFEST, manifest)
-            fsync_dir(tmp)
-            swap_in(tmp, final)
-            fsync_dir(root)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        return write_checkpoint_folder(root, name, {WEIGHTS: blob}, {"step": step, "averaged": sources},
+                                       Path(run_dir))
     except OSError as e:
         raise _save_failed(root, name, e) from None
-    return final

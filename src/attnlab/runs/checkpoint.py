@@ -161,31 +161,36 @@ def save_checkpoint(
             buf = io.BytesIO()
             torch.save(state, buf)
             blobs[STATE] = buf.getvalue()
-        manifest: dict[str, Any] = {
-            "step": step,
-            "files": {f: hashlib.sha256(b).hexdigest() for f, b in blobs.items()},
-        }
-        manifest.update(_run_fingerprint(Path(run_dir)))
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=ckpt_root))
-        try:
-            os.chmod(
-                tmp, usual_mode(is_dir=True)
-            )  # mkdtemp makes 0700: readable like the run's other files
-            for fname, data in blobs.items():
-                _write_synced(tmp / fname, data)
-            atomic_write_json(tmp / MANIFEST, manifest)
-            fsync_dir(tmp)
-            swap_in(tmp, final)
-            fsync_dir(ckpt_root)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        write_checkpoint_folder(ckpt_root, name, blobs, {"step": step}, Path(run_dir))
         atomic_write_text(ckpt_root / LAST, name + "\n")
         if best:
             atomic_write_text(ckpt_root / BEST, name + "\n")
     except OSError as e:
         raise _save_failed(ckpt_root, name, e) from None
     _rotate(ckpt_root, keep)
+    return final
+
+
+def write_checkpoint_folder(root: Path, name: str, blobs: dict[str, bytes], manifest: dict[str, Any],
+                            run_dir: Path) -> Path:
+    """Write ``root/name``: the files ``blobs`` plus a manifest (``manifest``, their sha256 and the run's
+    fingerprints), built in a temporary folder, synced and swapped in whole; a failure leaves no trace.
+    The one writer of a checkpoint folder (``save_checkpoint``, ``runs.average``). Raises ``OSError``."""
+    manifest = {**manifest, "files": {f: hashlib.sha256(b).hexdigest() for f, b in blobs.items()},
+                **_run_fingerprint(run_dir)}
+    final = root / name
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
+    try:
+        os.chmod(tmp, usual_mode(is_dir=True))  # mkdtemp makes 0700: readable like the run's other files
+        for fname, data in blobs.items():
+            _write_synced(tmp / fname, data)
+        atomic_write_json(tmp / MANIFEST, manifest)
+        fsync_dir(tmp)
+        swap_in(tmp, final)
+        fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return final
 
 
