@@ -1,7 +1,7 @@
 """A laptop is never idle: the demo's two models beside busy neighbours, on each fixed thread count and on
 the adaptive one (attnlab/threads.py), in one invocation.
 
-    python bench/contention.py                   # 100 updates + 256 sentences, 0/1/2 neighbours, nice 0 and 19
+    python bench/contention.py                   # 100 updates + 2048 sentences, 0/1/2 neighbours, nice 0 and 19
     python bench/contention.py --quick           # a few updates and sentences, 0 and 1 neighbour: it works
 
 For each model (the demo's Bahdanau and Transformer, sized as ``attnlab demo`` sizes them for a probe of
@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from attnlab import demo  # noqa: E402
 from attnlab.data import corpus  # noqa: E402
 from attnlab.data.batching import collate  # noqa: E402
-from attnlab.device import cpu_threads  # noqa: E402
+from attnlab.device import cpu_threads, idle_sampler  # noqa: E402
 from attnlab.models import build_model  # noqa: E402
 from attnlab.threads import ThreadTuner  # noqa: E402
 from attnlab.training import distributed as D  # noqa: E402
@@ -60,7 +60,7 @@ def timed(cfg, prepared, batches, sources, threads: int | str) -> tuple[float, f
     most = cpu_threads()
     model = build_model(cfg.model, len(prepared.src_tok), len(prepared.tgt_tok))
     opt = make_optimizer(model, cfg.train)
-    tuner = ThreadTuner(most) if threads == "auto" else None
+    tuner = ThreadTuner(most, sense=idle_sampler()) if threads == "auto" else None
     if tuner is None:
         torch.set_num_threads(int(threads))
     model.train()
@@ -71,11 +71,14 @@ def timed(cfg, prepared, batches, sources, threads: int | str) -> tuple[float, f
         if tuner:
             tuner.end(s, batch.num_tgt_tokens)
     t_train = time.perf_counter() - t0
-    dtuner = ThreadTuner(most, window=3, warmup=1, unit="batch") if threads == "auto" else None
+    dtuner = (ThreadTuner(most, window=3, warmup=1, unit="batch", sense=idle_sampler())
+              if threads == "auto" else None)
     t0 = time.perf_counter()
     decode_many(model, sources, cfg.decode, torch.device("cpu"), beam_size=1, batch_size=32, threads=dtuner)
     t_decode = time.perf_counter() - t0
     changes = [c.to_json() for t in (tuner, dtuner) if t for c in t.changes]
+    if tuner and dtuner:
+        changes.insert(0, {"free": (tuner.sensed, dtuner.sensed)})
     return t_train, t_decode, changes
 
 
@@ -83,20 +86,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a few updates and sentences, 0 and 1 neighbour, nice 0")
     ap.add_argument("--updates", type=int, default=100)
-    ap.add_argument("--sentences", type=int, default=256, help="validation sources decoded greedily")
+    ap.add_argument("--sentences", type=int, default=2048, help="validation sources decoded greedily (at most)")
     ap.add_argument("--neighbours", default="0,1,2")
     ap.add_argument("--nice", default="0,19")
     ap.add_argument("--models", default=",".join(demo.DEMO_MODELS))
     ap.add_argument("--peak", type=float, default=100.0, help="the probe's GFLOP/s the demo sizes for")
     ap.add_argument("--minutes", type=float, default=1.5, help="the demo's minutes per model (sizes the models)")
-    ap.add_argument("--data", default=None, help="fra-eng zip (default: $ATTNLAB_DATA_DIR, the cache; else numbers)")
+    ap.add_argument("--dataset", default="fra-eng", help="the named corpus the demo trains on")
+    ap.add_argument("--data", default=None, help="its file (default: $ATTNLAB_DATA_DIR, the cache; else numbers)")
     args = ap.parse_args()
     if args.quick:
         args.updates, args.sentences, args.neighbours, args.nice = 4, 32, "0,1", "0"
     cases = [(int(k), int(n)) for k in args.neighbours.split(",") for n in args.nice.split(",")
              if int(k) or n == args.nice.split(",")[0]]  # no neighbour: one case, whatever the nice
     counts: list[int | str] = [*range(1, cpu_threads() + 1), "auto"]
-    dataset, path = demo._dataset(args.data)
+    dataset, path = demo._dataset(args.data, args.dataset)
     print(f"# {cpu_threads()} CPUs; {args.updates} updates + {args.sentences} sentences; dataset {dataset}; "
           f"sized for {args.peak:g} GFLOP/s x {args.minutes:g} min", flush=True)
     for kind in args.models.split(","):
@@ -115,11 +119,15 @@ def main() -> int:
                 stop(procs)
             best_train = min(rows[n][0] for n in counts if n != "auto")
             best_decode = min(rows[n][1] for n in counts if n != "auto")
+            most = counts[-2]
             for n, (tt, td, changes) in rows.items():
-                moves = " ".join(f"{c['old']}->{c['new']}" for c in changes)
+                moves = " ".join(f"{c['old']}->{c['new']}" for c in changes if "old" in c)
+                free = "".join(f"  free cores sensed (train, decode): {c['free']}" for c in changes if "free" in c)
+                versus = (f"  all-cores/adaptive: train {rows[most][0] / tt:4.2f}x decode {rows[most][1] / td:4.2f}x"
+                          if n == "auto" else "")
                 print(f"{kind:<12} neighbours {k} nice {nice:>2}  threads {n!s:>4}: train {tt:7.2f} s "
                       f"({tt / best_train:4.2f}x best fixed)  decode {td:6.2f} s ({td / best_decode:4.2f}x)"
-                      + (f"  changes: {moves}" if moves else ""), flush=True)
+                      + versus + free + (f"  changes: {moves}" if moves else ""), flush=True)
     return 0
 
 

@@ -94,6 +94,60 @@ def test_a_try_that_is_clearly_slower_is_cut_short():
     assert w.threads == 2 and t.n == 2
 
 
+def test_a_first_unit_three_times_slower_ends_the_try_at_once():
+    w = World({1: 1.0, 2: 5.0})  # two busy neighbours: the second thread costs five steps' worth
+    t = tuner(w, start=1)
+    w.run(t, 2 + 4 + 1)  # warm-up, a window on 1, and the one unit the try of 2 gets
+    assert w.threads == 1 and t.n == 1 and t.tries == 1 and w.applied == [1, 2, 1]
+
+
+def test_the_load_sample_sets_the_start_and_the_search_corrects_it():
+    answers = iter([None, None, 1])  # the sample answers after the third unit: one core is free
+    w = World({1: 1.0, 2: 0.55})  # ...but the machine is in fact quiet: two threads win it back
+    t = tuner(w, sense=lambda: next(answers))
+    w.run(t, 3)
+    assert t.sensed == 1 and w.threads == 1 and t.changes == []
+    w.run(t, 40)
+    assert t.n == 2 and [(c.old, c.new, c.why) for c in t.changes] == [(1, 2, "start")]
+    assert t.to_json()["free_at_start"] == 1
+    busy = World({1: 1.0, 2: 5.0})
+    t2 = tuner(busy, sense=lambda: 1)
+    busy.run(t2, 60)
+    assert t2.n == 1 and busy.applied.count(2) == 2  # the start, and one try cut short by its first unit
+    quiet = World({1: 1.0, 2: 0.55})
+    t3 = tuner(quiet, sense=lambda: 2)
+    quiet.run(t3, 10)
+    assert t3.sensed == 2 and quiet.applied[:2] == [2, 1]  # all cores free: it starts on them
+
+
+def test_bursts_of_other_work_start_no_search():
+    w = World({1: 1.0, 2: 0.55})
+    t = tuner(w)
+    w.run(t, 40)
+    tries = t.tries
+    real = w.run
+
+    def bursty(tuner_, units, work=100.0):  # every fourth unit a burst: one window's median does not move
+        for i in range(units):
+            t0 = tuner_.begin()
+            w.t += w.cost[w.threads] * work * (5 if i % 4 == 0 else 1)
+            tuner_.end(t0, work)
+
+    bursty(t, 30)
+    assert t.tries == tries and t.n == 2
+    w.run = real
+
+
+def test_a_jump_up_on_one_thread_tries_no_more_threads():
+    w = World({1: 1.0, 2: 3.0})
+    t = tuner(w, start=1)
+    w.run(t, 30)
+    tries = t.tries
+    w.cost[1] = 2.0  # a neighbour arrives: one thread's cost jumps; more threads cannot help
+    w.run(t, 30)
+    assert t.n == 1 and t.tries == tries and w.applied.count(2) == 1  # only the first search tried it
+
+
 def test_bad_bounds_and_one_tuner_per_thread():
     with pytest.raises(ValueError):
         ThreadTuner(1, 2)

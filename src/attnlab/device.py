@@ -6,6 +6,7 @@ import contextlib
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -56,6 +57,49 @@ def cpu_threads() -> int:
         cores = os.cpu_count() or 1
     quota = _cgroup_quota()
     return max(1, min(cores, math.ceil(quota))) if quota is not None else max(1, cores)
+
+
+def idle_sampler(min_s: float = 0.1) -> Callable[[], int | None]:
+    """Start sampling the load; the returned function answers, once ``min_s`` has passed, how many of
+    :func:`cpu_threads` other programs leave free: each allowed core's busy share over the interval, from
+    ``/proc/stat``, less this process's own CPU time; any other program's share past a quarter of a core takes a
+whole one, since a busy neighbour gets less than a core while this process computes (at least 1 is left).
+Before then it
+    answers None, and so it does off Linux or when it cannot read the counts. Niced programs count: with
+    the scheduler's session groups (autogroup) they take their share all the same. The sample costs no waiting: the caller's own
+    first units of work are its interval (:class:`attnlab.threads.ThreadTuner` starts on the answer)."""
+    most = cpu_threads()
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+        before = _cpu_jiffies(cores)
+    except (AttributeError, OSError, ValueError, KeyError):
+        return lambda: None
+    own0, t0 = time.process_time(), time.perf_counter()
+
+    def ready() -> int | None:
+        t1 = time.perf_counter()
+        if t1 - t0 < min_s:
+            return None
+        try:
+            after = _cpu_jiffies(cores)
+        except (OSError, ValueError, KeyError):
+            return None
+        busy = sum((a[0] - b[0]) / max(1, a[1] - b[1]) for a, b in zip(after, before, strict=True))
+        others = max(0.0, busy - (time.process_time() - own0) / (t1 - t0))
+        return max(1, min(most, len(cores) - math.ceil(max(0.0, others - 0.25))))
+
+    return ready
+
+
+def _cpu_jiffies(cores: list[int]) -> list[tuple[int, int]]:
+    """(busy, total) jiffies of each of ``cores`` from ``/proc/stat``: all but idle and iowait."""
+    rows = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *ticks = line.split()
+        if name.startswith("cpu") and name != "cpu":
+            t = [int(x) for x in ticks[:8]]
+            rows[int(name[3:])] = (sum(t) - t[3] - t[4], sum(t))
+    return [rows[c] for c in cores]
 
 
 def _cgroup_quota() -> float | None:

@@ -7,14 +7,18 @@ So the loop that owns the work times it (one ``perf_counter`` before and after e
 update, a batch of sentences), divides by its size (target tokens, source tokens) and compares thread
 counts in short windows, keeping whichever is faster now:
 
-- measure the current count ``n`` over a window; try a neighbour (``n - 1``, or ``n + 1`` below the
-  maximum) over the next; keep the neighbour only when it wins: fewer threads must be more than
-  ``margin`` faster (a quiet machine keeps its threads), more threads need only not be slower;
+- measure the current count ``n`` over a window (the median unit: a burst of other work moves it little);
+  try a neighbour (``n - 1``, or ``n + 1`` below the maximum) over the next; keep it only when it is more
+  than ``margin`` faster (a quiet machine keeps its threads, and a thread that gains less stays free
+  for the other programs);
 - keep walking while each step wins; then hold, and try again every ``recheck_every`` units (twice as
-  long after each try that changed nothing) or at once when a window's cost jumps by ``jump`` (a
+  long after each try that changed nothing) or when two windows running cost ``jump`` more or less (a
   neighbour came or went);
-- a try that is already twice as slow after two units is given up at once (a contended count can cost
-  several times the quiet one).
+- a try that is already twice as slow after two units, or three times as slow in its first, unmeasured
+  unit, is given up at once (a contended count can cost several times the quiet one);
+- with ``sense`` (:func:`attnlab.device.idle_sampler`), the first units double as a sample of the load,
+  and the count starts no higher than the cores that others leave free: an extra thread on a busy core
+  can cost a step several times over, a missing one at most its share, which the first search wins back.
 
 PyTorch's guidance is to set ``torch.set_num_threads`` to the cores the work may have; OpenMP's passive
 wait policy (``OMP_WAIT_POLICY=PASSIVE``) avoids the spinning but slows a quiet machine, so the wait
@@ -26,6 +30,7 @@ The clock and the setter are injected so that tests can run the decisions with n
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -62,13 +67,15 @@ class ThreadTuner:
     each change (the thread pool grows); ``window``: units per measurement. ``clock`` (seconds) and
     ``apply`` (sets the count; default ``torch.set_num_threads``) are injected for tests; ``say`` is
     called with one line per settled change. :attr:`changes` lists them; :attr:`tries` counts the
-    neighbours tried. Raises ``ValueError`` for bounds that are not ``1 <= min <= max``.
+    neighbours tried. ``sense``: answers the free cores once it knows (None before), see the module
+    docstring; :attr:`sensed` keeps its answer. Raises ``ValueError`` for bounds that are not ``1 <= min <= max``.
     """
 
-    def __init__(self, max_threads: int, min_threads: int = 1, *, start: int | None = None, window: int = 8,
+    def __init__(self, max_threads: int, min_threads: int = 1, *, start: int | None = None, window: int = 12,
                  warmup: int = 3, margin: float = 0.05, recheck_every: int = 400, jump: float = 0.3,
                  clock: Callable[[], float] = time.perf_counter, apply: Callable[[int], None] | None = None,
-                 say: Callable[[str], None] | None = None, unit: str = "step") -> None:
+                 say: Callable[[str], None] | None = None, unit: str = "step",
+                 sense: Callable[[], int | None] | None = None) -> None:
         if not 1 <= min_threads <= max_threads:
             raise ValueError(f"thread bounds must satisfy 1 <= min ({min_threads}) <= max ({max_threads})")
         self.min, self.max = min_threads, max_threads
@@ -78,11 +85,12 @@ class ThreadTuner:
         self.clock, self._apply, self.say, self.unit = clock, apply or torch.set_num_threads, say, unit
         self.changes: list[Change] = []
         self.tries = 0
+        self._sense, self.sensed = sense, None
         self.count = 0  # units seen
         self._lock = threading.Lock()
         self._skip = self.warmup
-        self._t = self._w = 0.0
-        self._k = 0
+        self._costs: list[float] = []  # seconds per unit of work of each unit in the current window
+        self._jumps = 0  # consecutive held windows whose cost moved by more than ``jump``
         self._phase = "base"  # "base": measure n; "try": measure self._cand; "hold": watch for a jump
         self._why, self._prefer = "start", "down"
         self._allow: set[str] = {"up", "down"}
@@ -97,6 +105,9 @@ class ThreadTuner:
 
     def begin(self) -> float:
         """The clock before a unit of work, to hand to :meth:`end`."""
+        if self._sense is not None:
+            with self._lock:
+                self._sensing()
         return self.clock()
 
     def end(self, t0: float, work: float) -> None:
@@ -104,25 +115,29 @@ class ThreadTuner:
         dt = self.clock() - t0
         with self._lock:
             self.count += 1
-            if self._skip > 0 or work <= 0:
-                self._skip -= self._skip > 0
+            if self._sense is not None:
+                self._sensing()
+            if work <= 0:
                 return
-            self._t += dt
-            self._w += work
-            self._k += 1
-            if self._phase == "try" and self._k >= 2 and self._t / self._w > 2 * self._base:
-                self._judge(self._t / self._w)  # clearly slower: do not spend a whole window on it
-            elif self._k >= self.window:
-                cost = self._t / self._w
+            if self._phase == "try" and self._skip > 0 and self._base > 0 and dt / work > 3 * self._base:
+                self._skip = 0
+                self._judge(dt / work)  # the new count's first unit alone is three times slower
+                return
+            if self._skip > 0:
+                self._skip -= 1
+                return
+            self._costs.append(dt / work)
+            if self._phase == "try" and len(self._costs) >= 2 and min(self._costs) > 2 * self._base:
+                self._judge(statistics.median(self._costs))  # clearly slower: not a whole window on it
+            elif len(self._costs) >= self.window:
+                cost = statistics.median(self._costs)  # a burst of another program's work moves it little
+                self._costs.clear()
                 if self._phase == "base":
                     self._search(self._why, self._prefer, cost)
                 elif self._phase == "try":
                     self._judge(cost)
                 else:
                     self._hold(cost)
-            if self._k == 0 or self._k >= self.window:
-                self._t = self._w = 0.0
-                self._k = 0
 
     @property
     def current(self) -> int:
@@ -132,7 +147,7 @@ class ThreadTuner:
     def to_json(self) -> dict[str, Any]:
         """What a run records: the bounds, the count it ended on, each settled change and the tries."""
         return {"mode": "auto", "min": self.min, "max": self.max, "final": self.n, "tries": self.tries,
-                "changes": [c.to_json() for c in self.changes]}
+                "free_at_start": self.sensed, "changes": [c.to_json() for c in self.changes]}
 
     def describe(self) -> str:
         """One line: the bounds, the count it ended on and each change (what ``-v`` prints)."""
@@ -145,6 +160,17 @@ class ThreadTuner:
             old=c.old, new=c.new, at=c.at, unit=self.unit, speedup=c.speedup, why=c.why)
 
     # ------------------------------------------------------------------------------------ decisions
+
+    def _sensing(self) -> None:
+        """Once the load sample answers, start no higher than the free cores (before any search)."""
+        free = self._sense()
+        if free is None:
+            return
+        self._sense, self.sensed = None, free
+        if free < self.n and self._phase == "base" and not self.changes and self.tries == 0:
+            self.n = self._cand = max(self.min, free)
+            self._set(self.n)
+            self._costs.clear()
 
     def _set(self, n: int) -> None:
         self._apply(n)
@@ -163,10 +189,10 @@ class ThreadTuner:
 
     def _judge(self, cost: float) -> None:
         """Keep the neighbour tried if it won (see the module docstring) and walk on that way, else go
-        back and try the other way, else hold."""
-        self._k = 0
+        back and try the other way (not after a jump: see :meth:`_hold`), else hold."""
+        self._costs.clear()
         cand, base, up = self._cand, self._base, self._cand > self.n
-        if cost <= base if up else cost < base * (1 - self.margin):
+        if cost < base * (1 - self.margin):
             change = Change(self.count, self.n, cand, base / cost, self._why)
             self.changes.append(change)
             if self.say is not None:
@@ -178,9 +204,9 @@ class ThreadTuner:
             self._allow.discard("up" if up else "down")
         self._next_try()
 
-    def _search(self, why: str, prefer: str, base: float) -> None:
+    def _search(self, why: str, prefer: str, base: float, allow: frozenset[str] = frozenset({"up", "down"})) -> None:
         self._why, self._prefer, self._base = why, prefer, base
-        self._allow, self._moved = {"up", "down"}, False
+        self._allow, self._moved = set(allow), False
         self._next_try()
 
     def _settle(self) -> None:
@@ -189,11 +215,18 @@ class ThreadTuner:
         self._phase, self._ref, self._since = "hold", self._base, 0
 
     def _hold(self, cost: float) -> None:
-        """Search again after a jump in cost or ``recheck_every`` units (longer after fruitless tries)."""
+        """Search again after ``recheck_every`` units (longer after fruitless tries), or when two windows
+        running cost more than ``jump`` away from the settled cost (a neighbour came or went; one window
+        can be a burst). After a jump only one way can win: fewer threads when the cost rose, more when it
+        fell."""
         self._since += self.window
-        jumped = abs(cost - self._ref) > self.jump * self._ref
-        if jumped or self._since >= self._every:
-            self._search("jump" if jumped else "recheck", "down" if cost > self._ref else "up", cost)
+        self._jumps = self._jumps + 1 if abs(cost - self._ref) > self.jump * self._ref else 0
+        if self._jumps >= 2 or self._since >= self._every:
+            jumped, self._jumps = self._jumps >= 2, 0
+            prefer = "down" if cost > self._ref else "up"
+            self._search("jump" if jumped else "recheck", prefer, cost,
+                         frozenset({prefer}) if jumped else frozenset({"up", "down"}))
+
 
 class PerThread:
     """One :class:`ThreadTuner` per OS thread, made by ``factory`` on first use: PyTorch's OpenMP thread

@@ -46,7 +46,7 @@ from attnlab.decoding.beam import beam_search
 from attnlab.decoding.greedy import greedy_search
 from attnlab.decoding.hypothesis import length_cap, max_lengths
 from attnlab.decoding.sampling import Sampler
-from attnlab.device import pick_device
+from attnlab.device import idle_sampler, pick_device
 from attnlab.errors import ArgumentError, ArgumentTypeError, AttnlabError
 from attnlab.i18n import _
 from attnlab.maps import AttentionResult
@@ -250,7 +250,7 @@ class Translator:
         the CPU threads do not set the pace, and nothing changes."""
         if self.device.type == "cpu":
             self.threads = PerThread(lambda: ThreadTuner(most, window=3, warmup=1, recheck_every=60, unit="batch",
-                                                         say=say))
+                                                         say=say, sense=idle_sampler()))
 
     def set_decode(self, decode: DecodeConfig) -> None:
         """Decode with ``decode`` from now on (``translate RUN decode.beam_size=4``, ``--beam 4``): the

@@ -41,11 +41,13 @@ class FakeMachine:
 def test_training_records_the_tuners_decisions_in_meta(tmp_path, monkeypatch, one_thread_after):
     fake = FakeMachine()
     monkeypatch.setattr(session, "cpu_threads", lambda: 2)  # the same bounds on a one-CPU machine
-    monkeypatch.setattr(session, "ThreadTuner", lambda most, start: ThreadTuner(
-        most, start=start, window=2, warmup=1, clock=fake.clock, apply=fake.apply))
+    monkeypatch.setattr(session, "idle_sampler", lambda: (lambda: 1))  # the load sample: one core free
+    monkeypatch.setattr(session, "ThreadTuner", lambda most, start, sense: ThreadTuner(
+        most, start=start, window=2, warmup=1, clock=fake.clock, apply=fake.apply, sense=sense))
     res = train(tiny_config("transformer", "train.threads=0", "train.max_steps=8"), tmp_path / "run", progress=False)
     rec = json.loads((tmp_path / "run" / "meta.json").read_text())["thread_tuning"]
     assert rec["mode"] == "auto" and (rec["min"], rec["max"]) == (1, 2) and rec["final"] == 2
+    assert rec["free_at_start"] == 1
     (change,) = rec["changes"]
     assert (change["old"], change["new"], change["why"]) == (1, 2, "start") and change["speedup"] > 100
     assert fake.applied[0] == 1 and fake.applied[-1] == 2

@@ -38,7 +38,7 @@ from attnlab.config import OWN_CORPUS, Config
 from attnlab.data import corpus, pairs
 from attnlab.data.batching import Batch, collate
 from attnlab.data.vocab import load_tokenizer
-from attnlab.device import cpu_threads, set_threads
+from attnlab.device import cpu_threads, idle_sampler, set_threads
 from attnlab.errors import AttnlabError, CorpusError
 from attnlab.i18n import _
 from attnlab.interrupts import Interrupted
@@ -180,12 +180,13 @@ def settle_config(cfg: Config, out_dir: Path, resume: bool, prepared,
 
 def thread_tuner(cfg: Config, device: torch.device) -> ThreadTuner | None:
     """``train.threads=0`` on the CPU: a tuner between 1 and this process's CPUs (its share of them under
-    torchrun), starting on the count in use (the demo starts a loaded machine on fewer); a count the user
-    set stays fixed, and a GPU's work does not wait on CPU threads."""
+    torchrun), starting on the count in use (the demo starts a loaded machine on fewer) or on the cores the
+    load leaves free, if fewer; a count the user set stays fixed, and a GPU's work does not wait on CPU
+    threads."""
     if cfg.train.threads > 0 or device.type != "cpu":
         return None
     most = D.threads_per_process() if D.is_distributed() else cpu_threads()
-    return ThreadTuner(most, start=min(torch.get_num_threads(), most))
+    return ThreadTuner(most, start=min(torch.get_num_threads(), most), sense=idle_sampler())
 
 
 def resolve_size(cfg: Config, prepared, explicit: frozenset[str] | None = None) -> Config:
