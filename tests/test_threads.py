@@ -94,15 +94,15 @@ def test_a_try_that_is_clearly_slower_is_cut_short():
     assert w.threads == 2 and t.n == 2
 
 
-def test_a_first_unit_three_times_slower_ends_the_try_at_once():
-    w = World({1: 1.0, 2: 5.0})  # two busy neighbours: the second thread costs five steps' worth
+def test_a_first_unit_twice_as_slow_ends_the_try_at_once():
+    w = World({1: 1.0, 2: 2.5})  # a busy neighbour: the second thread costs more than a step's worth
     t = tuner(w, start=1)
     w.run(t, 2 + 4 + 1)  # warm-up, a window on 1, and the one unit the try of 2 gets
     assert w.threads == 1 and t.n == 1 and t.tries == 1 and w.applied == [1, 2, 1]
 
 
 def test_the_load_sample_sets_the_start_and_the_search_corrects_it():
-    answers = iter([None, None, 1])  # the sample answers after the third unit: one core is free
+    answers = iter([None] * 5 + [1])  # the sample answers at the third unit's end: one core is free
     w = World({1: 1.0, 2: 0.55})  # ...but the machine is in fact quiet: two threads win it back
     t = tuner(w, sense=lambda: next(answers))
     w.run(t, 3)
@@ -113,11 +113,11 @@ def test_the_load_sample_sets_the_start_and_the_search_corrects_it():
     busy = World({1: 1.0, 2: 5.0})
     t2 = tuner(busy, sense=lambda: 1)
     busy.run(t2, 60)
-    assert t2.n == 1 and busy.applied.count(2) == 2  # the start, and one try cut short by its first unit
+    assert t2.n == 1 and busy.applied.count(2) == 1  # one try, cut short by its first unit
     quiet = World({1: 1.0, 2: 0.55})
     t3 = tuner(quiet, sense=lambda: 2)
     quiet.run(t3, 10)
-    assert t3.sensed == 2 and quiet.applied[:2] == [2, 1]  # all cores free: it starts on them
+    assert t3.sensed == 2 and quiet.applied[:2] == [1, 2]  # one thread until it knows; all cores were free
 
 
 def test_bursts_of_other_work_start_no_search():

@@ -59,21 +59,21 @@ def cpu_threads() -> int:
     return max(1, min(cores, math.ceil(quota))) if quota is not None else max(1, cores)
 
 
-def idle_sampler(min_s: float = 0.1) -> Callable[[], int | None]:
+def idle_sampler(min_s: float = 0.1) -> Callable[[], int | None] | None:
     """Start sampling the load; the returned function answers, once ``min_s`` has passed, how many of
     :func:`cpu_threads` other programs leave free: each allowed core's busy share over the interval, from
-    ``/proc/stat``, less this process's own CPU time; any other program's share past a quarter of a core takes a
-whole one, since a busy neighbour gets less than a core while this process computes (at least 1 is left).
-Before then it
-    answers None, and so it does off Linux or when it cannot read the counts. Niced programs count: with
-    the scheduler's session groups (autogroup) they take their share all the same. The sample costs no waiting: the caller's own
-    first units of work are its interval (:class:`attnlab.threads.ThreadTuner` starts on the answer)."""
+    ``/proc/stat``, less this process's own CPU time; any other program's share past a quarter of a core
+    takes a whole one, since a busy neighbour gets less than a core while this process computes (at least
+    1 is left). Before then it answers None. Niced programs count: with the scheduler's session groups
+    (autogroup) they take their share all the same. None instead of a function off Linux (no
+    ``/proc/stat``). The sample costs no waiting: the caller's own first units of work are its interval
+    (:class:`attnlab.threads.ThreadTuner` starts on the answer)."""
     most = cpu_threads()
     try:
         cores = sorted(os.sched_getaffinity(0))
         before = _cpu_jiffies(cores)
     except (AttributeError, OSError, ValueError, KeyError):
-        return lambda: None
+        return None
     own0, t0 = time.process_time(), time.perf_counter()
 
     def ready() -> int | None:
@@ -83,7 +83,7 @@ Before then it
         try:
             after = _cpu_jiffies(cores)
         except (OSError, ValueError, KeyError):
-            return None
+            return most  # cannot tell: every core
         busy = sum((a[0] - b[0]) / max(1, a[1] - b[1]) for a, b in zip(after, before, strict=True))
         others = max(0.0, busy - (time.process_time() - own0) / (t1 - t0))
         return max(1, min(most, len(cores) - math.ceil(max(0.0, others - 0.25))))

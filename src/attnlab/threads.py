@@ -14,11 +14,12 @@ counts in short windows, keeping whichever is faster now:
 - keep walking while each step wins; then hold, and try again every ``recheck_every`` units (twice as
   long after each try that changed nothing) or when two windows running cost ``jump`` more or less (a
   neighbour came or went);
-- a try that is already twice as slow after two units, or three times as slow in its first, unmeasured
-  unit, is given up at once (a contended count can cost several times the quiet one);
-- with ``sense`` (:func:`attnlab.device.idle_sampler`), the first units double as a sample of the load,
-  and the count starts no higher than the cores that others leave free: an extra thread on a busy core
-  can cost a step several times over, a missing one at most its share, which the first search wins back.
+- a try that is already twice as slow after two units, or in its first, unmeasured unit, is given up at
+  once (a contended count can cost several times the quiet one);
+- with ``sense`` (:func:`attnlab.device.idle_sampler`), the first units run on ``min_threads`` and double
+  as a sample of the load; then the count starts no higher than the cores that others leave free: an
+  extra thread on a busy core can cost a step several times over, a missing one at most its share,
+  which the first search wins back.
 
 PyTorch's guidance is to set ``torch.set_num_threads`` to the cores the work may have; OpenMP's passive
 wait policy (``OMP_WAIT_POLICY=PASSIVE``) avoids the spinning but slows a quiet machine, so the wait
@@ -99,6 +100,9 @@ class ThreadTuner:
         self._cand = self.n
         self._since = 0
         self._every = self.recheck_every
+        self._goal = self.n  # with ``sense``: the start it waits to confirm, on ``min_threads`` meanwhile
+        if sense is not None:
+            self.n = self._cand = self.min
         self._set(self.n)
 
     # ------------------------------------------------------------------ the two calls per unit of work
@@ -119,9 +123,9 @@ class ThreadTuner:
                 self._sensing()
             if work <= 0:
                 return
-            if self._phase == "try" and self._skip > 0 and self._base > 0 and dt / work > 3 * self._base:
+            if self._phase == "try" and self._skip > 0 and self._base > 0 and dt / work > 2 * self._base:
                 self._skip = 0
-                self._judge(dt / work)  # the new count's first unit alone is three times slower
+                self._judge(dt / work)  # the new count's first unit alone is twice as slow
                 return
             if self._skip > 0:
                 self._skip -= 1
@@ -167,8 +171,9 @@ class ThreadTuner:
         if free is None:
             return
         self._sense, self.sensed = None, free
-        if free < self.n and self._phase == "base" and not self.changes and self.tries == 0:
-            self.n = self._cand = max(self.min, free)
+        start = max(self.min, min(self._goal, free))
+        if start != self.n and self._phase == "base" and not self.changes and self.tries == 0:
+            self.n = self._cand = start
             self._set(self.n)
             self._costs.clear()
 
