@@ -69,7 +69,7 @@ def timed(cfg, prepared, batches, sources, threads: int | str) -> tuple[float, f
         s = tuner.begin() if tuner else 0.0
         train_step(model, opt, batch, 1.0 / batch.num_tgt_tokens, cfg.train.lr, cfg.train, torch.device("cpu"))
         if tuner:
-            tuner.end(s, batch.num_tgt_tokens)
+            tuner.end(s, batch.src.numel() + batch.tgt_in.numel())
     t_train = time.perf_counter() - t0
     dtuner = (ThreadTuner(most, window=3, warmup=1, unit="batch", sense=idle_sampler())
               if threads == "auto" else None)

@@ -122,8 +122,8 @@ def fit(s: Session, stop: StopFlag, bar: Progress | None) -> str:
             with s.timed("update"):
                 out, loss, updated = train_step(s.train_model, s.optimizer, batch, scale,
                                                 tc.lr * s.budget.factor(p.step), tc, s.device)
-            if s.threads:  # the thread count that is fastest now, per target token (threads.py)
-                s.threads.end(t0, batch.num_tgt_tokens)
+            if s.threads:  # the thread count fastest now, per padded token: what the kernels run over
+                s.threads.end(t0, batch.src.numel() + batch.tgt_in.numel())
             if not updated:
                 skipped.skip(loss)  # raises after train.max_nonfinite in a row
                 p.pos += 1
