@@ -49,10 +49,12 @@ __all__ = [
     "attention_json",
     "attention_payload",
     "continues_word",
+    "display_labels",
     "display_tokens",
     "encode_weights",
     "map_axes",
     "map_labels",
+    "marks_word_starts",
     "no_attention",
     "select_maps",
     "settings_suffix",
@@ -285,16 +287,22 @@ WORD_START, CONTINUES = "\u2581", "·"
 _SPECIAL_LABELS = (*SPECIALS, MASK_TOKEN)
 
 
-def display_tokens(tokens) -> list[str]:
-    """Token labels as a reader should see them: BPE pieces without their ``▁``.
+def display_tokens(tokens, marked: bool | None = None) -> list[str]:
+    """Token labels as a reader should see them: no ``▁`` word-start marks. The one display rule of every
+    front end (figures, the text tables of ``explain`` and ``attribute``, the web page's ``token_labels``).
 
-    A sequence that holds a ``▁`` piece is BPE (a word vocabulary never makes one): ``▁mai`` shows
-    as ``mai`` and a piece that continues the word before it, ``son``, as ``·son``, so the columns
-    stay one per token and the word ``maison`` reads ``mai ·son``. Specials (``<eos>``, ``<pad>``,
-    ``[MASK]``, …) are unchanged, and so is a sequence of words.
+    BPE pieces and the metaspace rule's words (:mod:`attnlab.data.languages`) mark a word start with ``▁``:
+    ``▁mai`` shows as ``mai`` and a token that continues the word before it, ``son`` (or the ``.`` of
+    ``▁tea .``), as ``·son``, so the columns stay one per token and ``maison`` reads ``mai ·son``; a lone
+    ``▁`` stays, the one visible mark of a space. Specials (``<eos>``, ``<pad>``, ``[MASK]``, …) are
+    unchanged, and so is a word vocabulary's sequence. ``marked``: whether the tokens come from a vocabulary
+    that marks word starts (:func:`marks_word_starts`); None reads it off the sequence (one ``▁`` token),
+    which a short list such as the top candidates of one step cannot show.
     """
     tokens = list(tokens)
-    if not any(t.startswith(WORD_START) for t in tokens):
+    if marked is None:
+        marked = any(t.startswith(WORD_START) for t in tokens)
+    if not marked:
         return tokens
     return [
         t if t in _SPECIAL_LABELS
@@ -302,6 +310,23 @@ def display_tokens(tokens) -> list[str]:
         else CONTINUES + t
         for t in tokens
     ]
+
+
+def display_labels(sequences) -> dict[str, str]:
+    """``{token: label}`` for each token of ``sequences`` whose :func:`display_tokens` label differs from it
+    (each sequence read on its own; empty for a word vocabulary): what the web page is sent beside raw
+    tokens, so that it shows every token by this module's one rule and holds no copy of it."""
+    labels: dict[str, str] = {}
+    for seq in sequences:
+        seq = list(seq)
+        labels.update({t: d for t, d in zip(seq, display_tokens(seq)) if d != t})
+    return labels
+
+
+def marks_word_starts(tok) -> bool:
+    """Whether tokenizer ``tok``'s tokens mark a word start with ``▁``: BPE pieces, and the words of the
+    metaspace rule (both cut by ``tokenizers``' Metaspace, :mod:`attnlab.data.subword`)."""
+    return getattr(tok, "kind", None) == "bpe" or getattr(tok, "text", None) == "metaspace"
 
 
 def continues_word(tokens) -> list[bool]:

@@ -87,3 +87,25 @@ def test_an_empty_split_or_src_file_is_one_error_line_not_a_traceback(tiny_runs,
         err = capsys.readouterr().err.strip()
         assert err.startswith("error:") and said in err and "; " in err, err  # what, then the fix
         assert "\n" not in err and "Traceback" not in err, err
+
+
+@pytest.mark.slow  # a 2-step training on a loaded machine takes seconds
+def test_a_chinese_source_is_bucketed_by_characters_in_wider_buckets(tmp_path):
+    """A zh→en run counts its source in characters; its BLEU-by-length buckets are the character-sized ones
+    (``我喜欢猫。``, 5 characters, is a short sentence: bucket 1-6, not the word-sized 5-8)."""
+    from attnlab.evaluation.bleu import CHARACTER_BUCKETS, DEFAULT_BUCKETS
+    from attnlab.evaluation.evaluate import evaluate_files
+    from attnlab.training.loop import train
+    from attnlab.translator import Translator
+    from tests.cli.test_any_pair_surface import _corpus
+    from tests.conftest import tiny_config
+
+    assert all(c[0] >= w[0] and c[1] >= w[1] for c, w in zip(CHARACTER_BUCKETS, DEFAULT_BUCKETS))
+    tsv = _corpus(tmp_path / "zh-en.tsv", "zh", "en")
+    cfg = tiny_config("transformer", "data.dataset=file", f"data.data_path={tsv}", "data.src_lang=zh",
+                      "data.tgt_lang=en", "data.min_freq=1", "data.num_steps=12", "train.max_steps=2")
+    train(cfg, tmp_path / "run", progress=False)
+    tr = Translator.from_run(tmp_path / "run")
+    report = evaluate_files(tr, ["我喜欢猫。", "我们想要书。"], [["I like cats.", "We want books."]])
+    assert report["length_unit"] == "characters"
+    assert [(r["bucket"], r["sentences"]) for r in report["by_length"]] == [("1-6", 2)]

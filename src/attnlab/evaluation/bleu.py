@@ -24,9 +24,19 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from attnlab.config import UNSEGMENTED
 
-__all__ = ["DEFAULT_BUCKETS", "bleu_by_length", "bleu_tokenize", "corpus_scores", "d2l_bleu", "reference_streams"]
+__all__ = ["CHARACTER_BUCKETS", "DEFAULT_BUCKETS", "bleu_by_length", "length_buckets", "bleu_tokenize", "corpus_scores", "d2l_bleu", "reference_streams"]
 
 DEFAULT_BUCKETS: tuple[tuple[int, int], ...] = ((1, 4), (5, 8), (9, 12), (13, 16), (17, 10**9))
+#: The same buckets for a source counted in characters (Chinese, Japanese: the chars rule), each 1.5 times as
+#: wide: a sentence written without spaces holds more characters than its translation has words, so word-sized
+#: buckets would put most sentences among the "long" ones.
+CHARACTER_BUCKETS: tuple[tuple[int, int], ...] = ((1, 6), (7, 12), (13, 18), (19, 24), (25, 10**9))
+
+
+def length_buckets(unit: str) -> tuple[tuple[int, int], ...]:
+    """The BLEU-by-length buckets for lengths counted in ``unit`` (``words`` or ``characters``, what
+    :meth:`attnlab.data.pairs.Pair.length_unit` says of a side)."""
+    return CHARACTER_BUCKETS if unit == "characters" else DEFAULT_BUCKETS
 
 
 def bleu_tokenize(lang: str | None) -> str:

@@ -23,7 +23,7 @@ from attnlab.data.pairs import pair_of
 from attnlab.data.text import preprocess
 from attnlab.decoding.sampling import Sampler
 from attnlab.errors import AttnlabError
-from attnlab.evaluation.bleu import bleu_by_length, bleu_tokenize, corpus_scores, d2l_bleu
+from attnlab.evaluation.bleu import bleu_by_length, bleu_tokenize, corpus_scores, d2l_bleu, length_buckets
 from attnlab.i18n import N_, _, ljust, width
 from attnlab.io import atomic_write_json, atomic_write_text, read_input
 from attnlab.notes import ACCEPTED, REFERENCES, SENTENCES
@@ -123,9 +123,11 @@ def evaluate_split(translator: Translator, split, beam_size: int = 1, batch_size
     refs = [[translator.tgt_tok.detokenize(r.split()) for r in split.references[i]] for i in rows]
     tok = bleu_tokenize(translator.tgt_tok.lang)
     scores = corpus_scores(texts, refs, tokenize=tok)
-    by_len = bleu_by_length(texts, refs, [len(split.src_text[i].split()) for i in rows], tokenize=tok)
+    unit = pair_of(translator.cfg.data).length_unit("src")
+    by_len = bleu_by_length(texts, refs, [len(split.src_text[i].split()) for i in rows], length_buckets(unit),
+                            tokenize=tok)
     return {"sentences": n, "beam_size": beam_size, "seconds": seconds, "sentences_per_s": n / max(seconds, 1e-9),
-            **scores, "by_length": by_len, "length_unit": pair_of(translator.cfg.data).length_unit("src"),
+            **scores, "by_length": by_len, "length_unit": unit,
             "hypotheses": texts, "checkpoint": checkpoint_identity(getattr(translator, "checkpoint", None)),
             "sources": [translator.src_tok.detokenize(split.src_text[i].split()) for i in rows]}
 
@@ -190,9 +192,10 @@ def evaluate_files(translator: Translator, sources: Sequence[str], references: S
     tok = bleu_tokenize(tgt.lang)
     scores = corpus_scores(texts, refs, tokenize=tok)
     lengths = [len(translator.src_tok.preprocess(s).split()) for s in sources]
-    by_len = bleu_by_length(texts, refs, lengths, tokenize=tok)
+    unit = pair_of(translator.cfg.data).length_unit("src")
+    by_len = bleu_by_length(texts, refs, lengths, length_buckets(unit), tokenize=tok)
     return {"sentences": n, "beam_size": beam_size, "seconds": seconds, "sentences_per_s": n / max(seconds, 1e-9),
-            **scores, "by_length": by_len, "length_unit": pair_of(translator.cfg.data).length_unit("src"),
+            **scores, "by_length": by_len, "length_unit": unit,
             "hypotheses": texts, "reference_rules": tgt.text,
             "checkpoint": checkpoint_identity(getattr(translator, "checkpoint", None)), "sources": list(sources)}
 

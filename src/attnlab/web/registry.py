@@ -25,6 +25,7 @@ from attnlab.errors import AttnlabError
 from attnlab.evaluation.evaluate import report_name
 from attnlab.export.engine import load_translator
 from attnlab.i18n import _
+from attnlab.maps import display_labels
 from attnlab.runs.probes import read_probes
 from attnlab.web.deadline import check
 from attnlab.web.responses import GZIP_MIN, gzip_bytes, json_bytes
@@ -212,7 +213,8 @@ class ResultCache:
 
 class ProbeCache:
     """Each run's ``/api/probes`` answer as bytes (and gzipped), rebuilt only when ``probes.jsonl``
-    changes (its mtime, size or inode)."""
+    changes (its mtime, size or inode); its ``token_labels`` are :func:`attnlab.maps.display_labels`' of
+    every recorded token, as ``/api/translate`` sends them."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -230,7 +232,9 @@ class ProbeCache:
             if item is None or item[0] != key:
                 data = read_probes(r.run_dir, self.max_bytes)  # at most max_bytes of the file: a bounded parse
                 check()  # a request past its deadline stops here (web/deadline.py)
-                payload = {"run": r.name, "model_kind": r.info.get("model_kind"), **data}
+                steps = [rec for sent in data["sentences"] for rec in sent["steps"]]
+                labels = display_labels([rec["src_tokens"] for rec in steps] + [rec["tgt_tokens"] for rec in steps])
+                payload = {"run": r.name, "model_kind": r.info.get("model_kind"), **data, "token_labels": labels}
                 item = [key, json_bytes(payload), None]
                 self._items[r.name] = item
             if gzip_ok and len(item[1]) >= GZIP_MIN:

@@ -315,6 +315,27 @@ def test_a_french_to_english_run_is_judged_on_the_french_example():
     assert f.checked and not f.detected
 
 
+def test_the_notes_check_does_not_apply_to_another_pair_and_says_so():
+    """An English→Chinese run: the §1 check is neither missing nor "not enough evidence", it does not apply."""
+    from attnlab.config import DataConfig
+    from attnlab.data.pairs import pair_of
+    from attnlab.i18n import using
+
+    pair = pair_of(DataConfig(dataset="cmn-eng"))
+    r = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, pair=pair)
+    f = r.finding("attention_not_formed")
+    assert not f.applies and not f.detected
+    text = r.format()
+    line = next(x for x in text.splitlines() if "§1" in x)
+    assert line.lstrip().startswith("–") and "not enough evidence" not in line
+    assert f"this run is {pair.title()}, so that check does not apply" in line and "English→French" in line
+    assert not any("probe" in n for n in r.notes)  # no "no probe … not checked" note
+    assert r.to_json()["findings"][-1]["applies"] is False
+    with using("zh"):  # the evidence is worded in the language the doctor ran in
+        zh = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V, pair=pair).format()
+    assert "does not apply" not in zh and "不适用" in zh
+
+
 def test_no_probes_is_a_note_not_a_verdict():
     r = D.diagnose_curves(curve(healthy_losses()), CONVERGED, V)
     assert not r.finding("attention_not_formed").checked and any("probes" in n for n in r.notes)

@@ -15,7 +15,8 @@ many pairs cut / long sentences cut and poor   ``num_steps`` too small         r
 =============================================  ==============================  ===================================
 
 Each rule compares the curve with the run's own first logged loss ``L0``; each check prints its numbers and
-threshold and answers ✗, ✓ or "not enough evidence: need N, have M"; a run is healthy only when no symptom
+threshold and answers ✗, ✓, "not enough evidence: need N, have M" or "does not apply" (the notes' §1 table on
+a pair other than English ↔ French); a run is healthy only when no symptom
 is seen *and* there was enough to see one (``MIN_STEPS``, ``MIN_EVENTS``, two validations, ``MIN_BLEU``).
 Why each: docs/explanations/doctor.md.
 
@@ -138,6 +139,8 @@ class Finding:
     need: str = ""  # the evidence a ✓ needs ("8 logged training losses")
     have: str = ""  # what the run has of it ("6")
     caused_by: str = ""  # seen, but a consequence of that symptom (not counted in the verdict)
+    applies: bool = True  # False: the check is not for this run (the notes' en–fr table on another pair); see why
+    why: str = ""  # why it does not apply
 
 
 @dataclass
@@ -627,8 +630,10 @@ def check_attention(probes: dict[str, Any] | None, pair: Pair | None = None, bes
     if check is None or not check.table:
         example = example_sentence(pair)
         if example is None:  # the notes' table is for their English ↔ French corpus, not this run's
-            return _not_enough(f, _("a run on fra-eng, the corpus the notes' table of §1 is for"),
-                               _("a run on {corpus}").format(corpus=pair.corpus if pair is not None else "-"))
+            f.checked, f.applies = False, False
+            f.why = _("the notes' example is English→French; this run is {pair}, so that check does not "
+                      "apply").format(pair=pair.title() if pair is not None else "-")
+            return f
         return _not_enough(f, _("a probe of “{sentence}” with a cross-attention map (train.probe_sentences)").format(
             sentence=example), _("none"))
     if check.formed is None:  # the translation lacks a row of the table: nothing to hold it against
@@ -740,7 +745,8 @@ def diagnose_curves(
         report.notes.append(note)
     if eval_report is None:
         report.notes.append(_("no eval-test.json: BLEU by length not checked (run `attnlab evaluate RUN`)"))
-    if not report.finding("attention_not_formed").checked:
+    attention = report.finding("attention_not_formed")
+    if not attention.checked and attention.applies:
         report.notes.append(_("no probe of the notes' example with a verdict (probes.jsonl): attention formation "
                               "not checked"))
     return report
@@ -855,6 +861,8 @@ def _text(report: DoctorReport) -> str:
             lines.append(f"  ✗ {title}")
             lines += [f"      - {e}" for e in f.evidence]
             lines.append("      → " + _("try: {suggestion}").format(suggestion=f.suggestion))
+        elif not f.applies:
+            lines.append("  – " + _("{title}: {why}").format(title=title, why=f.why))
         elif f.checked:
             lines.append("  ✓ " + _("no sign of {title}").format(title=title))
             lines += [f"      {e}" for e in f.evidence]

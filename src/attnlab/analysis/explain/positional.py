@@ -41,6 +41,7 @@ from attnlab.attention.positional import SinusoidalPositionalEncoding, rotation_
 from attnlab.data.specials import BOS, EOS
 from attnlab.errors import AttnlabError
 from attnlab.i18n import N_, Templates, _, ljust
+from attnlab.maps import display_tokens, marks_word_starts
 from attnlab.models import build_model, traits
 from attnlab.viz.figure import new_figure
 
@@ -440,7 +441,7 @@ def model_section(tr, sentence: str) -> ModelSection:
     """§13–14 on a :class:`attnlab.translator.Translator`'s model, for ``sentence`` (its own tokenizer)."""
     cfg = tr.cfg.model
     ids = tr.encode_source(sentence)[0] + [EOS]
-    labels = [tr.src_tok.id_to_token(i) for i in ids]
+    labels = display_tokens([tr.src_tok.id_to_token(i) for i in ids], marks_word_starts(tr.src_tok))
     run = str(tr.run_dir) if getattr(tr, "run_dir", None) else "the run"
     if getattr(tr.model, "positional", None) is None:
         return ModelSection(run, cfg.kind, cfg.num_hiddens, sentence, None, None, None, True)

@@ -37,6 +37,7 @@ from attnlab.analysis import hooks
 from attnlab.attention.multi_head import MultiHeadAttention
 from attnlab.data.batching import Batch
 from attnlab.i18n import N_, Templates, _, ljust
+from attnlab.maps import display_tokens, marks_word_starts
 from attnlab.models import ModelTraits, traits
 from attnlab.models.transformer import DecoderBlock, EncoderBlock, PositionWiseFFN
 from attnlab.translator import teacher_forced
@@ -540,7 +541,7 @@ def logit_section(model: nn.Module, t: ModelTraits, cap: Capture, tgt_tok, out: 
     hidden = _cpu(cap.fwd.hidden)[0, 0]  # (D,) what the output layer reads at step 1
     logits = _cpu(cap.fwd.logits)[0, 0]  # (V,)
     tok_id = int(logits.argmax())
-    tok = tgt_tok.id_to_token(tok_id)
+    tok = display_tokens([tgt_tok.id_to_token(tok_id)], marks_word_starts(tgt_tok))[0]
     with torch.inference_mode():
         row = _cpu(W[tok_id])
         dot = float(row @ hidden)

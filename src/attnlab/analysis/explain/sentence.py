@@ -47,6 +47,7 @@ from attnlab.data.vocab import EOS, UNK
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import d2l_bleu
 from attnlab.i18n import N_, _, ljust, rjust, width
+from attnlab.maps import display_tokens, marks_word_starts
 from attnlab.models import ModelTraits, StepOutput, build_model, traits
 from attnlab.models.gru import ScratchGRU
 from attnlab.translator import Translator, decode_many, teacher_forced, token_labels
@@ -151,6 +152,12 @@ class _Step:
     context_gap: float | None = None  # max |Σ α h_t − the attention module's own output|
 
 
+def _shown(tok, ids: list[int], eos: bool = False) -> list[str]:
+    """The tokens of ``ids`` in ``tok``'s vocabulary (and ``<eos>`` when ``eos``) as every label of this
+    walk-through shows them (:func:`attnlab.maps.display_tokens`: no ``▁`` mark)."""
+    return display_tokens(token_labels(tok, ids, eos=eos), marks_word_starts(tok))
+
+
 def _layer_from_1(module_path: str) -> str:
     """`` (layer N)`` for a PyTorch module path with a block index (``encoder_blocks.0.…`` → layer 1):
     the paths count from 0, every label and figure of attnlab counts layers from 1."""
@@ -208,7 +215,7 @@ def run(translator: Translator, sentence: str, reference: str | None = None, top
     model.eval()
     # decoding first, so the teacher-forced passes can follow the model's own output
     steps, hyp = _greedy_steps(model, t, ids, tr, top_k)
-    src_labels = token_labels(tr.src_tok, ids)
+    src_labels = _shown(tr.src_tok, ids, eos=True)
     tracks = gate_tracks(model, tr.cfg.model.bidirectional, src_labels, [st.input for st in steps]) if t.recurrent else None
     batch = collate([ids], [hyp], [0])
     modules = _record_modules(model, lambda: teacher_forced(model, batch, tr.device))
@@ -250,8 +257,8 @@ class ExplainReport(TextReport):
         out = lines.append
         seq = self.ids + [EOS]
         T = self.batch.tgt_in.shape[1]
-        src_labels = token_labels(tr.src_tok, self.ids)
-        tgt_labels = token_labels(tr.tgt_tok, self.batch.tgt_in[0].tolist(), eos=False)  # <bos> y1 …: decoder inputs
+        src_labels = _shown(tr.src_tok, self.ids, eos=True)
+        tgt_labels = _shown(tr.tgt_tok, self.batch.tgt_in[0].tolist())  # <bos> y1 …: decoder inputs
         _tokens_section(tr, self.sentence, self.ids, self.truncated, out)  # 1
         _embedding_section(tr, t, model, seq, out)  # 2
         _network_section(self.modules, T, cap.fwd, out)  # 3
@@ -299,7 +306,7 @@ def _tokens_section(tr: Translator, sentence: str, ids: list[int], truncated: bo
     out(_("== 1. tokens → ids (notes §4) — {kind} model, source vocabulary of {size} entries").format(
         kind=tr.cfg.model.kind, size=len(tr.src_tok)))
     out(_("  sentence     : {sentence!r}").format(sentence=sentence))
-    tokens = " ".join(token_labels(tr.src_tok, ids))
+    tokens = " ".join(_shown(tr.src_tok, ids, eos=True))
     out(_("  tokens       : {tokens}").format(tokens=tokens) + (_("   (truncated to fit the model)") if truncated else ""))
     out(_("  ids  X       : {ids}   shape ({n},), valid_len = {n}").format(ids=seq, n=len(seq)))
     unk = [w for w, i in zip(tr.src_tok.tokens(sentence), ids) if i == UNK]
@@ -311,7 +318,7 @@ def _tokens_section(tr: Translator, sentence: str, ids: list[int], truncated: bo
 def _ids_are_not_quantities(tr: Translator, ids: list[int]) -> str:
     """The notes' point of §4 (an id is a row number, not a size: "home"'s id is larger than "i'm"'s) on this
     run's own ids: the sentence's first two different tokens, or its one token beside ``<eos>``."""
-    pairs = list(dict.fromkeys(zip(ids, token_labels(tr.src_tok, ids, eos=False))))[:2]
+    pairs = list(dict.fromkeys(zip(ids, _shown(tr.src_tok, ids))))[:2]
     pairs += [(EOS, tr.src_tok.id_to_token(EOS))] * (2 - len(pairs))
     (small, small_word), (big, big_word) = sorted(pairs)
     return _("  ids are row numbers in the vocabulary, not quantities: {big} ({big_word}) is not 'more' than "
@@ -327,7 +334,7 @@ def _embedding_section(tr: Translator, t: ModelTraits, model: nn.Module, seq: li
     out("\n" + _("== 2. embedding (§5): a trainable lookup table of shape ({rows}, {cols}); each id selects one row")
         .format(rows=V_src, cols=E))
     with torch.inference_mode():
-        for tok, i in zip(token_labels(tr.src_tok, seq[:-1]), seq):
+        for tok, i in zip(_shown(tr.src_tok, seq[:-1], eos=True), seq):
             out(_("  {token:>12} → row {id:>5} = {vector}").format(token=tok, id=i,
                                                                    vector=_vec(emb.weight[i].float().cpu())))
     out(_("  → source embeddings of shape (1, {steps}, {size}) (batch, steps, embed size)").format(
@@ -352,16 +359,16 @@ def _greedy_steps(
         hyp = decode_many(watched, [ids], tr.cfg.decode, tr.device, beam_size=1)[0][0]
     contexts = [c.output[0].detach() for c in calls]  # (1, 1, M) each
     chosen_ids = list(hyp.tokens) + ([EOS] if hyp.finished else [])  # one per step
-    src_labels = token_labels(tr.src_tok, ids)
+    src_labels = _shown(tr.src_tok, ids, eos=True)
     tgt = tr.tgt_tok
     steps: list[_Step] = []
     for k, ((token, o), chosen) in enumerate(zip(watched.steps, chosen_ids)):
         probs = torch.softmax(o.logits[0].float(), dim=-1).cpu()  # (V,) the model's own distribution
         top = probs.topk(min(top_k, probs.numel()))
         step = _Step(
-            tgt.id_to_token(token),
-            [(tgt.id_to_token(int(i)), float(p)) for p, i in zip(top.values, top.indices)],
-            tgt.id_to_token(chosen),
+            _shown(tgt, [token])[0],
+            list(zip(_shown(tgt, top.indices.tolist()), top.values.tolist())),
+            _shown(tgt, [chosen])[0],
             float(probs[chosen]),
         )
         for name in ("cross", "self"):
@@ -596,8 +603,8 @@ def _loss(model, tr: Translator, ids: list[int], reference: str, translation: st
     labels = b.tgt_out[0]
     nll = -log_probs.gather(1, labels[:, None])[:, 0]  # (T,)
     words = [tr.tgt_tok.preprocess(t).split() for t in (translation, reference)]  # Chinese: characters
-    return _Loss(reference, translation, [tr.tgt_tok.id_to_token(int(i)) for i in b.tgt_in[0]],
-                 [tr.tgt_tok.id_to_token(int(i)) for i in labels], nll.tolist(),
+    return _Loss(reference, translation, _shown(tr.tgt_tok, b.tgt_in[0].tolist()), _shown(tr.tgt_tok, labels.tolist()),
+                 nll.tolist(),
                  d2l_bleu(*words, k=2))
 
 

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, create_
 from attnlab.analysis import attribution as A
 from attnlab.analysis.attribution import DEFAULT_STEPS, AttributionError
 from attnlab.errors import AttnlabError
+from attnlab.maps import display_labels
 from attnlab.web.deadline import DeadlinePassed, check
 from attnlab.web.registry import LoadedRun
 from attnlab.web.responses import (
@@ -103,6 +104,9 @@ def attribution_job(job: AttributionJob, t0: float) -> tuple[bytes, bool]:
     payload: dict[str, Any] = {"run": job.run.name, "model_kind": job.run.info.get("model_kind"), **report.to_json()}
     rows = payload.get("rows")
     cut = isinstance(rows, list) and len(rows) >= job.max_len and (not rows or rows[-1] != "<eos>")
+    # the page shows every token by attnlab.maps' one display rule, as for a translation
+    payload["token_labels"] = display_labels([payload.get("rows") or [], payload.get("cols") or [],
+                                              *[m["labels"] for m in payload.get("maps") or []]])
     payload["warnings"] = [cut_warning(job)] if cut else []
     payload["elapsed_ms"] = round(1000 * (time.perf_counter() - t0), 1)
     body = json_bytes(payload)

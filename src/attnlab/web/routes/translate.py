@@ -22,7 +22,7 @@ from attnlab.data.pairs import pair_of
 from attnlab.data.text import preprocess
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.alignment import check_result
-from attnlab.maps import continues_word, display_tokens
+from attnlab.maps import continues_word, display_labels
 from attnlab.web.deadline import DeadlinePassed, check
 from attnlab.web.registry import LoadedRun, ResultCache
 from attnlab.web.responses import (
@@ -239,9 +239,7 @@ def display_fields(res: Any) -> dict[str, Any]:
     whose label differs to that label (BPE's ``▁je`` → ``je``, a piece continuing a word ``son`` →
     ``·son``; empty for a word vocabulary), and ``tgt_continues[i]`` says whether ``tgt_tokens[i]``
     joins the word before it (no space) when the translation is built up token by token."""
-    labels: dict[str, str] = {}
-    for seq in (res.src_tokens, res.tgt_tokens, res.tgt_inputs):
-        labels.update({t: d for t, d in zip(seq, display_tokens(seq)) if d != t})
+    labels = display_labels((res.src_tokens, res.tgt_tokens, res.tgt_inputs))
     return {"token_labels": labels, "tgt_continues": continues_word(res.tgt_tokens)}
 
 

@@ -175,17 +175,11 @@ function rowLabels(att, res) {
   return labels(res, att.queries);
 }
 
-// Tokens as a reader sees them: the response's token_labels (BPE's "▁je" → "je", "son" → "·son").
+// Tokens as a reader sees them: the response's token_labels (attnlab.maps.display_tokens, the one rule:
+// BPE's or the metaspace rule's "▁je" → "je", "son" → "·son"), for translations and probe recordings alike.
 function labels(res, tokens) {
   const map = (res && res.token_labels) || {};
   return tokens.map((tok) => (Object.prototype.hasOwnProperty.call(map, tok) ? map[tok] : tok));
-}
-
-// The same rule for the probe recordings, which come without token_labels
-// (attnlab.maps.display_tokens): a sequence with a "▁" piece is BPE.
-function shownTokens(tokens) {
-  if (!tokens.some((tok) => tok.startsWith("\u2581"))) return tokens;
-  return tokens.map((tok) => (/^(<[a-z]+>|\[MASK\])$/.test(tok) ? tok : tok.startsWith("\u2581") ? tok.slice(1) || tok : "·" + tok));
 }
 
 // --------------------------------------------------------------------------------------- heatmap
@@ -608,15 +602,16 @@ function showAttribution(res) {
     for (const m of res.maps) {
       const kind = kindName(m.kind);
       bits.push(t("{kind}: ρ(rollout, last layer) {rho}", { kind, rho: rhoText(m.mean_rho) }));
-      attrPanel(box, t("{kind}: last layer, heads averaged", { kind }), m.attention, m.labels, m.labels);
-      attrPanel(box, t("{kind}: rollout", { kind }), m.rollout, m.labels.map((x, i) => `${x} · ρ ${rhoText(m.rho[i])}`), m.labels);
+      const shown = labels(res, m.labels);
+      attrPanel(box, t("{kind}: last layer, heads averaged", { kind }), m.attention, shown, shown);
+      attrPanel(box, t("{kind}: rollout", { kind }), m.rollout, shown.map((x, i) => `${x} · ρ ${rhoText(m.rho[i])}`), shown);
     }
   } else {
     bits.push(res.method_name + (res.steps ? ", " + t("{n} steps", { n: res.steps }) : ""));
     for (const c of res.compare) {
       const top1 = `${Math.round(c.top1_agreement * res.rows.length)}/${res.rows.length}`;
       bits.push(t("{title}: ρ {rho}, top-1 {top1}", { title: c.title, rho: rhoText(c.mean_rho), top1 }));
-      attrPanel(box, c.title, c.weights, res.rows, res.cols);
+      attrPanel(box, c.title, c.weights, labels(res, res.rows), labels(res, res.cols));
     }
     if (res.completeness_gap !== null && res.completeness_gap !== undefined) {
       // Integrated gradients: how far each row's sum is from f(x) − f(0); more steps close it.
@@ -624,8 +619,8 @@ function showAttribution(res) {
       bits.push(gap + (res.completeness_gap > 0.01 ? " " + t("(raise the steps)") : ""));
     }
     const first = res.compare[0];
-    const rows = res.rows.map((x, i) => (first ? `${x} · ρ ${rhoText(first.rho[i])}` : x));
-    attrPanel(box, t("{method}: share of |attribution|", { method: res.method_name }), res.shares, rows, res.cols);
+    const rows = labels(res, res.rows).map((x, i) => (first ? `${x} · ρ ${rhoText(first.rho[i])}` : x));
+    attrPanel(box, t("{method}: share of |attribution|", { method: res.method_name }), res.shares, rows, labels(res, res.cols));
   }
   for (const w of res.warnings || []) bits.push(w);  // e.g. the output tokens attributed at these steps
   bits.push(`${res.elapsed_ms} ms`);
@@ -793,12 +788,12 @@ function drawProbe() {
   if (!kind) { $("#probe-heatmap").replaceChildren(); return; }
   const A = rec.attention[kind];
   const m = A[Math.min(Number($("#probe-layer").value), A.length - 1)];
-  let keys = shownTokens(rec.src_tokens);
-  if (kind === "self") keys = keys.concat(["<bos>"], shownTokens(rec.tgt_tokens).slice(0, -1));  // keys: source <bos> y1 …
+  let keys = labels(state.probes, rec.src_tokens);  // the server's token_labels, as for a translation
+  if (kind === "self") keys = keys.concat(["<bos>"], labels(state.probes, rec.tgt_tokens).slice(0, -1));  // keys: source <bos> y1 …
   const nk = m.length ? m[0].length : 0;
   keys = keys.slice(0, nk);
   while (keys.length < nk) keys.push("·");
-  const rows = shownTokens(rec.tgt_tokens).slice(0, m.length);
+  const rows = labels(state.probes, rec.tgt_tokens).slice(0, m.length);
   while (rows.length < m.length) rows.push("·");
   renderHeatmap($("#probe-heatmap"), m, rows, keys, { cell: 34, corner: t("mean of heads") });
 }
