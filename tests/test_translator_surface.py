@@ -13,6 +13,12 @@ def test_restore_case_keeps_a_leading_capital_only():
     assert restore_case("Go.", "") == ""
 
 
+def test_a_source_in_a_caseless_script_gives_a_sentence_that_starts_with_a_capital():
+    assert restore_case("我在家里。", "i'm home.") == "I'm home."  # Tatoeba's English references do
+    assert restore_case("  谢谢。", "thank you.") == "Thank you."
+    assert restore_case("「はい」", "yes.") == "yes."  # punctuation first: nothing to go by
+
+
 def test_translations_start_with_a_capital_when_the_source_does(tiny_runs):
     tr = Translator.from_run(tiny_runs("transformer"), device="cpu")
     lower, upper = tr.translate(["twenty one", "Twenty one"])

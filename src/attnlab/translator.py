@@ -196,7 +196,9 @@ class Translation:
 
 
 def restore_case(source: str, translation: str) -> str:
-    """``translation`` with a capital first character when ``source`` starts with one (after spaces).
+    """``translation`` with a capital first character when ``source`` starts with one (after spaces), or
+    with a letter of a script that has no case (Chinese, Japanese): such a source says nothing about case,
+    and a sentence starts with a capital, as the corpus's references do.
 
     D2L's preprocessing lowercases every sentence (§4), so a model trained on it writes lowercase
     only; ``"I'm home."`` would come back as ``"je suis chez moi."``. Only the first character is
@@ -206,8 +208,11 @@ def restore_case(source: str, translation: str) -> str:
     'Je suis chez moi.'
     >>> restore_case("i'm home .", "je suis chez moi.")
     'je suis chez moi.'
+    >>> restore_case("我在家。", "i'm home.")
+    "I'm home."
     """
-    if source.lstrip()[:1].isupper():
+    first = source.lstrip()[:1]
+    if first.isupper() or (first.isalpha() and not first.islower()):
         return translation[:1].upper() + translation[1:]
     return translation
 
@@ -217,7 +222,8 @@ class Translator:
 
     ``max_src_tokens``: the longest source accepted (longer ones are cut and flagged); by default
     what the position table and the output bound leave, at most 512. ``restore_case`` (default
-    True): a source that starts with a capital gets a translation that does (:func:`restore_case`).
+    True): a source that starts with a capital, or with a caseless script's letter, gets a translation
+    that does (:func:`restore_case`).
     """
 
     restore_case: bool = True
