@@ -24,7 +24,7 @@ from typing import Any
 import tomli_w
 
 from attnlab.errors import AttnlabError
-from attnlab.i18n import _
+from attnlab.i18n import N_, _
 from attnlab.io import read_input
 from attnlab.notes import SENTENCES
 
@@ -308,7 +308,7 @@ AUTO_DECODE_ROWS = 256  # decoder rows per batch when decode.batch_size = 0
 @dataclass(frozen=True)
 class DecodeConfig:
     """How a trained model decodes (notes §22); every key is also an option of every decoding command
-    (``cli/common.py``'s ``DECODE_OPTIONS``). Names follow fairseq's generate options where they exist."""
+    (:data:`DECODE_OPTIONS`). Names follow fairseq's generate options where they exist."""
 
     beam_size: int = 1  # 1 = greedy
     # GNMT's length penalty (Wu et al. 2016, eq. 14), not fairseq's --lenpen (score / len ** lenpen):
@@ -345,12 +345,42 @@ class DecodeConfig:
                .format(sampling=self.sampling))
         _check(self.sampling_topk >= 0, _("decode.sampling_topk must be >= 0 (0 = the whole vocabulary)"))
         _between("decode.temperature", self.temperature, MIN_TEMPERATURE, MAX_TEMPERATURE)
+        _check(-(2**63) <= self.seed < 2**64,
+               _("decode.seed={seed} must fit in 64 bits (0 to 2**64 - 1), the range torch.manual_seed "
+                 "takes").format(seed=self.seed))
         _check(self.sampling or (self.sampling_topk == 0 and self.temperature == 1.0),
                _("decode.sampling_topk and decode.temperature shape sampling only; add --sampling "
                  "(decode.sampling=true) or drop them"))
         _check(not self.sampling or self.beam_size == 1,
                _("decode.sampling=true draws each token instead of searching; it needs decode.beam_size=1 "
                  "(use --nbest K for K samples a sentence)"))
+
+
+#: The decoding options every decoding command shares (translate, evaluate, serve, export's decode settings),
+#: each the shortcut of one ``decode.*`` key of :class:`DecodeConfig`: (option, key, type, help). ``cli/common.py``
+#: makes them options, the web server's request body makes them fields (named by key). The names are fairseq
+#: generate's where it has one (--beam, --nbest, --max-len-a/b, --batch-size, --max-tokens,
+#: --no-repeat-ngram-size, --sampling, --sampling-topk, --temperature, --seed); the length penalty is GNMT's,
+#: so it is not fairseq's --lenpen.
+DECODE_OPTIONS: tuple[tuple[str, str, type, str], ...] = (
+    ("--beam", "beam_size", int, N_("beam size, 1 = greedy")),
+    ("--nbest", "nbest", int, N_("the n best translations of each sentence (with --sampling: n samples)")),
+    ("--length-penalty", "length_penalty", float,
+     N_("GNMT's length penalty alpha (Wu et al. 2016; not fairseq's --lenpen): beam hypotheses are ranked by "
+        "log-probability / ((5 + length) / 6) ** alpha; 0 ranks by log-probability, larger favours longer outputs")),
+    ("--max-len-a", "max_len_a", float, N_("output length limit a·S + b (S: source tokens): its slope a")),
+    ("--max-len-b", "max_len_b", int, N_("output length limit a·S + b: its offset b (<eos> included)")),
+    ("--batch-size", "batch_size", int, N_("sentences decoded together (0 = auto)")),
+    ("--max-tokens", "max_tokens", int, N_("also at most this many padded source tokens a batch (0 = off)")),
+    ("--no-repeat-ngram-size", "no_repeat_ngram_size", int,
+     N_("never repeat an n-gram of this size within an output (0 = off)")),
+    ("--sampling", "sampling", bool, N_("draw each token from the model's distribution instead of searching "
+                                        "(needs beam 1)")),
+    ("--sampling-topk", "sampling_topk", int, N_("with --sampling: draw from the k most likely tokens (0 = all)")),
+    ("--temperature", "temperature", float, N_("with --sampling: divide the log-probabilities by this "
+                                               "(below 1: sharper, above 1: flatter)")),
+    ("--seed", "seed", int, N_("with --sampling: the seed of the draws (same seed, same samples)")),
+)
 
 
 def _refuse_control_chars(text: str, where: str) -> None:

@@ -14,7 +14,7 @@ import re
 import sys
 
 from attnlab import config as config_mod
-from attnlab.config import Config
+from attnlab.config import DECODE_OPTIONS, Config
 from attnlab.i18n import N_, _, width
 
 __all__ = ["DEVICE_HELP", "HelpFormatter", "Parser", "add_config_args", "add_deprecated_alias", "add_device_arg",
@@ -306,44 +306,21 @@ def _own_corpus(data: str, overrides: list[str]) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ decoding options
 
-#: The decoding options every decoding command shares (translate, evaluate, export's decode settings), each
-#: the shortcut of one ``decode.*`` key of the config: (option, key, type, help). The names are fairseq
-#: generate's where it has one (--beam, --nbest, --max-len-a/b, --batch-size, --max-tokens,
-#: --no-repeat-ngram-size, --sampling, --sampling-topk, --temperature, --seed); the length penalty is GNMT's,
-#: so it is not fairseq's --lenpen.
-DECODE_OPTIONS: tuple[tuple[str, str, type, str], ...] = (
-    ("--beam", "beam_size", int, N_("beam size, 1 = greedy")),
-    ("--nbest", "nbest", int, N_("the n best translations of each sentence (with --sampling: n samples)")),
-    ("--length-penalty", "length_penalty", float,
-     N_("GNMT's length penalty alpha (Wu et al. 2016; not fairseq's --lenpen): beam hypotheses are ranked by "
-        "log-probability / ((5 + length) / 6) ** alpha; 0 ranks by log-probability, larger favours longer outputs")),
-    ("--max-len-a", "max_len_a", float, N_("output length limit a·S + b (S: source tokens): its slope a")),
-    ("--max-len-b", "max_len_b", int, N_("output length limit a·S + b: its offset b (<eos> included)")),
-    ("--batch-size", "batch_size", int, N_("sentences decoded together (0 = auto)")),
-    ("--max-tokens", "max_tokens", int, N_("also at most this many padded source tokens a batch (0 = off)")),
-    ("--no-repeat-ngram-size", "no_repeat_ngram_size", int,
-     N_("never repeat an n-gram of this size within an output (0 = off)")),
-    ("--sampling", "sampling", bool, N_("draw each token from the model's distribution instead of searching "
-                                        "(needs beam 1)")),
-    ("--sampling-topk", "sampling_topk", int, N_("with --sampling: draw from the k most likely tokens (0 = all)")),
-    ("--temperature", "temperature", float, N_("with --sampling: divide the log-probabilities by this "
-                                               "(below 1: sharper, above 1: flatter)")),
-    ("--seed", "seed", int, N_("with --sampling: the seed of the draws (same seed, same samples)")),
-)
-
-
 def _dest(option: str) -> str:
     """argparse's own name for an option's value: ``--max-len-a`` → ``max_len_a``."""
     return option.lstrip("-").replace("-", "_")
 
 
-def add_decode_args(p: argparse.ArgumentParser, nbest: bool = True) -> None:
+def add_decode_args(p: argparse.ArgumentParser, nbest: bool = True, notes: dict[str, str] | None = None) -> None:
     """The :data:`DECODE_OPTIONS` (``nbest``: with ``--nbest``), each None unless given, so the run's own
-    ``decode.*`` setting holds (see :func:`decode_overrides`); ``--max-len-a`` is ``args.max_len_a``."""
+    ``decode.*`` setting holds (see :func:`decode_overrides`); ``--max-len-a`` is ``args.max_len_a``.
+    ``notes``: a key's extra help on this command (``serve``: what a request may change, and its cap)."""
     for option, key, kind, helptext in DECODE_OPTIONS:
         if key == "nbest" and not nbest:
             continue
         tail = _(" (default: the run's decode.{key})").format(key=key)
+        if notes and key in notes:
+            tail = "; " + notes[key] + tail
         if kind is bool:
             p.add_argument(option, action="store_const", const=True, default=None, help=_(helptext) + tail)
         else:
