@@ -17,7 +17,9 @@ in its files (``data-i18n`` in index.html, ``t("…")`` in app.js; :mod:`attnlab
 translations live in this same catalogue; :func:`catalogue` reads one language without switching to it.
 
 Which language: :func:`set_language` (the CLI's ``--lang`` on every command), else the
-``ATTNLAB_LANG`` environment variable, else English. The system locale (``LANG``) is deliberately not
+``ATTNLAB_LANG`` environment variable, else English. That choice is process-wide; :func:`speaking` overrides it
+for one context only (a :class:`contextvars.ContextVar`: this thread or asyncio task, and what copies its
+context), so that the web server answers concurrent requests each in its own language. The system locale (``LANG``) is deliberately not
 read: a user's output, and the tests', should not change with the machine they run on. A language
 without a catalogue is a :class:`LanguageError` naming the available ones.
 
@@ -27,6 +29,8 @@ Imports only the standard library and :mod:`attnlab.errors` (the base layer).
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 import gettext
 import os
 import re
@@ -36,7 +40,7 @@ from attnlab.errors import AttnlabError
 
 __all__ = ["DOMAIN", "ENV_VAR", "LOCALE_DIR", "LanguageError", "N_", "Templates", "_", "add_lang_argument",
            "available_languages", "catalogue", "center", "language", "ljust", "missing", "rjust", "set_language",
-           "using", "width"]
+           "speaking", "using", "width"]
 
 DOMAIN = "attnlab"
 ENV_VAR = "ATTNLAB_LANG"
@@ -50,6 +54,9 @@ class LanguageError(AttnlabError):
 
 _translations: gettext.NullTranslations | None = None  # None: not chosen yet (read ATTNLAB_LANG on first use)
 _language = SOURCE_LANGUAGE
+#: this context's own language and translations (:func:`speaking`); None: the process-wide ones above
+_context: contextvars.ContextVar[tuple[str, gettext.NullTranslations] | None] = contextvars.ContextVar(
+    "attnlab_language", default=None)
 
 
 def available_languages() -> list[str]:
@@ -98,12 +105,48 @@ def set_language(lang: str | None = None) -> str:
     return _language
 
 
+@functools.lru_cache(maxsize=16)
+def _known(code: str, source: str) -> tuple[str, gettext.NullTranslations]:
+    """:func:`catalogue` of a normalised code, read once (an unknown one raises, and is not kept)."""
+    return catalogue(code, source)
+
+
+@contextlib.contextmanager
+def speaking(lang: str | None, source: str = "lang"):
+    """Speak ``lang`` inside the ``with`` block in this context only (this thread or asyncio task, and the
+    work it hands its context to, e.g. ``contextvars.copy_context().run``); the process-wide language
+    (:func:`set_language`, the CLI's) is neither read nor changed. ``None``: no change. Yields the code.
+    Messages left untranslated here are not listed by :func:`missing` (that list is the CLI's).
+
+    Raises:
+        LanguageError: no catalogue for ``lang``; the message names ``source`` and the available languages.
+    """
+    if lang is None:
+        yield language()
+        return
+    try:
+        chosen = _known(_normalise(lang), source)
+    except LanguageError:
+        catalogue(lang, source)  # the message names the value as it was given
+        raise
+    token = _context.set(chosen)
+    try:
+        yield chosen[0]
+    finally:
+        _context.reset(token)
+
+
 @contextlib.contextmanager
 def using(lang: str | None):
     """Speak ``lang`` inside the ``with`` block and the language before it afterwards (``None``: no change).
-    For ``Report.format(lang)``; the CLI itself sets the language once, with :func:`set_language`."""
+    For ``Report.format(lang)``; the CLI itself sets the language once, with :func:`set_language`. Inside
+    :func:`speaking` (a web request) it changes that context's language only."""
     if lang is None:
         yield language()
+        return
+    if _context.get() is not None:
+        with speaking(lang, "--lang") as code:
+            yield code
         return
     before = (_translations, _language, dict(_missing))
     try:
@@ -117,7 +160,11 @@ def using(lang: str | None):
 
 
 def language() -> str:
-    """The language the text is written in now (``en``, ``zh``, …)."""
+    """The language the text is written in now (``en``, ``zh``, …): this context's (:func:`speaking`), else
+    the process-wide one."""
+    own = _context.get()
+    if own is not None:
+        return own[0]
     if _translations is None:
         set_language(None)
     return _language
@@ -131,7 +178,10 @@ _WORDS = re.compile(r"[^\W\d_]{2,}")  # messages asked for in a language whose c
 def _(message: str) -> str:
     """``message`` in the current language. When the catalogue has no translation the English text is
     returned and remembered (:func:`missing`), so that the command can say so once instead of
-    falling back silently."""
+    falling back silently. Inside :func:`speaking`, that context's language."""
+    own = _context.get()
+    if own is not None:
+        return own[1].gettext(message)
     if _translations is None:
         set_language(None)
     text = _translations.gettext(message)  # type: ignore[union-attr]
