@@ -194,6 +194,13 @@ class Translation:
     truncated: bool = False
     normalized_score: float = 0.0
 
+    def record(self, rank: int) -> dict[str, Any]:
+        """This hypothesis as ``translate --format jsonl`` writes it and the web API sends it (fairseq's
+        ``H-`` line, CTranslate2's ``return_scores``): its ``rank`` in the n-best list (from 1), ``score``
+        (ranked by), ``log_prob``, ``length`` in tokens (``<eos>`` not counted), ``finished``, ``text``, ``tokens``."""
+        return {"rank": rank, "score": self.normalized_score, "log_prob": self.score, "length": len(self.tokens),
+                "finished": self.finished, "text": self.text, "tokens": self.tokens}
+
 
 def restore_case(source: str, translation: str) -> str:
     """``translation`` with a capital first character when ``source`` starts with one (after spaces), or
@@ -371,10 +378,12 @@ class Translator:
         nbest: int = 1,
         length_penalty: float | None = None,
         max_len: int | None = None,
+        decode: DecodeConfig | None = None,
     ) -> list[Translation] | list[list[Translation]]:
         """Translate each sentence; returns ``nbest`` :class:`Translation` s per sentence, best first
         (one sentence given as a ``str``: its list alone). ``max_len``: at most this many output
-        tokens (the final ``<eos>`` included), see :func:`decode_many`.
+        tokens (the final ``<eos>`` included), see :func:`decode_many`. ``decode``: these settings for this
+        call alone (the web server's per-request ones) instead of the run's; ``beam_size`` None is its beam.
 
         Never raises on text: any ``str`` (emoji, CJK, control characters, lone surrogates) is
         preprocessed (unknown words become ``<unk>``); a sentence with no tokens left gets one empty
@@ -386,9 +395,9 @@ class Translator:
         """
         self.check_translates()
         if isinstance(sentences, str):
-            return self.translate_full([sentences], beam_size, nbest, length_penalty, max_len)[0]
+            return self.translate_full([sentences], beam_size, nbest, length_penalty, max_len, decode)[0]
         sentences = _sentence_list(sentences)
-        dcfg = self.cfg.decode
+        dcfg = self.cfg.decode if decode is None else decode
         if length_penalty is not None:
             real = not isinstance(length_penalty, bool) and isinstance(length_penalty, numbers.Real)
             if not real or not math.isfinite(length_penalty):
@@ -396,7 +405,7 @@ class Translator:
                     "length_penalty={value} must be a finite number (GNMT's alpha; 0 = none; None = the run's "
                     "decode.length_penalty)").format(value=shown(length_penalty)))
             dcfg = DecodeConfig(**{**dcfg.__dict__, "length_penalty": float(length_penalty)})
-        beam = self.check_beam(beam_size)
+        beam = self.check_beam(beam_size, dcfg)
         nbest = whole_number("nbest", nbest, 1, _("1 = the best translation alone"))
         nbest = nbest if dcfg.sampling else min(nbest, beam)  # sampling: nbest draws a sentence
         max_len = self._max_len(max_len)
@@ -405,26 +414,31 @@ class Translator:
         todo = [(i, ids) for i, (ids, _) in enumerate(encoded) if ids]
         hyps = self._search([ids for _, ids in todo], dcfg, beam, nbest, max_len=max_len)
         for (i, _ids), hs in zip(todo, hyps):
-            out[i] = [
-                Translation(
-                    self._cased(sentences[i], self.tgt_tok.decode(h.tokens)),
-                    token_labels(self.tgt_tok, h.tokens, eos=False),
-                    float(h.score),
-                    bool(h.finished),
-                    encoded[i][1],
-                    float(h.normalized_score),
-                )
-                for h in hs
-            ]
+            out[i] = self._translations(sentences[i], hs, encoded[i][1])
         for i, _s in enumerate(sentences):
             if not out[i]:
                 out[i] = [Translation("", [], 0.0, True)]
         return out
 
+    def _translations(self, sentence: str, hyps: list[Any], truncated: bool) -> list[Translation]:
+        """The search's hypotheses of ``sentence`` as :class:`Translation` s, in their order."""
+        return [Translation(self._cased(sentence, self.tgt_tok.decode(h.tokens)),
+                            token_labels(self.tgt_tok, h.tokens, eos=False), float(h.score), bool(h.finished),
+                            truncated, float(h.normalized_score)) for h in hyps]
+
     def attention(
         self, sentence: str, beam_size: int = 1, max_len: int | None = None, extra_pad: int = 0
     ) -> AttentionResult:
-        """Translate one sentence and return every attention map along the way.
+        """Translate one sentence and return every attention map along the way (:meth:`attention_full`'s maps)."""
+        return self.attention_full(sentence, beam_size, max_len=max_len, extra_pad=extra_pad)[0]
+
+    def attention_full(
+        self, sentence: str, beam_size: int | None = 1, nbest: int = 1, max_len: int | None = None,
+        extra_pad: int = 0, decode: DecodeConfig | None = None,
+    ) -> tuple[AttentionResult, list[Translation]]:
+        """Translate one sentence and return every attention map along the way, with the ``nbest``
+        hypotheses of the same search (:meth:`translate_full`'s, best first; the maps are the best's; none
+        for a fill model). ``decode``: these settings for this call alone, as in :meth:`translate_full`.
 
         The maps are recomputed by one teacher-forced pass (:func:`teacher_forced`) over the chosen
         output, so each kind comes with all its layers and heads, shaped (layers, heads, queries, keys)
@@ -445,14 +459,14 @@ class Translator:
                                   "tokens); a batch pads a sentence at most to that: use extra_pad={most} or less")
                                 .format(value=extra_pad, most=self.max_src_tokens))
         if traits(self.cfg.model).task == "fill":
-            return self._fill_attention(sentence, extra_pad)
-        beam_size, max_len = self.check_beam(beam_size), self._max_len(max_len)
+            return self._fill_attention(sentence, extra_pad), []
+        dcfg = self.cfg.decode if decode is None else decode
+        beam_size, max_len = self.check_beam(beam_size, dcfg), self._max_len(max_len)
+        nbest = whole_number("nbest", nbest, 1, _("1 = the best translation alone"))
+        nbest = nbest if dcfg.sampling else min(nbest, beam_size)  # sampling: nbest draws a sentence
         ids, truncated = self.encode_source(sentence)
-        hyp = (
-            self._search([ids], self.cfg.decode, beam_size, max_len=max_len)[0][0]
-            if ids
-            else None
-        )
+        hyps = self._search([ids], dcfg, beam_size, nbest, max_len=max_len)[0] if ids else []
+        hyp = hyps[0] if hyps else None
         out_ids = list(hyp.tokens) if hyp is not None else []
         finished = bool(hyp.finished) if hyp is not None else True
         batch = collate([ids], [out_ids], [0])
@@ -463,7 +477,7 @@ class Translator:
         src_tokens = token_labels(self.src_tok, ids) + [self.src_tok.id_to_token(PAD)] * extra_pad
         tgt_tokens = token_labels(self.tgt_tok, out_ids, eos=finished)
         tgt_inputs = token_labels(self.tgt_tok, [BOS, *out_ids], eos=False)[: len(tgt_tokens)]
-        return AttentionResult(
+        result = AttentionResult(
             sentence,
             self._cased(sentence, self.tgt_tok.decode(out_ids)),
             src_tokens,
@@ -472,12 +486,14 @@ class Translator:
             _keep_output_queries(maps, len(src_tokens), len(tgt_tokens)),
             truncated,
         )
+        return result, (self._translations(sentence, hyps, truncated) or [Translation("", [], 0.0, True)])
 
-    def check_beam(self, beam_size: Any) -> int:
+    def check_beam(self, beam_size: Any, decode: DecodeConfig | None = None) -> int:
         """``beam_size`` checked (a whole number from 1 to the target vocabulary's size; a beam holds at most one
-        hypothesis per token), or the run's ``decode.beam_size`` for None. Raises :class:`ArgumentError`."""
+        hypothesis per token), or for None ``decode``'s beam (default: the run's ``decode.beam_size``).
+        Raises :class:`ArgumentError`."""
         if beam_size is None:
-            return self.cfg.decode.beam_size
+            beam_size = (self.cfg.decode if decode is None else decode).beam_size
         beam = whole_number("beam_size", beam_size, 1, _("1 = greedy; None = the run's decode.beam_size"))
         vocab = len(self.tgt_tok)
         if beam > vocab:

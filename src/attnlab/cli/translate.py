@@ -350,9 +350,7 @@ def _scored_lines(fmt: str, line: int, hyps) -> str:
             text = t.text.replace("\t", " ")
             out.append(f"{line}\t{rank}\t{t.normalized_score:.4f}\t{len(t.tokens)}\t{text}\n")
         else:
-            out.append(json.dumps({"line": line, "rank": rank, "score": t.normalized_score, "log_prob": t.score,
-                                   "length": len(t.tokens), "finished": t.finished, "text": t.text,
-                                   "tokens": t.tokens}, ensure_ascii=False) + "\n")
+            out.append(json.dumps({"line": line, **t.record(rank)}, ensure_ascii=False) + "\n")
     return "".join(out)
 
 
