@@ -28,6 +28,7 @@ _DECODE = {"--length-penalty", "--max-len-a", "--max-len-b", "--batch-size", "--
 ADDED["translate"] = _DECODE | {"--format"}  # scored n-best lines (tsv, jsonl) as fairseq's H- lines
 ADDED["evaluate"] = ADDED["evaluate"] | _DECODE | {"--output"}  # the hypotheses kept for sacreBLEU or COMET
 ADDED["export"] = _DECODE | {"--beam", "--nbest"}  # the export's decode defaults
+ADDED["serve"] = ADDED["serve"] | _DECODE | {"--beam", "--nbest"}  # every request's decode defaults
 #: Commands added since the snapshot, on purpose.
 ADDED_COMMANDS = {"average"}  # checkpoint averaging, as fairseq's, OpenNMT's and JoeyNMT's
 #: Positionals added at the end, on purpose: evaluate RUN decode.beam_size=4 (a decode setting).

@@ -210,6 +210,10 @@ class _Gated:
             sentence, "bonjour", ["go", "<eos>"], ["bonjour", "<eos>"], ["<bos>", "bonjour"], {"cross": w}
         )
 
+    def attention_full(self, sentence: str, beam_size: int | None = 1, nbest: int = 1, max_len: int | None = None,
+                       extra_pad: int = 0, decode=None) -> tuple[AttentionResult, list]:  # Translator's signature
+        return self.attention(sentence, beam_size or 1, max_len, extra_pad), []
+
 
 def _probe_line(step: int, sentence: str = "go .") -> str:
     rec = {

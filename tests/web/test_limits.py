@@ -40,6 +40,10 @@ class GatedTranslator:
             sentence, "bonjour", ["go", "<eos>"], ["bonjour", "<eos>"], ["<bos>", "bonjour"], {"cross": w}
         )
 
+    def attention_full(self, sentence: str, beam_size: int | None = 1, nbest: int = 1, max_len: int | None = None,
+                       extra_pad: int = 0, decode=None) -> tuple[AttentionResult, list]:  # Translator's signature
+        return self.attention(sentence, beam_size or 1, max_len, extra_pad), []
+
 
 def _app(tr, **limits):
     run = LoadedRun("fake", tr, None, {"model_kind": "bahdanau", "kinds": ["cross"]})

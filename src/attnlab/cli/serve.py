@@ -7,9 +7,9 @@ import ipaddress
 import math
 import sys
 
-from attnlab.cli.common import add_device_arg
+from attnlab.cli.common import add_decode_args, add_device_arg, decode_overrides, split_settings
 from attnlab.errors import AttnlabError
-from attnlab.i18n import _
+from attnlab.i18n import N_, _
 
 
 def _is_loopback(host: str) -> bool:
@@ -34,6 +34,9 @@ def cmd_serve(args) -> int:
               "install it with `pip install -e '.[web]'` in the attnlab checkout (or `scripts/setup.sh dev`)").format(
                 name=e.name)
         ) from None
+    settings, args.runs = split_settings(args.runs)  # serve RUN decode.beam_size=4: a setting, not a run
+    if not args.runs:
+        raise AttnlabError(_("no run to serve; pass at least one run folder"))
     per_worker = model_threads(args.workers, args.threads)
     limits = Limits(
         max_chars=args.max_chars,
@@ -54,7 +57,7 @@ def cmd_serve(args) -> int:
     sock = listen_socket(args.host, args.port)
     try:
         app = create_app(args.runs, limits, which=args.checkpoint, device=args.device, allowed_hosts=hosts,
-                         gold=args.gold)
+                         gold=args.gold, decode=decode_overrides(args) + settings)
     except BaseException:
         sock.close()
         raise
@@ -99,10 +102,14 @@ def register(sub) -> None:
           "Runs are named after their folder, or NAME=PATH. The page's notes speak --lang (or $ATTNLAB_LANG; "
           "a page may ask for another with ?lang=zh); its alignment view scores the heads against the gold "
           "folder of --gold, else the one `attnlab align` finds without it ($ATTNLAB_GOLD_DIR, else "
-          "$ATTNLAB_DATA_DIR/hansards-enfr)."),
+          "$ATTNLAB_DATA_DIR/hansards-enfr). The decoding options are every request's defaults; a request "
+          "may give its own (POST /api/translate: beam_size, nbest, length_penalty, max_len_a, max_len_b, "
+          "no_repeat_ngram_size, sampling, sampling_topk, temperature, seed), within --max-beam and "
+          "--max-output-tokens."),
     )
     s.add_argument("runs", nargs="+", metavar="RUN", help=_("run folder, or NAME=PATH (e.g. "
-                                                            "bahdanau=runs/b)"))
+                                                            "bahdanau=runs/b); a decode.key=value among them is a "
+                                                            "setting for every run, e.g. decode.beam_size=4"))
     s.add_argument("--host", default="127.0.0.1", help=_("address to bind (default: 127.0.0.1, "
                                                          "loopback only)"))
     s.add_argument("--port", type=int, default=8000, help=_("TCP port to listen on (1-65535; 0: any "
@@ -122,6 +129,7 @@ def register(sub) -> None:
                                                    "$ATTNLAB_GOLD_DIR, else "
                                                    "$ATTNLAB_DATA_DIR/hansards-enfr)"))
     add_device_arg(s)
+    add_decode_args(s, notes={key: _(note) for key, note in SERVE_NOTES.items()})
     _limit_arguments(s)
     s.add_argument(
         "--log-level",
@@ -131,6 +139,16 @@ def register(sub) -> None:
         help=_("the server's log level (uvicorn's)"),
     )
     s.set_defaults(func=cmd_serve)
+
+
+#: what ``serve`` adds to a decoding option's help: a request may change it, within the server's caps
+SERVE_NOTES = {
+    "beam_size": N_("a request's beam_size replaces it, up to --max-beam"),
+    "nbest": N_("a request's nbest replaces it, up to --max-beam"),
+    "max_len_b": N_("every output also stops at --max-output-tokens"),
+    "batch_size": N_("the server's alone: a request cannot set it"),
+    "max_tokens": N_("the server's alone: a request cannot set it"),
+}
 
 
 def _limit_arguments(s) -> None:
@@ -155,8 +173,8 @@ def _limit_arguments(s) -> None:
         help=_("most sentences in one /api/translate list; a longer list gets 422 naming the limit (default: 32)"),
     )
     s.add_argument(
-        "--max-beam", type=_positive, default=8, dest="max_beam", help=_("largest beam size a request "
-                                                                         "may ask for")
+        "--max-beam", type=_positive, default=8, dest="max_beam",
+        help=_("largest beam size, and longest n-best list, a request may ask for (and --beam, --nbest may set)")
     )
     s.add_argument("--deadline", type=_seconds, default=30.0, help=_("seconds per request that computes "
                                                                   "(translation, attribution, "

@@ -32,11 +32,13 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 
+from attnlab import config as config_mod
 from attnlab._version import __version__
 from attnlab.analysis.align.gold import gold_dir, read_gold
 from attnlab.errors import AttnlabError
 from attnlab.i18n import _, catalogue, language
 from attnlab.web.guards import LOOPBACK_NAMES, BodyLimit, HostGuard, Limits, security_headers
+from attnlab.web.language import RequestLanguage
 from attnlab.web.registry import LoadedRun, load_runs
 from attnlab.web.responses import GZIP_LEVEL, GZIP_MIN, HeadAsGet
 from attnlab.web.routes import alignment as alignment_routes
@@ -56,6 +58,7 @@ def create_app(
     allowed_hosts: Collection[str] | None = None,
     lang: str | None = None,
     gold: str | Path | None = None,
+    decode: Sequence[str] = (),
 ) -> FastAPI:
     """Build the app over loaded runs (or run folders, loaded here with :func:`~attnlab.web.registry.load_runs`).
 
@@ -65,9 +68,11 @@ def create_app(
     asks for another (default: :func:`attnlab.i18n.language`, which ``attnlab serve --lang`` sets).
     ``gold``: the WPT-2003 gold folder of the alignment view (``attnlab serve --gold``; default: found
     per request as ``attnlab align`` finds it, through ``$ATTNLAB_GOLD_DIR`` or ``$ATTNLAB_DATA_DIR``).
-    Raises :class:`AttnlabError` when a run cannot be loaded, ``lang`` has no catalogue or ``gold`` is
-    not a folder. The model
-    thread pool is shut down with the app.
+    ``decode``: ``decode.key=value`` settings over each run's own, the defaults of every request
+    (``attnlab serve --beam 4``; :func:`attnlab.config.apply_decode_overrides`).
+    Raises :class:`AttnlabError` when a run cannot be loaded, ``lang`` has no catalogue, ``gold`` is
+    not a folder, or a decode setting is refused or past the limits. The model thread pool is shut
+    down with the app.
     """
     limits = limits or Limits()
     code, _catalogue = catalogue(lang or language())  # checks that the language has one
@@ -75,6 +80,8 @@ def create_app(
         runs = load_runs(list(runs), which=which, device=device)
     if not runs:
         raise AttnlabError(_("no run to serve; pass at least one run folder"))
+    for run in runs.values():
+        _server_decode(run, list(decode), limits)
     folder = gold_dir(gold) if gold else None
     if folder is not None:
         read_gold(folder, alignment_routes.SPLIT)  # a wrong --gold stops the server before it starts
@@ -96,6 +103,7 @@ def create_app(
     )
     app.state.runs, app.state.limits, app.state.admission = state.runs, limits, state.admission
     app.state.allowed_hosts = hosts
+    app.add_middleware(RequestLanguage, default=state.lang)  # innermost: each request speaks its own language
     _add_guards(app, limits, hosts)
     app.add_exception_handler(RequestValidationError, on_invalid)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
@@ -106,6 +114,20 @@ def create_app(
     app.include_router(page.router(state.lang))
     page.mount_static(app)
     return app
+
+
+def _server_decode(run: LoadedRun, decode: list[str], limits: Limits) -> None:
+    """Decode ``run`` with ``decode`` (``attnlab serve``'s options) over its own settings, refusing
+    defaults that no request could ask for: a beam or an n-best list over ``--max-beam``."""
+    tr = run.translator
+    if decode:
+        tr.set_decode(config_mod.apply_decode_overrides(tr.cfg, decode).decode)
+    dcfg = tr.cfg.decode
+    for key, option in (("beam_size", "--beam"), ("nbest", "--nbest")):
+        if getattr(dcfg, key) > limits.max_beam:
+            raise AttnlabError(_("run {name}: decode.{key}={value} is more than --max-beam {most} allows; give "
+                                 "{option} {most} or less, or raise --max-beam").format(
+                name=run.name, key=key, value=getattr(dcfg, key), most=limits.max_beam, option=option))
 
 
 def _add_guards(app: FastAPI, limits: Limits, hosts: tuple[str, ...]) -> None:

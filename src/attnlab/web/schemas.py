@@ -4,13 +4,19 @@
   so that the server's limits (characters, beam, output tokens) and run names are in its schema;
 - :func:`check_text`: the rules for ``text`` beyond its length (422 naming the rule and position);
   ``text`` may also be a list of sentences (:func:`check_texts`), each held to the same rules;
+- the decode settings a request may give (:data:`REQUEST_DECODE_KEYS`: the ``decode.*`` keys of
+  ``config.DECODE_OPTIONS``, by key), over the server's own (``attnlab serve --beam …``), checked by
+  :class:`~attnlab.config.DecodeConfig` as on the command line (:func:`request_decode`); ``lang``;
 - :class:`ErrorBody`: the ``{"detail": …}`` every 4xx/5xx carries, and the two exception handlers
   that give FastAPI's own errors that shape with one-line messages.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import json
+import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -23,6 +29,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
     create_model,
@@ -30,6 +37,8 @@ from pydantic import (
 )
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from attnlab.config import DECODE_OPTIONS, ConfigError, DecodeConfig
+from attnlab.i18n import LanguageError, catalogue
 from attnlab.web.guards import Limits
 from attnlab.web.server import OVERVIEW_SIZE
 
@@ -101,6 +110,58 @@ def check_texts(v: Any, limits: Limits) -> str | list[str]:
     return v
 
 
+#: ``decode.*`` keys the server alone sets (``attnlab serve --batch-size``, ``--max-tokens``): how sentences are
+#: batched changes no translation, only how much memory one request takes
+SERVER_DECODE_KEYS = {"batch_size": "--batch-size", "max_tokens": "--max-tokens"}
+#: the ``decode.*`` keys a request may set, named as in the config (``beam_size``, ``length_penalty``, …)
+REQUEST_DECODE_KEYS = tuple(key for _option, key, _kind, _help in DECODE_OPTIONS if key not in SERVER_DECODE_KEYS)
+
+
+class DecodeRefused(ValueError):
+    """A request's decode settings that :class:`~attnlab.config.DecodeConfig` refuses; ``key``: the one named."""
+
+    def __init__(self, key: str | None, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def request_decode(base: DecodeConfig, req: BaseModel) -> DecodeConfig:
+    """``base`` (the run's ``decode`` section with ``attnlab serve``'s options) with the decode settings
+    ``req`` gives, checked as ``decode.key=value`` is on the command line. Raises :class:`DecodeRefused`
+    with :class:`~attnlab.config.DecodeConfig`'s one-line message and the key it names."""
+    given = {k: getattr(req, k) for k in REQUEST_DECODE_KEYS if getattr(req, k, None) is not None}
+    if not given:
+        return base
+    try:
+        return dataclasses.replace(base, **given)
+    except ConfigError as e:
+        named = next((k for k in given if re.search(rf"decode\.{k}\b", str(e))), None)
+        raise DecodeRefused(named, str(e)) from None
+
+
+def check_lang(v: Any) -> Any:
+    """A request's ``lang``: a language with a catalogue (``zh``, ``zh-CN``, ``en``), or None."""
+    if v is not None:
+        try:
+            catalogue(v, source="lang")
+        except LanguageError as e:
+            raise ValueError(str(e)) from None
+    return v
+
+
+def unknown_field(key: Any, fields: Sequence[str]) -> str:
+    """The message for a body key that is no field: the nearest field, or that a server-only decode key
+    (``batch_size``) is the server's."""
+    shown = json.dumps(key)[:40]
+    if key in SERVER_DECODE_KEYS:
+        return (f"{shown} is the server's setting (`attnlab serve {SERVER_DECODE_KEYS[key]}`): how sentences are "
+                "batched changes no translation; leave it out")
+    close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
+    hint = f"; did you mean {json.dumps(close[0])}?" if close else ""
+    listed = f" (the fields: {', '.join(fields)})" if fields else ""
+    return f"{shown}: extra inputs are not permitted{hint}{listed}"
+
+
 #: the options that shape one sentence's attention maps; a list of sentences gets translations alone
 MAP_OPTIONS = {"kind": None, "layer": None, "head": None, "encoding": "json", "overview": False, "pad": 0}
 
@@ -120,6 +181,11 @@ def make_request_model(limits: Limits, run_names: Sequence[str]) -> type[BaseMod
     def _run(cls, v: str | None) -> str | None:
         return check_run(v, names)
 
+    fields = _request_fields(limits, names)
+
+    def _lang(cls, v: Any) -> Any:
+        return check_lang(v)
+
     return create_model(
         "TranslateRequest",
         __config__=ConfigDict(extra="forbid"),
@@ -127,9 +193,27 @@ def make_request_model(limits: Limits, run_names: Sequence[str]) -> type[BaseMod
             "check_text": field_validator("text", mode="before")(_text),
             "check_run": field_validator("run")(_run),
             "check_head": field_validator("head", mode="before")(_head),
+            "check_lang": field_validator("lang")(_lang),
         },
-        **_request_fields(limits, names),
+        **fields,
     )
+
+
+def _decode_fields(limits: Limits) -> dict[str, Any]:
+    """One field per :data:`REQUEST_DECODE_KEYS` key, from ``config.DECODE_OPTIONS`` (its help; None: the
+    server's setting); the beam and the n-best list are capped by ``--max-beam``, the output by
+    ``--max-output-tokens`` (``max_len``), so that one request cannot take the server."""
+    kinds = {int: StrictInt, float: StrictFloat, bool: StrictBool}
+    out: dict[str, Any] = {}
+    for option, key, kind, helptext in DECODE_OPTIONS:
+        if key in SERVER_DECODE_KEYS:
+            continue
+        capped = key in ("beam_size", "nbest")
+        cap = f"; at most {limits.max_beam}, the server's --max-beam" if capped else ""
+        out[key] = (kinds[kind], Field(None, **({"ge": 1, "le": limits.max_beam} if capped else {}),
+                                       description=f"{helptext} (decode.{key}, `{option}`; default: the "
+                                       f"server's{cap})"))
+    return out
 
 
 def _request_fields(limits: Limits, names: list[str]) -> dict[str, Any]:
@@ -147,8 +231,14 @@ def _request_fields(limits: Limits, names: list[str]) -> dict[str, Any]:
                                    "maxItems": limits.max_sentences},
             ),
         ),
-        beam_size=(StrictInt, Field(1, ge=1, le=limits.max_beam, description="1 = greedy")),
+        **_decode_fields(limits),
         run=(StrictStr | None, Field(None, max_length=64, description=f"one of: {', '.join(names)}")),
+        lang=(
+            StrictStr | None,
+            Field(None, max_length=16, description="the language of the answer's text (the alignment verdict's "
+                  "summary, warnings): en, zh, … (default: the lang query parameter, else Accept-Language, "
+                  "else the server's --lang)"),
+        ),
         max_len=(
             StrictInt | None,
             Field(
@@ -214,8 +304,12 @@ class ErrorBody(BaseModel):
     detail: list[ErrorItem] | str
 
 
-def clean_errors(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Pydantic errors without the echoed input (which may hold a lone surrogate: unencodable)."""
+_RANGES = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+
+
+def clean_errors(errors: Sequence[Mapping[str, Any]], fields: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Pydantic errors without the echoed input (which may hold a lone surrogate: unencodable); a range
+    error names its field, an unknown key the nearest of ``fields`` (the body's)."""
     out = []
     for e in errors:
         msg = str(e.get("msg", "invalid"))
@@ -227,6 +321,10 @@ def clean_errors(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             )
         msg = msg.removeprefix("Value error, ")
         loc = [x if isinstance(x, int) else str(x) for x in e.get("loc", ())]
+        if e.get("type") in _RANGES and loc and isinstance(loc[-1], str):  # the field and its allowed range
+            msg = f"{loc[-1]}: {msg}"
+        if e.get("type") == "extra_forbidden" and loc:
+            msg = unknown_field(loc[-1], fields)
         out.append(
             {
                 "loc": loc,
@@ -239,7 +337,14 @@ def clean_errors(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
     """Exception handler: a body or query that fails validation → 422 with :func:`clean_errors`."""
-    return JSONResponse(status_code=422, content={"detail": clean_errors(exc.errors())})
+    return JSONResponse(status_code=422, content={"detail": clean_errors(exc.errors(), _body_fields(request))})
+
+
+def _body_fields(request: Request) -> list[str]:
+    """The field names of the body model of the route ``request`` reached (none for a query or no body)."""
+    body = getattr(request.scope.get("route"), "body_field", None)
+    model = getattr(getattr(body, "field_info", None), "annotation", None)
+    return list(getattr(model, "model_fields", None) or ())
 
 
 async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

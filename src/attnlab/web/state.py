@@ -9,6 +9,7 @@ so ``/health`` answers while every model computes. The work itself stops at that
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -68,12 +69,13 @@ class ServerState:
         :class:`~attnlab.web.deadline.DeadlinePassed` when the work noticed it first (routes answer
         both with 504). The work runs :func:`~attnlab.web.deadline.within` the same deadline and
         stops at its next check past it; work that has not started is cancelled. The slot is freed
-        when the work really ends, never while it still computes.
+        when the work really ends, never while it still computes. It runs in a copy of the request's
+        context, so it speaks the request's language (:func:`attnlab.i18n.speaking`).
         """
         if not self.admission.try_acquire():
             raise Busy
         ends = time.monotonic() + self.limits.deadline_s
-        cfut = self.pool.submit(deadline.run_within, ends, fn, *args)
+        cfut = self.pool.submit(contextvars.copy_context().run, deadline.run_within, ends, fn, *args)
         cfut.add_done_callback(self.admission.release)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(cfut), timeout=self.limits.deadline_s)

@@ -1,27 +1,33 @@
 """``POST /api/translate``: a translation and its attention maps, built in a model thread; or, for a
 list of sentences, their translations alone (:func:`translate_batch`), decoded together.
 
-The route checks what it can before admission (the run has the asked kind), then hands a
-:class:`TranslateJob` to :func:`translate_job` in a model thread; that thread runs the model (or
-reuses the cached result of the same sentence), builds the JSON with
-:func:`~attnlab.web.server.attention_payload` and gzips it, so a large answer never holds up the
-event loop.
+The route checks what it can before admission (the run has the asked kind, the decode settings:
+:func:`~attnlab.web.schemas.request_decode`), then hands a :class:`TranslateJob` to :func:`translate_job`
+in a model thread; that thread runs the model (or reuses the cached result of the same sentence and
+settings), builds the JSON with :func:`~attnlab.web.server.attention_payload` and gzips it, so a large
+answer never holds up the event loop. An n-best list (``nbest`` > 1) comes as ``hypotheses``, each
+scored as ``translate --format jsonl`` writes it (:meth:`~attnlab.translator.Translation.record`). The
+text a learner reads (the verdict's ``summary``, ``warnings``) is in the request's language
+(``lang``, else :class:`~attnlab.web.guards.RequestLanguage`'s choice).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
+from attnlab.config import DecodeConfig
 from attnlab.data.pairs import pair_of
 from attnlab.data.text import preprocess
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.alignment import check_result
+from attnlab.i18n import _, speaking
 from attnlab.maps import continues_word, display_labels
 from attnlab.web.deadline import DeadlinePassed, check
 from attnlab.web.registry import LoadedRun, ResultCache
@@ -35,9 +41,19 @@ from attnlab.web.responses import (
     json_bytes,
     too_slow,
 )
-from attnlab.web.schemas import MAP_OPTIONS, ErrorBody
+from attnlab.web.schemas import (
+    MAP_OPTIONS,
+    SERVER_DECODE_KEYS,
+    DecodeRefused,
+    ErrorBody,
+    check_lang,
+    request_decode,
+)
 from attnlab.web.server import SelectionError, attention_payload
 from attnlab.web.state import Busy, ServerState
+
+#: ``?lang=zh``: the answer's language, as the body's ``lang`` (which wins when both are given)
+LangQuery = Annotated[str | None, Query(max_length=16, description="the answer's language, as the body's lang")]
 
 
 def router(state: ServerState, body_model: type[BaseModel]) -> APIRouter:
@@ -45,7 +61,7 @@ def router(state: ServerState, body_model: type[BaseModel]) -> APIRouter:
     api = APIRouter()
     limits = state.limits
 
-    async def translate(req, request: Request):
+    async def translate(req, request: Request, lang: LangQuery = None):
         name = req.run or state.default_run
         r = state.runs[name]
         kinds = r.info.get("kinds")
@@ -57,12 +73,19 @@ def router(state: ServerState, body_model: type[BaseModel]) -> APIRouter:
                 f"run {name!r} has no {req.kind} attention; its kinds: {have}",
                 "value_error",
             )
-        if isinstance(req.text, list):
-            return await _batch(req, r, request)
+        dcfg = _settings(req, lang, r)
+        if not isinstance(dcfg, DecodeConfig):
+            return dcfg  # the 422 naming the setting
+        with speaking(req.lang or lang):  # the answer's language: `lang`, else the middleware's choice
+            if isinstance(req.text, list):
+                return await _batch(req, r, dcfg, request)
+            return await _single(req, r, dcfg, request)
+
+    async def _single(req, r: LoadedRun, dcfg: DecodeConfig, request: Request):
         job = TranslateJob(
             r,
             req.text,
-            req.beam_size,
+            dcfg,
             req.max_len or limits.max_output_tokens,
             req.kind,
             req.layer,
@@ -85,13 +108,12 @@ def router(state: ServerState, body_model: type[BaseModel]) -> APIRouter:
             return error(422, ["body", "text"], str(e), "value_error")
         return encoded(body, gz)
 
-    async def _batch(req, r: LoadedRun, request: Request):
+    async def _batch(req, r: LoadedRun, dcfg: DecodeConfig, request: Request):
         maps = [f for f, default in MAP_OPTIONS.items() if getattr(req, f) != default]
         if maps:
             return error(422, ["body", maps[0]], f"{maps[0]} shapes attention maps, which come with one sentence; "
                          "send text as a string for its maps, or leave the option out", "value_error")
-        job = BatchJob(r, tuple(req.text), req.beam_size, req.max_len or limits.max_output_tokens,
-                       accepts_gzip(request))
+        job = BatchJob(r, tuple(req.text), dcfg, req.max_len or limits.max_output_tokens, accepts_gzip(request))
         try:
             body, gz = await state.run_admitted(translate_batch, job, time.perf_counter())
         except Busy:
@@ -106,6 +128,7 @@ def router(state: ServerState, body_model: type[BaseModel]) -> APIRouter:
     # with `from __future__ import annotations` a local name would not resolve.
     translate.__annotations__["req"] = body_model
     translate.__annotations__["request"] = Request
+    translate.__annotations__["lang"] = LangQuery
     api.post(
         "/api/translate",
         summary="translate and return every attention map",
@@ -119,13 +142,26 @@ def router(state: ServerState, body_model: type[BaseModel]) -> APIRouter:
     return api
 
 
+def _settings(req: Any, lang: str | None, r: LoadedRun) -> DecodeConfig | Any:
+    """The request's decode settings over the server's (:func:`~attnlab.web.schemas.request_decode`), or the
+    422 that names what was refused (a setting, or a ``lang`` query parameter with no catalogue)."""
+    try:
+        check_lang(lang)
+    except ValueError as e:
+        return error(422, ["query", "lang"], str(e), "value_error")
+    try:
+        return request_decode(r.translator.cfg.decode, req)
+    except DecodeRefused as e:
+        return error(422, ["body", e.key] if e.key else ["body"], str(e), "value_error")
+
+
 @dataclass(frozen=True)
 class TranslateJob:
     """One admitted translation request, as the worker thread needs it."""
 
     run: LoadedRun
     text: str
-    beam_size: int
+    decode: DecodeConfig  # the server's settings with the request's (schemas.request_decode)
     max_len: int
     kind: str | None
     layer: int | None
@@ -142,12 +178,14 @@ def translate_job(job: TranslateJob, cache: ResultCache, t0: float) -> tuple[byt
     the cached one of the same request), the JSON encoding and the gzip compression, so that
     neither a large payload nor its compression ever holds up the event loop (and /health).
     Returns the body and whether it is gzipped."""
-    r = job.run
-    key = (r.name, job.text, job.beam_size, job.max_len, job.pad)
-    res = cache.get(key)
-    if res is None:
-        res = r.translator.attention(job.text, beam_size=job.beam_size, max_len=job.max_len, extra_pad=job.pad)
-        cache.put(key, res)
+    r, dcfg = job.run, job.decode
+    key = (r.name, job.text, dcfg, job.max_len, job.pad)
+    found = cache.get(key)
+    if found is None:
+        found = r.translator.attention_full(job.text, beam_size=dcfg.beam_size, nbest=dcfg.nbest, max_len=job.max_len,
+                                            extra_pad=job.pad, decode=dcfg)
+        cache.put(key, found)
+    res, hyps = found
     check()  # past the deadline nobody reads the answer: stop before encoding it
     attention = attention_payload(
         res,
@@ -162,12 +200,13 @@ def translate_job(job: TranslateJob, cache: ResultCache, t0: float) -> tuple[byt
     warnings = [f"{k}: {a['omitted']}" for k, a in attention.items() if a.get("omitted")]
     finished = bool(tgt) and tgt[-1] == "<eos>"
     if not finished and len(tgt) >= job.max_len:
-        warnings.append(f"the translation stopped at the output limit of {job.max_len} tokens before <eos>")
+        warnings.append(output_limit_warning(job.max_len))
     payload = {
         "run": r.name,
         "model_kind": r.info.get("model_kind"),
-        "beam_size": job.beam_size,
+        "beam_size": dcfg.beam_size,
         "max_len": job.max_len,
+        "decode": decode_settings(dcfg),
         "source": res.source,
         "translation": res.translation,
         "src_tokens": list(res.src_tokens),
@@ -182,6 +221,7 @@ def translate_job(job: TranslateJob, cache: ResultCache, t0: float) -> tuple[byt
         "attention": attention,
         "alignment": alignment_verdict(r.translator, res),
         "warnings": warnings,
+        **nbest_list(dcfg, hyps),
     }
     payload["elapsed_ms"] = round(1000 * (time.perf_counter() - t0), 1)
     body = json_bytes(payload)
@@ -189,6 +229,21 @@ def translate_job(job: TranslateJob, cache: ResultCache, t0: float) -> tuple[byt
         check()
         return gzip_bytes(body), True
     return body, False
+
+
+def decode_settings(dcfg: DecodeConfig) -> dict[str, Any]:
+    """The decode settings a request may give, as this answer used them (the server's where it gave none)."""
+    return {k: v for k, v in dataclasses.asdict(dcfg).items() if k not in SERVER_DECODE_KEYS}
+
+
+def nbest_list(dcfg: DecodeConfig, hyps: Sequence[Any]) -> dict[str, Any]:
+    """``{"hypotheses": […]}`` for an n-best request (``nbest`` > 1), each as ``translate --nbest K --format
+    jsonl`` writes it (:meth:`~attnlab.translator.Translation.record`), best first; nothing for ``nbest`` 1."""
+    return {"hypotheses": [h.record(rank) for rank, h in enumerate(hyps, 1)]} if dcfg.nbest > 1 else {}
+
+
+def output_limit_warning(max_len: int) -> str:
+    return _("the translation stopped at the output limit of {max_len} tokens before <eos>").format(max_len=max_len)
 
 
 def alignment_verdict(tr: Any, res: Any) -> dict[str, Any] | None:
@@ -202,7 +257,7 @@ class BatchJob:
 
     run: LoadedRun
     texts: tuple[str, ...]
-    beam_size: int
+    decode: DecodeConfig
     max_len: int
     gzip: bool
 
@@ -211,8 +266,9 @@ def translate_batch(job: BatchJob, t0: float) -> tuple[bytes, bool]:
     """Runs in a model thread: every sentence of the list decoded together (``Translator.translate_full``,
     the batching of the CLI), answered as ``translations``, one per sentence, in order, each with the
     flags a single answer carries (``finished``, ``truncated``, ``unknown_words``, ``warnings``)."""
-    tr = job.run.translator
-    results = tr.translate_full(list(job.texts), beam_size=job.beam_size, max_len=job.max_len)
+    tr, dcfg = job.run.translator, job.decode
+    results = tr.translate_full(list(job.texts), beam_size=dcfg.beam_size, nbest=dcfg.nbest, max_len=job.max_len,
+                                decode=dcfg)
     check()
     items = []
     for text, hyps in zip(job.texts, results):
@@ -220,13 +276,13 @@ def translate_batch(job: BatchJob, t0: float) -> tuple[bytes, bool]:
         ids, truncated = tr.encode_source(text)
         warnings = []
         if not best.finished and len(best.tokens) >= job.max_len:
-            warnings.append(f"the translation stopped at the output limit of {job.max_len} tokens before <eos>")
+            warnings.append(output_limit_warning(job.max_len))
         items.append({"source": text, "translation": best.text, "finished": bool(best.finished),
                       "truncated": bool(truncated),
                       "unknown_words": unknown_words(tr, text, [tr.src_tok.id_to_token(i) for i in ids]),
-                      "warnings": warnings})
-    payload = {"run": job.run.name, "model_kind": job.run.info.get("model_kind"), "beam_size": job.beam_size,
-               "max_len": job.max_len, "translations": items,
+                      "warnings": warnings, **nbest_list(dcfg, hyps)})
+    payload = {"run": job.run.name, "model_kind": job.run.info.get("model_kind"), "beam_size": dcfg.beam_size,
+               "max_len": job.max_len, "decode": decode_settings(dcfg), "translations": items,
                "elapsed_ms": round(1000 * (time.perf_counter() - t0), 1)}
     body = json_bytes(payload)
     if job.gzip and len(body) >= GZIP_MIN:
