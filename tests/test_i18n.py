@@ -237,3 +237,33 @@ def test_using_switches_for_a_block_only():
     assert i18n.language() == "en"
     with i18n.using(None) as lang:
         assert lang == "en"
+
+
+def test_speaking_is_one_contexts_language_and_leaves_the_process_one(english_only):
+    """Two threads speak English and Chinese at once through i18n.speaking (the web server's per-request
+    language): each reads its own, and the process-wide language (the CLI's --lang) never changes."""
+    import threading
+
+    barrier, got, errors = threading.Barrier(2), {}, []
+
+    def speak(lang: str) -> None:
+        try:
+            with i18n.speaking(lang):
+                seen = set()
+                for _n in range(200):
+                    barrier.wait(10) if _n % 50 == 0 else None
+                    seen.add((i18n.language(), i18n._("options")))
+                got[lang] = seen
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=speak, args=(lang,)) for lang in ("en", "zh")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and got == {"en": {("en", "options")}, "zh": {("zh", "选项")}}
+    assert i18n.language() == "en" and i18n._("options") == "options"
+    with i18n.speaking("zh"), i18n.using("en"):  # inside a request, using() changes that request's alone
+        assert i18n._("options") == "options"
+    assert i18n.language() == "en"
