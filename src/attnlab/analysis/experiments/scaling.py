@@ -145,9 +145,8 @@ class Ladder:
 #: three widths per family at 2e12 counted FLOPs per rung: sized for a laptop's CPU (how long it took:
 #: docs/experiments/scaling.md; the ladder measured and what it says about §28.1: docs/architectures.md)
 DEFAULT = Ladder({"gru": (64, 128, 256), "transformer": (64, 128, 256)}, budget_flops=2e12)
-#: the notebook's ladder (§28.1): two widths per family at a fortieth of the budget, on the 5,000 shortest
-#: pairs, with short benchmarks, sized to finish within two minutes on a loaded 2-core laptop (how long it
-#: took against its estimate: docs/experiments/scaling.md)
+#: a small ladder for the notes tour's §28.1: two widths per family at a fortieth of the default budget, on
+#: the 5,000 shortest pairs, with short benchmarks (what it took against its estimate: docs/experiments/scaling.md)
 QUICK = Ladder({"gru": (32, 64), "transformer": (32, 64)}, budget_flops=5e10, lengths=(8, 16, 32),
                decode_steps=(8, 16), bench_tokens=1024, reps=2, probe_batches=3, eval_max_pairs=200,
                max_pairs=5000, numbers_size=4000)
