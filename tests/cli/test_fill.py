@@ -73,3 +73,16 @@ def test_translate_and_evaluate_refuse_a_fill_model(run, tiny_runs):
 def test_fill_needs_a_mask(run, capsys):
     assert main(["fill", str(run), "three hundred"]) == 2
     assert "has no [MASK]" in capsys.readouterr().err
+
+
+def test_no_reserved_token_is_ever_a_filler_and_the_line_shows_the_word(run, capsys):
+    # --top larger than the vocabulary lists every candidate: <unk> (which the model does learn) was among them,
+    # and ranked first it printed "… → three hundred five", the mask gone from the sentence (notes §28.2)
+    assert main(["fill", str(run), SENTENCE, "--top", "100000"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    fillers = [line.split()[-1] for line in out if re.match(r"^\s+\d+\.\d\d%\s+\S+$", line)]
+    tok = Translator.from_run(run).src_tok
+    assert len(fillers) == len(tok) - 4  # the whole vocabulary but its four reserved ids
+    reserved = {"<unk>", "<pad>", "<bos>", "<eos>", "[MASK]"}
+    assert not reserved & set(fillers)
+    assert out[0] == f"{SENTENCE} → {SENTENCE.replace('[MASK]', fillers[0])}"

@@ -3,7 +3,8 @@
 Counted FLOPs are the matrix products (``mm``, ``addmm``, ``bmm`` and fused attention, whose CPU kernel
 torch's counter does not know: :data:`EXTRA_FLOP_FORMULAS` adds it); element-wise work (softmax, gates,
 LayerNorm) is not counted, as in Kaplan et al. 2020's ``6N`` rule. Times are the best of a few
-repetitions, the figure least disturbed by other work on the machine. The notes' §26 and §28.1 say why
+repetitions, the figure least disturbed by other work on the machine; a time estimate takes their median
+(:func:`typical_time`). The notes' §26 and §28.1 say why
 the GRU's tokens/s fall with sentence length while the Transformer's hold.
 """
 
@@ -76,6 +77,21 @@ def best_time(fn: Callable[[], Any], reps: int, device: torch.device) -> float:
         _sync(device)
         times.append(time.perf_counter() - t0)
     return min(times)
+
+
+def typical_time(fn: Callable[[], Any], reps: int, device: torch.device) -> float:
+    """Seconds of the median of ``reps`` calls of ``fn`` after one untimed warm-up call: what a long run of such
+    calls takes on average while other programs come and go, where the fastest (:func:`best_time`) is the
+    machine at its least disturbed — right for comparing kernels, optimistic for a time estimate."""
+    fn()
+    _sync(device)
+    times = []
+    for _rep in range(max(reps, 1)):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
 
 
 def random_batch(batch_size: int, src_len: int, tgt_len: int, src_vocab: int, tgt_vocab: int,

@@ -10,9 +10,11 @@ reads the whole sentence at once, both sides of every mask (its attention is not
 masked position gets its own distribution over the vocabulary; several masks are predicted
 together, each without seeing the others' answers (BERT's independence assumption).
 
-``<pad>``, ``<eos>`` and ``[MASK]`` itself can never fill a mask (the model is never trained to
-predict them), so they are left out of the ranking; the probabilities shown are the model's own
-softmax over the whole vocabulary, not renormalised.
+No reserved token can fill a mask: ``<pad>``, ``<eos>`` and ``[MASK]`` itself (the model is never
+trained to predict them), nor ``<unk>``, which the model does learn (rare words became it) but
+which names no word, so a filled sentence would show nothing where the mask was. They are masked
+to -inf before ranking, so the fillers shown and the filled sentence hold words of the vocabulary
+only; the probabilities are the softmax over the words that may fill, renormalised over them.
 
 Dimension key: B batch, S source len (with ``<eos>``), V source vocab.
 """
@@ -27,14 +29,15 @@ import torch
 from torch import nn
 
 from attnlab.data.batching import collate
-from attnlab.data.specials import EOS, MASK, MASK_TOKEN, PAD
+from attnlab.data.specials import EOS, MASK, MASK_TOKEN, SPECIALS
 from attnlab.errors import AttnlabError
 from attnlab.i18n import _
 
 __all__ = ["FillError", "FillResult", "MaskFill", "encode_masked", "fill_masks", "format_fills", "mask_labels", "rank_fillers"]
 
 _MASK_RE = re.compile(re.escape(MASK_TOKEN), re.IGNORECASE)
-NEVER_FILLS = (PAD, EOS, MASK)  # never a label of the masked LM: left out of the ranking
+#: every reserved id, <unk> <pad> <bos>/[MASK] <eos> (specials.py): left out of the ranking, so a mask gets a word
+NEVER_FILLS = tuple(range(len(SPECIALS)))
 
 
 class FillError(AttnlabError):
@@ -122,7 +125,7 @@ def rank_fillers(tok, ids: Sequence[int], logits: torch.Tensor, top_k: int = 5) 
         p, idx = probs[pos].topk(k)  # (k,), (k,)
         masks.append(MaskFill(pos, [(tok.id_to_token(int(i)), float(q)) for q, i in zip(p, idx)]))
         best[pos] = int(idx[0])
-    return masks, tok.decode(best)
+    return masks, tok.decode(best, keep_unk=True)  # an unknown word of the sentence stays visible as <unk>
 
 
 def format_fills(results: Sequence[FillResult]) -> str:

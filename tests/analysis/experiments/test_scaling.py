@@ -194,3 +194,21 @@ def test_cli_end_to_end_on_the_tiniest_ladder(tmp_path, capsys):
     assert (out / "scaling.png").is_file()
     assert main(["scaling", "--quick", "--dataset", "numbers", "--runs-dir", str(out), "-q"]) == 2  # never mixes ladders
     assert "already holds" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_ladder_says_its_estimate_first_and_its_time_against_it_last(tmp_path):
+    # §28.1 in the notebook: the estimate is said before any training, from the steps this process timed, and
+    # the time taken after planning is said at the end beside it, with their ratio (no timing is asserted)
+    ladder = dataclasses.replace(TINY, widths={"gru": (16,), "transformer": (16,)}, budget_flops=5e7,
+                                 lengths=(8,), decode_steps=(4,))
+    said: list[str] = []
+    report = S.run(ladder, tmp_path / "ladder", NUMBERS, log=said.append)
+    estimate = next(i for i, line in enumerate(said) if line.startswith("estimated "))
+    assert "from the steps this process timed" in said[estimate]
+    assert estimate < next(i for i, line in enumerate(said) if line.startswith("training "))
+    data = report.to_json()
+    ratio = (data["elapsed_s"] - data["plan_s"]) / data["estimate_s"]
+    assert 0 < data["plan_s"] < data["elapsed_s"]
+    assert said[-1].startswith("took ") and f"{ratio:.2f}× the estimate" in said[-1]
+    assert report.format().splitlines()[-1] == said[-1]  # the printed report ends on the same line

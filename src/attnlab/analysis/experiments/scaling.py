@@ -45,6 +45,7 @@ from attnlab.analysis.measure import (  # noqa: F401 (re-exported: scaling's mea
     forward_backward,
     measure_throughput,
     random_batch,
+    typical_time,
 )
 from attnlab.analysis.report import TextReport
 from attnlab.config import DATASETS, Config, ModelConfig
@@ -144,10 +145,11 @@ class Ladder:
 #: three widths per family at 2e12 counted FLOPs per rung: sized for a laptop's CPU (how long it took:
 #: docs/experiments/scaling.md; the ladder measured and what it says about §28.1: docs/architectures.md)
 DEFAULT = Ladder({"gru": (64, 128, 256), "transformer": (64, 128, 256)}, budget_flops=2e12)
-#: a tiny ladder: two widths per family, a tenth of the budget
-QUICK = Ladder({"gru": (32, 64), "transformer": (32, 64)}, budget_flops=2e11, lengths=(8, 16, 32),
-               decode_steps=(8, 16, 32), bench_tokens=1024, reps=2, probe_batches=3, eval_max_pairs=300,
-               numbers_size=4000)
+#: a small ladder for the notes tour's §28.1: two widths per family at a fortieth of the default budget, on
+#: the 5,000 shortest pairs, with short benchmarks (what it took against its estimate: docs/experiments/scaling.md)
+QUICK = Ladder({"gru": (32, 64), "transformer": (32, 64)}, budget_flops=5e10, lengths=(8, 16, 32),
+               decode_steps=(8, 16), bench_tokens=1024, reps=2, probe_batches=3, eval_max_pairs=200,
+               max_pairs=5000, numbers_size=4000)
 
 
 @dataclass(frozen=True)
@@ -248,9 +250,13 @@ def _sample(batches: list[list[int]], n: int) -> list[list[int]]:
     return [batches[(i * len(batches)) // n] for i in range(n)]
 
 
-def plan_rung(ladder: Ladder, family: Family, width: int, where: Where, prepared, device: torch.device) -> Rung:
+def plan_rung(ladder: Ladder, family: Family, width: int, where: Where, prepared, device: torch.device,
+              thread_counts: tuple[int, ...] = ()) -> Rung:
     """Count one rung's training FLOPs on a sample of its batches, turn the ladder's budget into a
-    step count, and time the probe batches' updates to estimate how long training will take."""
+    step count, and time the probe batches' updates to estimate how long training will take.
+
+    ``thread_counts``: time the updates at each of these torch thread counts and keep the fastest, leaving
+    it set (what training's thread tuner settles on under the load of the moment: attnlab/threads.py)."""
     cfg = rung_config(ladder, family, width, where)
     split = prepared.splits["train"]
     batches = epoch_batches(cfg, split, 0, None, 1)
@@ -270,7 +276,14 @@ def plan_rung(ladder: Ladder, family: Family, width: int, where: Where, prepared
         for b in probe:
             train_step(model, optimizer, b, 1.0 / b.num_tgt_tokens, cfg.train.lr * 0.1, cfg.train, device)
 
-    sec_per_token = best_time(updates, 1, device) / probe_tokens
+    # the median of three timings, not the best: the estimate is of a whole training under this machine's load
+    timed = {}
+    for n in thread_counts or (torch.get_num_threads(),):
+        set_threads(n)
+        timed[n] = typical_time(updates, 3, device)
+    fastest = min(timed, key=timed.get)
+    set_threads(fastest)
+    sec_per_token = timed[fastest] / probe_tokens
     valid = prepared.splits["valid"].tgt[: ladder.eval_max_pairs]
     # forward only (about a third of an update), at 25/50/75/100 % of the horizon, plus saving a checkpoint
     valid_s = sum(len(t) + 1 for t in valid) * sec_per_token / 3 + 0.5
@@ -394,7 +407,8 @@ class ScalingReport(TextReport):
     throughput: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # family -> rows by length
     decoding: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # family -> rows by tokens decoded
     bench_width: dict[str, int] = field(default_factory=dict)  # family -> the width both benchmarks ran
-    elapsed_s: float | None = None
+    elapsed_s: float | None = None  # the whole command, planning included
+    plan_s: float | None = None  # planning: the corpus, the FLOP counts and the timed steps the estimate rests on
     plan_only: bool = False
     schema: int = SCHEMA
 
@@ -420,10 +434,13 @@ def plan_ladder(ladder: Ladder, where: Where, log: Callable[[str], None] | None 
     say(_("preparing {dataset} ({tokenizer} vocabulary, batches of {tokens} tokens) ...").format(
         dataset=where.dataset, tokenizer=data_cfg.tokenizer, tokens=data_cfg.batch_tokens))
     prepared = corpus.prepare(data_cfg)
+    # threads=0 on the CPU: the first rung's steps are timed at every count up to the default and the
+    # fastest is kept for the rest of the plan, so that the estimate is made at the count training will use
+    counts = tuple(range(1, torch.get_num_threads() + 1)) if where.threads <= 0 and dev.type == "cpu" else ()
     rungs = []
     for name, widths in ladder.widths.items():
         for width in widths:
-            rung = plan_rung(ladder, FAMILIES[name], width, where, prepared, dev)
+            rung = plan_rung(ladder, FAMILIES[name], width, where, prepared, dev, () if rungs else counts)
             say(_("  {name}: {params:,} parameters, {gflop:.3f} GFLOP/step → {steps:,} steps for {budget:.3g} FLOPs, "
                   "about {minutes:.1f} min").format(name=rung.name, params=rung.params, gflop=rung.flops_per_step / 1e9,
                                                      steps=rung.steps, budget=ladder.budget_flops,
@@ -462,9 +479,8 @@ def run(ladder: Ladder, out_dir: str | Path, where: Where = Where(), log: Callab
         writable_folder(out_dir, "--runs-dir")
     t0 = time.monotonic()
     report, prepared = plan_ladder(ladder, where, log)
-    say(_("estimated total: {total:.1f} min (training {train:.1f}, benchmarks {bench:.1f}) on {threads} threads").format(
-        total=report.estimate_s / 60, train=report.estimate_train_s / 60, bench=report.estimate_bench_s / 60,
-        threads=report.machine["threads"]))
+    report.plan_s = time.monotonic() - t0
+    say(estimate_line(report.to_json()))
     if plan_only:
         report.plan_only = True
         return report
@@ -479,8 +495,26 @@ def run(ladder: Ladder, out_dir: str | Path, where: Where = Where(), log: Callab
     run_benchmarks(report, ladder, where, prepared, say)
     write_report(report, out_dir, t0)
     save_figure(report.figure(), out_dir / "scaling", ("png",))
-    say(f"took {report.elapsed_s / 60:.1f} min (estimated {report.estimate_s / 60:.1f})")
+    say(actual_line(report.to_json()))
     return report
+
+
+def estimate_line(report: dict[str, Any]) -> str:
+    """What the ladder is expected to take after its plan, said before it trains: the estimate rests on the
+    steps this process has just timed, so it is made under the load the training will meet."""
+    return _("estimated {total:.0f} s ({minutes:.1f} min: training {train:.0f} s, benchmarks {bench:.0f} s) on "
+             "{threads} threads, from the steps this process timed; planning took {plan:.0f} s").format(
+        total=report["estimate_s"], minutes=report["estimate_s"] / 60, train=report["estimate_train_s"],
+        bench=report["estimate_bench_s"], threads=report["machine"]["threads"], plan=report["plan_s"] or 0)
+
+
+def actual_line(report: dict[str, Any]) -> str:
+    """What the ladder took after its plan beside :func:`estimate_line`'s figure, and their ratio."""
+    after = report["elapsed_s"] - (report["plan_s"] or 0)
+    return _("took {actual:.0f} s after planning, estimated {estimate:.0f} s: {ratio:.2f}× the estimate "
+             "(the whole command {total:.0f} s, {minutes:.1f} min)").format(
+        actual=after, estimate=report["estimate_s"], ratio=after / report["estimate_s"],
+        total=report["elapsed_s"], minutes=report["elapsed_s"] / 60)
 
 
 def run_benchmarks(report: ScalingReport, ladder: Ladder, where: Where, prepared, say) -> None:
@@ -629,5 +663,5 @@ def _text(report: dict[str, Any]) -> str:
                   f"  {x['speedup']:>7.1f}×  {x['cache']['flops_per_token']:>17.3g}  {x['no_cache']['flops_per_token']:>8.3g}"
                   for x in rows]
     if report.get("elapsed_s"):
-        lines += ["", f"took {report['elapsed_s'] / 60:.1f} min, estimated {report['estimate_s'] / 60:.1f} min"]
+        lines += ["", actual_line(report)]
     return "\n".join(lines)
