@@ -12,7 +12,9 @@ together, each without seeing the others' answers (BERT's independence assumptio
 
 ``<pad>``, ``<eos>`` and ``[MASK]`` itself can never fill a mask (the model is never trained to
 predict them), so they are left out of the ranking; the probabilities shown are the model's own
-softmax over the whole vocabulary, not renormalised.
+softmax over the whole vocabulary, not renormalised. ``<unk>`` stays: it is a label the model was
+trained on (every rare word is one), so when it ranks first the filled sentence shows ``<unk>``
+rather than dropping the masked word as a translation's text would.
 
 Dimension key: B batch, S source len (with ``<eos>``), V source vocab.
 """
@@ -122,7 +124,7 @@ def rank_fillers(tok, ids: Sequence[int], logits: torch.Tensor, top_k: int = 5) 
         p, idx = probs[pos].topk(k)  # (k,), (k,)
         masks.append(MaskFill(pos, [(tok.id_to_token(int(i)), float(q)) for q, i in zip(p, idx)]))
         best[pos] = int(idx[0])
-    return masks, tok.decode(best)
+    return masks, tok.decode(best, keep_unk=True)  # a mask filled by <unk> stays visible, not dropped
 
 
 def format_fills(results: Sequence[FillResult]) -> str:
