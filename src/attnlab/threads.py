@@ -1,32 +1,21 @@
 """Intra-op threads chosen by measurement, not by core count: :class:`ThreadTuner`.
 
 Two OpenMP threads on two cores meet at the end of every parallel region; when another program takes a
-core, each region waits for the thread that was descheduled, and a step can take several times longer
-than on one thread (bench/RESULTS.md, "Contention"). The core count cannot see that; the step time can.
-So the loop that owns the work times it (one ``perf_counter`` before and after each unit: a training
-update, a batch of sentences), divides by its size (target tokens, source tokens) and compares thread
-counts in short windows, keeping whichever is faster now:
+core, each region waits for the descheduled thread, and a step can take several times one thread's time
+(docs/explanations/threads.md). The step time sees that; the core count cannot. The loop that owns the
+work times each unit (a training update, a batch of sentences) per unit of its size and compares counts:
 
-- measure the current count ``n`` over a window (the median unit: a burst of other work moves it little);
-  try a neighbour (``n - 1``, or ``n + 1`` below the maximum) over the next; keep it only when it is more
-  than ``margin`` faster (a quiet machine keeps its threads, and a thread that gains less stays free
-  for the other programs);
-- keep walking while each step wins; then hold, and try again every ``recheck_every`` units (twice as
-  long after each try that changed nothing) or when two windows running cost ``jump`` more or less (a
-  neighbour came or went);
-- a try that is already twice as slow after two units, or in its first, unmeasured unit, is given up at
-  once (a contended count can cost several times the quiet one);
-- with ``sense`` (:func:`attnlab.device.idle_sampler`), the first units run on ``min_threads`` and double
-  as a sample of the load; then the count starts no higher than the cores that others leave free: an
-  extra thread on a busy core can cost a step several times over, a missing one at most its share,
-  which the first search wins back.
+- with ``sense`` (:func:`attnlab.device.idle_sampler`) the first units run on ``min_threads`` and sample
+  the load; the count then starts no higher than the cores others leave free (an extra thread on a busy
+  core can cost a step several times over, a missing one at most its share);
+- a window's cost is its median unit; a neighbour count (``n ± 1``) is kept when more than ``margin``
+  faster, and the walk goes on while it wins; a try twice as slow in its first units is given up;
+- then it holds, and searches again every ``recheck_every`` units, or when two windows running cost
+  ``jump`` more or less (a neighbour came or went: only fewer threads can win when the cost rose).
 
-PyTorch's guidance is to set ``torch.set_num_threads`` to the cores the work may have; OpenMP's passive
-wait policy (``OMP_WAIT_POLICY=PASSIVE``) avoids the spinning but slows a quiet machine, so the wait
-policy is left alone and the count is what adapts (CTranslate2 likewise takes ``intra_threads`` per
-replica). The thread count is per OS thread in PyTorch's OpenMP backend: a tuner applies it on the thread
-that calls :meth:`ThreadTuner.end`, so each decoding thread of a server holds its own (:class:`PerThread`).
-The clock and the setter are injected so that tests can run the decisions with no timing at all.
+OpenMP's passive wait policy avoids the spinning but slows a quiet machine, so the count adapts instead
+(as CTranslate2's ``intra_threads``). The count is per OS thread: each decoding thread of a server tunes
+its own (:class:`PerThread`). Clock and setter are injected, so tests run the decisions with no timing.
 """
 
 from __future__ import annotations
