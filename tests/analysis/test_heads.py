@@ -123,9 +123,11 @@ def test_run_answers_through_the_report_protocol(tiny_runs):
     report = Hd.run(tiny_runs("transformer"), sentences=4, importance=False)
     assert isinstance(report, Report)
     assert "| cross (enc-dec) | 1 | 2 |" in report.format() and report.format("en") == str(report)
-    assert {report.figure(k).get_suptitle().split(" heads of ")[0] for k in report.shape} == {
+    figures = report.figures()
+    assert list(figures) == list(report.shape)
+    assert {fig.get_suptitle().split(" heads of ")[0] for fig in figures.values()} == {
         Hd.KIND_NAMES[k] for k in report.shape}
-    assert report.figure().get_suptitle() == report.figure("enc_self").get_suptitle()  # the first kind
+    assert report.figure().get_suptitle() == figures["enc_self"].get_suptitle()  # the first kind
     data = json.loads(json.dumps(report.to_json()))
     assert data["sentences"] == 4 and len(data["heads"]) == 6
 

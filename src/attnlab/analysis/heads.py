@@ -146,7 +146,8 @@ class HeadStats:
 @dataclass
 class HeadsReport(TextReport):
     """What :func:`run` measured: ``format()`` is the Markdown table (one row per head, its role and
-    what silencing it did), ``figure(kind)`` one kind's statistics as layers × heads grids, ``to_json()``
+    what silencing it did), ``figures()`` each kind's statistics as layers × heads grids (``figure()``: the
+    first kind's), ``to_json()``
     every value with its interval."""
 
     run: str
@@ -169,10 +170,14 @@ class HeadsReport(TextReport):
     def _format(self) -> str:
         return _table(self)
 
-    def figure(self, kind: str | None = None):
-        """The statistics of ``kind``'s heads (default: the first kind, ``enc_self`` or the decoder-only
-        ``self``); one readable figure per kind rather than every kind in one (``self.shape`` lists them)."""
-        return _kind_figure(self, kind if kind is not None else next(iter(self.shape)))
+    def figure(self):
+        """The first kind's figure (``enc_self``, or the decoder-only ``self``)."""
+        return _kind_figure(self, next(iter(self.shape)))
+
+    def figures(self) -> dict[str, Any]:
+        """One readable figure per attention kind, by kind (``self.shape``'s order), rather than every kind
+        in one."""
+        return {kind: _kind_figure(self, kind) for kind in self.shape}
 
     def to_json(self) -> dict[str, Any]:
         def clean(x: float) -> float | None:
