@@ -153,8 +153,8 @@ def cmd_params(args) -> int:
         vocab = _vocab_sizes(args, cfg)
         model = build_model(cfg.model, *vocab)
         # the settings that change the model: another override, config file or vocabulary, another file
-        name = stem(f"params_{args.model}", text=args.overrides, src_vocab=args.src_vocab,
-                    tgt_vocab=args.tgt_vocab, config=Path(args.config).name if args.config else None)
+        name = stem(f"params_{args.model}", text=args.overrides, src=args.src_vocab, tgt=args.tgt_vocab,
+                    config=Path(args.config).name if args.config else None)
         default = Path("figures")
     present(lambda: params.run(model, title, vocab=vocab, verbose=args.verbose), name, save_dir=args.save_dir,
             default_dir=default, files=(), formats=_formats(args))
