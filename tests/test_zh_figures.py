@@ -47,7 +47,7 @@ def _figures(name: str, tiny_runs, gold) -> list:
         return [sentence.run(tr(b), SENTENCE).figure()]
     if name == "heads":
         report = heads.run(t, sentences=4, importance=False)
-        return [report.figure(kind) for kind in report.shape]
+        return list(report.figures().values())
     if name == "compare":
         return [compare.run([t, b], bleu_sentences=4).figure()]
     if name == "align":

@@ -13,7 +13,7 @@ from attnlab.analysis import heads as Hd
 from attnlab.cli import main
 from attnlab.data import corpus
 from attnlab.data.batching import collate
-from attnlab.evaluation.bleu import corpus_scores
+from attnlab.evaluation.bleu import bleu_from_stats, corpus_scores, sentence_stats
 from attnlab.training.losses import sequence_loss
 from attnlab.translator import Translator
 
@@ -27,8 +27,8 @@ REFS = [
 
 
 def test_bleu_from_sentence_stats_is_sacrebleus_corpus_bleu():
-    stats = Hd.sentence_stats(HYPS, REFS)
-    assert Hd.bleu_from_stats(stats.sum(0)) == pytest.approx(corpus_scores(HYPS, REFS)["bleu"])
+    stats = np.array(sentence_stats(HYPS, REFS))
+    assert bleu_from_stats(stats.sum(0)) == pytest.approx(corpus_scores(HYPS, REFS)["bleu"])
     # a resample (sentence 2 twice, sentence 0 dropped) scored from counts == scored from the texts
     scores = Hd.SampleScores(stats, np.ones(4), np.ones(4))
     counts = np.array([[0.0, 1.0, 2.0, 1.0]])
@@ -110,10 +110,10 @@ def test_heads_cli_reports_intervals_quietly(tiny_runs, tmp_path, capsys):
     out = tmp_path / "heads"
     assert main(["heads", str(run), "--sentences", "8", "--save-dir", str(out), "--quiet"]) == 0
     assert "heads (masking)" not in capsys.readouterr().err  # --quiet: no bar
-    report = json.loads((out / "heads.json").read_text())
+    report = json.loads((out / "heads-sentences8.json").read_text())
     assert report["bootstrap"] == {"resamples": Hd.BOOTSTRAP_RESAMPLES, "confidence": Hd.CONFIDENCE}
     assert all(h["effect"] in ("hurts", "helps", "noise") for h in report["heads"])
-    md = (out / "heads.md").read_text()
+    md = (out / "heads-sentences8.md").read_text()
     assert "paired bootstrap interval over the 8 sentences" in md and "[" in md
 
 
@@ -123,9 +123,11 @@ def test_run_answers_through_the_report_protocol(tiny_runs):
     report = Hd.run(tiny_runs("transformer"), sentences=4, importance=False)
     assert isinstance(report, Report)
     assert "| cross (enc-dec) | 1 | 2 |" in report.format() and report.format("en") == str(report)
-    assert {report.figure(k).get_suptitle().split(" heads of ")[0] for k in report.shape} == {
+    figures = report.figures()
+    assert list(figures) == list(report.shape)
+    assert {fig.get_suptitle().split(" heads of ")[0] for fig in figures.values()} == {
         Hd.KIND_NAMES[k] for k in report.shape}
-    assert report.figure().get_suptitle() == report.figure("enc_self").get_suptitle()  # the first kind
+    assert report.figure().get_suptitle() == figures["enc_self"].get_suptitle()  # the first kind
     data = json.loads(json.dumps(report.to_json()))
     assert data["sentences"] == 4 and len(data["heads"]) == 6
 
@@ -181,3 +183,15 @@ def test_the_plain_answer_speaks_chinese_whole():
         text = Hd.answer(report)
     listed = [line for line in text.splitlines() if line.startswith("- ")]
     assert listed and not any(w in text for w in ("encoder self", "cross (enc-dec)", "layer", "-token", "position"))
+
+
+def test_sentence_nll_sums_to_the_training_loss_per_sentence(tiny_runs):
+    from attnlab.evaluation.loss import sentence_nll
+
+    tr = Translator.from_run(tiny_runs("transformer"))
+    src, tgt, _refs = _sample(tr, n=6)
+    nll, tokens = sentence_nll(tr.model, src, tgt, tr.device, batch_size=4)  # two batches
+    for i in range(len(src)):  # each sentence alone, through the training loss
+        with torch.inference_mode():
+            out = sequence_loss(tr.model.eval(), collate([src[i]], [tgt[i]], [0]), 0.0)
+        assert nll[i] == pytest.approx(float(out.nll_sum), rel=1e-5) and tokens[i] == out.num_tokens

@@ -240,7 +240,7 @@ def test_heads_cli_on_tiny_transformer(tiny_runs, tmp_path, capsys):
     out = tmp_path / "heads"
     assert main(["heads", str(run), "--sentences", "8", "--out", str(out), "--quiet"]) == 0
     text = capsys.readouterr().out
-    report = json.loads((out / "heads.json").read_text())
+    report = json.loads((out / "heads-sentences8.json").read_text())  # not the default 100: its own name
     kinds = {(h["kind"], h["layer"], h["head"]) for h in report["heads"]}
     assert kinds == {(k, 0, h) for k in ("enc_self", "dec_self", "cross") for h in range(2)}
     for h in report["heads"]:
@@ -254,10 +254,10 @@ def test_heads_cli_on_tiny_transformer(tiny_runs, tmp_path, capsys):
             assert h["diag_agreement"] is None
     # silencing every head's contribution is not free on average (the model uses its attention)
     assert sum(h["loss_increase"] for h in report["heads"]) > 0
-    figures = [f"heads_{k}.{ext}" for k in ("enc_self", "dec_self", "cross") for ext in ("png", "svg")]
-    for name in ("heads.md", *figures):  # one figure per attention kind, each path printed
+    figures = [f"heads-sentences8_{k}.{ext}" for k in ("enc_self", "dec_self", "cross") for ext in ("png", "svg")]
+    for name in ("heads-sentences8.md", *figures):  # one figure per attention kind, each path printed
         assert (out / name).stat().st_size > 0 and f"wrote {out / name}" in text
-    assert "| cross (enc-dec) | 1 | 2 |" in (out / "heads.md").read_text()  # layer 1, head 2: counted from 1
+    assert "| cross (enc-dec) | 1 | 2 |" in (out / "heads-sentences8.md").read_text()  # layer 1, head 2: counted from 1
 
 
 @pytest.mark.slow

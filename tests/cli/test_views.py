@@ -31,7 +31,8 @@ def _nonempty(paths) -> None:
 def _printed_paths(out: str, suffix: str):
     from pathlib import Path
 
-    return [Path(line) for line in out.splitlines() if line.endswith(suffix)]
+    # attention prints each path; the reports shown through cli.present say "wrote PATH"
+    return [Path(line.removeprefix("wrote ")) for line in out.splitlines() if line.endswith(suffix)]
 
 
 # ------------------------------------------------------------------------------------- attention maps

@@ -212,3 +212,31 @@ def test_bleu_by_length():
         bleu_by_length(HYPS, REFS, src_lens[:-1])
     with pytest.raises(ValueError, match="lo > hi"):
         bleu_by_length(HYPS, REFS, src_lens, buckets=((5, 1),))
+
+
+# ------------------------------------------------------------------ per-sentence statistics (heads' bootstrap)
+
+STAT_HYPS = ["le chat est sur le tapis .", "il fait beau", "je suis chez moi .", "", "elle lit un livre ."]
+STAT_REFS = [["le chat est sur le tapis .", "un chat est là ."], ["il fait beau ."],
+             ["je suis à la maison .", "je suis chez moi ."], ["rien ."], ["elle lit un roman ."]]
+
+
+def test_sentence_stats_are_sacrebleus_own_statistics():
+    """The public API gives the rows sacreBLEU's paired bootstrap sums (its private extractor, the old way)."""
+    from sacrebleu.metrics import BLEU
+
+    from attnlab.evaluation.bleu import reference_streams, sentence_stats
+
+    for tokenize in ("13a", "zh"):
+        old = BLEU(tokenize=tokenize)._extract_corpus_statistics(STAT_HYPS, reference_streams(STAT_REFS))
+        assert sentence_stats(STAT_HYPS, STAT_REFS, tokenize) == [list(map(int, row)) for row in old]
+
+
+def test_bleu_from_summed_stats_is_corpus_bleu_of_any_resample():
+    from attnlab.evaluation.bleu import bleu_from_stats, sentence_stats
+
+    rows = sentence_stats(STAT_HYPS, STAT_REFS)
+    for picked in ([0, 1, 2, 3, 4], [1, 2, 2, 4], [3]):
+        summed = [sum(rows[i][k] for i in picked) for k in range(len(rows[0]))]
+        expect = corpus_scores([STAT_HYPS[i] for i in picked], [STAT_REFS[i] for i in picked])["bleu"]
+        assert bleu_from_stats(summed) == pytest.approx(expect, abs=1e-9)

@@ -111,11 +111,13 @@ def _report(shape: dict[str, tuple[int, int]]) -> Hd.HeadsReport:
 def test_heads_figures_are_one_per_kind_readable_and_listed(tmp_path):
     shape = {"enc_self": (2, 4), "cross": (2, 4)}
     report = _report(shape)
-    paths = [p for k in shape for p in save_figure(report.figure(k), tmp_path / f"heads_{k}", ("png",))]
+    figures = report.figures()  # the report protocol's named figures: no argument to figure()
+    assert list(figures) == list(shape)
+    paths = [p for k, fig in figures.items() for p in save_figure(fig, tmp_path / f"heads_{k}", ("png",))]
     assert [p.name for p in paths] == [f"heads_{k}.png" for k in shape]
     assert all(p.stat().st_size > 0 for p in paths)
     for kind, (L, H) in shape.items():
-        fig = report.figure(kind)
+        fig = figures[kind]
         panels = _panels(fig)
         n_stats = len([s for s in Hd.STATS if kind == "cross" or s != "diag_agreement"])
         assert len(panels) == n_stats

@@ -32,15 +32,15 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.analysis.hooks import before_forward
 from attnlab.analysis.report import TextReport
 from attnlab.data.batching import collate
-from attnlab.data.vocab import EOS, PAD
+from attnlab.data.vocab import EOS
 from attnlab.errors import AttnlabError
-from attnlab.evaluation.bleu import reference_streams
+from attnlab.evaluation.bleu import bleu_from_stats, sentence_stats
+from attnlab.evaluation.loss import sentence_nll
 from attnlab.i18n import N_, _
 from attnlab.models import traits
 from attnlab.translator import Translator, decode_many, teacher_forced
@@ -146,7 +146,8 @@ class HeadStats:
 @dataclass
 class HeadsReport(TextReport):
     """What :func:`run` measured: ``format()`` is the Markdown table (one row per head, its role and
-    what silencing it did), ``figure(kind)`` one kind's statistics as layers × heads grids, ``to_json()``
+    what silencing it did), ``figures()`` each kind's statistics as layers × heads grids (``figure()``: the
+    first kind's), ``to_json()``
     every value with its interval."""
 
     run: str
@@ -169,10 +170,14 @@ class HeadsReport(TextReport):
     def _format(self) -> str:
         return _table(self)
 
-    def figure(self, kind: str | None = None):
-        """The statistics of ``kind``'s heads (default: the first kind, ``enc_self`` or the decoder-only
-        ``self``); one readable figure per kind rather than every kind in one (``self.shape`` lists them)."""
-        return _kind_figure(self, kind if kind is not None else next(iter(self.shape)))
+    def figure(self):
+        """The first kind's figure (``enc_self``, or the decoder-only ``self``)."""
+        return _kind_figure(self, next(iter(self.shape)))
+
+    def figures(self) -> dict[str, Any]:
+        """One readable figure per attention kind, by kind (``self.shape``'s order), rather than every kind
+        in one."""
+        return {kind: _kind_figure(self, kind) for kind in self.shape}
 
     def to_json(self) -> dict[str, Any]:
         def clean(x: float) -> float | None:
@@ -323,38 +328,6 @@ class SampleScores:
         return (counts @ self.nll) / np.maximum(counts @ self.tokens, 1)
 
 
-def _bleu_metric():
-    from sacrebleu.metrics import BLEU
-
-    return BLEU()  # sacreBLEU's defaults, as corpus_scores uses them
-
-
-def bleu_from_stats(stats: np.ndarray) -> float:
-    """sacreBLEU's corpus BLEU from summed sufficient statistics (``SampleScores.bleu_stats`` rows):
-    equal to ``corpus_scores(...)["bleu"]`` on the same sentences (a test checks it)."""
-    metric = _bleu_metric()
-    n = metric.max_ngram_order
-    st = [int(x) for x in stats]
-    return float(
-        metric.compute_bleu(
-            st[2 : 2 + n],
-            st[2 + n : 2 + 2 * n],
-            st[0],
-            st[1],
-            smooth_method=metric.smooth_method,
-            smooth_value=metric.smooth_value,
-            effective_order=metric.effective_order,
-            max_ngram_order=n,
-        ).score
-    )
-
-
-def sentence_stats(hyps: list[str], refs: list[list[str]]) -> np.ndarray:
-    """``(N, 2 + 2n)`` sacreBLEU statistics of each hypothesis against all its references (the ones
-    sacreBLEU's own paired bootstrap resamples); summed rows give :func:`bleu_from_stats`."""
-    return np.array(_bleu_metric()._extract_corpus_statistics(hyps, reference_streams(refs)), dtype=np.int64)
-
-
 def score_sample(
     model: nn.Module,
     tr,
@@ -363,23 +336,13 @@ def score_sample(
     refs: list[list[str]],
     batch_size: int = 64,
 ) -> SampleScores:
-    """Greedy translations (all references) and teacher-forced NLL of ``model``, per sentence."""
+    """Greedy translations (all references) and teacher-forced NLL of ``model``, per sentence: BLEU's
+    statistics and the loss as :mod:`attnlab.evaluation` computes them."""
     src = [s[: tr.max_src_tokens] for s in src]
     hyps = decode_many(model, src, tr.cfg.decode, tr.device, beam_size=1)
     texts = [tr.tgt_tok.decode(h[0].tokens) for h in hyps]
-    stats = sentence_stats(texts, refs)
-    nll, tokens = [], []
-    with torch.inference_mode():
-        for start in range(0, len(src), batch_size):
-            idx = list(range(start, min(start + batch_size, len(src))))
-            batch = collate([src[i] for i in idx], [tgt[i] for i in idx], idx).to(tr.device)
-            out = model(batch.src, batch.src_valid_lens, batch.tgt_in, compute_logits=False)
-            logits = model.output(out.hidden).float()  # (B, T, V)
-            ce = F.cross_entropy(
-                logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD, reduction="none"
-            ).view(batch.tgt_out.shape)  # (B, T), 0 on padding
-            nll += ce.sum(1).double().cpu().tolist()
-            tokens += (batch.tgt_out != PAD).sum(1).cpu().tolist()
+    stats = np.array(sentence_stats(texts, refs), dtype=np.int64)
+    nll, tokens = sentence_nll(model, src, tgt, tr.device, batch_size)
     return SampleScores(stats, np.array(nll), np.array(tokens, dtype=np.float64), texts)
 
 

@@ -11,6 +11,10 @@ notebook call ``run`` and then only these three methods, so each answer is writt
   in Jupyter), or None for an answer that has nothing to draw;
 - ``to_json() -> dict``: the answer as JSON-ready data (``--json``, the web API).
 
+A report with more than one figure (one per attention kind, say) also has ``figures() -> dict[str,
+Figure]``, its figures by name (``figure()`` is then the first); :meth:`TextReport.figures` gives the
+others ``{"": figure()}``, or ``{}`` when there is nothing to draw.
+
 :class:`TextReport` is the base most reports derive from: it turns ``format(lang)`` into a call of
 ``_format()`` under that language.
 """
@@ -21,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from attnlab import i18n
 
-__all__ = ["Report", "TextReport"]
+__all__ = ["Report", "TextReport", "figures"]
 
 
 @runtime_checkable
@@ -33,6 +37,16 @@ class Report(Protocol):
     def figure(self) -> Any: ...
 
     def to_json(self) -> dict[str, Any]: ...
+
+
+def figures(report: Report) -> dict[str, Any]:
+    """``report``'s figures by name: its ``figures()`` where it has one, else ``{"": figure()}`` (``{}`` when
+    ``figure()`` is None); a front end saves each as ``<stem>_<name>``, the unnamed one as ``<stem>``."""
+    named = getattr(report, "figures", None)
+    if callable(named):
+        return named()
+    fig = report.figure()
+    return {} if fig is None else {"": fig}
 
 
 class TextReport:
@@ -49,6 +63,10 @@ class TextReport:
 
     def figure(self) -> Any:
         return None
+
+    def figures(self) -> dict[str, Any]:
+        fig = self.figure()
+        return {} if fig is None else {"": fig}
 
     def to_json(self) -> dict[str, Any]:
         import dataclasses

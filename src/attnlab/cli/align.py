@@ -4,11 +4,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from attnlab.cli.common import add_device_arg, load_translator
+from attnlab.cli.present import present
 from attnlab.errors import AttnlabError
 from attnlab.i18n import _
 from attnlab.notes import cite
@@ -21,47 +21,40 @@ def cmd_align(args) -> int:
     from attnlab.analysis.align.extract import Extraction
     from attnlab.analysis.align.gold import gold_dir, read_gold
     from attnlab.analysis.align.run import run
-    from attnlab.io import atomic_write_json, writable_folder
-    from attnlab.viz.figure import save_figure
 
     _check_numbers(args)
     ex = Extraction(args.links, args.threshold, args.null)
     gold = read_gold(gold_dir(args.gold), args.split)  # a missing gold folder fails before the model loads
     tr = load_translator(args)
     reverse = load_translator(args, run=args.reverse, which="best") if args.reverse else None
-    out = writable_folder(Path(args.save_dir) if args.save_dir else Path(args.run) / "inspect" / "align",
-                          "--save-dir")  # before the long alignment: a bad folder fails at once
-    report = run(
-        tr,
-        gold,
-        contract=not args.no_contractions,
-        ex=ex,
-        top_k=args.top_k,
-        saliency=not args.no_saliency,
-        ibm=not args.no_ibm,
-        ibm_pairs=args.ibm_pairs,
-        ibm_iterations=args.ibm_iterations,
-        ibm_method=args.ibm_links,
-        ibm_null=not args.ibm_no_null,
-        data_path=args.data,
-        adapt_epochs=args.adapt,
-        adapt_lr=args.adapt_lr,
-        teach_epochs=args.teach,
-        teach_weight=args.teach_weight,
-        reverse=reverse,
-        seed=args.seed,
-    )
-    for line in report.warnings:
-        print(f"warning: {line}", file=sys.stderr)
-    data = report.to_json()
-    atomic_write_json(out / "align.json", data)
-    paths = [out / "align.json", *save_figure(report.figure(), out / "align", ("png",))]
-    if args.json:
-        print(json.dumps(data, indent=2, ensure_ascii=False))
-    else:
-        print(report.format())
-        for path in paths:
-            print(_("wrote {path}").format(path=path))
+
+    def analyse():
+        report = run(
+            tr,
+            gold,
+            contract=not args.no_contractions,
+            ex=ex,
+            top_k=args.top_k,
+            saliency=not args.no_saliency,
+            ibm=not args.no_ibm,
+            ibm_pairs=args.ibm_pairs,
+            ibm_iterations=args.ibm_iterations,
+            ibm_method=args.ibm_links,
+            ibm_null=not args.ibm_no_null,
+            data_path=args.data,
+            adapt_epochs=args.adapt,
+            adapt_lr=args.adapt_lr,
+            teach_epochs=args.teach,
+            teach_weight=args.teach_weight,
+            reverse=reverse,
+            seed=args.seed,
+        )
+        for line in report.warnings:
+            print(f"warning: {line}", file=sys.stderr)
+        return report
+
+    present(analyse, "align", save_dir=args.save_dir, default_dir=Path(args.run) / "inspect" / "align",
+            files=("json",), formats=("png",), as_json=args.json)
     return 0
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from attnlab.cli.common import (
@@ -15,10 +14,14 @@ from attnlab.cli.common import (
     load_translator,
     show_progress,
 )
+from attnlab.cli.present import present, stem
 from attnlab.config import DATASETS, MODEL_KINDS
 from attnlab.errors import AttnlabError
 from attnlab.i18n import _
 from attnlab.notes import cite
+
+HEADS_SENTENCES = 100  # `heads --sentences`' default: a file name says any other number
+COMPARE_SENTENCES = 200  # `compare --sentences`' default
 
 
 def default_out(run: str | Path, name: str) -> Path:
@@ -29,11 +32,8 @@ def default_out(run: str | Path, name: str) -> Path:
 def cmd_doctor(args) -> int:
     from attnlab.analysis.diagnose import doctor
 
-    report = doctor.run(args.run)  # AttnlabError (exit 2) only when the run cannot be read
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
-    else:
-        print(report.format())
+    # AttnlabError (exit 2) only when the run cannot be read
+    present(lambda: doctor.run(args.run), "doctor", save_dir=None, default_dir=None, as_json=args.json)
     return 0  # a diagnosis is a report, not a failure
 
 
@@ -68,60 +68,36 @@ def cmd_sweep(args) -> int:
 def cmd_heads(args) -> int:
     from attnlab.analysis import heads
     from attnlab.analysis.align import run as A
-    from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
-    from attnlab.viz.figure import save_figure
 
     folder = A.gold_for_heads(getattr(args, "gold", None))  # a bad folder fails before the long analysis
     gold = A.read_gold(folder) if folder is not None else None
-    if args.save_dir:  # before the long analysis; the default (inside RUN) once RUN has been read
-        writable_folder(args.save_dir, "--save-dir")
-    report = heads.run(
-        args.run,
-        sentences=args.sentences,
-        which=args.checkpoint,
-        device=args.device or "auto",
-        importance=not args.no_importance,
-        progress=show_progress(args),
-        data=args.data,
-    )
-    if gold is not None:  # `--gold` / $ATTNLAB_GOLD_DIR: each head's AER against gold alignments (§25)
-        tr = load_translator(args)
-        A.annotate_heads(report, A.attention_scores(tr, gold))
-    table = report.format()
-    print(table)
-    out = writable_folder(Path(args.save_dir) if args.save_dir else default_out(args.run, "heads"), "--save-dir")
-    atomic_write_text(out / "heads.md", table + "\n")
-    atomic_write_json(out / "heads.json", report.to_json())
-    figures = [p for kind in report.shape for p in save_figure(report.figure(kind), out / f"heads_{kind}")]
-    for path in [out / "heads.md", out / "heads.json", *figures]:
-        print(_("wrote {path}").format(path=path))
+
+    def analyse():
+        report = heads.run(args.run, sentences=args.sentences, which=args.checkpoint, device=args.device or "auto",
+                           importance=not args.no_importance, progress=show_progress(args), data=args.data)
+        if gold is not None:  # `--gold` / $ATTNLAB_GOLD_DIR: each head's AER against gold alignments (§25)
+            A.annotate_heads(report, A.attention_scores(load_translator(args), gold))
+        return report
+
+    name = stem("heads", sentences=None if args.sentences == HEADS_SENTENCES else args.sentences,
+                importance="no-importance" if args.no_importance else None,
+                gold="gold" if gold is not None else None, checkpoint=args.checkpoint)
+    present(analyse, name, save_dir=args.save_dir, default_dir=default_out(args.run, "heads"))
     return 0
 
 
 def cmd_compare(args) -> int:
     from attnlab.analysis.diagnose import compare
-    from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
-    from attnlab.viz.figure import save_figure
 
-    if args.save_dir:  # before the long comparison; the default (inside RUN_A) once the runs have been read
-        writable_folder(args.save_dir, "--save-dir")
-    comparison = compare.run(
-        args.runs,
-        bleu_sentences=args.sentences,
-        which=args.checkpoint,
-        device=args.device or "auto",
-        progress=show_progress(args),
-        data=args.data,
-        cap_s=args.timing_cap,
-    )
-    out = writable_folder(Path(args.save_dir) if args.save_dir else default_out(args.runs[0], "compare"),
-                          "--save-dir")
-    text = comparison.format()
-    print(text)
-    atomic_write_text(out / "compare.md", text + "\n")
-    atomic_write_json(out / "compare.json", comparison.to_json())
-    for path in [out / "compare.md", out / "compare.json", *save_figure(comparison.figure(), out / "compare")]:
-        print(_("wrote {path}").format(path=path))
+    def analyse():
+        return compare.run(args.runs, bleu_sentences=args.sentences, which=args.checkpoint,
+                           device=args.device or "auto", progress=show_progress(args), data=args.data,
+                           cap_s=args.timing_cap)
+
+    name = stem("compare", text=[Path(r).name for r in args.runs],  # the runs compared, by folder name
+                sentences=None if args.sentences == COMPARE_SENTENCES else args.sentences,
+                checkpoint=args.checkpoint)
+    present(analyse, name, save_dir=args.save_dir, default_dir=default_out(args.runs[0], "compare"))
     return 0
 
 
@@ -219,7 +195,7 @@ def _add_heads(sub) -> None:
           "do what and which are indistinguishable from noise (notes {cite}).").format(cite=cite("11, 28.5")),
     )
     h.add_argument("run", metavar="RUN", help=_("run folder (transformer or decoder-only)"))
-    h.add_argument("--sentences", type=int, default=100, help=_("validation sentences to measure on"))
+    h.add_argument("--sentences", type=int, default=HEADS_SENTENCES, help=_("validation sentences to measure on"))
     h.add_argument("--checkpoint", default="best", help=_("best, last or step-N"))
     h.add_argument(
         "--no-importance",
@@ -257,7 +233,7 @@ def _add_compare(sub) -> None:
     c.add_argument(
         "--sentences",
         type=int,
-        default=200,
+        default=COMPARE_SENTENCES,
         help=_("validation sentences for speed (and BLEU when a run has no eval-test.json)"),
     )
     c.add_argument("--checkpoint", default="best", help=_("best, last or step-N (for every run)"))

@@ -4,10 +4,10 @@ figure ``<sentence>_<method>.png`` to ``--save-dir`` (default ``RUN/figures``)."
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from attnlab.cli.common import add_device_arg, add_verbosity_args, load_translator
+from attnlab.cli.present import present, stem
 from attnlab.errors import AttnlabError
 from attnlab.i18n import _
 from attnlab.notes import cite
@@ -18,26 +18,15 @@ DEFAULT_STEPS = 64  # attribution.DEFAULT_STEPS (a test keeps them equal)
 
 def cmd_attribute(args) -> int:
     from attnlab.analysis import attribution as A
-    from attnlab.io import writable_folder
-    from attnlab.maps import settings_suffix, slug
-    from attnlab.viz.figure import save_figure
 
     if args.steps < 1:
         raise AttnlabError(_("--steps {steps} must be >= 1 (integrated gradients' interpolation points)").format(
             steps=args.steps))
     tr = load_translator(args)
-    out = writable_folder(Path(args.save_dir) if args.save_dir else Path(args.run) / "figures", "--save-dir")
-    report = A.run(tr, args.sentence, args.method, steps=args.steps)
     steps = args.steps if args.method == "ig" and args.steps != DEFAULT_STEPS else None  # only ig has steps
-    stem = slug(args.sentence) + settings_suffix(steps=steps, checkpoint=None if args.checkpoint == "best"
-                                                 else args.checkpoint)
-    paths = save_figure(report.figure(), out / f"{stem}_{args.method}", ("png",))
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
-    else:
-        print(report.format())
-    for path in paths:
-        print(_("wrote {path}").format(path=path))
+    name = stem("", sentence=args.sentence, steps=steps, checkpoint=args.checkpoint) + f"_{args.method}"
+    present(lambda: A.run(tr, args.sentence, args.method, steps=args.steps), name, save_dir=args.save_dir,
+            default_dir=Path(args.run) / "figures", files=(), formats=("png",), as_json=args.json)
     return 0
 
 

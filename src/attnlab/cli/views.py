@@ -16,9 +16,10 @@ from attnlab.cli.common import (
     build_config,
     load_translator,
 )
+from attnlab.cli.present import present, stem
 from attnlab.config import MODEL_KINDS
 from attnlab.errors import AttnlabError
-from attnlab.i18n import _
+from attnlab.i18n import N_, _
 from attnlab.notes import cite
 
 
@@ -47,16 +48,6 @@ def _formats(args) -> tuple[str, ...]:
 
 
 DEFAULT_PAD = 3  # `attention --pad`: the <pad> columns a figure shows after the source (notes §23)
-
-
-def _settings(args, **settings) -> str:
-    """The file-name suffix of a figure drawn with other settings than the defaults: the given ones (None
-    = the default), then a checkpoint other than ``best`` (:func:`attnlab.maps.settings_suffix`), so a
-    figure of one sentence drawn another way never replaces the first."""
-    from attnlab.maps import settings_suffix
-
-    which = getattr(args, "checkpoint", "best")
-    return settings_suffix(**settings, checkpoint=None if which == "best" else which)
 
 
 # -------------------------------------------------------------------------------------------- attention
@@ -94,14 +85,14 @@ def cmd_attention(args) -> int:
     check = check_result(result, pair_of(tr.cfg.data))
     if check is not None and check.table:  # formed, not formed, or can't judge (a row of the table missing)
         print(check.summary())
-    stem = maps.slug(args.sentence) + _settings(args, beam=None if beam == 1 else beam,
-                                                pad=None if args.pad == DEFAULT_PAD else args.pad)
-    for path in result.save(out, tr.name, _formats(args), stem=stem):
+    name = stem("", sentence=args.sentence, beam=None if beam == 1 else beam,
+                pad=None if args.pad == DEFAULT_PAD else args.pad, checkpoint=args.checkpoint)
+    for path in result.save(out, tr.name, _formats(args), stem=name):
         print(path)
     if args.json:
         from attnlab.io import atomic_write_json
 
-        path = out / f"{stem}_attention.json"
+        path = out / f"{name}_attention.json"
         atomic_write_json(path, result.to_json())  # the web page's schema
         print(path)
     return 0
@@ -112,23 +103,18 @@ def cmd_attention(args) -> int:
 
 def cmd_explain(args) -> int:
     from attnlab.analysis.explain import sentence
-    from attnlab.viz.figure import save_figure
 
     if args.top < 1:
         raise AttnlabError(_("--top {top} must be >= 1").format(top=args.top))
     tr = load_translator(args)
-    default = Path(args.run) / "figures"  # written only for a GRU model's gates: not created for the others
-    figures = _out_dir(args, default) if args.save_dir else default
-    report = sentence.run(tr, args.sentence, reference=args.reference, top_k=args.top)
-    print(report.format())
-    fig = report.figure()
-    if fig is not None:
-        from attnlab.maps import slug
-
-        stem = f"{slug(args.sentence)}{_settings(args)}_gates"  # one figure per sentence: gates.png was shared
-        for path in save_figure(fig, figures / stem, formats=("png",)):
-            print(_("  heatmaps of every unit × step (z, r, h̃, h_t; encoder and decoder): {path}").format(path=path))
+    # a GRU model's gates only (the others draw nothing: RUN/figures is then not made); one figure per sentence
+    present(lambda: sentence.run(tr, args.sentence, reference=args.reference, top_k=args.top),
+            stem("", sentence=args.sentence, checkpoint=args.checkpoint) + "_gates", save_dir=args.save_dir,
+            default_dir=Path(args.run) / "figures", files=(), formats=("png",), said=GATES_WROTE)
     return 0
+
+
+GATES_WROTE = N_("  heatmaps of every unit × step (z, r, h̃, h_t; encoder and decoder): {path}")
 
 
 # ----------------------------------------------------------------------------------------------- params
@@ -137,7 +123,6 @@ def cmd_explain(args) -> int:
 def cmd_params(args) -> int:
     from attnlab.analysis.explain import params
     from attnlab.models import build_model
-    from attnlab.viz.figure import save_figure
 
     if args.run is not None and "=" in args.run and not Path(args.run).is_dir():
         # argparse gives the first `section.key=value` to the optional RUN positional
@@ -153,7 +138,7 @@ def cmd_params(args) -> int:
         tr = load_translator(args)
         model, title = tr.model, tr.name
         vocab = (len(tr.src_tok), len(tr.tgt_tok))
-        out = _out_dir(args, Path(args.run) / "figures")
+        name, default = "params", Path(args.run) / "figures"
     else:
         cfg = build_config(args, kind=args.model)
         title = f"{args.model} (preset + overrides)"
@@ -167,12 +152,12 @@ def cmd_params(args) -> int:
             title = f"{args.model} (preset, train.size={cfg.train.size}, + overrides)"
         vocab = _vocab_sizes(args, cfg)
         model = build_model(cfg.model, *vocab)
-        out = _out_dir(args, Path("figures"))
-    report = params.run(model, title, vocab=vocab, verbose=args.verbose)
-    print(report.format())
-    stem = "params" if args.run is not None else f"params_{args.model}"
-    for path in save_figure(report.figure(), out / stem, formats=_formats(args)):
-        print(path)
+        # the settings that change the model: another override, config file or vocabulary, another file
+        name = stem(f"params_{args.model}", text=args.overrides, src=args.src_vocab, tgt=args.tgt_vocab,
+                    config=Path(args.config).name if args.config else None)
+        default = Path("figures")
+    present(lambda: params.run(model, title, vocab=vocab, verbose=args.verbose), name, save_dir=args.save_dir,
+            default_dir=default, files=(), formats=_formats(args))
     return 0
 
 
@@ -198,7 +183,6 @@ def _vocab_sizes(args, cfg) -> tuple[int, int]:
 
 def cmd_positional(args) -> int:
     from attnlab.analysis.explain import positional
-    from attnlab.viz.figure import save_figure
 
     columns = None
     if args.columns:
@@ -211,13 +195,14 @@ def cmd_positional(args) -> int:
     # with RUN: the run's own d, its own position table, and §13–14 on its model
     tr = load_translator(args) if args.run is not None else None
     sentence = args.sentence or (_first_example(tr.cfg.data) if tr is not None else None) or "i'm home ."
-    report = positional.run(args.dim, args.positions, args.max_shift, columns, translator=tr, sentence=sentence)
-    out = _out_dir(args, Path(args.run) / "figures" if args.run else Path("figures"))
     shown = "_c" + "-".join(map(str, columns)) if columns else ""  # the curves drawn: another choice, another file
-    stem = out / f"positional_encoding_d{report.dim}_p{report.positions}{shown}"
-    for path in save_figure(report.figure(), stem, formats=_formats(args)):
-        print(path)
-    print(report.format())
+
+    def analyse():
+        return positional.run(args.dim, args.positions, args.max_shift, columns, translator=tr, sentence=sentence)
+
+    present(analyse, lambda r: f"positional_encoding_d{r.dim}_p{r.positions}{shown}",  # the d the report settled
+            save_dir=args.save_dir, default_dir=Path(args.run) / "figures" if args.run else Path("figures"),
+            files=(), formats=_formats(args))
     return 0
 
 
@@ -237,8 +222,9 @@ def cmd_selfcheck(args) -> int:
 
     if args.sentences < 1:
         raise AttnlabError(_("--sentences {sentences} must be >= 1").format(sentences=args.sentences))
-    report = selfcheck.run(load_translator(args), list(args.text) or None, args.sentences, args.data)
-    print(report.format())
+    tr = load_translator(args)
+    report = present(lambda: selfcheck.run(tr, list(args.text) or None, args.sentences, args.data), "selfcheck",
+                     save_dir=None, default_dir=None)
     return 0 if report.passed else 1
 
 

@@ -24,7 +24,8 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from attnlab.config import UNSEGMENTED
 
-__all__ = ["CHARACTER_BUCKETS", "DEFAULT_BUCKETS", "bleu_by_length", "length_buckets", "bleu_tokenize", "corpus_scores", "d2l_bleu", "reference_streams"]
+__all__ = ["CHARACTER_BUCKETS", "DEFAULT_BUCKETS", "bleu_by_length", "bleu_from_stats", "bleu_tokenize",
+           "corpus_scores", "d2l_bleu", "length_buckets", "reference_streams", "sentence_stats"]
 
 DEFAULT_BUCKETS: tuple[tuple[int, int], ...] = ((1, 4), (5, 8), (9, 12), (13, 16), (17, 10**9))
 #: The same buckets for a source counted in characters (Chinese, Japanese: the chars rule), each 1.5 times as
@@ -205,3 +206,34 @@ def bleu_by_length(
             }
         )
     return rows
+
+
+def sentence_stats(hyps: Sequence[str], refs: Sequence[Sequence[str]], tokenize: str = "13a") -> list[list[int]]:
+    """BLEU's sufficient statistics of each hypothesis against all its references, one row per sentence:
+    ``[hyp length, closest reference length, matches of 1…4-grams, totals of 1…4-grams]`` (``2 + 2n``), the
+    fields of sacreBLEU's public :class:`~sacrebleu.metrics.bleu.BLEUScore` for that one sentence. Rows of
+    any resample of the sentences, summed, give its corpus BLEU through :func:`bleu_from_stats` without
+    decoding again (what a paired bootstrap needs, as sacreBLEU's own does).
+
+    Raises:
+        ValueError: as :func:`corpus_scores`.
+    """
+    _check(hyps, refs)
+    metric = BLEU(tokenize=tokenize)
+    rows = []
+    for hyp, own in zip(hyps, refs):
+        s = metric.corpus_score([hyp], [[r] for r in own])
+        rows.append([s.sys_len, s.ref_len, *s.counts, *s.totals])
+    return rows
+
+
+def bleu_from_stats(stats: Sequence[float], tokenize: str = "13a") -> float:
+    """sacreBLEU's corpus BLEU (its defaults: ``exp`` smoothing, n-grams up to 4) from summed rows of
+    :func:`sentence_stats`, through sacreBLEU's public ``BLEU.compute_bleu``: equal to
+    ``corpus_scores(...)["bleu"]`` on the same sentences."""
+    metric = BLEU(tokenize=tokenize)
+    n = metric.max_ngram_order
+    st = [int(x) for x in stats]
+    return float(BLEU.compute_bleu(st[2: 2 + n], st[2 + n: 2 + 2 * n], st[0], st[1],
+                                   smooth_method=metric.smooth_method, smooth_value=metric.smooth_value,
+                                   effective_order=metric.effective_order, max_ngram_order=n).score)

@@ -30,7 +30,8 @@ def test_runs_without_reports_are_scored_now_on_the_same_sentences(tiny_runs, tm
                  "--timing-cap", "0.2"]) == 0
     captured = capsys.readouterr()
     assert "compare" not in captured.err  # --quiet: no progress bar
-    data = json.loads((out / "compare.json").read_text())
+    name = "compare-transformer-bahdanau-sentences10"  # the runs compared and a setting other than the default
+    data = json.loads((out / f"{name}.json").read_text())
     assert data["length_unit"] == "words" and data["scored_on"].startswith("the same 10 validation sentences")
     runs = data["runs"]
     assert [r["kind"] for r in runs] == ["transformer", "bahdanau"]
@@ -39,7 +40,7 @@ def test_runs_without_reports_are_scored_now_on_the_same_sentences(tiny_runs, tm
         assert r["parameters"] == sum(p.numel() for p in model.parameters())
         assert sum(row["sentences"] for row in r["by_length"]) == 10  # every run, all 10 sentences
         assert 0 < r["words_per_token"] <= 1 and r["train_words_per_s"] > 0
-    md = (out / "compare.md").read_text()
+    md = (out / f"{name}.md").read_text()
     assert "the same 10 validation sentences" in md and "BLEU by source length (words)" in md
     assert "tokens" not in md.replace("words per token", "")  # one unit throughout
     # numbers runs: the task's own examples, not the notes' English sentences their vocabulary cannot read
