@@ -16,12 +16,10 @@ is stored first and translated where it is shown (a table of titles). The web pa
 in its files (``data-i18n`` in index.html, ``t("…")`` in app.js; :mod:`attnlab.web.page_text`) and its
 translations live in this same catalogue; :func:`catalogue` reads one language without switching to it.
 
-Which language: :func:`set_language` (the CLI's ``--lang`` on every command), else the
-``ATTNLAB_LANG`` environment variable, else English. That choice is process-wide; :func:`speaking` overrides it
-for one context only (a :class:`contextvars.ContextVar`: this thread or asyncio task, and what copies its
-context), so that the web server answers concurrent requests each in its own language. The system locale (``LANG``) is deliberately not
-read: a user's output, and the tests', should not change with the machine they run on. A language
-without a catalogue is a :class:`LanguageError` naming the available ones.
+Which language: :func:`set_language` (``--lang``), else ``ATTNLAB_LANG``, else English, process-wide;
+:func:`speaking` overrides it for one context (a :class:`contextvars.ContextVar`), so that the web server
+answers concurrent requests each in its own. The system locale (``LANG``) is not read: output should not
+change with the machine. A language without a catalogue is a :class:`LanguageError` naming the others.
 
 Imports only the standard library and :mod:`attnlab.errors` (the base layer).
 """

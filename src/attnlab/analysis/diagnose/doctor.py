@@ -14,11 +14,9 @@ many pairs cut / long sentences cut and poor   ``num_steps`` too small         r
 ``i'm home .`` not aligned as the notes' table  attention not formed            train longer / check the model
 =============================================  ==============================  ===================================
 
-Each rule compares the curve with the run's own first logged loss ``L0``; each check prints its numbers and
-threshold and answers ✗, ✓, "not enough evidence: need N, have M" or "does not apply" (the notes' §1 table on
-a pair other than English ↔ French); a run is healthy only when no symptom
-is seen *and* there was enough to see one (``MIN_STEPS``, ``MIN_EVENTS``, two validations, ``MIN_BLEU``).
-Why each: docs/explanations/doctor.md.
+Each rule compares the curve with the run's first logged loss ``L0``; each check prints its numbers and threshold
+and answers ✗, ✓, "not enough evidence: need N, have M" or "does not apply" (§1's table off English ↔ French);
+a run is healthy only when no symptom is seen *and* there was enough to see one. Why: docs/explanations/doctor.md.
 
 Inputs: ``metrics.jsonl``, ``meta.json``, ``eval-test.json`` and ``probes.jsonl`` ("attention formed" is the
 one verdict of :mod:`attnlab.evaluation.alignment`, at the ``best`` checkpoint's step). The thresholds are the
