@@ -54,7 +54,7 @@ _SHORT_LAYERS = 1
 _SMALL_GRU = 192
 
 #: The tiny/small cut at C = 500: below it, tiny gets more of the notes' sentences right than small, and the
-#: 1.5-minute demo stays tiny on a 2-core laptop (docs/experiments/sizing-tiers.md).
+#: 1.5-minute demo stays tiny on the slow machines measured (docs/experiments/sizing-tiers.md).
 TIERS: tuple[Tier, ...] = (
     Tier("tiny", 500, {
         "transformer": {"data": {"tokenizer": "word", "min_freq": 3, "max_pairs": _SHORT, "batch_tokens": 400},
