@@ -122,8 +122,8 @@ def train(
 
     ``config`` and ``overrides``: see :func:`resolve_config` (e.g. ``train("transformer", "runs/t",
     ["data.dataset=numbers", "train.max_steps=300"])``). ``resume`` continues the run in ``out`` (its
-    saved config, then the overrides; ``config`` is not used). ``train.size=auto`` is settled as the CLI
-    settles it; ``train.device=auto`` (the default) trains on the GPU when one is visible. Raises
+    saved config, then the overrides; ``config`` is not used). ``train.size=auto`` is settled by the training
+    session, as for ``attnlab train``; ``train.device=auto`` (the default) trains on the GPU when one is visible. Raises
     :class:`AttnlabError` for a bad config, an unusable ``out`` or missing data.
     """
     if not str(out).strip():

@@ -87,6 +87,28 @@ def test_a_key_set_to_its_preset_value_survives_the_tier(tmp_path, monkeypatch, 
     assert saved.train.size == "tiny" and saved.model.num_hiddens == 256 and saved.data.batch_tokens == 400
 
 
+@pytest.mark.slow
+def test_the_cli_and_the_notebook_settle_the_size_once_and_alike(tmp_path, monkeypatch, fra_eng_zip):
+    """`attnlab train` passes train.size=auto through; the training session settles it, once, for the CLI and for
+    ``attnlab.train`` alike, and both runs record the same sized config (the probe replaced by 64 GFLOP/s)."""
+    import attnlab
+    from attnlab.cli import main
+
+    monkeypatch.setattr(device, "measure_peak_gflops", lambda *a, **k: 64.0)
+    calls = []
+    resolve = sizing.resolve
+    monkeypatch.setattr(sizing, "resolve", lambda cfg, *a, **k: calls.append(cfg.train.size) or resolve(cfg, *a, **k))
+    items = ["data.max_pairs=3000", "train.eval_max_sentences=8", "train.max_steps=2", "train.max_minutes=1"]
+    assert main(["train", "--model", "transformer", "--out", str(tmp_path / "cli"), "--data", str(fra_eng_zip),
+                 "--quiet", *items]) == 0
+    assert calls == ["auto"]  # not once in the CLI and again in the session
+    attnlab.train("transformer", tmp_path / "api", [f"data.data_path={fra_eng_zip}", *items], progress=False)
+    assert calls == ["auto", "auto"]
+    cli, api = (C.load_toml(tmp_path / name / "config.toml") for name in ("cli", "api"))
+    assert cli.train.size == api.train.size == "tiny"
+    assert (cli.model, cli.data, cli.train) == (api.model, api.data, api.train)
+
+
 @pytest.mark.parametrize("kind", ["seq2seq", "bahdanau", "transformer", "decoder-only"])
 @pytest.mark.parametrize("tier", [t.name for t in sizing.NAMED_TIERS])
 def test_every_tier_builds_every_model(kind, tier):

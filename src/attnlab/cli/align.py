@@ -109,8 +109,8 @@ def _add_gold_args(a) -> None:
         default=5000,
         dest="ibm_pairs",
         metavar="N",
-        help=_("Tatoeba pairs added to the gold sentences to train IBM Model 2 (about 30 s per "
-               "direction for 5000)"),
+        help=_("Tatoeba pairs added to the gold sentences to train IBM Model 2 (more pairs, a longer fit; "
+               "what it costs: docs/experiments/alignment.md)"),
     )
     a.add_argument(
         "--ibm-iterations",
@@ -131,8 +131,7 @@ def _add_copy_args(a) -> None:
         metavar="EPOCHS",
         help=_("first train a copy of the model EPOCHS epochs on the gold sentences' text (never their "
                "links), the data IBM Model 2 gets, and read that copy's maps; the run is not changed "
-               "(40: about 2 minutes on 2 cores for a 15-minute Transformer; default 0: the model as "
-               "trained)"),
+               "(what it costs: docs/experiments/alignment.md; default 0: the model as trained)"),
     )
     a.add_argument(
         "--adapt-lr",

@@ -32,9 +32,8 @@ def register(sub) -> None:
                    help=_("folder for the demo's two run folders (replaced on each demo run)"))
     add_deprecated_alias(m, "--out", "--runs-dir", dest="runs_dir")
     m.add_argument("--max-minutes", type=float, default=1.5, dest="max_minutes", metavar="M",
-                   help=_("training minutes per model, more than 0 (default 1.5: the whole demo, setup "
-                          "included, fits in 6 minutes); the models are sized for this machine and "
-                          "this budget"))
+                   help=_("training minutes per model, more than 0 (default 1.5; the demo trains two models, "
+                          "plus its setup); the models are sized for this machine and this budget"))
     add_deprecated_alias(m, "--minutes", "--max-minutes", dest="max_minutes", type=float)
     m.add_argument("--data", metavar="PATH",
                    help=_("the corpus's zip (fra-eng.zip, cmn-eng.zip), text file (fra.txt, cmn.txt) or a folder "

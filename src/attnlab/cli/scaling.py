@@ -78,8 +78,8 @@ def register(sub) -> None:
           "rung for the same number of counted training FLOPs (torch's FlopCounterMode on its own batches, "
           "turned into train.max_steps), then measure training tokens/s against sentence length and greedy "
           "decoding with and without the KV cache. Prints the estimated time before training. Default: 3 widths "
-          "per family, 2e12 FLOPs per rung (meant for about 15 minutes on an idle 2-core laptop: --plan-only prints "
-          "this machine's estimate without training); --quick: 2 widths, 2e11."),
+          "per family, 2e12 FLOPs per rung (--plan-only prints this machine's time estimate without training; "
+          "docs/experiments/scaling.md has measured ones); --quick: 2 widths, 2e11."),
     )
     s.add_argument("--runs-dir", default="runs/scaling", dest="runs_dir", metavar="DIR",
                    help=_("folder for scaling.json, scaling.png and the rungs' run folders (must not "

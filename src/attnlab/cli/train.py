@@ -18,7 +18,7 @@ from attnlab.cli.common import (
     say,
     show_progress,
 )
-from attnlab.config import MODEL_KINDS, Config
+from attnlab.config import MODEL_KINDS
 from attnlab.errors import AttnlabError
 from attnlab.i18n import _
 from attnlab.interrupts import exit_code
@@ -52,9 +52,7 @@ def _train(args) -> int:
     else:
         if not args.model:
             raise AttnlabError(_("--model is required for a new run; choose one of: {choices}").format(choices=', '.join(MODEL_KINDS)))
-        cfg = build_config(args, kind=args.model, dataset=args.dataset)
-        if cfg.train.size == "auto" and "RANK" not in os.environ:  # under torchrun rank 0 sizes for all
-            cfg = _size_for_machine(cfg, args)
+        cfg = build_config(args, kind=args.model, dataset=args.dataset)  # train.size is settled by train()
     if processes(args.nproc, cfg.train.device) > 1:
         lock = lock_run_folder(out)  # held, through torchrun, until the job's last process ends
         try:
@@ -129,24 +127,15 @@ def _explicit_keys(args) -> frozenset[str]:
     return frozenset(keys)
 
 
-def _size_for_machine(cfg: Config, args) -> Config:
-    from attnlab.device import set_threads
-    from attnlab.training import sizing
-
-    set_threads(cfg.train.threads)  # the probe measures the threads the run will use
-    cfg, why = sizing.resolve(cfg, _explicit_keys(args))
-    if why:
-        print(why, file=sys.stderr)
-    return cfg
-
-
 def cmd_config(args) -> int:
     cfg = build_config(args, kind=args.model, dataset=args.dataset)
     size = cfg.train.size
     if size == "base":
         note = ""
     elif args.resolve:
-        cfg = _size_for_machine(cfg, args)
+        from attnlab.training.session import settle_size
+
+        cfg = settle_size(cfg, explicit=_explicit_keys(args))  # what train() does with these options
         note = _("# train.size = \"{size}\" resolved as `attnlab train` would (the reason, if any, is on stderr)\n"
                  ).format(size=size)
     else:

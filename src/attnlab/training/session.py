@@ -1,7 +1,7 @@
 """Everything a training run holds besides the five lines the notes teach (those are in ``loop.py``).
 
 A :class:`Session` is set up by :meth:`Session.open` — the run folder checked, the config settled
-(``train.size=auto`` resolved once, a resumed run's config checked), the data prepared, the model and
+(``train.size`` settled here and nowhere else, a resumed run's config checked), the data prepared, the model and
 optimizer built, and, with ``--resume``, the weights, optimizer, budget plan, data position and RNG
 restored from ``last``. The loop then asks it for the epoch's batches, for the per-step agreement of the
 processes, to validate and to save.
@@ -32,7 +32,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnlab import config as config_mod
 from attnlab import fast, runs
 from attnlab.config import OWN_CORPUS, Config
 from attnlab.data import corpus, pairs
@@ -156,21 +155,12 @@ def all_finite(finite: bool) -> bool:
 
 def settle_config(cfg: Config, out_dir: Path, resume: bool, prepared,
                   explicit: frozenset[str] | None = None) -> tuple[Config, runs.RunFiles | None]:
-    """Threads, ``train.size``, the pair (``data.direction`` as the corpus's record resolves it, so config.toml
-    names it: ``en-zh``, never another pair's default) and a resumed run's checks, before anything in ``out_dir``
-    is written."""
+    """Threads and ``train.size`` (:func:`settle_size`), the pair (``data.direction`` as the corpus's record
+    resolves it, so config.toml names it: ``en-zh``, never another pair's default) and a resumed run's checks,
+    before anything in ``out_dir`` is written."""
     cfg = dataclasses.replace(cfg, data=pairs.resolved(cfg.data))  # a direction that does not fit stops here
-    if cfg.train.threads > 0:
-        set_threads(cfg.train.threads)
-    elif D.is_distributed():
-        torch.set_num_threads(D.threads_per_process())  # ranks on one machine share its cores
     saved = runs.read_run(out_dir) if resume else None
-    if saved is not None and cfg.train.size == "auto":
-        # The command line again (an elastic restart, a library call): keep the size the run was built
-        # with, not a new probe's choice.
-        cfg = sizing.resolve(config_mod.apply_overrides(cfg, [f"train.size={saved.config.train.size}"]), explicit)[0]
-    elif cfg.train.size != "base" and saved is None:  # auto, or a tier by name
-        cfg = resolve_size(cfg, prepared, explicit)
+    cfg = settle_size(cfg, prepared, explicit, saved_size=saved.config.train.size if saved is not None else None)
     seed_everything(cfg.train.seed)
     if saved is not None:
         # An older run's config.toml may say the old default, en-fr, of any pair: compare pairs, not spellings.
@@ -189,9 +179,30 @@ def thread_tuner(cfg: Config, device: torch.device) -> ThreadTuner | None:
     return ThreadTuner(most, start=min(torch.get_num_threads(), most), sense=idle_sampler())
 
 
-def resolve_size(cfg: Config, prepared, explicit: frozenset[str] | None = None) -> Config:
-    """``train.size=auto`` settled on rank 0 (one probe, one choice) and shared with every rank;
-    ``explicit`` as in :func:`attnlab.training.loop.train`."""
+def use_threads(cfg: Config) -> None:
+    """The torch threads the run trains on: ``train.threads``, else every CPU this process may use (its share of
+    them under torchrun, where ranks on one machine share its cores)."""
+    if D.is_distributed() and cfg.train.threads <= 0:
+        torch.set_num_threads(D.threads_per_process())
+    else:
+        set_threads(cfg.train.threads)
+
+
+def settle_size(cfg: Config, prepared=None, explicit: frozenset[str] | None = None,
+                saved_size: str | None = None) -> Config:
+    """The one place ``train.size`` is settled (``attnlab train``, the notebook's ``train``, ``attnlab config
+    --resolve``); the front ends pass ``auto`` through. The run's threads are set first, as the probe measures
+    them. ``auto`` is resolved on rank 0 (one probe, one choice) and shared with every rank; a tier by name is
+    applied; a resumed run (``saved_size``, what its config.toml says) keeps the size it was built with, not
+    a new probe's choice. ``explicit`` as in :func:`attnlab.training.loop.train`."""
+    use_threads(cfg)
+    if saved_size is not None:
+        if cfg.train.size != "auto":
+            return cfg  # the saved config, already sized (resume's checks compare it)
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, size=saved_size))
+        return sizing.resolve(cfg, explicit)[0]
+    if cfg.train.size == "base":
+        return cfg
     why = ""
     if D.is_main():
         cfg, why = sizing.resolve(cfg, explicit)

@@ -16,7 +16,7 @@ shapes are the ones the notes write down.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from attnlab import config as config_mod
@@ -54,7 +54,7 @@ _SHORT_LAYERS = 1
 _SMALL_GRU = 192
 
 #: The tiny/small cut at C = 500: below it, tiny gets more of the notes' sentences right than small, and the
-#: 1.5-minute demo stays tiny on a 2-core laptop (docs/experiments/sizing-tiers.md).
+#: 1.5-minute demo stays tiny on the slow machines measured (docs/experiments/sizing-tiers.md).
 TIERS: tuple[Tier, ...] = (
     Tier("tiny", 500, {
         "transformer": {"data": {"tokenizer": "word", "min_freq": 3, "max_pairs": _SHORT, "batch_tokens": 400},
@@ -144,23 +144,20 @@ def resolve(cfg: Config, explicit: frozenset[str] | None = None, peak: float | N
 
     Only ``size="auto"`` with a minute budget changes anything; any other run takes the base preset.
     """
-    tc = cfg.train
-    if tc.size != "auto":
-        if tc.size == "base":
-            return cfg, ""
-        tier = next(t for t in NAMED_TIERS if t.name == tc.size)
-        return apply_tier(cfg, tier, explicit if explicit is not None else explicit_keys(cfg)), ""
-    corpus = corpus_of(cfg.data.dataset)
-    if tc.max_minutes <= 0 or corpus is None or not corpus.sized:
+    tc, corpus = cfg.train, corpus_of(cfg.data.dataset)
+    if tc.size == "base":
+        return cfg, ""
+    if tc.size == "auto" and (tc.max_minutes <= 0 or corpus is None or not corpus.sized):
         return apply_tier(cfg, None, frozenset()), ""
     explicit = explicit if explicit is not None else explicit_keys(cfg)
+    if tc.size != "auto":
+        return apply_tier(cfg, next(t for t in NAMED_TIERS if t.name == tc.size), explicit), ""
     peak = peak if peak is not None else device.measure_peak_gflops()
-    compute = peak * tc.max_minutes
-    tier = tier_for(compute)
+    tier = tier_for(peak * tc.max_minutes)
     sized = apply_tier(cfg, tier, explicit)
     if sized.data.max_pairs >= corpus.pairs and "data.max_pairs" not in explicit:
         # A tier's "first N pairs" of fra-eng is the whole of a smaller corpus (cmn-eng's 29k): say so, read all.
-        sized = config_mod.apply_overrides(sized, ["data.max_pairs=0"])
+        sized = replace(sized, data=replace(sized.data, max_pairs=0))
     return sized, describe(sized, peak, tier)
 
 
