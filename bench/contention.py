@@ -71,7 +71,7 @@ def timed(cfg, prepared, batches, sources, threads: int | str) -> tuple[float, f
         if tuner:
             tuner.end(s, batch.src.numel() + batch.tgt_in.numel())
     t_train = time.perf_counter() - t0
-    dtuner = (ThreadTuner(most, window=3, warmup=1, unit="batch", sense=idle_sampler())
+    dtuner = (ThreadTuner(most, window=6, warmup=1, recheck_every=60, unit="batch", sense=idle_sampler())
               if threads == "auto" else None)
     t0 = time.perf_counter()
     decode_many(model, sources, cfg.decode, torch.device("cpu"), beam_size=1, batch_size=32, threads=dtuner)
@@ -82,11 +82,21 @@ def timed(cfg, prepared, batches, sources, threads: int | str) -> tuple[float, f
     return t_train, t_decode, changes
 
 
+def overhead_us(units: int = 20000) -> float:
+    """Microseconds the controller adds per unit (its begin and end, with a no-op setter), with a clock
+    that moves as a real one does."""
+    tuner = ThreadTuner(cpu_threads(), apply=lambda n: None, sense=idle_sampler())
+    t0 = time.perf_counter()
+    for _ in range(units):
+        tuner.end(tuner.begin(), 1.0)
+    return (time.perf_counter() - t0) / units * 1e6
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a few updates and sentences, 0 and 1 neighbour, nice 0")
     ap.add_argument("--updates", type=int, default=100)
-    ap.add_argument("--sentences", type=int, default=2048, help="validation sources decoded greedily (at most)")
+    ap.add_argument("--sentences", type=int, default=2048, help="sentences decoded greedily: the validation sources, repeated as needed")
     ap.add_argument("--neighbours", default="0,1,2")
     ap.add_argument("--nice", default="0,19")
     ap.add_argument("--models", default=",".join(demo.DEMO_MODELS))
@@ -110,7 +120,8 @@ def main() -> int:
         plan = D.epoch_batches([len(s) for s in split.src], [len(t) for t in split.tgt], cfg.data.batch_tokens,
                                cfg.data.max_batch_size, cfg.train.seed, 0, 1, None)[: args.updates]
         batches = [collate([split.src[i] for i in b], [split.tgt[i] for i in b], b) for b in plan]
-        sources = prepared.splits["valid"].src[: args.sentences]
+        valid = prepared.splits["valid"].src  # repeated up to --sentences: a decode as long as an evaluate's
+        sources = [valid[i % len(valid)] for i in range(args.sentences)]
         for k, nice in cases:
             procs = neighbours(k, nice)
             try:
@@ -128,6 +139,7 @@ def main() -> int:
                 print(f"{kind:<12} neighbours {k} nice {nice:>2}  threads {n!s:>4}: train {tt:7.2f} s "
                       f"({tt / best_train:4.2f}x best fixed)  decode {td:6.2f} s ({td / best_decode:4.2f}x)"
                       + versus + free + (f"  changes: {moves}" if moves else ""), flush=True)
+    print(f"# controller overhead: {overhead_us():.1f} us per unit (begin + end)", flush=True)
     return 0
 
 

@@ -94,8 +94,8 @@ def test_a_try_that_is_clearly_slower_is_cut_short():
     assert w.threads == 2 and t.n == 2
 
 
-def test_a_first_unit_twice_as_slow_ends_the_try_at_once():
-    w = World({1: 1.0, 2: 2.5})  # a busy neighbour: the second thread costs more than a step's worth
+def test_a_first_unit_three_times_as_slow_ends_the_try_at_once():
+    w = World({1: 1.0, 2: 3.5})  # a busy neighbour: the second thread costs two and a half steps more
     t = tuner(w, start=1)
     w.run(t, 2 + 4 + 1)  # warm-up, a window on 1, and the one unit the try of 2 gets
     assert w.threads == 1 and t.n == 1 and t.tries == 1 and w.applied == [1, 2, 1]

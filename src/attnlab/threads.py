@@ -9,7 +9,8 @@ work times each unit (a training update, a batch of sentences) per unit of its s
   the load; the count then starts no higher than the cores others leave free (an extra thread on a busy
   core can cost a step several times over, a missing one at most its share);
 - a window's cost is its median unit; a neighbour count (``n ± 1``) is kept when more than ``margin``
-  faster, and the walk goes on while it wins; a try twice as slow in its first units is given up;
+  faster, and the walk goes on while it wins; a try three times as slow in its first unit (which pays
+  for the switch), or twice as slow in the next two, is given up;
 - then it holds, and searches again every ``recheck_every`` units, or when two windows running cost
   ``jump`` more or less (a neighbour came or went: only fewer threads can win when the cost rose).
 
@@ -112,9 +113,9 @@ class ThreadTuner:
                 self._sensing()
             if work <= 0:
                 return
-            if self._phase == "try" and self._skip > 0 and self._base > 0 and dt / work > 2 * self._base:
+            if self._phase == "try" and self._skip > 0 and self._base > 0 and dt / work > 3 * self._base:
                 self._skip = 0
-                self._judge(dt / work)  # the new count's first unit alone is twice as slow
+                self._judge(dt / work)  # the first unit, switching cost and all, is three times slower
                 return
             if self._skip > 0:
                 self._skip -= 1

@@ -262,7 +262,7 @@ class Translator:
         ``most``, by timing its batches (attnlab/threads.py); ``say`` gets one line per change. On a GPU
         the CPU threads do not set the pace, and nothing changes."""
         if self.device.type == "cpu":
-            self.threads = PerThread(lambda: ThreadTuner(most, window=3, warmup=1, recheck_every=60, unit="batch",
+            self.threads = PerThread(lambda: ThreadTuner(most, window=6, warmup=1, recheck_every=60, unit="batch",
                                                          say=say, sense=idle_sampler()))
 
     def set_decode(self, decode: DecodeConfig) -> None:
