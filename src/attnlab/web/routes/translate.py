@@ -64,15 +64,8 @@ def router(state: ServerState, body_model: type[BaseModel]) -> APIRouter:
     async def translate(req, request: Request, lang: LangQuery = None):
         name = req.run or state.default_run
         r = state.runs[name]
-        kinds = r.info.get("kinds")
-        if req.kind is not None and isinstance(kinds, list) and req.kind not in kinds:
-            have = ", ".join(kinds) if kinds else "none (a fixed context)"
-            return error(
-                422,
-                ["body", "kind"],
-                f"run {name!r} has no {req.kind} attention; its kinds: {have}",
-                "value_error",
-            )
+        if (refused := _kind_refused(req, name, r)) is not None:
+            return refused
         dcfg = _settings(req, lang, r)
         if not isinstance(dcfg, DecodeConfig):
             return dcfg  # the 422 naming the setting
@@ -82,20 +75,8 @@ def router(state: ServerState, body_model: type[BaseModel]) -> APIRouter:
             return await _single(req, r, dcfg, request)
 
     async def _single(req, r: LoadedRun, dcfg: DecodeConfig, request: Request):
-        job = TranslateJob(
-            r,
-            req.text,
-            dcfg,
-            req.max_len or limits.max_output_tokens,
-            req.kind,
-            req.layer,
-            req.head,
-            req.encoding,
-            req.overview,
-            limits.max_response_bytes,
-            accepts_gzip(request),
-            req.pad,
-        )
+        job = TranslateJob(r, req.text, dcfg, req.max_len or limits.max_output_tokens, req.kind, req.layer, req.head,
+                           req.encoding, req.overview, limits.max_response_bytes, accepts_gzip(request), req.pad)
         try:
             body, gz = await state.run_admitted(translate_job, job, state.results, time.perf_counter())
         except Busy:
@@ -140,6 +121,15 @@ def router(state: ServerState, body_model: type[BaseModel]) -> APIRouter:
         },
     )(translate)
     return api
+
+
+def _kind_refused(req: Any, name: str, r: LoadedRun) -> Any:
+    """The 422 for an attention kind the run does not have, else None."""
+    kinds = r.info.get("kinds")
+    if req.kind is None or not isinstance(kinds, list) or req.kind in kinds:
+        return None
+    have = ", ".join(kinds) if kinds else "none (a fixed context)"
+    return error(422, ["body", "kind"], f"run {name!r} has no {req.kind} attention; its kinds: {have}", "value_error")
 
 
 def _settings(req: Any, lang: str | None, r: LoadedRun) -> DecodeConfig | Any:
