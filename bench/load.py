@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnlab.io import atomic_write_text  # noqa: E402
+from attnlab.files import atomic_write_text  # noqa: E402
 
 HOST = "127.0.0.1"  # loopback only: this script never talks to another address
 SENTENCES = [

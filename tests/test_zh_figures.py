@@ -30,8 +30,8 @@ def _figures(name: str, tiny_runs, gold) -> list:
     """The figures of one analysis, drawn in the current language."""
     from attnlab import maps
     from attnlab.analysis import attribution, heads
+    from attnlab.analysis.align import against_gold as align_run
     from attnlab.analysis.align import gold as G
-    from attnlab.analysis.align import run as align_run
     from attnlab.analysis.diagnose import compare
     from attnlab.analysis.explain import params, positional, sentence
     from attnlab.translator import Translator

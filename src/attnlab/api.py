@@ -23,8 +23,8 @@ from typing import Any
 
 from attnlab import config as C
 from attnlab.errors import AttnlabError
+from attnlab.files import read_input
 from attnlab.i18n import _
-from attnlab.io import read_input
 from attnlab.training.loop import TrainResult
 from attnlab.training.loop import train as _train_loop
 from attnlab.translator import Translator

@@ -24,8 +24,8 @@ from typing import Any
 import tomli_w
 
 from attnlab.errors import AttnlabError
+from attnlab.files import read_input
 from attnlab.i18n import N_, _
-from attnlab.io import read_input
 from attnlab.notes import SENTENCES
 
 MODEL_KINDS = ("seq2seq", "bahdanau", "transformer", "decoder-only", "encoder-only")

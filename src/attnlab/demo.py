@@ -246,11 +246,11 @@ def _sentence(tr) -> str:
 
 def attention_report(tr, sentence: str):
     """What the demo shows of ``sentence`` on ``tr``: its :class:`~attnlab.maps.AttentionResult` and the
-    :class:`~attnlab.analysis.explain.depends.DependsReport` beside it — the one alignment verdict
+    :class:`~attnlab.analysis.explain.looks_and_depends.DependsReport` beside it — the one alignment verdict
     (``explain``, ``doctor``, ``attention`` and the web page give the same) and the integrated-gradients row,
     with few points so that it costs little."""
-    from attnlab.analysis.explain.depends import IG_STEPS
-    from attnlab.analysis.explain.depends import run as depends_on
+    from attnlab.analysis.explain.looks_and_depends import IG_STEPS
+    from attnlab.analysis.explain.looks_and_depends import run as depends_on
 
     result = tr.attention(sentence)
     return result, depends_on(tr, sentence, ig_steps=IG_STEPS, result=result)

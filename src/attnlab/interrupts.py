@@ -4,7 +4,7 @@ Inside training the signal is a flag the loop reads between steps (:class:`attnl
 the step finishes, ``last`` is saved, and ``train`` returns ``stopped_by="signal"``; a command that trains
 (``train``, ``demo``, ``sweep``, ``scaling``) then stops instead of going on to its next model. Anywhere
 else the signal raises :class:`Interrupted` where the program is, so ``finally`` blocks and atomic writes
-(``attnlab.io``) unwind as for Ctrl-C. Either way the process exits with ``128 + the signal's number``
+(``attnlab.files``) unwind as for Ctrl-C. Either way the process exits with ``128 + the signal's number``
 (130 for SIGINT, 143 for SIGTERM), the status a shell gives a process a signal ended.
 
 This module imports no torch: ``attnlab``'s ``main`` installs it before any command runs.

@@ -9,9 +9,9 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
+from attnlab.analysis.align import against_gold as R
 from attnlab.analysis.align import extract as X
 from attnlab.analysis.align import gold as G
-from attnlab.analysis.align import run as R
 from attnlab.analysis.align import score as S
 from attnlab.cli import main
 from attnlab.data import numbers
@@ -207,7 +207,7 @@ def test_heads_names_alignment_heads_with_gold(tiny_runs, numbers_gold, tmp_path
 
 
 def test_adapting_learns_the_gold_text_on_a_copy_and_leaves_the_run_alone(tiny_runs, numbers_gold):
-    from attnlab.analysis.align.adapt import adapt
+    from attnlab.analysis.align.adapt_to_gold import adapt
 
     run = tiny_runs("transformer")
     files = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
@@ -229,7 +229,7 @@ def test_adapting_learns_the_gold_text_on_a_copy_and_leaves_the_run_alone(tiny_r
 def test_align_cli_adapt_reads_the_adapted_copy_and_keeps_the_original_figures(
     tiny_runs, numbers_gold, tmp_path, capsys
 ):
-    from attnlab.analysis.align.adapt import ADAPT_LR, adapt
+    from attnlab.analysis.align.adapt_to_gold import ADAPT_LR, adapt
     from attnlab.cli import align as commands_align
 
     run = tiny_runs("transformer")
@@ -301,7 +301,7 @@ def both_directions(tmp_path_factory):
 
 
 def test_align_reverse_symmetrises_the_two_runs_maps_as_ibm_models(both_directions, numbers_gold, tmp_path, capsys):
-    from attnlab.analysis.align.both import score_pairs
+    from attnlab.analysis.align.symmetrise import score_pairs
 
     fwd_run, rev_run = both_directions["en-fr"], both_directions["fr-en"]
     base = ["--gold", numbers_gold, "--no-ibm", "--no-saliency", "--json", "--save-dir", tmp_path / "o"]
@@ -395,7 +395,7 @@ def test_piece_labels_mark_each_target_piece_with_its_linked_source_pieces():
 
 
 def test_align_teach_trains_the_picked_head_toward_the_averages_links(tiny_runs, numbers_gold, tmp_path, capsys):
-    from attnlab.analysis.align.adapt import teach
+    from attnlab.analysis.align.adapt_to_gold import teach
 
     run = tiny_runs("transformer")
     tr, gold = Translator.from_run(run), G.read_gold(numbers_gold)

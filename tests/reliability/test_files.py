@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab import io as aio
+from attnlab import files as aio
 from attnlab.cli import main
 from attnlab.cli.translate import _Output, read_chunks
 from attnlab.data.corpus import locate_parallel, read_parallel

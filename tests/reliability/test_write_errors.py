@@ -23,7 +23,7 @@ import pytest
 from attnlab.cli import main
 from attnlab.errors import AttnlabError, WriteError
 from attnlab.evaluation import evaluate as E
-from attnlab.io import atomic_write_bytes, atomic_write_text
+from attnlab.files import atomic_write_bytes, atomic_write_text
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
@@ -190,7 +190,7 @@ def test_figures_on_a_full_disk_are_one_line(full, command, tiny_runs, capsys):
 def test_write_error_is_an_attnlab_error_and_the_os_error(tmp_path, monkeypatch):
     """Pass: a failed atomic write raises WriteError: one line for the CLI (AttnlabError), and the OSError it was
     (errno, strerror, the file), so code that catches OSError to go on without the file still does; it pickles."""
-    import attnlab.io as io
+    import attnlab.files as io
 
     def refuse(path, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -17,7 +17,7 @@ from attnlab import runs
 from attnlab.cli import main
 from attnlab.runs.probes import read_probes
 from attnlab.training.loop import train
-from attnlab.training.run_folder import CurvesPainter, prepare_run_dir
+from attnlab.training.run_record import CurvesPainter, prepare_run_dir
 from attnlab.training.tensorboard import BOARD_DIR, attention_image
 from tests.conftest import tiny_config
 

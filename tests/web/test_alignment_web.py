@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from attnlab.analysis.align import against_gold as R
 from attnlab.analysis.align import extract as X
 from attnlab.analysis.align import gold as G
-from attnlab.analysis.align import run as R
 from attnlab.translator import Translator
 from attnlab.web.routes import alignment as routes
 from tests.analysis.align.test_gold import write_gold
@@ -136,8 +136,8 @@ def test_a_model_without_target_to_source_attention_is_refused(gold):
     from attnlab.data.vocab import Vocab
     from attnlab.models import build_model
     from attnlab.web.app import create_app
+    from attnlab.web.payloads import run_facts
     from attnlab.web.registry import LoadedRun
-    from attnlab.web.server import run_facts
     from tests.conftest import tiny_config
 
     cfg = tiny_config("seq2seq")

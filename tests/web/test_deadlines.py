@@ -23,7 +23,7 @@ from attnlab import config as C
 from attnlab.analysis.align.gold import GOLD_ENV
 from attnlab.models import build_model
 from attnlab.translator import Translator
-from attnlab.web import deadline, server
+from attnlab.web import deadline, payloads
 from attnlab.web.app import create_app
 from attnlab.web.guards import Limits
 from attnlab.web.registry import LoadedRun
@@ -73,7 +73,7 @@ def untrained(tiny_runs):
 
 
 def _app(tr, **limits):
-    return create_app({"wide": LoadedRun("wide", tr, None, server.run_facts(tr, None))}, Limits(**limits))
+    return create_app({"wide": LoadedRun("wide", tr, None, payloads.run_facts(tr, None))}, Limits(**limits))
 
 
 def _504_then_free(app, method: str, path: str, **request) -> float:

@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 from attnlab import config as C
 from attnlab.models import build_model
 from attnlab.translator import AttentionResult, Translator
-from attnlab.web import guards, registry, server, serving
+from attnlab.web import guards, payloads, registry, serving
 from attnlab.web.app import create_app
 from attnlab.web.guards import Limits
 from attnlab.web.registry import LoadedRun
@@ -59,7 +59,7 @@ def _untrained(run_dir, kind_overrides=()):
 
 
 def _app_over(tr, name="wide", **limits):
-    facts = server.run_facts(tr, None)
+    facts = payloads.run_facts(tr, None)
     return create_app({name: LoadedRun(name, tr, None, facts)}, Limits(**limits))
 
 

@@ -71,7 +71,7 @@ class TextReport:
     def to_json(self) -> dict[str, Any]:
         import dataclasses
 
-        from attnlab.io import jsonable
+        from attnlab.files import jsonable
 
         return jsonable(self) if dataclasses.is_dataclass(self) else {}
 

@@ -1,5 +1,5 @@
 """Subcommand ``align``: cross-attention against gold word alignments (notes §25; thin: parse, call
-:func:`attnlab.analysis.align.run.run`, print the report's ``format()`` or ``to_json()``). Writes
+:func:`attnlab.analysis.align.against_gold.run`, print the report's ``format()`` or ``to_json()``). Writes
 ``align.json`` and ``align.png`` (the report's ``figure()``) to ``--save-dir`` (default ``RUN/inspect/align``)."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ A_METHODS = ("argmax", "intersect", "union", "grow-diag", "grow-diag-final-and")
 
 
 def cmd_align(args) -> int:
+    from attnlab.analysis.align.against_gold import run
     from attnlab.analysis.align.extract import Extraction
     from attnlab.analysis.align.gold import gold_dir, read_gold
-    from attnlab.analysis.align.run import run
 
     _check_numbers(args)
     ex = Extraction(args.links, args.threshold, args.null)

@@ -67,7 +67,7 @@ def cmd_sweep(args) -> int:
 
 def cmd_heads(args) -> int:
     from attnlab.analysis import heads
-    from attnlab.analysis.align import run as A
+    from attnlab.analysis.align import against_gold as A
 
     folder = A.gold_for_heads(getattr(args, "gold", None))  # a bad folder fails before the long analysis
     gold = A.read_gold(folder) if folder is not None else None

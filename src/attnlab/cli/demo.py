@@ -15,7 +15,7 @@ from attnlab.i18n import _
 
 def cmd_demo(args) -> int:
     from attnlab.demo import run_demo
-    from attnlab.io import writable_folder
+    from attnlab.files import writable_folder
 
     writable_folder(args.runs_dir, "--runs-dir")  # before the machine is measured and the corpus read
     return run_demo(out=Path(args.runs_dir), minutes=args.max_minutes, data=args.data, threads=args.threads,

@@ -55,7 +55,7 @@ def present(
     into ``save_dir`` (else ``default_dir``; None: write nothing), atomically, and print ``said`` (translated)
     for each path. A ``save_dir`` that cannot be written fails before the analysis; the default folder (inside
     a run ``analyse`` reads) is made only when there is something to write. Returns the report."""
-    from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
+    from attnlab.files import atomic_write_json, atomic_write_text, writable_folder
 
     if save_dir:
         writable_folder(Path(save_dir), "--save-dir")  # one line now, not after a long analysis

@@ -22,8 +22,8 @@ from attnlab.cli.common import (
 )
 from attnlab.errors import AttnlabError
 from attnlab.export import ENGINES
+from attnlab.files import MAX_LINE_BYTES, InputBudget, wait_readable
 from attnlab.i18n import N_, _
-from attnlab.io import MAX_LINE_BYTES, InputBudget, wait_readable
 
 
 def _check_translate_paths(args) -> None:
@@ -70,7 +70,7 @@ class _Output:
     def __init__(self, path: str) -> None:
         import tempfile
 
-        from attnlab.io import usual_mode
+        from attnlab.files import usual_mode
 
         self.path, self.tmp = path, None
         try:
@@ -93,7 +93,7 @@ class _Output:
                                  "to").format(path=path, why=e.strerror or e)) from None
 
     def commit(self) -> None:
-        from attnlab.io import fsync_dir
+        from attnlab.files import fsync_dir
 
         self.file.flush()
         if self.tmp is not None:
@@ -182,7 +182,7 @@ def cmd_translate(args) -> int:
 
 
 def _input_budget(args, stream) -> InputBudget:
-    """The cap of what ``translate`` reads (:data:`attnlab.io.MAX_INPUT_BYTES`, as for every input), checked now
+    """The cap of what ``translate`` reads (:data:`attnlab.files.MAX_INPUT_BYTES`, as for every input), checked now
     against a regular file's size so that a file too large is refused before the model loads."""
     name = _("--file {path}").format(path=args.file) if stream is not None else _("stdin")
     budget = InputBudget(name, fix=_("translate it in parts (split -l)"))
@@ -226,9 +226,9 @@ def read_chunks(source, limit: int = CHUNK_LINES, budget: InputBudget | None = N
 
     Reading is linear in the input and holds at most ``line_cap`` bytes of a line (characters, for a stream
     without a descriptor): the rest of a longer line is read and dropped, and ``on_cut`` is called with its
-    line number. ``budget`` counts every byte read and stops the stream past its cap (:mod:`attnlab.io`), so a
+    line number. ``budget`` counts every byte read and stops the stream past its cap (:mod:`attnlab.files`), so a
     line that never ends (``/dev/zero``) is refused rather than read for ever. ``line_cap``: by default
-    :data:`attnlab.io.MAX_LINE_BYTES`."""
+    :data:`attnlab.files.MAX_LINE_BYTES`."""
     budget = budget or InputBudget(_("the input"))
     line_cap = MAX_LINE_BYTES if line_cap is None else line_cap
     try:
@@ -548,7 +548,7 @@ def _write_hypotheses(output: str | None, hypotheses: list[str]) -> None:
     sacreBLEU or COMET reads beside the report)."""
     if output is None:
         return
-    from attnlab.io import atomic_write_text
+    from attnlab.files import atomic_write_text
 
     try:
         atomic_write_text(output, "".join(h.replace("\n", " ") + "\n" for h in hypotheses))

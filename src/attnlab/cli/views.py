@@ -25,7 +25,7 @@ from attnlab.notes import cite
 
 def _out_dir(args, default: Path) -> Path:
     """``--save-dir``, else ``default``: created and checked writable (one line if it cannot be)."""
-    from attnlab.io import writable_folder
+    from attnlab.files import writable_folder
 
     return writable_folder(Path(args.save_dir) if args.save_dir else default, "--save-dir")
 
@@ -90,7 +90,7 @@ def cmd_attention(args) -> int:
     for path in result.save(out, tr.name, _formats(args), stem=name):
         print(path)
     if args.json:
-        from attnlab.io import atomic_write_json
+        from attnlab.files import atomic_write_json
 
         path = out / f"{name}_attention.json"
         atomic_write_json(path, result.to_json())  # the web page's schema

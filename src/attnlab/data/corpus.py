@@ -44,13 +44,20 @@ from attnlab.data.subword import BPETokenizer
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK, Tokenizer, Vocab
 from attnlab.errors import CorpusError
+from attnlab.files import (
+    MAX_INPUT_BYTES,
+    InputBudget,
+    atomic_write_text,
+    file_kind,
+    read_input,
+    wait_readable,
+)
 from attnlab.i18n import _
-from attnlab.io import MAX_INPUT_BYTES, InputBudget, atomic_write_text, file_kind, read_input, wait_readable
 
 __all__ = ["MAX_MEMBER_BYTES", "Prepared", "Split", "check_same_corpus", "for_run", "require_same_corpus", "locate_parallel", "prepare",
            "read_pairs", "read_parallel", "split_by_source", "write_tsv"]
 
-MAX_MEMBER_BYTES = MAX_INPUT_BYTES  # the one cap of every input (attnlab.io); its fra.txt is 11.7 MB
+MAX_MEMBER_BYTES = MAX_INPUT_BYTES  # the one cap of every input (attnlab.files); its fra.txt is 11.7 MB
 _SPLIT_SALT = b"attnlab-split-v1\x00"  # bump to re-draw every split (changes all test sets!)
 SPLITS = ("train", "valid", "test")
 
@@ -94,7 +101,7 @@ def _read_member(zf: zipfile.ZipFile, member: str, path: Path) -> bytes:
 
 def _read_text_file(f, path: Path, head: bytes, fix: str = "") -> bytes:
     """The rest of an open plain-text corpus after its first bytes ``head``, refused past
-    :data:`MAX_MEMBER_BYTES` as any input is (:class:`attnlab.io.InputBudget`). ``fix``: what the refusal says."""
+    :data:`MAX_MEMBER_BYTES` as any input is (:class:`attnlab.files.InputBudget`). ``fix``: what the refusal says."""
     fix = fix or _("D2L's fra.txt is 11.7 MB: use D2L's fra-eng.zip")
     return InputBudget(str(path), MAX_MEMBER_BYTES, fix, CorpusError).read_all(f, head)
 
@@ -103,7 +110,7 @@ def _read_bytes(path: Path, corpus: Corpus = CORPORA["fra-eng"]) -> tuple[bytes,
     """The raw bytes of ``corpus``'s text file (``fra.txt``) and a display name (``archive.zip:member`` for a
     zip); either is refused past :data:`MAX_MEMBER_BYTES`."""
     try:
-        with open(path, "rb", buffering=0) as f:  # unbuffered: read as every input is (attnlab.io)
+        with open(path, "rb", buffering=0) as f:  # unbuffered: read as every input is (attnlab.files)
             wait_readable(f.fileno())
             head = f.read(4)
             is_zip = head.startswith(b"PK") or path.suffix.lower() == ".zip"

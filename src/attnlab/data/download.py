@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.errors import CorpusError
+from attnlab.files import atomic_write_bytes, file_kind, mib
 from attnlab.i18n import _
-from attnlab.io import atomic_write_bytes, file_kind, mib
 
 FRA_ENG_URL = "https://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"  # tried first
 FRA_ENG_HTTP_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"  # D2L's own link; only if HTTPS fails

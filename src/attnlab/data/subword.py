@@ -23,7 +23,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from attnlab.data.languages import TextRules, text_rules
 from attnlab.data.specials import SPECIALS, check_lang, content_ids
-from attnlab.io import MAX_LINE_BYTES
+from attnlab.files import MAX_LINE_BYTES
 
 __all__ = ["BPETokenizer"]
 

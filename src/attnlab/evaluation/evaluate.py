@@ -24,8 +24,8 @@ from attnlab.data.text import preprocess
 from attnlab.decoding.sampling import Sampler
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import bleu_by_length, bleu_tokenize, corpus_scores, d2l_bleu, length_buckets
+from attnlab.files import atomic_write_json, atomic_write_text, read_input
 from attnlab.i18n import N_, _, ljust, width
-from attnlab.io import atomic_write_json, atomic_write_text, read_input
 from attnlab.notes import ACCEPTED, REFERENCES, SENTENCES
 from attnlab.progress import Progress
 from attnlab.runs import MANIFEST, WEIGHTS
@@ -140,7 +140,7 @@ def read_lines(path: str | Path, what: str) -> list[str]:
 
 def read_test_file(path: str | Path, what: str) -> tuple[list[str], str]:
     """:func:`read_lines` and the sha256 of the bytes read, from one read (a pipe cannot be read twice). The file
-    is refused past :data:`attnlab.io.MAX_INPUT_BYTES`, counted as it is read (``/dev/zero`` too)."""
+    is refused past :data:`attnlab.files.MAX_INPUT_BYTES`, counted as it is read (``/dev/zero`` too)."""
     import hashlib
 
     fix = _("score it in parts, one {what} file each").format(what=what)

@@ -24,8 +24,8 @@ from attnlab._version import __version__
 from attnlab.errors import AttnlabError
 from attnlab.export import FORMATS, ct2
 from attnlab.export.standalone import DECODE_SETTINGS, decode_settings, text_rule_record, tokenizer_json
+from attnlab.files import atomic_write_json, atomic_write_text, fsync_dir, usual_mode
 from attnlab.i18n import _
-from attnlab.io import atomic_write_json, atomic_write_text, fsync_dir, usual_mode
 
 CT2_DIR = "ctranslate2"
 

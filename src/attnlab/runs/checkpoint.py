@@ -40,8 +40,8 @@ from torch import nn
 from attnlab import config as config_mod
 from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import CheckpointError
+from attnlab.files import atomic_write_json, atomic_write_text, fsync_dir, usual_mode
 from attnlab.i18n import _
-from attnlab.io import atomic_write_json, atomic_write_text, fsync_dir, usual_mode
 from attnlab.runs.folder import (
     _FULL_DISK,
     _MAX_POINTER_BYTES,

@@ -34,7 +34,7 @@ from attnlab.i18n import _
 from attnlab.progress import INTERVAL_S, Progress
 from attnlab.training import distributed as D
 from attnlab.training.losses import LossOutput, sequence_loss
-from attnlab.training.run_folder import finish_meta
+from attnlab.training.run_record import finish_meta
 from attnlab.training.session import (
     NonFiniteLossError,
     Session,
@@ -151,7 +151,7 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     terminal, else a plain line every ``log_interval_s`` seconds, or JSON lines).
 
     ``watch``: redraw ``curves.png`` after each validation, so the run can be watched while it trains
-    (:class:`~attnlab.training.run_folder.CurvesPainter`); False draws it once, at the end: the demo's
+    (:class:`~attnlab.training.run_record.CurvesPainter`); False draws it once, at the end: the demo's
     runs end before anyone opens the file, and in a short budget on a slow machine a mid-run draw, which
     loads matplotlib, is the largest cost besides the updates (bench/RESULTS.md, "Where a slow machine's
     seconds go").

@@ -49,14 +49,14 @@ from attnlab.training import tensorboard as tb
 from attnlab.training.budget import WARM_UPDATES, BudgetPlan
 from attnlab.training.optim import make_optimizer
 from attnlab.training.resume import check_resume_overrides
-from attnlab.training.run_folder import (
+from attnlab.training.run_lock import RunLock, RunLockedError, lock_run_folder
+from attnlab.training.run_record import (
     CurvesPainter,
     check_run_dir,
     drop_records_after,
     prepare_run_dir,
     write_run_files,
 )
-from attnlab.training.run_lock import RunLock, RunLockedError, lock_run_folder
 from attnlab.training.validation import record_probes, selection_score, validation_bleu, validation_loss
 from attnlab.training.wall import WallClock
 
@@ -138,7 +138,7 @@ def lock_for_training(out_dir: Path) -> RunLock | None:
 
 def open_run_folder(cfg: Config, out_dir: Path, resume: bool = False) -> RunLock | None:
     """What comes before the run folder is touched: a missing extra and a folder that cannot take the run
-    (``run_folder.check_run_dir``) are refused on every rank before anything is written (the lock's file
+    (``run_record.check_run_dir``) are refused on every rank before anything is written (the lock's file
     included), then the folder is locked (:func:`lock_for_training`)."""
     tb.require(cfg.train.tensorboard)
     if not (D.is_distributed() and D.restart_count() > 0):  # a torchrun restart finds its own job's files

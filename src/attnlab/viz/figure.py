@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from attnlab.io import atomic_write_bytes
+from attnlab.files import atomic_write_bytes
 
 __all__ = ["new_figure", "save_figure"]
 

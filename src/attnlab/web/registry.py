@@ -28,8 +28,8 @@ from attnlab.i18n import _
 from attnlab.maps import display_labels
 from attnlab.runs.probes import read_probes
 from attnlab.web.deadline import check
+from attnlab.web.payloads import run_facts
 from attnlab.web.responses import GZIP_MIN, gzip_bytes, json_bytes
-from attnlab.web.server import run_facts
 
 RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
@@ -123,7 +123,7 @@ def read_test_scores(run_dir: Path | None, loaded: Mapping[str, Any] | None = No
     for a checkpoint other than ``best``, :func:`~attnlab.evaluation.evaluate.report_name`), for ``/api/runs``.
 
     Returns ``{"test": scores}`` only when the report records the checkpoint it scored and its
-    weights' sha256 is the loaded one's (``loaded``: :func:`~attnlab.web.server.run_facts`); otherwise
+    weights' sha256 is the loaded one's (``loaded``: :func:`~attnlab.web.payloads.run_facts`); otherwise
     ``{"test": None}``, plus ``"test_other": {"checkpoint", "reason"}`` when a report exists that
     scored something else (or does not say what), so that a figure is never shown beside weights it
     did not measure.

@@ -40,7 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from attnlab.config import DECODE_OPTIONS, ConfigError, DecodeConfig
 from attnlab.i18n import LanguageError, catalogue
 from attnlab.web.guards import Limits
-from attnlab.web.server import OVERVIEW_SIZE
+from attnlab.web.payloads import OVERVIEW_SIZE
 
 # Characters refused in `text`: they are never part of a sentence a person typed, and bidi overrides
 # would make the token labels on the page lie about their order.

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from attnlab.analysis.explain import params, sentence
-from attnlab.analysis.explain.roles import additive_scores, capture, head_scores
+from attnlab.analysis.explain.by_hand import additive_scores, capture, head_scores
 from attnlab.attention.masks import masked_softmax
 from attnlab.data.batching import collate
 from attnlab.data.vocab import Vocab
@@ -187,7 +187,7 @@ def test_the_ffn_is_one_function_at_every_position_and_mixes_no_tokens(tiny_runs
     """§19 on a trained model: the FFN run position by position equals it run on all positions; reordered
     positions come out reordered; replacing one position's input moves no other position's output, while the
     self-attention of the same layer moves them (it mixes tokens, §12)."""
-    from attnlab.analysis.explain.roles import ffn_check
+    from attnlab.analysis.explain.by_hand import ffn_check
 
     tr = Translator.from_run(tiny_runs(kind), which="last")
     ids = tr.encode_source("twenty one")[0]
@@ -201,7 +201,7 @@ def test_the_ffn_is_one_function_at_every_position_and_mixes_no_tokens(tiny_runs
 
 
 def test_models_without_an_ffn_have_no_ffn_section():
-    from attnlab.analysis.explain.roles import ffn_check
+    from attnlab.analysis.explain.by_hand import ffn_check
 
     model, cap = _captured("bahdanau")
     assert ffn_check(cap) is None

@@ -25,8 +25,8 @@ from attnlab.analysis.align.extract import AlignError, Side
 from attnlab.data.pairs import GOLD_LANGS, gold_files, pair_of
 from attnlab.data.text import preprocess
 from attnlab.data.vocab import UNK
+from attnlab.files import read_input
 from attnlab.i18n import _
-from attnlab.io import read_input
 
 if TYPE_CHECKING:
     from attnlab.translator import Translator
@@ -133,7 +133,7 @@ def _read_lines(path: Path) -> list[list[str]]:
 
 
 def _read_capped(path: Path) -> bytes:
-    """A gold file's bytes, under the cap of every input (:func:`attnlab.io.read_input`)."""
+    """A gold file's bytes, under the cap of every input (:func:`attnlab.files.read_input`)."""
     try:
         return read_input(path, fix=_("the WPT-2003 files are under 1 MB: check --gold names that set"), error=AlignError)
     except OSError as e:

@@ -20,12 +20,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnlab.analysis.align.adapt import Adaptation, Teaching
+from attnlab.analysis.align.adapt_to_gold import Adaptation, Teaching
 from attnlab.analysis.align.aer import AERCounts, counts_json
-from attnlab.analysis.align.both import BothWays
 from attnlab.analysis.align.extract import Extraction
 from attnlab.analysis.align.gold import LANG_NAMES, GoldSet
 from attnlab.analysis.align.saliency import SALIENCY_LABEL
+from attnlab.analysis.align.symmetrise import BothWays
 from attnlab.analysis.report import TextReport
 from attnlab.i18n import N_, _, ljust, rjust
 
@@ -78,7 +78,7 @@ class HeadScore:
 @dataclass
 class AlignReport(TextReport):
     """Every map of one run scored against ``gold`` (:func:`attnlab.analysis.align.score.attention_scores`),
-    and what :func:`attnlab.analysis.align.run.run` added beside it (``None`` when not asked for)."""
+    and what :func:`attnlab.analysis.align.against_gold.run` added beside it (``None`` when not asked for)."""
 
     run: str
     kind: str  # the attention kind read: cross, or self (one-sequence model)

@@ -55,8 +55,8 @@ from attnlab.data.pairs import CORPORA
 from attnlab.data.vocab import BOS
 from attnlab.device import pick_device, set_threads
 from attnlab.errors import AttnlabError
+from attnlab.files import atomic_write_json, writable_folder
 from attnlab.i18n import _
-from attnlab.io import atomic_write_json, writable_folder
 from attnlab.models import build_model, traits
 from attnlab.runs import read_metrics, read_run
 from attnlab.training.loop import train, train_step

@@ -31,9 +31,9 @@ from attnlab.analysis.report import TextReport
 from attnlab.config import Config, ConfigError
 from attnlab.data import corpus
 from attnlab.errors import AttnlabError
+from attnlab.files import atomic_write_json, atomic_write_text, writable_folder
 from attnlab.i18n import _
 from attnlab.interrupts import Interrupted
-from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
 from attnlab.runs import read_metrics, read_run
 from attnlab.training.loop import NonFiniteLossError, train
 from attnlab.viz.figure import new_figure, save_figure

@@ -129,7 +129,7 @@ class PositionalReport(TextReport):
         return positional_figure(self.dim, self.positions, self.columns)
 
     def to_json(self) -> dict[str, Any]:
-        from attnlab.io import jsonable
+        from attnlab.files import jsonable
 
         return jsonable({**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, "text": self.format()})
 

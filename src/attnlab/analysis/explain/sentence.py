@@ -37,9 +37,9 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.analysis import hooks
-from attnlab.analysis.explain import params, roles
-from attnlab.analysis.explain.depends import DependsReport
-from attnlab.analysis.explain.depends import run as depends_on
+from attnlab.analysis.explain import by_hand, params
+from attnlab.analysis.explain.looks_and_depends import DependsReport
+from attnlab.analysis.explain.looks_and_depends import run as depends_on
 from attnlab.analysis.explain.params import tied_note
 from attnlab.analysis.report import TextReport
 from attnlab.data.batching import Batch, collate
@@ -180,7 +180,7 @@ def _record_modules(model: nn.Module, run) -> list[tuple[str, str, str, int]]:
     """Run ``run()`` recording the model's parts (:func:`attnlab.analysis.hooks.recording`); returns
     ``(name, class, output shape of the first call, calls)`` in call order."""
     keep = (nn.Embedding, nn.Linear, nn.LayerNorm, nn.GRU, ScratchGRU)
-    attention = roles.recurrent_attention(model, traits(model.config))  # Bahdanau's, whatever its score
+    attention = by_hand.recurrent_attention(model, traits(model.config))  # Bahdanau's, whatever its score
     watched = [
         (name, m) for name, m in model.named_modules()
         if name and name.count(".") <= 3 and not isinstance(m, nn.Dropout | nn.Identity | nn.ModuleList)
@@ -219,7 +219,7 @@ def run(translator: Translator, sentence: str, reference: str | None = None, top
     tracks = gate_tracks(model, tr.cfg.model.bidirectional, src_labels, [st.input for st in steps]) if t.recurrent else None
     batch = collate([ids], [hyp], [0])
     modules = _record_modules(model, lambda: teacher_forced(model, batch, tr.device))
-    cap = roles.capture(model, batch, tr.device)  # the tensors sections 4, 6, 7 and 9 work by hand
+    cap = by_hand.capture(model, batch, tr.device)  # the tensors sections 4, 6, 7 and 9 work by hand
     translation = tr.tgt_tok.decode(hyp)
     return ExplainReport(
         tr, model, t, sentence, ids, truncated, top_k, steps, translation, batch, modules, cap, tracks,
@@ -245,7 +245,7 @@ class ExplainReport(TextReport):
     translation: str
     batch: Batch  # the teacher-forced pass over the model's own output
     modules: list[tuple[str, str, str, int]]  # (name, class, output shape, calls) in call order
-    cap: roles.Capture
+    cap: by_hand.Capture
     tracks: dict[str, GateTrack] | None = None
     scratch_gap: float | None = None  # max |Δ| of the scratch GRU's logits against the trained model's
     loss: _Loss | None = None
@@ -264,15 +264,15 @@ class ExplainReport(TextReport):
         _network_section(self.modules, T, cap.fwd, out)  # 3
         if self.tracks is not None:
             _gates_section(tr, self.tracks, self.scratch_gap, out)  # 4 (GRU models)
-        roles.residual_section(model, cap, src_labels, tgt_labels, out)  # 4 (Transformers)
-        roles.ffn_section(cap, src_labels, tgt_labels, out)  # 4, §19 (Transformers)
+        by_hand.residual_section(model, cap, src_labels, tgt_labels, out)  # 4 (Transformers)
+        by_hand.ffn_section(cap, src_labels, tgt_labels, out)  # 4, §19 (Transformers)
         _decoding_section(self.steps, self.translation, len(tr.tgt_tok), self.top_k, out,
                           after_step=bool(getattr(tr.model, "after_step", False)))  # 5, as roles reads it
         if self.depends is not None:
             out(self.depends.format())  # 5: the alignment verdict beside integrated gradients
         first_row = self.steps[0].weights if self.steps else None
-        roles.roles_section(model, t, cap, src_labels, tgt_labels, first_row, out)  # 6
-        roles.logit_section(model, t, cap, tr.tgt_tok, out)  # 7
+        by_hand.roles_section(model, t, cap, src_labels, tgt_labels, first_row, out)  # 6
+        by_hand.logit_section(model, t, cap, tr.tgt_tok, out)  # 7
         if self.loss is not None:
             _loss_section(self.loss, out)  # 8
         _tables(tr, t, model, seq, cap, T, self.loss is not None, out)  # 9
@@ -285,7 +285,7 @@ class ExplainReport(TextReport):
     def to_json(self) -> dict[str, Any]:
         """The walk-through's data: tokens, the decoding steps, the network's modules, the loss; ``text``
         is :meth:`format`'s text in the current language (the sections worked by hand exist as text only)."""
-        from attnlab.io import jsonable
+        from attnlab.files import jsonable
 
         tr = self.translator
         steps = [{"input": st.input, "top": st.top, "chosen": st.chosen, "p_chosen": st.p_chosen,
@@ -354,7 +354,7 @@ def _greedy_steps(
 
     The outputs of a GRU model's attention module (Bahdanau's context vectors) are recorded, one per step."""
     watched = _Watched(model)
-    attention = roles.recurrent_attention(model, t)
+    attention = by_hand.recurrent_attention(model, t)
     with hooks.recording([("attention", attention)] if attention is not None else []) as calls:
         hyp = decode_many(watched, [ids], tr.cfg.decode, tr.device, beam_size=1)[0][0]
     contexts = [c.output[0].detach() for c in calls]  # (1, 1, M) each
@@ -625,7 +625,7 @@ def _loss_section(loss: _Loss, out: Out) -> None:
 
 
 def _tables(
-    tr: Translator, t: ModelTraits, model: nn.Module, seq: list[int], cap: roles.Capture, T: int, has_loss: bool,
+    tr: Translator, t: ModelTraits, model: nn.Module, seq: list[int], cap: by_hand.Capture, T: int, has_loss: bool,
     out: Out,
 ) -> None:
     """9. which things are parameters (with shapes) and which are not: computed values, buffers (§9)."""
@@ -650,7 +650,7 @@ def _tables(
     for k, w in fwd.attention.items():
         rows.append((_("attention weights {kind}").format(kind=k), _fmt_shape(w),
                      _("softmax of scores: rows sum to 1 (§12)")))
-    rows += roles.context_rows(model, t, cap)
+    rows += by_hand.context_rows(model, t, cap)
     rows += [
         ("logits", f"(1, {T}, {V})", f"{logits_formula(bool(getattr(model, 'after_step', False)))} (§8)"),
         (_("probabilities"), f"(1, {T}, {V})", _("softmax of the logits")),

@@ -5,7 +5,7 @@ on the first ``sentences`` gold pairs, computed by the same function: the gold f
 ``attnlab serve --gold``, else found as :func:`~attnlab.analysis.align.gold.gold_dir` finds it without
 ``--gold`` (``$ATTNLAB_GOLD_DIR``, else ``$ATTNLAB_DATA_DIR/hansards-enfr``), read by
 :func:`~attnlab.analysis.align.gold.read_gold`, force-decoded and scored by
-:func:`~attnlab.analysis.align.run.run`. The answer is the report's
+:func:`~attnlab.analysis.align.against_gold.run`. The answer is the report's
 :meth:`~attnlab.analysis.align.report.AlignReport.to_json` (AER, precision and recall of every layer × head,
 each layer's head average and the average of all, at shift 0 and 1; ``grid``, AER per layer × head then
 the head average; the best heads; the domain note), the run and the gold folder named by their names.
@@ -33,10 +33,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
+from attnlab.analysis.align.against_gold import run as align
 from attnlab.analysis.align.extract import METHODS, AlignError, Extraction
 from attnlab.analysis.align.gold import GOLD_ENV, gold_dir, read_gold
 from attnlab.analysis.align.report import AlignReport
-from attnlab.analysis.align.run import run as align
 from attnlab.analysis.align.score import aligned_kind
 from attnlab.web.deadline import DeadlinePassed, check
 from attnlab.web.guards import refuse_cross_site

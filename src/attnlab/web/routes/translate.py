@@ -4,7 +4,7 @@ list of sentences, their translations alone (:func:`translate_batch`), decoded t
 The route checks what it can before admission (the run has the asked kind, the decode settings:
 :func:`~attnlab.web.schemas.request_decode`), then hands a :class:`TranslateJob` to :func:`translate_job`
 in a model thread; that thread runs the model (or reuses the cached result of the same sentence and
-settings), builds the JSON with :func:`~attnlab.web.server.attention_payload` and gzips it, so a large
+settings), builds the JSON with :func:`~attnlab.web.payloads.attention_payload` and gzips it, so a large
 answer never holds up the event loop. An n-best list (``nbest`` > 1) comes as ``hypotheses``, each
 scored as ``translate --format jsonl`` writes it (:meth:`~attnlab.translator.Translation.record`). The
 text a learner reads (the verdict's ``summary``, ``warnings``) is in the request's language
@@ -30,6 +30,7 @@ from attnlab.evaluation.alignment import check_result
 from attnlab.i18n import _, speaking
 from attnlab.maps import continues_word, display_labels
 from attnlab.web.deadline import DeadlinePassed, check
+from attnlab.web.payloads import SelectionError, attention_payload
 from attnlab.web.registry import LoadedRun, ResultCache
 from attnlab.web.responses import (
     GZIP_MIN,
@@ -49,7 +50,6 @@ from attnlab.web.schemas import (
     check_lang,
     request_decode,
 )
-from attnlab.web.server import SelectionError, attention_payload
 from attnlab.web.state import Busy, ServerState
 
 #: ``?lang=zh``: the answer's language, as the body's ``lang`` (which wins when both are given)

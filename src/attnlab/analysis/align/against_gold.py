@@ -8,7 +8,7 @@
 - a statistical aligner trained in the same run on the same sentences: NLTK's IBM Model 2
   (:mod:`attnlab.analysis.align.ibm`, the ``align`` extra), both directions symmetrised with
   grow-diag-final-and by default;
-- the maps of a copy first trained on the gold sentences' text (:func:`attnlab.analysis.align.adapt.adapt`,
+- the maps of a copy first trained on the gold sentences' text (:func:`attnlab.analysis.align.adapt_to_gold.adapt`,
   the data IBM Model 2 gets), or with one head taught toward the model's own average
   (:func:`teach_head`, Garg et al. 2019);
 - a run of the other direction, each map of one symmetrised with each of the other (:func:`both_ways`).
@@ -26,15 +26,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from attnlab.analysis.align.adapt import ADAPT_LR, TEACH_WEIGHT, Adaptation, Teaching, adapt, teach
-from attnlab.analysis.align.both import (
-    BothWays,
-    OneWay,
-    check_directions,
-    one_way,
-    pick_on_trial,
-    score_pairs,
-)
+from attnlab.analysis.align.adapt_to_gold import ADAPT_LR, TEACH_WEIGHT, Adaptation, Teaching, adapt, teach
 from attnlab.analysis.align.extract import (
     AlignError,
     Extraction,
@@ -57,6 +49,14 @@ from attnlab.analysis.align.score import (
     picked_on_trial,
     saliency_scores,
     score_links,
+)
+from attnlab.analysis.align.symmetrise import (
+    BothWays,
+    OneWay,
+    check_directions,
+    one_way,
+    pick_on_trial,
+    score_pairs,
 )
 from attnlab.data.pairs import GOLD_LANGS
 from attnlab.i18n import _
@@ -232,7 +232,7 @@ def teach_head(tr: Translator, gold: GoldSet, epochs: int, weight: float = TEACH
 def read_one_way(tr: Translator, gold: GoldSet, contract: bool = True, shift: int = 0,
                  ex: Extraction = Extraction()) -> OneWay:
     """Every map's one-way (target → source argmax) links of ``gold``, read from ``tr``
-    (:func:`attnlab.analysis.align.both.one_way`)."""
+    (:func:`attnlab.analysis.align.symmetrise.one_way`)."""
     t = traits(tr.model.config)
     keys = head_keys(t.attention.get(aligned_kind(tr.model.config), 1), t.heads)
     pairs, en_first = gold_sides(tr, gold, contract)
@@ -243,7 +243,7 @@ def read_one_way(tr: Translator, gold: GoldSet, contract: bool = True, shift: in
 def both_ways(forward: Translator, reverse: Translator, gold: GoldSet, method: str, contract: bool = True,
               ex: Extraction = Extraction()) -> BothWays:
     """An English → French and a French → English run (either order) read over ``gold``: every map of
-    one symmetrised by ``method`` with every map of the other (:mod:`attnlab.analysis.align.both`),
+    one symmetrised by ``method`` with every map of the other (:mod:`attnlab.analysis.align.symmetrise`),
     and the pair of single heads best on the trial split (when the folder has one)."""
     t0 = time.perf_counter()
     forward, reverse = check_directions(forward, reverse)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from attnlab.analysis.align.aer import AERCounts
-from attnlab.analysis.align.both import BothWays, OneWay, map_name, score_pairs
 from attnlab.analysis.align.extract import head_keys, symmetrise
 from attnlab.analysis.align.gold import GoldSet
+from attnlab.analysis.align.symmetrise import BothWays, OneWay, map_name, score_pairs
 
 
 def _gold(sure, possible=None) -> GoldSet:

@@ -11,8 +11,8 @@ import math
 import pytest
 from matplotlib.figure import Figure
 
+from attnlab.analysis.align import against_gold as R
 from attnlab.analysis.align import gold as G
-from attnlab.analysis.align import run as R
 from attnlab.analysis.report import Report
 from attnlab.data import corpus
 from attnlab.data.text import tokenize

@@ -23,8 +23,8 @@ from attnlab import runs
 from attnlab._version import __version__
 from attnlab.config import Config
 from attnlab.errors import AttnlabError
+from attnlab.files import atomic_write_json, atomic_write_text, writable_folder
 from attnlab.i18n import _
-from attnlab.io import atomic_write_json, atomic_write_text, writable_folder
 from attnlab.training.resume import set_aside_dead_records
 from attnlab.training.run_lock import LOCK_FILE
 from attnlab.training.tensorboard import BOARD_DIR
