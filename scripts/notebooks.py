@@ -99,6 +99,8 @@ ZH_COMMENTS = {
         "explain 报告文本中的 `== n.` 一块（报告把各部分编号为 1–9）。",
     "The lines of a report, grouped by the notes' section each group starts with (a line '§N …').":
         "报告的各行，按每组开头的笔记小节（以 '§N …' 开头的一行）分组。",
+    "the tour's corpus": "导览用的语料",
+    "`attnlab scaling --quick`; the rungs' run folders are not kept": "`attnlab scaling --quick`；各级的 run 文件夹不保留",
     "The run RUNS/kind: trained here for half a minute, sized for this machine, unless it is already there.":
         "run 文件夹 RUNS/kind：若还不存在，就在这里按本机速度确定规模，训练半分钟。",
 }
@@ -743,6 +745,33 @@ hr = heads.run(tr.run_dir, sentences=40)                       # `attnlab heads 
 print(hr.format())
 hr.figure()
 '''),
+    md("""
+### §28.1 Why Transformers scale: a small ladder, timed against its own estimate
+
+Why do large models use Transformers rather than GRUs? `attnlab scaling --quick` trains two widths of each
+family, every rung for the same number of counted training FLOPs, then measures training tokens/s against
+sentence length and greedy decoding with and without the KV cache. Before training it times a few steps of
+each rung in this very process and says how long the rest will take; at the end it says how long it took and
+the ratio of the two, an estimate made under the load the machine has now. It is sized for a couple of minutes
+on a 2-core laptop; the full ladder, `attnlab scaling`, for about a quarter of an hour.
+""", """
+### §28.1 Transformer 为什么能扩展：一个小的规模阶梯，并和它自己的时间估计对照
+
+大模型为什么用 Transformer 而不是 GRU？`attnlab scaling --quick` 为两种模型各训练两个宽度，每一级都花同样多的
+训练 FLOPs（计数得到），然后测量不同句长下训练每秒处理的 token 数，以及有无 KV cache 时贪心解码的代价。训练之前，
+它在这个进程里先给每一级计时几步，说出剩下的部分要多久；结束时说出实际用了多久，以及两者之比——估计是在机器
+当前的负载下做出的。它的规模在 2 核笔记本上约需两分钟；完整的阶梯 `attnlab scaling` 大约要一刻钟。
+"""),
+    code('''
+import tempfile
+
+from attnlab.analysis.experiments import scaling
+
+where = scaling.Where(**dict(d.removeprefix("data.").split("=", 1) for d in DATA))   # the tour's corpus
+with tempfile.TemporaryDirectory() as out:     # `attnlab scaling --quick`; the rungs' run folders are not kept
+    ladder = scaling.run(scaling.QUICK, out, where, log=print)
+ladder.figure()
+''', FIXED_SIZE),
 ]
 
 
