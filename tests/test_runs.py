@@ -108,6 +108,18 @@ def test_rotation_keeps_best_and_last(tmp_path):
     assert runs.resolve_checkpoint(tmp_path, "last").name == "step-0000006"
 
 
+def test_rotation_keeps_the_decay_phase_for_averaging(tmp_path):
+    """keep_checkpoints rotates the others; every checkpoint written after the lr began to decay stays (the
+    run's train.average_last ones), and the manifest records when that was."""
+    m = Tied()
+    for s in range(1, 10):
+        runs.save_checkpoint(tmp_path, s, m, {}, keep=1, decay_start=6, keep_decay=True)
+    names = [p.name for p in runs.step_checkpoints(tmp_path)]
+    assert names == ["step-0000006", "step-0000007", "step-0000008", "step-0000009"]  # 1 kept besides 7, 8, 9
+    assert runs.run_decay_start(tmp_path) == 6
+    assert [p.name for p in runs.decay_checkpoints(tmp_path)] == names[1:]
+
+
 def test_missing_run_is_one_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         runs.resolve_checkpoint(tmp_path / "nope")

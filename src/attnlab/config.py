@@ -250,7 +250,10 @@ class TrainConfig:
     eval_max_pairs: int = 1000  # validation loss on at most this many pairs of the split (0 = all)
     eval_max_sentences: int = 500  # validation BLEU sample size (loss uses the whole split)
     save_every: int = 500
-    keep_checkpoints: int = 2  # step checkpoints kept besides `best` and `last`
+    keep_checkpoints: int = 2  # step checkpoints kept besides `best`, `last` and those of the decay phase
+    # budgeted runs: N checkpoints spread evenly over the lr's decay phase, the last one being the final
+    # checkpoint, kept for `attnlab average RUN --from-decay` (0 = off; then the decay phase is not kept either)
+    average_last: int = 5
     log_every: int = 20
     seed: int = 42
     # "auto": a run with a minute budget measures this machine (a 1 s matmul probe) and sizes the model,
@@ -290,8 +293,8 @@ class TrainConfig:
         _check(0.0 <= self.label_smoothing < 1.0, _("train.label_smoothing must lie in [0, 1)"))
         _check(self.clip_grad_norm >= 0, _("train.clip_grad_norm={clip_grad_norm} must be >= 0 (0 "
                                            "disables)").format(clip_grad_norm=self.clip_grad_norm))
-        for name in ("max_steps", "max_epochs", "eval_every", "eval_max_pairs", "save_every", "keep_checkpoints", "log_every",
-                     "threads", "max_nonfinite", "eval_max_sentences"):
+        for name in ("max_steps", "max_epochs", "eval_every", "eval_max_pairs", "save_every", "keep_checkpoints", "average_last",
+                     "log_every", "threads", "max_nonfinite", "eval_max_sentences"):
             _check(getattr(self, name) >= 0, _("train.{name} must be >= 0").format(name=name))
         _check(-(2**63) <= self.seed < 2**64,
                _("train.seed={seed} must fit in 64 bits (0 to 2**64 - 1), the range torch.manual_seed "

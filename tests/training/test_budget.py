@@ -111,8 +111,11 @@ def test_timed_run_decays_to_the_floor_on_a_simulated_clock(tmp_path, monkeypatc
     import attnlab.training.loop as loop
 
     monkeypatch.setattr(loop, "clock", _FakeClock(0.05))
-    res = loop.train(tiny_config("transformer", "train.max_minutes=0.1", "train.log_every=1", "train.eval_frac=0.25"),
-                     tmp_path / "run", progress=False)
+    # train.average_last=0: every reading of this clock costs a tick, and each checkpoint reads it (its elapsed
+    # time), so the decay's checkpoints would cost this 40-update run whole updates; a real clock charges a
+    # save what it takes (the test below checks the average points of a timed plan).
+    res = loop.train(tiny_config("transformer", "train.max_minutes=0.1", "train.log_every=1", "train.eval_frac=0.25",
+                                 "train.average_last=0"), tmp_path / "run", progress=False)
     rows = runs.read_metrics(tmp_path / "run")
     lrs = [r["lr"] for r in rows if r.get("event") == "train"]
     assert res.stopped_by == "max_minutes" and len(lrs) >= 20
@@ -176,3 +179,47 @@ def test_resume_with_size_auto_keeps_the_saved_size(tmp_path, monkeypatch, fra_e
                        progress=False)
     assert again.step >= first.step
     assert C.load_toml(tmp_path / "run" / "config.toml").model.num_hiddens == 128
+
+
+def _average_points(plan: BudgetPlan, steps: int) -> list[int]:
+    """The updates after which the loop saves a checkpoint for averaging, as ``fit`` asks the plan."""
+    saved = []
+    for step in range(1, steps + 1):
+        if plan.due_average(step):
+            plan.average_saved(step)
+            saved.append(step)
+    return saved
+
+
+def test_average_points_fall_evenly_over_the_decay():
+    plan = BudgetPlan.make(_train_cfg("train.max_steps=100"), 0)
+    assert plan.decay_start == 80 and plan.factor(80) == 1.0 > plan.factor(81)  # the lr decays after 80 updates
+    assert _average_points(plan, 100) == [84, 88, 92, 96]  # and the final checkpoint, after 100, is the fifth
+    assert _average_points(BudgetPlan.make(_train_cfg("train.max_steps=100", "train.average_last=0"), 0), 100) == []
+    assert _average_points(BudgetPlan.make(_train_cfg("train.max_steps=100", "train.average_last=1"), 0), 100) == []
+    assert BudgetPlan.make(_train_cfg(), 0).decay_start is None  # no budget, no decay phase
+
+
+def test_timed_run_saves_its_average_points_inside_the_final_decay():
+    rng = random.Random(0)
+    plan = BudgetPlan.make(_train_cfg("train.max_minutes=12"), 0)
+    points, t, step, timed = [], 0.0, 0, 0.0
+    while True:  # as _simulate, with the loop's average checkpoints
+        if step > WARM_UPDATES:
+            plan.observe(step, t, timed / (step - WARM_UPDATES))
+        if plan.out_of_time(t):
+            break
+        dt = 2.1 * rng.uniform(0.6, 1.4)
+        t, step = t + dt, step + 1
+        timed += dt if step > WARM_UPDATES else 0.0
+        if plan.due_average(step):
+            plan.average_saved(step)
+            points.append(step)
+        if plan.due_validation(step):
+            t += 10.0
+            plan.validated(step, 10.0)
+    start = plan.decay_start
+    assert len(points) == 4 and points[0] > start, (start, points, step)
+    gaps = [b - a for a, b in zip([start, *points], [*points, step])]
+    mean = sum(gaps) / len(gaps)  # evenly spread up to the last update, as the re-projected horizon allows
+    assert all(0.5 * mean <= g <= 1.5 * mean for g in gaps), gaps

@@ -104,6 +104,21 @@ def last_manifest(run_dir: str | Path) -> dict[str, Any] | None:
     return manifest if isinstance(manifest, dict) else None
 
 
+def run_decay_start(run_dir: str | Path) -> int | None:
+    """The updates a budgeted run had made when its lr began to decay, as its newest checkpoint's plan says
+    (None: no budget, or a checkpoint written before the manifest recorded it)."""
+    start = (last_manifest(run_dir) or {}).get("decay_start")
+    return start if isinstance(start, int) and not isinstance(start, bool) else None
+
+
+def decay_checkpoints(run_dir: str | Path) -> list[Path]:
+    """The ``step-N`` folders written in the decay phase (N > :func:`run_decay_start`), oldest first."""
+    start = run_decay_start(run_dir)
+    if start is None:
+        return []
+    return [p for p in step_checkpoints(run_dir) if (step_of(p.name) or 0) > start]
+
+
 def _write_synced(path: Path, data: bytes) -> None:
     with open(path, "wb") as f:
         f.write(data)
@@ -138,11 +153,15 @@ def save_checkpoint(
     state: dict[str, Any] | None,
     keep: int = 2,
     best: bool = False,
+    decay_start: int | None = None,
+    keep_decay: bool = False,
 ) -> Path:
     """Write ``checkpoints/step-N`` atomically, point ``LAST`` (and ``BEST`` if ``best``) at it, rotate.
 
     ``keep`` step folders are kept besides the ones ``LAST`` and ``BEST`` point to (as
-    ``train.keep_checkpoints`` documents). An existing ``step-N`` folder is replaced, never reused.
+    ``train.keep_checkpoints`` documents) and, with ``keep_decay``, besides every one written after
+    ``decay_start`` updates (the decay phase, kept for averaging: ``train.average_last``). ``decay_start`` is
+    recorded in the manifest (:func:`run_decay_start`). An existing ``step-N`` folder is replaced, never reused.
     Returns the folder.
     Raises :class:`CheckpointError` when the disk refuses the write (full, size limit, permissions);
     the half-written folder is removed and ``LAST``/``BEST`` still name the previous checkpoint.
@@ -161,13 +180,14 @@ def save_checkpoint(
             buf = io.BytesIO()
             torch.save(state, buf)
             blobs[STATE] = buf.getvalue()
-        write_checkpoint_folder(ckpt_root, name, blobs, {"step": step}, Path(run_dir))
+        recorded = {"step": step} if decay_start is None else {"step": step, "decay_start": decay_start}
+        write_checkpoint_folder(ckpt_root, name, blobs, recorded, Path(run_dir))
         atomic_write_text(ckpt_root / LAST, name + "\n")
         if best:
             atomic_write_text(ckpt_root / BEST, name + "\n")
     except OSError as e:
         raise _save_failed(ckpt_root, name, e) from None
-    _rotate(ckpt_root, keep)
+    _rotate(ckpt_root, keep, decay_start if keep_decay else None)
     return final
 
 
@@ -344,12 +364,14 @@ def _pointer(ckpt_root: Path, which: str) -> str | None:
     return name
 
 
-def _rotate(ckpt_root: Path, keep: int) -> None:
+def _rotate(ckpt_root: Path, keep: int, keep_after: int | None = None) -> None:
     try:
         protected = {_pointer(ckpt_root, LAST), _pointer(ckpt_root, BEST)}
     except CheckpointError:
         return  # a pointer someone overwrote: remove nothing it might have named
     steps = step_checkpoints(ckpt_root.parent)
+    if keep_after is not None:  # the decay phase's checkpoints, kept for averaging
+        protected |= {p.name for p in steps if (step_of(p.name) or 0) > keep_after}
     removable = [p for p in steps if p.name not in protected]
     # keep the newest `keep` step folders besides the protected ones
     excess = len(removable) - max(keep, 0)

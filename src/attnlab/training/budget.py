@@ -19,6 +19,9 @@ keeps the open-ended schedule of Vaswani et al. (warm-up, then 1/√t).
 
 Validation of a budgeted run happens at shares of the horizon (``train.eval_frac``: 0.25 = at 25, 50
 and 75 %; 0 = every ``train.eval_every`` updates, as in a run with no budget), plus once at the end. The plan is saved in every checkpoint, so ``--resume`` keeps it.
+
+``train.average_last`` = N checkpoints fall evenly over the decay phase (the N-th is the final one), for
+``attnlab average RUN --from-decay``: Vaswani et al. 2017 averaged converged weights, not the flat phase's.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class BudgetPlan:
     sec_per_update: float = 0.0
     valid_cost_s: float = 0.0  # the last validation's time (0: none timed yet)
     evals_done: int = 0
+    averages_done: int = 0  # decay-phase checkpoints for averaging saved so far (train.average_last)
 
     @classmethod
     def make(cls, cfg: TrainConfig, batches_per_epoch: int) -> BudgetPlan:
@@ -81,6 +85,16 @@ class BudgetPlan:
             return self.cfg.warmup_steps
         share = max(1, round(self.cfg.warmup_frac * self.horizon))
         return min(share, self.cfg.warmup_steps) if self.cfg.warmup_steps else share
+
+    @property
+    def decay_start(self) -> int | None:
+        """The updates made when the lr starts to decay (the last update at the peak is the next one); None
+        when the run has no decay phase (no budget) or no horizon yet (a timed run before its first updates)."""
+        if not self.budgeted or self.horizon is None:
+            return None
+        if self.shape == "linear":
+            return min(self.warmup, self.horizon)
+        return self.horizon - max(1, round(self.cfg.decay_frac * self.horizon))
 
     def factor(self, step: int) -> float:
         """Multiplier of ``train.lr`` for 0-based update ``step``."""
@@ -146,12 +160,33 @@ class BudgetPlan:
         passed = int(step / share) if self.budgeted and share > 0 else 0
         self.evals_done = max(self.evals_done + 1, passed)
 
+    # ------------------------------------------------------------------------------ averaging
+
+    def _average_points(self) -> list[int]:
+        """The updates after which the in-loop checkpoints for averaging fall: ``train.average_last`` - 1
+        points spread evenly over the decay phase (the N-th is the run's final checkpoint)."""
+        n, start = self.cfg.average_last, self.decay_start
+        if n <= 1 or start is None or self.horizon is None:
+            return []
+        return [start + round(i * (self.horizon - start) / n) for i in range(1, n)]
+
+    def due_average(self, step: int) -> bool:
+        """Whether a checkpoint for averaging is due after ``step`` updates (1-based count)."""
+        points = self._average_points()
+        return self.averages_done < len(points) and step >= points[self.averages_done]
+
+    def average_saved(self, step: int) -> None:
+        """A checkpoint for averaging is being saved after ``step`` updates; points already passed count as
+        done (a horizon that shrank must not set off one checkpoint per update)."""
+        passed = sum(p <= step for p in self._average_points())
+        self.averages_done = max(self.averages_done + 1, passed)
+
     # ------------------------------------------------------------------------------------- resume
 
     def state_dict(self) -> dict[str, Any]:
         return {"shape": self.shape, "horizon": self.horizon, "sec_per_update": self.sec_per_update,
                 "valid_cost_s": self.valid_cost_s, "evals_done": self.evals_done,
-                "fixed_horizon": self.fixed_horizon, "budget_s": self.budget_s}
+                "averages_done": self.averages_done, "fixed_horizon": self.fixed_horizon, "budget_s": self.budget_s}
 
     def load_state_dict(self, state: dict[str, Any], step: int | None = None) -> str | None:
         """Continue the saved plan. The limits a resume gives (``--max-steps``, ``--max-minutes``) are the
@@ -163,6 +198,7 @@ class BudgetPlan:
                          state.get("budget_s", self.budget_s), state["horizon"])
         for key in ("horizon", "sec_per_update", "valid_cost_s", "evals_done"):
             setattr(self, key, state[key])
+        self.averages_done = state.get("averages_done", 0)  # absent from checkpoints older than train.average_last
         if self.fixed_horizon is not None and self.budget_s <= 0:
             self.horizon = self.fixed_horizon  # a step or epoch budget given anew on resume wins
         if (old.fixed_horizon, old.budget_s) == (self.fixed_horizon, self.budget_s):
@@ -171,6 +207,8 @@ class BudgetPlan:
             left = self.budget_s - (step * self.sec_per_update) - self.reserve_s()
             projected = step + max(int(left / self.sec_per_update), 1)
             self.horizon = projected if self.fixed_horizon is None else min(projected, self.fixed_horizon)
+        if step is not None:  # a new decay phase: its points already passed are not saved late
+            self.averages_done = sum(p <= step for p in self._average_points())
         return self.change_from(old, step)
 
     def change_from(self, old: BudgetPlan, step: int | None) -> str:
@@ -181,8 +219,7 @@ class BudgetPlan:
                       "{a:.3f} to {b:.3f}").format(was=old.horizon or "?", now=self.horizon or "?", step=step,
                                                    a=old.factor(step), b=self.factor(step))
             if self.shape == "wsd" and self.horizon:
-                line += _(" (decay now from update {start})").format(
-                    start=self.horizon - max(1, round(self.cfg.decay_frac * self.horizon)))
+                line += _(" (decay now from update {start})").format(start=self.decay_start)
         return line
 
     def _limits(self) -> str:

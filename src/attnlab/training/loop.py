@@ -6,7 +6,8 @@ Read :func:`train_step`, then :func:`fit`, then :func:`train`:
   the non-pad target tokens (``losses.py``; label smoothing optional) → backward → gradient clipping
   → an Adam(W) step at the lr the budget plan gives this step (``budget.py``);
 - an epoch = every length-bucketed batch once; validation (loss, greedy BLEU on a sample, the
-  attention of the probe sentences: ``validation.py``) and checkpoints come at the planned steps;
+  attention of the probe sentences: ``validation.py``) and checkpoints come at the planned steps (every
+  ``train.save_every``, and ``train.average_last`` over the lr's decay, for ``attnlab average``);
 - Ctrl-C / SIGTERM finish the current step, save ``last`` atomically and return; ``--resume`` then
   continues exactly where it stopped (same batches, same RNG, same optimizer state and plan).
 
@@ -134,9 +135,12 @@ def fit(s: Session, stop: StopFlag, bar: Progress | None) -> str:
             p.pos += 1
             with s.timed("log"):
                 log.add(out, votes, real)
+            for_average = s.budget.due_average(p.step)
+            if for_average:  # counted before the save, so a resume from this checkpoint does not save it again
+                s.budget.average_saved(p.step)
             if s.budget.due_validation(p.step):
                 _say_valid(bar, p.step, s.validate())
-            elif tc.save_every and p.step % tc.save_every == 0:
+            elif for_average or (tc.save_every and p.step % tc.save_every == 0):
                 s.save()
         s.next_epoch()
     return "max_epochs"

@@ -22,7 +22,7 @@ from attnlab.i18n import N_, _
 
 RESUME_MAY_CHANGE = frozenset({
     "train.max_steps", "train.max_minutes", "train.max_epochs", "train.eval_every", "train.save_every",
-    "train.log_every", "train.keep_checkpoints", "train.threads", "train.device", "train.eval_max_sentences",
+    "train.log_every", "train.keep_checkpoints", "train.average_last", "train.threads", "train.device", "train.eval_max_sentences",
     "train.probe_sentences", "train.max_nonfinite", "train.eval_frac", "train.eval_max_pairs", "data.data_path",
     "train.kernels",  # attnlab/fast/ or the plain code: speed, not the maths
     "train.tensorboard",  # logging only: a resumed run may start or stop writing RUN/tensorboard/

@@ -370,7 +370,9 @@ class Session:
             st = self.state_dict()
             if D.is_main():
                 runs.save_checkpoint(self.out_dir, self.progress.step, self.model, st,
-                                     keep=self.cfg.train.keep_checkpoints, best=is_best)
+                                     keep=self.cfg.train.keep_checkpoints, best=is_best,
+                                     decay_start=self.budget.decay_start,
+                                     keep_decay=self.cfg.train.average_last > 0)
             D.barrier()
 
     def timed(self, part: str):
