@@ -177,8 +177,8 @@ def test_disk_full_during_attnlab_train(tiny_runs, tmp_path):
     )
     plan, proc.stderr = plan_note(proc.stderr)  # 40 -> 44 updates: the resume says how its plan moves
     assert "40 updates -> 44 updates" in plan
-    assert_one_line_error(
-        proc, f"could not save checkpoint step-0000044 in {run / 'checkpoints'}: File too large"
+    assert_one_line_error(  # the next save: the extended plan's decay checkpoint after 41 (train.average_last)
+        proc, f"could not save checkpoint step-0000041 in {run / 'checkpoints'}: File too large"
     )
     assert runs.resolve_checkpoint(run, "last") == before
     assert {f: (before / f).read_bytes() for f in files} == files

@@ -20,7 +20,7 @@ from tests.conftest import tiny_config
 @pytest.fixture(scope="module")
 def saved_run(tmp_path_factory):
     """A tiny run that kept its step checkpoints every 10 of 40 steps, and those of its lr's decay (after
-    update 32, train.average_last=5 by default: 34, 35, 37, 38 and the final 40)."""
+    update 33, train.average_last=5 by default: 34, 36, 37, 39 and the final 40)."""
     from attnlab.training.loop import train
 
     run = tmp_path_factory.mktemp("avg") / "run"
@@ -31,7 +31,7 @@ def saved_run(tmp_path_factory):
 
 def test_the_average_is_the_mean_of_the_last_n(saved_run):
     steps = step_checkpoints(saved_run)
-    assert [p.name for p in steps][-3:] == ["step-0000037", "step-0000038", "step-0000040"]
+    assert [p.name for p in steps][-3:] == ["step-0000037", "step-0000039", "step-0000040"]
     path = average_checkpoints(saved_run, 3)
     got = load_file(str(path / "model.safetensors"))
     sources = [load_file(str(p / "model.safetensors")) for p in steps[-3:]]
@@ -72,11 +72,11 @@ def test_every_command_loads_the_averaged_checkpoint(saved_run, tmp_path, capsys
 def test_the_last_n_reaching_before_the_decay_warn_in_one_line(saved_run, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(saved_run, run)
-    assert [p.name for p in step_checkpoints(run)] == [f"step-{s:07d}" for s in (10, 20, 30, 34, 35, 37, 38, 40)]
+    assert [p.name for p in step_checkpoints(run)] == [f"step-{s:07d}" for s in (10, 20, 30, 34, 36, 37, 39, 40)]
     assert main(["average", str(run), "--last", "7"]) == 0  # a warning, not an error: the average is written
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("warning: steps 20, 30 were written before the learning rate began "
-                                               "to decay (after update 32)") and "`--last 5`" in err[0], err
+                                               "to decay (after update 33)") and "`--last 5`" in err[0], err
     assert (run / "checkpoints" / "averaged").is_dir()
     assert main(["average", str(run), "--last", "5"]) == 0
     assert capsys.readouterr().err == ""
@@ -85,11 +85,11 @@ def test_the_last_n_reaching_before_the_decay_warn_in_one_line(saved_run, tmp_pa
 def test_from_decay_averages_exactly_the_decay_checkpoints(saved_run, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(saved_run, run)
-    assert run_decay_start(run) == 32
+    assert run_decay_start(run) == 33
     assert main(["average", str(run), "--from-decay"]) == 0
     assert capsys.readouterr().err == ""
     manifest = json.loads((run / "checkpoints" / "averaged" / "manifest.json").read_text(encoding="utf-8"))
-    assert manifest["averaged"] == [f"step-{s:07d}" for s in (34, 35, 37, 38, 40)]
+    assert manifest["averaged"] == [f"step-{s:07d}" for s in (34, 36, 37, 39, 40)]
     want = average_checkpoints(run, 5, name="same")  # the same five, as the newest five
     got = load_file(str(run / "checkpoints" / "averaged" / "model.safetensors"))
     for k, v in load_file(str(want / "model.safetensors")).items():

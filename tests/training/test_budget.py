@@ -185,7 +185,7 @@ def _average_points(plan: BudgetPlan, steps: int) -> list[int]:
     """The updates after which the loop saves a checkpoint for averaging, as ``fit`` asks the plan."""
     saved = []
     for step in range(1, steps + 1):
-        if plan.due_average(step):
+        if plan.after_update(step):
             plan.average_saved(step)
             saved.append(step)
     return saved
@@ -193,11 +193,13 @@ def _average_points(plan: BudgetPlan, steps: int) -> list[int]:
 
 def test_average_points_fall_evenly_over_the_decay():
     plan = BudgetPlan.make(_train_cfg("train.max_steps=100"), 0)
-    assert plan.decay_start == 80 and plan.factor(80) == 1.0 > plan.factor(81)  # the lr decays after 80 updates
+    assert plan.decay_start == 81 and plan.factor(80) == 1.0 > plan.factor(81)  # 81 updates at the peak, then decay
     assert _average_points(plan, 100) == [84, 88, 92, 96]  # and the final checkpoint, after 100, is the fifth
     assert _average_points(BudgetPlan.make(_train_cfg("train.max_steps=100", "train.average_last=0"), 0), 100) == []
     assert _average_points(BudgetPlan.make(_train_cfg("train.max_steps=100", "train.average_last=1"), 0), 100) == []
     assert BudgetPlan.make(_train_cfg(), 0).decay_start is None  # no budget, no decay phase
+    short = BudgetPlan.make(_train_cfg("train.max_steps=12"), 0)  # decays over 2 updates, after 11
+    assert _average_points(short, 12) == [11]  # each point inside the decay, once; the final one is the 12th
 
 
 def test_timed_run_saves_its_average_points_inside_the_final_decay():
@@ -212,14 +214,14 @@ def test_timed_run_saves_its_average_points_inside_the_final_decay():
         dt = 2.1 * rng.uniform(0.6, 1.4)
         t, step = t + dt, step + 1
         timed += dt if step > WARM_UPDATES else 0.0
-        if plan.due_average(step):
+        if plan.after_update(step):
             plan.average_saved(step)
             points.append(step)
         if plan.due_validation(step):
             t += 10.0
             plan.validated(step, 10.0)
-    start = plan.decay_start
-    assert len(points) == 4 and points[0] > start, (start, points, step)
+    start = plan.decay_start  # when the lr began to decay, as it happened
+    assert start == plan.decay_began and len(points) == 4 and points[0] > start, (start, points, step)
     gaps = [b - a for a, b in zip([start, *points], [*points, step])]
     mean = sum(gaps) / len(gaps)  # evenly spread up to the last update, as the re-projected horizon allows
     assert all(0.5 * mean <= g <= 1.5 * mean for g in gaps), gaps

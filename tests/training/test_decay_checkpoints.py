@@ -13,10 +13,11 @@ from safetensors.torch import load_file
 from attnlab import runs
 from tests.conftest import tiny_config
 
-# 30 updates, decay over the last 6 (after update 24): average points at 25, 26, 28, 29 and the final 30;
+# 30 updates, the last 5 at a decaying lr (after 25 at the peak): the lr's factor falls to 0.8, 0.6, 0.4 and 0.2
+# before updates 27, 28, 29 and 30, so checkpoints after 26, 27, 28, 29 and the final 30;
 # save_every=10 with keep_checkpoints=1 rotates 10 away and keeps 20.
 CFG = ("train.max_steps=30", "train.save_every=10", "train.keep_checkpoints=1", "train.average_last=5")
-EXPECTED = [20, 25, 26, 28, 29, 30]
+EXPECTED = [20, 26, 27, 28, 29, 30]
 
 
 def _steps(run) -> list[int]:
@@ -33,7 +34,7 @@ def straight(tmp_path_factory):
 
 
 def test_a_step_budget_keeps_checkpoints_inside_the_decay(straight):
-    assert runs.run_decay_start(straight) == 24
+    assert runs.run_decay_start(straight) == 25
     assert _steps(straight) == EXPECTED
     assert [runs.step_of(p.name) for p in runs.decay_checkpoints(straight)] == EXPECTED[1:]
 

@@ -57,6 +57,7 @@ class BudgetPlan:
     valid_cost_s: float = 0.0  # the last validation's time (0: none timed yet)
     evals_done: int = 0
     averages_done: int = 0  # decay-phase checkpoints for averaging saved so far (train.average_last)
+    decay_began: int | None = None  # updates made before the first one at a decayed lr, once it came
 
     @classmethod
     def make(cls, cfg: TrainConfig, batches_per_epoch: int) -> BudgetPlan:
@@ -86,15 +87,21 @@ class BudgetPlan:
         share = max(1, round(self.cfg.warmup_frac * self.horizon))
         return min(share, self.cfg.warmup_steps) if self.cfg.warmup_steps else share
 
+    def _span(self, horizon: int) -> int:
+        """The updates over which the lr decays to 0."""
+        if self.shape == "wsd":
+            return max(1, round(self.cfg.decay_frac * horizon))
+        return max(horizon - self.warmup, 1)
+
     @property
     def decay_start(self) -> int | None:
-        """The updates made when the lr starts to decay (the last update at the peak is the next one); None
-        when the run has no decay phase (no budget) or no horizon yet (a timed run before its first updates)."""
+        """The updates made before the first one at a decayed lr: as it happened once it has (a timed run's
+        horizon moves), else as the horizon projects it; None without a budget or a horizon yet."""
+        if self.decay_began is not None:
+            return self.decay_began
         if not self.budgeted or self.horizon is None:
             return None
-        if self.shape == "linear":
-            return min(self.warmup, self.horizon)
-        return self.horizon - max(1, round(self.cfg.decay_frac * self.horizon))
+        return self.horizon - self._span(self.horizon) + 1
 
     def factor(self, step: int) -> float:
         """Multiplier of ``train.lr`` for 0-based update ``step``."""
@@ -106,10 +113,7 @@ class BudgetPlan:
         if self.horizon is None:
             return 1.0
         left = max(self.horizon - step, 0)  # updates still to make, this one included
-        span = max(self.horizon - warm, 1)
-        if self.shape == "wsd":
-            span = max(1, round(self.cfg.decay_frac * self.horizon))
-        return min(1.0, left / span)
+        return min(1.0, left / self._span(self.horizon))
 
     # ---------------------------------------------------------------------------------- the clock
 
@@ -162,31 +166,38 @@ class BudgetPlan:
 
     # ------------------------------------------------------------------------------ averaging
 
-    def _average_points(self) -> list[int]:
-        """The updates after which the in-loop checkpoints for averaging fall: ``train.average_last`` - 1
-        points spread evenly over the decay phase (the N-th is the run's final checkpoint)."""
-        n, start = self.cfg.average_last, self.decay_start
-        if n <= 1 or start is None or self.horizon is None:
-            return []
-        return [start + round(i * (self.horizon - start) / n) for i in range(1, n)]
+    def _points_passed(self, step: int) -> int:
+        """How many of the ``train.average_last`` - 1 points of the decay the lr has passed after ``step``
+        updates: point i comes when the lr's factor falls to 1 - i/N, evenly over the decay in updates and, at
+        a steady speed, in time (a timed run's horizon moves; its lr is what the weights saw)."""
+        n = self.cfg.average_last
+        if n <= 1 or self.decay_began is None:
+            return 0
+        f = self.factor(step)
+        return sum(f <= 1 - i / n + 1e-9 for i in range(1, n))
 
-    def due_average(self, step: int) -> bool:
-        """Whether a checkpoint for averaging is due after ``step`` updates (1-based count)."""
-        points = self._average_points()
-        return self.averages_done < len(points) and step >= points[self.averages_done]
+    def after_update(self, step: int) -> bool:
+        """Called after each update (``step`` made): records when the decay began, and says whether a
+        checkpoint for averaging is due (then call :meth:`average_saved`). The N-th is the final checkpoint."""
+        if not self.budgeted or self.horizon is None:
+            return False
+        if self.decay_began is None and step >= self.warmup and self.factor(step) < 1.0:
+            self.decay_began = step
+        if self.fixed_horizon is not None and step >= self.fixed_horizon:
+            return False  # the run's final checkpoint comes next anyway
+        return self._points_passed(step) > self.averages_done
 
     def average_saved(self, step: int) -> None:
-        """A checkpoint for averaging is being saved after ``step`` updates; points already passed count as
-        done (a horizon that shrank must not set off one checkpoint per update)."""
-        passed = sum(p <= step for p in self._average_points())
-        self.averages_done = max(self.averages_done + 1, passed)
+        """A checkpoint for averaging is being saved after ``step`` updates; points the lr passed at once (a
+        short decay, a horizon that shrank) count as done, never as one checkpoint per update."""
+        self.averages_done = max(self.averages_done + 1, self._points_passed(step))
 
     # ------------------------------------------------------------------------------------- resume
 
     def state_dict(self) -> dict[str, Any]:
         return {"shape": self.shape, "horizon": self.horizon, "sec_per_update": self.sec_per_update,
                 "valid_cost_s": self.valid_cost_s, "evals_done": self.evals_done,
-                "averages_done": self.averages_done, "fixed_horizon": self.fixed_horizon, "budget_s": self.budget_s}
+                "averages_done": self.averages_done, "decay_began": self.decay_began, "fixed_horizon": self.fixed_horizon, "budget_s": self.budget_s}
 
     def load_state_dict(self, state: dict[str, Any], step: int | None = None) -> str | None:
         """Continue the saved plan. The limits a resume gives (``--max-steps``, ``--max-minutes``) are the
@@ -198,7 +209,8 @@ class BudgetPlan:
                          state.get("budget_s", self.budget_s), state["horizon"])
         for key in ("horizon", "sec_per_update", "valid_cost_s", "evals_done"):
             setattr(self, key, state[key])
-        self.averages_done = state.get("averages_done", 0)  # absent from checkpoints older than train.average_last
+        # absent from checkpoints older than train.average_last
+        self.averages_done, self.decay_began = state.get("averages_done", 0), state.get("decay_began")
         if self.fixed_horizon is not None and self.budget_s <= 0:
             self.horizon = self.fixed_horizon  # a step or epoch budget given anew on resume wins
         if (old.fixed_horizon, old.budget_s) == (self.fixed_horizon, self.budget_s):
@@ -207,8 +219,11 @@ class BudgetPlan:
             left = self.budget_s - (step * self.sec_per_update) - self.reserve_s()
             projected = step + max(int(left / self.sec_per_update), 1)
             self.horizon = projected if self.fixed_horizon is None else min(projected, self.fixed_horizon)
-        if step is not None:  # a new decay phase: its points already passed are not saved late
-            self.averages_done = sum(p <= step for p in self._average_points())
+        if step is not None:  # a new decay phase: begun already (a cut) or to come; its passed points not saved late
+            self.decay_began = None
+            if self.horizon is not None and step >= self.warmup and self.factor(step) < 1.0:
+                self.decay_began = self.horizon - self._span(self.horizon) + 1
+            self.averages_done = self._points_passed(step)
         return self.change_from(old, step)
 
     def change_from(self, old: BudgetPlan, step: int | None) -> str:
@@ -219,7 +234,8 @@ class BudgetPlan:
                       "{a:.3f} to {b:.3f}").format(was=old.horizon or "?", now=self.horizon or "?", step=step,
                                                    a=old.factor(step), b=self.factor(step))
             if self.shape == "wsd" and self.horizon:
-                line += _(" (decay now from update {start})").format(start=self.decay_start)
+                line += _(" (decay now from update {start})").format(
+                    start=self.horizon - max(1, round(self.cfg.decay_frac * self.horizon)))
         return line
 
     def _limits(self) -> str:

@@ -135,7 +135,7 @@ def fit(s: Session, stop: StopFlag, bar: Progress | None) -> str:
             p.pos += 1
             with s.timed("log"):
                 log.add(out, votes, real)
-            for_average = s.budget.due_average(p.step)
+            for_average = s.budget.after_update(p.step)
             if for_average:  # counted before the save, so a resume from this checkpoint does not save it again
                 s.budget.average_saved(p.step)
             if s.budget.due_validation(p.step):
