@@ -27,7 +27,7 @@ from attnlab.data.numbers import numbers_reference
 from attnlab.i18n import N_, _
 from attnlab.notes import EXAMPLE, NOTES_ALIGNMENT, NUMBERS_EXAMPLES, REFERENCES, SENTENCES
 
-__all__ = ["CORPORA", "GOLD_LANGS", "gold_files", "LANGUAGE_NAMES", "Corpus", "Pair", "corpus_named_by", "corpus_of", "language_name", "pair_of", "resolved"]
+__all__ = ["CORPORA", "GOLD_LANGS", "gold_files", "LANGUAGE_NAMES", "Corpus", "Pair", "corpus_named_by", "corpus_of", "language_name", "pair_of", "resolved", "UNIT_NAMES", "unit_name"]
 
 #: Display names of the languages attnlab's records and examples use (translated where shown, ``_()``); any
 #: other ISO 639-1 code is shown as it is.
@@ -47,6 +47,15 @@ def gold_files(split: str) -> tuple[str, str, str]:
     """The gold split's three file names: its English side, its French side, its NAACL links."""
     a, b = GOLD_LANGS
     return f"{split}.{a}-{b}.{a}", f"{split}.{a}-{b}.{b}", f"{split}.{a}-{b}.naacl"
+
+
+#: The units of a sentence's length (:meth:`Pair.length_unit`), as a learner reads them.
+UNIT_NAMES: dict[str, str] = {"words": N_("words"), "characters": N_("characters")}
+
+
+def unit_name(unit: str) -> str:
+    """``words`` or ``characters`` (a :meth:`Pair.length_unit`) in the current language."""
+    return _(UNIT_NAMES[unit]) if unit in UNIT_NAMES else unit
 
 
 def language_name(code: str) -> str:

@@ -246,3 +246,23 @@ def test_compare_twice_on_the_same_runs_reaches_the_same_conclusion(tiny_runs, m
         text = Cm.run([a, b], bleu_sentences=4, cap_s=0.5).format()
         said.append([line.rsplit(": ", 1)[-1] for line in text.splitlines() if "Against sentence length" in line])
     assert said[0] == said[1] and said[0][0].startswith("the Transformer gains as n grows"), said
+
+
+def test_a_pair_counted_in_characters_says_characters_in_every_length_and_speed():
+    """A side the chars rule cuts (Pair.length_unit) is counted in characters: the lengths by the source's unit,
+    the speeds by the target's, in the text and on the figure's axes; never "words" for a character count."""
+    gru = _summary("gru", True, 31_000, 13.0, (9_000, 11_000, 12_000))
+    tf = _summary("tf", False, 25_000, 29.0, (32_000, 41_000, 50_000))
+    both = Cm.Comparison([gru, tf], "the same 60 validation sentences", src_unit="characters", tgt_unit="characters")
+    text = both.format()
+    assert "words" not in text
+    assert "## BLEU by source length (characters)" in text and "train characters/s" in text
+    assert "| parallelism, measured: training characters/s | 31,000 | 25,000 |" in text
+    assert "(50 sentences of 9–12 characters)" in text and "trained 31,000 characters/s" in text
+    fig = both.figure()
+    labels = [ax.get_xlabel() + " " + ax.get_ylabel() for ax in fig.axes]
+    assert "source length (characters)" in labels[0] and not any("words" in x for x in labels)
+    assert json.loads(json.dumps(both.to_json()))["length_unit"] == "characters"
+    mixed = Cm.Comparison([gru, tf], "", src_unit="words", tgt_unit="characters").format()
+    assert "## BLEU by source length (words)" in mixed and "train characters/s" in mixed
+    assert "(50 sentences of 9–12 words)" in mixed

@@ -13,8 +13,9 @@ sentences (and the table says why the reports were not used).
 Runs that split the corpus differently (``data.dataset``, ``data.valid_frac``, ``data.test_frac``) or run
 in different directions (``data.direction``) are refused (why: docs/explanations/compare.md).
 
-**One unit: words.** Lengths and speeds are counted in words of the D2L-preprocessed text (items
-separated by spaces, so ``i'm home .`` is 3 words): a BPE run's tokens are not a word run's tokens.
+**One unit per side.** Lengths count the source and speeds the target in the pair's unit
+(``Pair.length_unit``): words of the preprocessed text (items separated by spaces, so ``i'm home .`` is 3
+words), or characters for a side the ``chars`` rule cuts; a BPE run's tokens are not a word run's tokens.
 Training speed is the run's logged target tokens/s times its target words per token (its own
 tokenizer on the sample's references, ``<eos>`` counted as a token since training counts it).
 
@@ -39,6 +40,7 @@ import torch
 
 from attnlab.analysis.measure import forward_backward, random_batch
 from attnlab.analysis.report import TextReport
+from attnlab.data.pairs import pair_of, unit_name
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.bleu import bleu_by_length, corpus_scores
 from attnlab.evaluation.evaluate import checkpoint_identity, notes_examples
@@ -51,6 +53,11 @@ from attnlab.viz.figure import new_figure
 #: The heading of each set of examples (``notes_examples``'s rows' ``"set"``).
 EXAMPLE_SECTIONS = {"notes": N_("## The notes' examples"), "numbers": N_("## The numbers task's examples"),
                     "corpus": N_("## The corpus's examples")}
+
+#: What one unit of a side's length (``Pair.length_unit``) is.
+UNIT_RULES = {"words": N_("words (the preprocessed text split on spaces; `i'm home .` is 3 words)"),
+              "characters": N_("characters (each character is one, spaces not counted)")}
+
 
 #: The config keys that decide which split a sentence falls in (corpus.split_by_source hashes each
 #: source against these fractions): runs that differ in one of them do not share a test set.
@@ -85,6 +92,8 @@ class Comparison(TextReport):
     runs: list[RunSummary]
     scored_on: str  # e.g. "the test split: 3,507 sentences, beam 4 (each run's eval-test.json)"
     why: str = ""  # why each run's eval-test.json was not used, when it was not
+    src_unit: str = "words"  # how source lengths are counted (Pair.length_unit("src"))
+    tgt_unit: str = "words"  # how training speed is counted (Pair.length_unit("tgt"))
 
     def _format(self) -> str:
         return _markdown(self)
@@ -99,7 +108,8 @@ class Comparison(TextReport):
         return {
             "scored_on": self.scored_on,
             "why": self.why,
-            "length_unit": "words",
+            "length_unit": self.src_unit,
+            "speed_unit": self.tgt_unit,
             "runs": [clean(asdict(r)) for r in self.runs],
         }
 
@@ -489,7 +499,8 @@ def run(
     finally:
         if bar is not None:
             bar.close()
-    return Comparison(out, scored_on, why)
+    pair = pair_of(trs[0].cfg.data)
+    return Comparison(out, scored_on, why, pair.length_unit("src"), pair.length_unit("tgt"))
 
 
 def _num(x: float, fmt: str) -> str:
@@ -522,9 +533,11 @@ def _markdown(comparison: Comparison) -> str:
         _("Every BLEU and chrF below is scored on {scored_on}").format(scored_on=comparison.scored_on)
         + (_("; the eval-test.json reports were not used: {why}.").format(why=comparison.why) if comparison.why
            else "."),
-        _("Lengths and speeds count words (the preprocessed text split on spaces; `i'm home .` is 3 words)."),
+        _("Source lengths count {src}; training speeds count target {tgt}.").format(
+            src=_(UNIT_RULES[comparison.src_unit]), tgt=_(UNIT_RULES[comparison.tgt_unit])),
         "",
-        _("| run | model | parameters | train words/s | words per token | translate sentences/s | BLEU | chrF |"),
+        _("| run | model | parameters | train {unit}/s | {unit} per token | translate sentences/s | BLEU | chrF |"
+          ).format(unit=unit_name(comparison.tgt_unit)),
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
@@ -537,7 +550,7 @@ def _markdown(comparison: Comparison) -> str:
     if buckets:
         lines += [
             "",
-            _("## BLEU by source length (words); n = sentences"),
+            _("## BLEU by source length ({unit}); n = sentences").format(unit=unit_name(comparison.src_unit)),
             "",
             "| " + _("length") + " | " + " | ".join(names) + " |",
             "|---|" + "---|" * len(names),
@@ -606,7 +619,8 @@ def notes_table(comparison: Comparison) -> str:
     label = {
         "encoder": _("encoder"), "decoder": _("decoder"), "attention": _("attention type"),
         "positions": _("position information"), "sequential": _("sequential operations (D2L)"),
-        "path": _("maximum path length (D2L)"), "train": _("parallelism, measured: training words/s"),
+        "path": _("maximum path length (D2L)"), "train": _("parallelism, measured: training {unit}/s").format(
+            unit=unit_name(comparison.tgt_unit)),
         "long": _("long-range, measured: BLEU on the test split's longest sentences"),
     }
     lines = [
@@ -624,7 +638,8 @@ def notes_table(comparison: Comparison) -> str:
     lines.append(f"| {label['train']} | " + " | ".join(_num(r.train_words_per_s, ',.0f') for r in runs) + " |")
     longest = [_longest(r) for r in runs]
     lines.append(f"| {label['long']} | " + " | ".join(
-        _("{bleu:.2f} ({n} sentences of {bucket} words)").format(bleu=x[1], n=x[2], bucket=x[0]) if x else "-"
+        _("{bleu:.2f} ({n} sentences of {bucket} {unit})").format(bleu=x[1], n=x[2], bucket=x[0],
+                                                                   unit=unit_name(comparison.src_unit)) if x else "-"
         for x in longest) + " |")
     lengths = [x["length"] for x in runs[0].throughput]
     for i, n in enumerate(lengths):
@@ -633,13 +648,15 @@ def notes_table(comparison: Comparison) -> str:
                                                             r.throughput[i].get("repeats", 0)], ",.0f")
                  if i < len(r.throughput) else "-" for r in runs]
         lines.append("| " + _("forward + backward positions/s, n = {n}").format(n=n) + " | " + " | ".join(cells) + " |")
-    lines += ["", *_verdicts(runs, longest)]
+    lines += ["", *_verdicts(runs, longest, unit_name(comparison.src_unit), unit_name(comparison.tgt_unit))]
     return "\n".join(lines)
 
 
-def _verdicts(runs: list[RunSummary], longest: list[tuple[str, float] | None]) -> list[str]:
+def _verdicts(runs: list[RunSummary], longest: list[tuple[str, float] | None], src_unit: str,
+              tgt_unit: str) -> list[str]:
     """What the measured rows say about the notes' two claims, for the first recurrent and the first
-    attention-only run; honest where the runs contradict the notes."""
+    attention-only run; honest where the runs contradict the notes. ``src_unit``, ``tgt_unit``: the units'
+    names (:func:`unit_name`) of lengths and speeds."""
     rec = next((i for i, r in enumerate(runs) if r.architecture["recurrent"]), None)
     att = next((i for i, r in enumerate(runs) if not r.architecture["recurrent"]), None)
     if rec is None or att is None:
@@ -652,8 +669,9 @@ def _verdicts(runs: list[RunSummary], longest: list[tuple[str, float] | None]) -
                       for row in trend_rows)
     if math.isfinite(A.train_words_per_s) and math.isfinite(R.train_words_per_s) \
             and A.train_words_per_s < R.train_words_per_s:
-        out.append(_("- Parallelism: contradicted by these runs' training speed: {gru} trained {g:,.0f} words/s, "
-                     "{tf} {t:,.0f}.").format(gru=R.name, g=R.train_words_per_s, tf=A.name, t=A.train_words_per_s))
+        out.append(_("- Parallelism: contradicted by these runs' training speed: {gru} trained {g:,.0f} {unit}/s, "
+                     "{tf} {t:,.0f}.").format(gru=R.name, g=R.train_words_per_s, tf=A.name, t=A.train_words_per_s,
+                                              unit=tgt_unit))
         if ratios and min(ratios) > 1:
             out.append(_(
                 "  Yet on batches of {P:,} positions (the rows above) the Transformer's forward + backward is {lo:.1f}–"
@@ -672,8 +690,8 @@ def _verdicts(runs: list[RunSummary], longest: list[tuple[str, float] | None]) -
                 "when there are many positions and hardware that runs them side by side.").format(
                 ffn=A.architecture.get("ffn")))
     else:
-        out.append(_("- Parallelism: agrees. {tf} trained {t:,.0f} words/s, {gru} {g:,.0f}.").format(
-            tf=A.name, t=A.train_words_per_s, gru=R.name, g=R.train_words_per_s))
+        out.append(_("- Parallelism: agrees. {tf} trained {t:,.0f} {unit}/s, {gru} {g:,.0f}.").format(
+            tf=A.name, t=A.train_words_per_s, gru=R.name, g=R.train_words_per_s, unit=tgt_unit))
     if len(trend_rows) > 1:
         b, lo, hi = slope_interval([math.log(row["length"]) for row in trend_rows],
                                    [math.log(row["ratio"]) for row in trend_rows], [row["log_se"] for row in trend_rows])
@@ -694,15 +712,15 @@ def _verdicts(runs: list[RunSummary], longest: list[tuple[str, float] | None]) -
     la, lr = longest[att], longest[rec]
     if la and lr:
         if la[1] >= lr[1]:
-            out.append(_("- Long-range: agrees. On the test split's {n} longest sentences ({bucket} words) {tf} "
-                         "scores {a:.2f} BLEU, {gru} {r:.2f}: a path of O(1) steps between any two words against "
-                         "O(n).").format(n=la[2], bucket=la[0], tf=A.name, a=la[1], gru=R.name, r=lr[1]))
+            out.append(_("- Long-range: agrees. On the test split's {n} longest sentences ({bucket} {unit}) {tf} "
+                         "scores {a:.2f} BLEU, {gru} {r:.2f}: a path of O(1) steps between any two positions against "
+                         "O(n).").format(n=la[2], bucket=la[0], tf=A.name, a=la[1], gru=R.name, r=lr[1], unit=src_unit))
         else:
             out.append(_("- Long-range: contradicted on these runs. On the test split's {n} longest sentences ({bucket} "
-                         "words) {tf} scores {a:.2f} BLEU, {gru} {r:.2f}. A short path only helps a model that has "
+                         "{unit}) {tf} scores {a:.2f} BLEU, {gru} {r:.2f}. A short path only helps a model that has "
                          "learned to use it: a small or briefly trained Transformer, or few long sentences in its "
                          "data, can outweigh it.").format(n=la[2], bucket=la[0], tf=A.name, a=la[1], gru=R.name,
-                                                          r=lr[1]))
+                                                          r=lr[1], unit=src_unit))
     return out
 
 
@@ -733,7 +751,7 @@ def _figure(comparison: Comparison):
         xs = [buckets.index(row["bucket"]) for row in r.by_length]
         ax_len.plot(xs, [row["bleu"] for row in r.by_length], "o-", label=f"{r.name} ({r.kind})")
     ax_len.set_xticks(range(len(buckets)), buckets)
-    ax_len.set(title=_("BLEU by source length"), xlabel=_("source length (words)"), ylabel="BLEU")
+    ax_len.set(title=_("BLEU by source length"), xlabel=_("source length ({unit})").format(unit=unit_name(comparison.src_unit)), ylabel="BLEU")
     ax_len.grid(alpha=0.3)
     if runs and any(r.by_length for r in runs):
         ax_len.legend(fontsize=7)
@@ -747,7 +765,7 @@ def _figure(comparison: Comparison):
         [x - width / 2 for x in xs],
         [r.train_words_per_s if math.isfinite(r.train_words_per_s) else 0 for r in runs],
         width,
-        label=_("train words/s"),
+        label=_("train {unit}/s").format(unit=unit_name(comparison.tgt_unit)),
         color="tab:blue",
     )
     ax2 = ax_speed.twinx()
@@ -759,7 +777,7 @@ def _figure(comparison: Comparison):
         color="tab:orange",
     )
     ax_speed.set_xticks(xs, names, rotation=20, fontsize=7)
-    ax_speed.set_ylabel(_("train target words/s"), color="tab:blue")
+    ax_speed.set_ylabel(_("train target {unit}/s").format(unit=unit_name(comparison.tgt_unit)), color="tab:blue")
     ax2.set_ylabel(_("translation sentences/s (greedy)"), color="tab:orange")
     ax_speed.set_title(_("speed"))
     fig.suptitle(
