@@ -227,6 +227,19 @@ def test_poor_long_sentences_that_were_cut_are_num_steps():
     assert f.detected and f.numbers["long_cut_share"] >= D.LONG_CUT_SHARE  # 30 of 34 long sentences
 
 
+def test_the_long_sentence_evidence_names_the_unit_evaluate_counted():
+    """A character-counted source's buckets (eval-test.json's length_unit) are read as characters, not words;
+    a report without the key (written before evaluate recorded it) stays in words."""
+    chars = {**LONG_POOR, "length_unit": "characters"}
+    f = D.diagnose_curves(curve(healthy_losses()), [], V, _stats(100_000, 500, 30), chars).finding(
+        "num_steps_too_small")
+    assert any("BLEU falls with source length: 14.3 on 17+ characters (34 sentences)" in e for e in f.evidence)
+    assert not any("words" in e for e in f.evidence if "BLEU falls" in e)
+    f = D.diagnose_curves(curve(healthy_losses()), [], V, _stats(100_000, 500, 30), LONG_POOR).finding(
+        "num_steps_too_small")
+    assert any("on 17+ words (34 sentences)" in e for e in f.evidence)
+
+
 def test_small_buckets_are_ignored():
     ev = {
         "by_length": [

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.analysis.report import TextReport
-from attnlab.data.pairs import Pair, pair_of
+from attnlab.data.pairs import Pair, pair_of, unit_name
 from attnlab.data.vocab import load_tokenizer
 from attnlab.errors import AttnlabError
 from attnlab.evaluation.alignment import AlignmentCheck, check_probe, example_sentence
@@ -569,10 +569,11 @@ def check_num_steps(data_stats: dict[str, Any], eval_report: dict[str, Any] | No
             best_bleu=top["bleu"],
             long_cut_share=cut_share,
         )
-        text = _("BLEU falls with source length: {bleu:.1f} on {bucket} words ({sentences} sentences) vs "
+        # evaluate writes the unit its buckets count (the pair's source unit); a report without one was in words
+        text = _("BLEU falls with source length: {bleu:.1f} on {bucket} {unit} ({sentences} sentences) vs "
                  "{top_bleu:.1f} on {top_bucket}").format(
             bleu=longest["bleu"], bucket=longest["bucket"], sentences=longest["sentences"], top_bleu=top["bleu"],
-            top_bucket=top["bucket"])
+            top_bucket=top["bucket"], unit=unit_name((eval_report or {}).get("length_unit", "words")))
         if cut_share >= LONG_CUT_SHARE:
             f.detected = True
             f.evidence.append(
