@@ -148,6 +148,10 @@ def test_module_paths_are_labelled_with_layers_counted_from_1():
     assert _layer_from_1("encoder_blocks.0.attention") == "   (layer 1)"
     assert _layer_from_1("decoder_blocks.1.cross_attention.in_proj") == "   (layer 2)"
     assert _layer_from_1("src_embedding") == ""
+    from attnlab.i18n import speaking
+
+    with speaking("zh"):  # `explain --lang zh`: the label is Chinese too
+        assert _layer_from_1("decoder_blocks.1.cross_attention") == "   （第 2 层）"
 
 
 class DotScore(nn.Module):

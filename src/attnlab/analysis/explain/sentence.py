@@ -162,7 +162,7 @@ def _layer_from_1(module_path: str) -> str:
     """`` (layer N)`` for a PyTorch module path with a block index (``encoder_blocks.0.…`` → layer 1):
     the paths count from 0, every label and figure of attnlab counts layers from 1."""
     m = re.search(r"blocks\.(\d+)", module_path)
-    return f"   (layer {int(m.group(1)) + 1})" if m else ""
+    return "   " + _("(layer {layer})").format(layer=int(m.group(1)) + 1) if m else ""
 
 
 _SHOWN = (
