@@ -36,3 +36,17 @@ def test_a_word_filler_reads_as_before():
     masks, filled = rank_fillers(tok, ids, _logits(ids, tok["home"], UNK, len(tok)), top_k=2)
     assert masks[0].candidates[0][0] == "home" and filled == "i'm home."
     assert {EOS, UNK}.isdisjoint(tok[t] for t, _ in masks[0].candidates)
+
+
+def test_fill_lines_are_translated_templates():
+    """`fill --lang zh` prints its lines from translated templates (the mask's token position in Chinese)."""
+    from attnlab.decoding.fill import FillResult, MaskFill, format_fills
+    from attnlab.i18n import speaking
+
+    r = FillResult("[MASK] [MASK] .", ["[MASK]", "[MASK]", ".", "<eos>"],
+                   [MaskFill(0, [("i'm", 0.5)]), MaskFill(1, [("home", 0.25)])], "i'm home.")
+    assert format_fills([r]).splitlines() == ["[MASK] [MASK] . → i'm home.", "  [MASK] 1 (token 1):",
+                                              "     50.00%  i'm", "  [MASK] 2 (token 2):", "     25.00%  home"]
+    with speaking("zh"):
+        text = format_fills([r])
+    assert "[MASK] 2（第 2 个词元）：" in text and "token" not in text

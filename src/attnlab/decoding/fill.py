@@ -132,9 +132,10 @@ def format_fills(results: Sequence[FillResult]) -> str:
     """What ``attnlab fill`` prints: per sentence, the filled sentence, then each mask's fillers."""
     lines = []
     for r in results:
-        lines.append(f"{r.sentence} → {r.filled}")
+        lines.append(_("{sentence} → {filled}").format(sentence=r.sentence, filled=r.filled))
         for n, m in enumerate(r.masks, 1):
-            where = f"[MASK] {n} (token {m.position + 1})" if len(r.masks) > 1 else "[MASK]"
-            lines.append(f"  {where}:")
-            lines += [f"    {p:7.2%}  {t}" for t, p in m.candidates]
+            where = (_("{mask} {n} (token {position})").format(mask=MASK_TOKEN, n=n, position=m.position + 1)
+                     if len(r.masks) > 1 else MASK_TOKEN)
+            lines.append(_("  {mask}:").format(mask=where))
+            lines += [_("    {p:7.2%}  {token}").format(p=p, token=t) for t, p in m.candidates]
     return "\n".join(lines)
