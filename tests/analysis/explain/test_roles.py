@@ -105,6 +105,14 @@ def test_explain_works_step_1_by_hand(tiny_runs, kind):
         assert f"H = {H} heads of size D/H = {D}/{H} = {D // H}" in text and f"W_k = rows {D}:{2 * D}" in text
 
 
+def test_part_9_cites_bleu_where_the_notes_list_it(tiny_runs):
+    """The notes list BLEU in §9's table of things that are not parameters (docs/notes-sections.md), not in
+    §21 (training the Transformer)."""
+    text = sentence.run(Translator.from_run(tiny_runs("bahdanau"), which="last"), "twenty one").format()
+    row = next(line for line in text.split("== 9.")[1].splitlines() if line.strip().startswith("BLEU"))
+    assert row.endswith("not differentiable (§9)")
+
+
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_residual_adds_add_up_for_pre_and_post_norm(tmp_path, norm_first):
     from attnlab.training.loop import train

@@ -16,7 +16,7 @@ GRU's gates:
 6. Query, Key and Value of each attention kind (§2, §12, §18), ``in_proj`` split into W_q, W_k, W_v
    and heads (§11), and step 1's scores worked by hand (:mod:`.roles`);
 7. one logit worked by hand, ``W_o[id]·out + b_o[id]`` (§8), and weight tying;
-8. with a reference: the teacher-forced cross-entropy, token by token, and the sentence BLEU (§21);
+8. with a reference: the teacher-forced cross-entropy, token by token (§21), and the sentence BLEU (§9 lists it);
 9. the §9 tables: which things are parameters (with shapes) and which are not: computed values
    (context vectors included) and buffers (the positional encoding).
 
@@ -609,7 +609,7 @@ def _loss(model, tr: Translator, ids: list[int], reference: str, translation: st
 
 
 def _loss_section(loss: _Loss, out: Out) -> None:
-    """8. the teacher-forced cross-entropy against a reference, token by token, and its BLEU (§3, §21)."""
+    """8. the teacher-forced cross-entropy against a reference, token by token (§3, §21), and its BLEU (§9)."""
     out(
         "\n" + _("== 8. loss against the reference (§3, §21): teacher forcing feeds <bos> + reference, labels are "
                  "reference + <eos>; cross-entropy = mean of −log p(label)")
@@ -657,7 +657,7 @@ def _tables(
     ]
     if has_loss:
         rows.append(("loss", _("scalar"), _("cross-entropy against the reference (§21)")))
-    rows.append(("BLEU", _("scalar"), _("a score of the output text, not differentiable (§21)")))
+    rows.append(("BLEU", _("scalar"), _("a score of the output text, not differentiable (§9)")))
     w0 = max(width(r[0]) for r in rows)
     w1 = max(width(r[1]) for r in rows)
     for name, shape, note in rows:
