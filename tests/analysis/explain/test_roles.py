@@ -105,6 +105,24 @@ def test_explain_works_step_1_by_hand(tiny_runs, kind):
         assert f"H = {H} heads of size D/H = {D}/{H} = {D // H}" in text and f"W_k = rows {D}:{2 * D}" in text
 
 
+@pytest.mark.parametrize("kind", ["transformer", "decoder-only", "bahdanau"])
+def test_part_3_has_a_row_for_every_parameter_tensor(tiny_runs, kind):
+    """The walk through the network lists the layer holding each of named_parameters(); cross-attention's
+    in_proj, read only in slices (W_q on the decoder, W_k and W_v on the memory), with its weight's shape."""
+    tr = Translator.from_run(tiny_runs(kind), which="last")
+    report = sentence.run(tr, "twenty one")
+    rows = {name: (shape, calls) for name, _, shape, calls in report.modules}
+    assert {p.rsplit(".", 1)[0] for p, _ in tr.model.named_parameters()} <= set(rows)
+    if kind == "transformer":
+        D = tr.cfg.model.num_hiddens
+        assert rows["decoder_blocks.0.cross_attention.in_proj"] == (f"({3 * D}, {D})", 0)
+        walk = report.format().split("== 3.")[1].split("== 4.")[0]
+        assert f"weight ({3 * D}, {D}), read in slices by decoder_blocks.0.cross_attention" in walk
+        names = [n for n, *_ in report.modules]
+        assert names.index("decoder_blocks.0.cross_attention.in_proj") + 1 == names.index(
+            "decoder_blocks.0.cross_attention.out_proj")
+
+
 def test_part_9_cites_bleu_where_the_notes_list_it(tiny_runs):
     """The notes list BLEU in §9's table of things that are not parameters (docs/notes-sections.md), not in
     §21 (training the Transformer)."""

@@ -192,7 +192,18 @@ def _record_modules(model: nn.Module, run) -> list[tuple[str, str, str, int]]:
     for c in calls:
         rec = order.setdefault(c.name, [type(c.module).__name__, _fmt_output(c.output), 0])
         rec[2] += 1
-    return [(n, r[0], r[1], r[2]) for n, r in order.items()]
+    rows = [(n, r[0], r[1], r[2]) for n, r in order.items()]
+    # A layer whose weight its parent only reads in slices is never called (cross-attention's in_proj: W_q on
+    # the decoder's state, W_k and W_v on the memory); it is listed with its weight's shape and 0 calls, before
+    # its first sibling, so every parameter tensor has its row.
+    for name, m in watched:
+        own = dict(m.named_parameters(recurse=False))
+        if name in order or not own:
+            continue
+        parent = name.rsplit(".", 1)[0] + "."
+        at = next((i for i, r in enumerate(rows) if r[0].startswith(parent)), len(rows))
+        rows.insert(at, (name, type(m).__name__, _fmt_shape(own.get("weight", next(iter(own.values())))), 0))
+    return rows
 
 
 def run(translator: Translator, sentence: str, reference: str | None = None, top_k: int = 5) -> ExplainReport:
@@ -244,7 +255,7 @@ class ExplainReport(TextReport):
     steps: list[_Step]
     translation: str
     batch: Batch  # the teacher-forced pass over the model's own output
-    modules: list[tuple[str, str, str, int]]  # (name, class, output shape, calls) in call order
+    modules: list[tuple[str, str, str, int]]  # (name, class, output shape, calls) in call order; 0 calls: read in slices (its weight shape)
     cap: by_hand.Capture
     tracks: dict[str, GateTrack] | None = None
     scratch_gap: float | None = None  # max |Δ| of the scratch GRU's logits against the trained model's
@@ -290,7 +301,7 @@ class ExplainReport(TextReport):
         tr = self.translator
         steps = [{"input": st.input, "top": st.top, "chosen": st.chosen, "p_chosen": st.p_chosen,
                   "attention": st.attention, "context_gap": st.context_gap} for st in self.steps]
-        modules = [{"name": n, "class": c, "output": o, "calls": k} for n, c, o, k in self.modules]
+        modules = [{"name": n, "class": c, ("output" if k else "weight"): o, "calls": k} for n, c, o, k in self.modules]
         return jsonable({
             "sentence": self.sentence, "model_kind": tr.cfg.model.kind,
             "tokens": token_labels(tr.src_tok, self.ids), "ids": self.ids + [EOS], "translation": self.translation,
@@ -396,14 +407,20 @@ def _add_context(step: _Step, context: Tensor, memory: Tensor) -> None:
 
 
 def _network_section(modules: list[tuple[str, str, str, int]], T: int, fwd: Any, out: Out) -> None:
-    """3. every module in call order with its output shape (:func:`_record_modules`), on a teacher-forced
-    pass over the model's own translation (``T`` decoder inputs; ``fwd`` its ``ModelOutput``)."""
+    """3. every module in call order with its output shape (:func:`_record_modules`; a layer read only in slices,
+    with its weight's shape), on a teacher-forced pass over the model's own translation (``T`` decoder inputs;
+    ``fwd`` its ``ModelOutput``)."""
     out(
         "\n" + _("== 3. through the network (teacher-forced over its own output: decoder input <bos> y…, {T} steps)")
         .format(T=T)
     )
     width = max(len(n) for n, *_ in modules)
     for name, cls, shape, calls in modules:
+        if calls == 0:  # read in slices by its parent (_record_modules)
+            out(f"  {name:<{width}}  {cls:<28}   " + _("weight {shape}, read in slices by {parent} (never called "
+                                                      "itself)").format(shape=shape, parent=name.rsplit(".", 1)[0])
+                + _layer_from_1(name))
+            continue
         extra = (
             _("   ×{calls} calls").format(calls=calls)
             + (_(" (one per decoding step)") if calls == T and name != "positional" else "")
