@@ -34,6 +34,19 @@ def test_ids_are_the_tokenizers_padded_to_num_steps():
     assert int(big_id) > int(small_id)
 
 
+def test_the_id_row_and_the_ids_line_have_different_labels_in_chinese():
+    """The table's id row (one id under each token) and the whole padded sequence are two things: in Chinese
+    too they get two labels, lined up with the other rows by terminal cells."""
+    from attnlab.i18n import speaking, width
+
+    with speaking("zh"):
+        lines = format_walkthrough(walk_through(word_vocab(), "I'm home.", num_steps=7)).splitlines()
+    labels = [line.split(":")[0] for line in lines if ":" in line and line.startswith("  ")]
+    row_label = next(lab for lab in labels if lab.strip() == "编号")
+    ids_label = next(lab for lab in labels if lab.strip() == "编号序列")
+    assert width(row_label) == width(ids_label) and labels.count(row_label) == 1
+
+
 def test_truncation_keeps_num_steps_minus_one_and_unknown_words_are_unk():
     vocab = word_vocab()
     w = walk_through(vocab, "i'm home . go . zebra", num_steps=4)

@@ -34,11 +34,11 @@ TEXT: dict[str, str] = Templates({
     "kind_word": N_("word"),
     "kind_bpe": N_("BPE subword"),
     "preprocessed": N_("  preprocessed : {text}"),
-    "ids": N_("  ids          : {ids}"),
     "table_row": N_("  {label:<12} : {cells}"),
     "label_position": N_("position"),
     "label_token": N_("token"),
     "label_id": N_("id"),
+    "label_ids": N_("ids"),  # the whole padded sequence, not one id: its own word in every language
     "pad_run": N_("<pad> ×{count}"),
     "valid_len": N_("  valid_len    : {valid_len}  (tokens before the padding, <eos> included; attention masks the rest, §23)"),
     "vocabulary": N_("  vocabulary   : {pairs}"),
@@ -148,7 +148,7 @@ def format_walkthrough(w: Walkthrough, run: str | None = None) -> str:
     lines = [TEXT["header"].format(sentence=w.sentence, source=source, kind=kind, size=w.size, num_steps=w.num_steps),
              TEXT["preprocessed"].format(text=w.preprocessed),
              *_table(w),
-             TEXT["ids"].format(ids=w.ids),
+             TEXT["table_row"].format(label=TEXT["label_ids"], cells=w.ids),
              TEXT["valid_len"].format(valid_len=w.valid_len)]
     pairs = dict(zip(w.tokens, w.ids))
     lines.append(TEXT["vocabulary"].format(pairs=", ".join(f"{t} = {i}" for t, i in pairs.items())))
