@@ -88,6 +88,19 @@ def test_top_level_help_has_examples_and_every_environment_variable_the_code_rea
     assert not [v for v in sorted(read - TEST_ONLY_ENV) if v not in text], "env vars missing from --help"
 
 
+def test_top_level_help_lists_every_model_kind_and_named_corpus():
+    """`attnlab --help` names what --model and --dataset accept, read from the tables the subcommands use, so a
+    new kind or corpus shows up without editing the text (encoder-only and cmn-eng were once left out)."""
+    from attnlab.data.pairs import CORPORA
+    from attnlab.models import BUILDERS
+
+    text = flat(attnlab("--help").stdout)
+    assert set(C.MODEL_KINDS) == set(BUILDERS) and set(C.DATASETS) == set(CORPORA)
+    assert f"models (--model) {', '.join(C.MODEL_KINDS)}" in text
+    assert f"corpora (--dataset) {', '.join(C.DATASETS)}" in text
+    assert "encoder-only" in text and "cmn-eng" in text
+
+
 def test_help_imports_no_torch():
     code = ("import sys\nfrom attnlab.cli import main\nfor argv in (['--help'], ['train', '--help'], ['config', '--help']):\n"
             "    try:\n        main(argv)\n    except SystemExit:\n        pass\nprint('torch' in sys.modules)")

@@ -34,13 +34,18 @@ from attnlab.cli import (
     views,
 )
 from attnlab.cli.common import Parser
+from attnlab.config import DATASETS, MODEL_KINDS
 from attnlab.errors import AttnlabError
 from attnlab.i18n import N_, _, add_lang_argument, missing, set_language
 from attnlab.interrupts import exit_code, sigterm_interrupts
 
+# {models} and {corpora} are filled from the tables the subcommands' --model and --dataset choices come from
+# (config.MODEL_KINDS; config.DATASETS, the names of data/pairs.py's CORPORA), so this list cannot drift.
 DESCRIPTION = N_("""\
-Train, evaluate, serve and explain attention-based translation models (GRU seq2seq, GRU + Bahdanau
-attention, Transformer, decoder-only) on Tatoeba English→French, or on the offline `numbers` task.
+Train, evaluate, serve and explain attention-based translation models on Tatoeba corpora, the offline
+`numbers` task, or a parallel corpus of your own (--data FILE):
+  models (--model)      {models}
+  corpora (--dataset)   {corpora}
 Every command below has its own --help; options show their defaults there.
 "§N" is section N of the learner's notes on attention; each is cited with the section of Dive into Deep
 Learning (D2L) that teaches it, in the Chinese 2nd edition (zh, attention = chapter 10) and the English
@@ -110,7 +115,8 @@ COMMANDS = (data, train, translate, average, demo, views, analysis, fill, align,
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="attnlab", description=_(DESCRIPTION), epilog=_(EPILOG))
+    p = Parser(prog="attnlab", description=_(DESCRIPTION).format(models=", ".join(MODEL_KINDS),
+                                                                  corpora=", ".join(DATASETS)), epilog=_(EPILOG))
     p.add_argument("--version", action="version", version=f"attnlab {__version__}",
                    help=_("show program's version number and exit"))
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
