@@ -74,6 +74,26 @@ def test_sample_loss_is_the_training_loss(tiny_runs):
     assert scores.tokens.sum() == out.num_tokens and len(scores.hypotheses) == len(src)
 
 
+def test_a_chinese_target_is_scored_with_sacrebleus_zh_tokenizer(tiny_runs, monkeypatch):
+    """heads' BLEU uses the tokenizer evaluate uses for the target language (bleu_tokenize): `zh` for Chinese,
+    where 13a would see a whole unspaced sentence as one word."""
+    tr = Translator.from_run(tiny_runs("transformer"))
+    src, tgt, refs = _sample(tr, n=3)
+    seen = []
+
+    def stats(hyps, refs, tokenize="13a"):
+        seen.append(tokenize)
+        return sentence_stats(hyps, refs, tokenize=tokenize)
+
+    monkeypatch.setattr(Hd, "sentence_stats", stats)
+    assert Hd.score_sample(tr.model.eval(), tr, src, tgt, refs).tokenize == "13a" and seen == ["13a"]
+    monkeypatch.setattr(tr.tgt_tok, "lang", "zh")
+    assert Hd.score_sample(tr.model.eval(), tr, src, tgt, refs).tokenize == "zh" and seen[-1] == "zh"
+    zh = np.array(sentence_stats(["我在家里。"], [["我在家。"]], tokenize="zh"))
+    assert Hd.SampleScores(zh, np.ones(1), np.ones(1), tokenize="zh").bleu() == pytest.approx(
+        corpus_scores(["我在家里。"], [["我在家。"]], tokenize="zh")["bleu"])
+
+
 def test_silencing_a_head_that_does_nothing_is_within_the_noise(tiny_runs):
     # zero head 0's columns of W_o in the cross-attention: silencing it then changes nothing at all
     tr = Translator.from_run(tiny_runs("transformer"))

@@ -39,7 +39,7 @@ from attnlab.analysis.report import TextReport
 from attnlab.data.batching import collate
 from attnlab.data.vocab import EOS
 from attnlab.errors import AttnlabError
-from attnlab.evaluation.bleu import bleu_from_stats, sentence_stats
+from attnlab.evaluation.bleu import bleu_from_stats, bleu_tokenize, sentence_stats
 from attnlab.evaluation.loss import sentence_nll
 from attnlab.i18n import N_, _
 from attnlab.models import traits
@@ -313,13 +313,14 @@ class SampleScores:
     nll: np.ndarray  # (N,) summed negative log-likelihood of each sentence's reference (nats)
     tokens: np.ndarray  # (N,) its target tokens (with <eos>)
     hypotheses: list[str] = field(default_factory=list)  # the greedy translations scored
+    tokenize: str = "13a"  # sacreBLEU's tokenizer of the statistics (bleu_tokenize of the target language)
 
     def bleu(self, counts: np.ndarray | None = None) -> np.ndarray | float:
         """Corpus BLEU of the sample, or of each resample: ``counts (R, N)`` = draws of each sentence."""
         if counts is None:
-            return bleu_from_stats(self.bleu_stats.sum(0))
+            return bleu_from_stats(self.bleu_stats.sum(0), self.tokenize)
         summed = counts @ self.bleu_stats  # (R, 2 + 2n)
-        return np.array([bleu_from_stats(row) for row in summed])
+        return np.array([bleu_from_stats(row, self.tokenize) for row in summed])
 
     def loss(self, counts: np.ndarray | None = None) -> np.ndarray | float:
         """Loss per token of the sample, or of each resample (``counts (R, N)``)."""
@@ -337,13 +338,15 @@ def score_sample(
     batch_size: int = 64,
 ) -> SampleScores:
     """Greedy translations (all references) and teacher-forced NLL of ``model``, per sentence: BLEU's
-    statistics and the loss as :mod:`attnlab.evaluation` computes them."""
+    statistics (with the target language's tokenizer, as ``evaluate`` scores) and the loss as
+    :mod:`attnlab.evaluation` computes them."""
     src = [s[: tr.max_src_tokens] for s in src]
     hyps = decode_many(model, src, tr.cfg.decode, tr.device, beam_size=1)
     texts = [tr.tgt_tok.decode(h[0].tokens) for h in hyps]
-    stats = np.array(sentence_stats(texts, refs), dtype=np.int64)
+    tokenize = bleu_tokenize(tr.tgt_tok.lang)
+    stats = np.array(sentence_stats(texts, refs, tokenize=tokenize), dtype=np.int64)
     nll, tokens = sentence_nll(model, src, tgt, tr.device, batch_size)
-    return SampleScores(stats, np.array(nll), np.array(tokens, dtype=np.float64), texts)
+    return SampleScores(stats, np.array(nll), np.array(tokens, dtype=np.float64), texts, tokenize)
 
 
 def bootstrap_counts(n: int, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> np.ndarray:
