@@ -104,14 +104,27 @@ def pair_facts(tr: Any) -> dict[str, Any]:
     speaks each run's pair, both directions side by side on one server: ``src``/``tgt`` (ISO 639-1),
     ``src_name``/``tgt_name`` (English names, which the page translates through its catalogue), the
     ``examples`` its buttons offer (the record's sources and the run's probes that the run reads without an
-    ``<unk>``: a corpus of your own may know none of the notes' sentences), the ``length_unit`` of a source
-    and ``gold``: whether the English–French gold alignments fit the pair (the alignment card)."""
+    ``<unk>``: a corpus of your own may know none of the notes' sentences), the ``length_unit`` of a source,
+    ``src_tokens``/``tgt_tokens`` (:func:`token_kinds`, the page's note on token labels) and ``gold``: whether
+    the English–French gold alignments fit the pair (the alignment card)."""
     pair = pair_of(tr.cfg.data)
     offered = dict.fromkeys([s for s, _ in pair.examples] + list(pair.probes) + list(tr.cfg.train.probe_sentences))
     examples = [s for s in offered if (ids := tr.encode_source(s)[0]) and UNK not in ids]
     return {"src": pair.src, "tgt": pair.tgt, "src_name": LANGUAGE_NAMES.get(pair.src, pair.src),
             "tgt_name": LANGUAGE_NAMES.get(pair.tgt, pair.tgt), "examples": examples,
-            "length_unit": pair.length_unit("src"), "gold": {pair.src, pair.tgt} == set(GOLD_LANGS)}
+            "length_unit": pair.length_unit("src"), "gold": {pair.src, pair.tgt} == set(GOLD_LANGS),
+            **dict(zip(("src_tokens", "tgt_tokens"), token_kinds(tr.cfg.data)))}
+
+
+def token_kinds(cfg: Any) -> tuple[str, str]:
+    """What one token of each side of a run with data config ``cfg`` is, so the page says what its labels are:
+    ``bpe`` pieces (``data.tokenizer=bpe``, both sides), ``characters`` (the chars rule), ``metaspace`` (whole
+    words and marks; one written with no space before it shows as ``·x``, :func:`attnlab.maps.display_tokens`)
+    or ``words`` (D2L's or Moses' words, shown as they are: no note)."""
+    if cfg.tokenizer == "bpe":
+        return "bpe", "bpe"
+    src, tgt = ({"chars": "characters", "metaspace": "metaspace"}.get(r, "words") for r in pair_of(cfg).rules)
+    return src, tgt
 
 
 # -------------------------------------------------------------------------------- fixed-name files

@@ -53,7 +53,11 @@ const svgEl = (tag, attrs) => {
 // <pad> positions the page asks for after the source's <eos> (the request's `pad`), so the padding
 // columns the notes' §23 talks about are on screen, with their weight of exactly 0.
 const PAD_SHOWN = 2;
-const BPE_NOTE = N_("Tokens are BPE pieces, one per row or column: “·son” continues the word before it (mai ·son = maison).");
+const TOKEN_NOTES = {  // what one token of a side is (/api/runs' pair.src_tokens, pair.tgt_tokens); {lang}: that side's language
+  bpe: N_("Tokens are BPE pieces, one per row or column: “·son” continues the word before it (mai ·son = maison)."),
+  metaspace: N_("{lang} tokens are whole words and punctuation marks, one per row or column: “·” marks one written with no space before it (tea ·. = tea.)."),
+  characters: N_("{lang} tokens are single characters, one per row or column (a run of Latin letters or digits stays one token)."),
+};
 const KIND_NOTES = {  // {pad}: PAD_SHOWN; {src}, {tgt}: the run's languages
   cross: N_("Cross-attention (notes §1–2, §25): each row is one generated {tgt} token; it shows how much the decoder looked at each {src} source token when producing it. A good model draws a near-diagonal alignment. The last {pad} columns are <pad> (a batch's padding): they get exactly 0 weight."),
   enc_self: N_("Encoder self-attention (notes §12, §23): every source token looks at every source token, in both directions, all at once (no decoding steps). The last {pad} columns are <pad>, as in a batch beside a longer sentence: masked_softmax gives them exactly 0 weight."),
@@ -157,6 +161,16 @@ function runInfo(name) { return state.runs.find((x) => x.name === name) || { kin
 // can be served side by side. Names come in English and are shown in the page's language.
 function pairOf(run) { return (run && run.pair) || { src: "?", tgt: "?", src_name: "?", tgt_name: "?", examples: [] }; }
 function pairNames(run) { const p = pairOf(run); return { src: t(p.src_name), tgt: t(p.tgt_name) }; }
+// The note on what the map's tokens are, from the run's tokenizer kind per side (the server's token_kinds):
+// BPE pieces, metaspace words or characters; D2L's and Moses' words are shown as they are and need none.
+function tokenNote(run) {
+  const p = pairOf(run), names = pairNames(run);
+  const sides = [[p.src_tokens, names.src], [p.tgt_tokens, names.tgt]].filter(([kind]) => TOKEN_NOTES[kind]);
+  if (sides.some(([kind]) => kind === "bpe")) return t(TOKEN_NOTES.bpe);  // one subword model per language: both sides
+  const notes = new Map();  // one note per kind: "English and French tokens …" reads as two of the same
+  for (const [kind, lang] of sides) notes.set(kind, [...(notes.get(kind) || []), lang]);
+  return [...notes].map(([kind, langs]) => t(TOKEN_NOTES[kind], { lang: langs.join(" / ") })).join(" ");
+}
 const langTag = (code) => String(code || "?").toUpperCase();
 
 // Pick a kind/layer/head the run has, keeping the current choice where it can.
@@ -431,10 +445,10 @@ function setupKind() {
   if (att.heads === 1) state.head = 0;
   else if (state.head !== "mean" && state.head >= att.heads) state.head = "mean";
   fillSelect($("#head"), heads, state.head);
-  const bpe = Object.keys(res.token_labels || {}).length > 0;
   const names = pairNames(runInfo(res.run));
   const note = KIND_NOTES[state.kind] ? t(KIND_NOTES[state.kind], { pad: PAD_SHOWN, ...names }) : "";
-  $("#kind-note").textContent = note + (bpe ? " " + t(BPE_NOTE) : "");
+  const tokens = tokenNote(runInfo(res.run));
+  $("#kind-note").textContent = note + (tokens ? " " + tokens : "");
   const stepRows = decodingRows(att);
   // The encoder has no decoding steps (it reads the whole source at once, §12): no stepper.
   for (const id of ["#step", "#step-prev", "#step-next", "#step-play"]) $(id).disabled = !stepRows.length;
