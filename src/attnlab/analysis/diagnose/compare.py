@@ -13,11 +13,10 @@ sentences (and the table says why the reports were not used).
 Runs that split the corpus differently (``data.dataset``, ``data.valid_frac``, ``data.test_frac``) or run
 in different directions (``data.direction``) are refused (why: docs/explanations/compare.md).
 
-**One unit per side.** Lengths count the source and speeds the target in the pair's unit
-(``Pair.length_unit``): words of the preprocessed text (items separated by spaces, so ``i'm home .`` is 3
-words), or characters for a side the ``chars`` rule cuts; a BPE run's tokens are not a word run's tokens.
-Training speed is the run's logged target tokens/s times its target words per token (its own
-tokenizer on the sample's references, ``<eos>`` counted as a token since training counts it).
+**One unit per side.** Lengths count the source, speeds the target, in ``Pair.length_unit``: words of the
+preprocessed text (``i'm home .`` is 3), or characters for a ``chars`` side; never a run's own tokens.
+Training speed is the run's logged target tokens/s times its target units per token (its own tokenizer on
+the sample's references, ``<eos>`` counted as a token since training counts it).
 
 **The notes' §26 table, measured** (:func:`notes_table`, the last section of ``format()``): each run's own
 answer to the notes' rows, and D2L's claims set beside what these runs measured. **A timing is a mean with its
