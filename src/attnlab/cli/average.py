@@ -38,7 +38,7 @@ def register(sub) -> None:
                                      "the learning rate decays: --from-decay averages those, near convergence."))
     a.add_argument("run", metavar="RUN", help=_("run folder (the --out of `attnlab train`)"))
     which = a.add_mutually_exclusive_group(required=True)
-    which.add_argument("--last", type=int, metavar="N", help=_("how many of the newest checkpoints"))
+    which.add_argument("--last", type=int, metavar="N", help=_("how many of the newest checkpoints (default: none; this or --from-decay is required)"))
     which.add_argument("--from-decay", action="store_true",
                        help=_("the checkpoints written while the learning rate decayed (a budgeted run keeps "
                               "train.average_last of them, spread over its decay phase)"))
