@@ -47,8 +47,15 @@ def _corpus(path: Path, src: str, tgt: str) -> Path:
     return path
 
 
+#: Where naming French is right on any pair: doctor saying the notes' own §1 example does not apply.
+NOTES_EXAMPLE = ("the notes' example is English→French", "笔记的例句是英语→法语")
+
+
 def _foreign(text: str, langs: tuple[str, ...]) -> list[str]:
-    """The language names in ``text`` that are none of ``langs`` (English and Chinese spellings)."""
+    """The language names in ``text`` that are none of ``langs`` (English and Chinese spellings), outside the
+    lines that name the notes' own example."""
+    for said in NOTES_EXAMPLE:
+        text = text.replace(said, "")
     return [name for code, names in NAMES.items() if code not in langs for name in names if name in text]
 
 

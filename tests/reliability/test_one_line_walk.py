@@ -181,7 +181,8 @@ def _word_vocab(edit):
 
 
 def _ckpt(run: Path) -> Path:
-    return next((run / "checkpoints").glob("step-*"))
+    """The checkpoint LAST names (a budgeted run keeps several: the decay's and the rotation's)."""
+    return run / "checkpoints" / (run / "checkpoints" / "LAST").read_text().strip()
 
 
 RUN_DAMAGE = {
