@@ -66,8 +66,8 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def best_time(fn: Callable[[], Any], reps: int, device: torch.device) -> float:
-    """Seconds of the fastest of ``reps`` calls of ``fn`` after one untimed warm-up call."""
+def _times(fn: Callable[[], Any], reps: int, device: torch.device) -> list[float]:
+    """Seconds of each of ``reps`` calls of ``fn`` after one untimed warm-up call."""
     fn()
     _sync(device)
     times = []
@@ -76,22 +76,20 @@ def best_time(fn: Callable[[], Any], reps: int, device: torch.device) -> float:
         fn()
         _sync(device)
         times.append(time.perf_counter() - t0)
-    return min(times)
+    return times
+
+
+def best_time(fn: Callable[[], Any], reps: int, device: torch.device) -> float:
+    """Seconds of the fastest of ``reps`` calls of ``fn`` after one untimed warm-up call."""
+    return min(_times(fn, reps, device))
 
 
 def typical_time(fn: Callable[[], Any], reps: int, device: torch.device) -> float:
     """Seconds of the median of ``reps`` calls of ``fn`` after one untimed warm-up call: what a long run of such
     calls takes on average while other programs come and go, where the fastest (:func:`best_time`) is the
     machine at its least disturbed — right for comparing kernels, optimistic for a time estimate."""
-    fn()
-    _sync(device)
-    times = []
-    for _rep in range(max(reps, 1)):
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
+    times = sorted(_times(fn, reps, device))
+    return times[len(times) // 2]
 
 
 def random_batch(batch_size: int, src_len: int, tgt_len: int, src_vocab: int, tgt_vocab: int,
