@@ -500,8 +500,29 @@ def _descendants(root: int) -> dict[int, int]:
 
 
 def _alive(pid: int, start: int) -> bool:
+    """Whether any thread of ``pid`` still runs. A killed process's leader turns zombie while its other
+    threads are still exiting, and its files (the run folder's lock) close only when the last one has."""
     st = _stat(pid)
-    return st is not None and st[2] == start and st[1] not in ("Z", "X")  # a zombie has stopped
+    if st is None or st[2] != start:
+        return False
+    try:
+        states = [t.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0]
+                  for t in Path(f"/proc/{pid}/task").iterdir()]
+    except (OSError, IndexError):
+        states = [st[1]]
+    return any(s not in ("Z", "X") for s in states)
+
+
+def _lock_holders(path: Path) -> list[str]:
+    """The processes with ``path`` open, for a failure message."""
+    out = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            if any(os.readlink(fd) == str(path) for fd in fd_dir.iterdir()):
+                out.append(f"{fd_dir.parent.name}: {(fd_dir.parent / 'cmdline').read_bytes()[:100]!r}")
+        except OSError:
+            continue
+    return out
 
 
 @contextlib.contextmanager
@@ -611,7 +632,14 @@ def test_sigkill_of_the_launcher_leaves_no_worker_and_frees_the_run_folder(tmp_p
             time.sleep(0.1)
         left = {p: Path(f"/proc/{p}/cmdline").read_bytes()[:100] for p, s in family.items() if _alive(p, s)}
         assert not left, f"still running 30 s after kill -9 of the launcher: {left}"
-        lock = lock_run_folder(run)
+        while True:  # the kernel frees the lock when the last holder's files close, just after it stops
+            try:
+                lock = lock_run_folder(run)
+                break
+            except RunLockedError:
+                assert time.monotonic() - t0 < 30, (
+                    f"run folder still locked 30 s after kill -9: {_lock_holders(run / 'train.lock')}")
+                time.sleep(0.1)
         assert lock.fd is not None
         lock.release()
     finally:
