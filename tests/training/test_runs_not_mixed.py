@@ -10,6 +10,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,31 @@ def test_the_lock_of_this_jobs_launcher_covers_its_workers(tmp_path, monkeypatch
         monkeypatch.setenv(LAUNCHER_ENV, str(holder.pid + 1))  # another job's launcher
         with pytest.raises(RunLockedError):
             lock_run_folder(run)
+    finally:
+        _gone(holder)
+
+
+def test_a_lock_whose_recorded_holder_has_ended_is_waited_for_then_refused(tmp_path, monkeypatch):
+    """After `kill -9` of an `attnlab --nproc` launcher, the lock it recorded is still held for a moment by
+    its torchrun and workers, which are dying with it: a restart at once waits for them instead of being
+    refused in the name of a process that no longer exists; one that never lets go is still refused."""
+    from attnlab.training import run_lock
+
+    run = tmp_path / "run"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    holder = _hold_in_another_process(run)
+    try:
+        (run / LOCK_FILE).write_text(f"{dead}\nattnlab train --nproc 2\n")  # the launcher's note, as kill -9 leaves it
+        monkeypatch.setattr(run_lock, "_GONE_GRACE_S", 0.3)
+        with pytest.raises(RunLockedError, match=f"process {dead} "):  # never let go: refused after the grace
+            lock_run_folder(run)
+        monkeypatch.setattr(run_lock, "_GONE_GRACE_S", 30.0)
+        threading.Timer(0.5, holder.kill).start()
+        t0 = time.monotonic()
+        lock = lock_run_folder(run)
+        assert lock.fd is not None and time.monotonic() - t0 >= 0.4
+        lock.release()
     finally:
         _gone(holder)
 

@@ -21,6 +21,7 @@ import os
 import shlex
 import stat
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,7 @@ except ImportError:  # Windows: no flock; runs are not locked there
 LOCK_FILE = "train.lock"
 LAUNCHER_ENV = "ATTNLAB_LAUNCHER_PID"  # set by `attnlab train --nproc` for torchrun and its workers
 _MAX_HOLDER_BYTES = 4096
+_GONE_GRACE_S = 10.0  # how long a lock whose recorded holder has ended may take to be let go
 
 
 class RunLockedError(AttnlabError):
@@ -77,6 +79,37 @@ def _not_a_lock(path: Path) -> RunLockedError:
                             "be locked; remove it (training keeps its lock there) and run again").format(path=path))
 
 
+def _gone(pid: int | None) -> bool:
+    """Whether the process ``pid`` has ended (False when unknown, or alive under another user)."""
+    if pid is None or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _flock_or_wait_for_the_gone(fd: int, path: Path) -> None:
+    """``flock`` ``fd`` now, or within :data:`_GONE_GRACE_S` when the recorded holder has already ended:
+    after ``kill -9`` of a launcher its torchrun and workers, which share the lock, end just after it
+    (``PR_SET_PDEATHSIG``), and a restart at once must not be refused in the name of a dead process."""
+    deadline = None
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES) or not _gone(_holder(path)[0]):
+                raise
+            deadline = deadline or time.monotonic() + _GONE_GRACE_S
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def lock_run_folder(out_dir: str | Path) -> RunLock:
     """Lock ``out_dir`` (created if new) for this process's training; release with :meth:`RunLock.release`.
 
@@ -101,7 +134,7 @@ def lock_run_folder(out_dir: str | Path) -> RunLock:
         os.close(fd)
         raise _not_a_lock(path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _flock_or_wait_for_the_gone(fd, path)
     except OSError as e:
         os.close(fd)
         if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
