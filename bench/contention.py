@@ -60,7 +60,7 @@ def timed(cfg, prepared, batches, sources, threads: int | str) -> tuple[float, f
     most = cpu_threads()
     model = build_model(cfg.model, len(prepared.src_tok), len(prepared.tgt_tok))
     opt = make_optimizer(model, cfg.train)
-    tuner = ThreadTuner(most, sense=idle_sampler()) if threads == "auto" else None
+    tuner = ThreadTuner(most, sense=idle_sampler) if threads == "auto" else None
     if tuner is None:
         torch.set_num_threads(int(threads))
     model.train()
@@ -71,7 +71,7 @@ def timed(cfg, prepared, batches, sources, threads: int | str) -> tuple[float, f
         if tuner:
             tuner.end(s, batch.src.numel() + batch.tgt_in.numel())
     t_train = time.perf_counter() - t0
-    dtuner = (ThreadTuner(most, window=6, warmup=1, recheck_every=60, unit="batch", sense=idle_sampler())
+    dtuner = (ThreadTuner(most, window=6, warmup=1, recheck_every=200, unit="batch", sense=idle_sampler)
               if threads == "auto" else None)
     t0 = time.perf_counter()
     decode_many(model, sources, cfg.decode, torch.device("cpu"), beam_size=1, batch_size=32, threads=dtuner)
@@ -85,7 +85,7 @@ def timed(cfg, prepared, batches, sources, threads: int | str) -> tuple[float, f
 def overhead_us(units: int = 20000) -> float:
     """Microseconds the controller adds per unit (its begin and end, with a no-op setter), with a clock
     that moves as a real one does."""
-    tuner = ThreadTuner(cpu_threads(), apply=lambda n: None, sense=idle_sampler())
+    tuner = ThreadTuner(cpu_threads(), apply=lambda n: None, sense=idle_sampler)
     t0 = time.perf_counter()
     for _ in range(units):
         tuner.end(tuner.begin(), 1.0)

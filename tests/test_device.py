@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
 import torch
 
 from attnlab import device
@@ -40,15 +46,17 @@ def test_cgroup_quota_is_none_or_positive():
 
 def test_the_load_sample_counts_other_programs_cores(monkeypatch):
     """Two cores; over one second this process used one core's time and the cores were busy 1.0 and 0.9:
-    another program held most of a core, so one is free. With 0.2 of a core busy elsewhere, both are."""
-    from attnlab import device
+    another program held most of a core, so one is free. With 0.2 of a core busy elsewhere, both are.
+    Niced time counts only as far as the niced programs compete (another session's group)."""
 
-    def sample(busy_after: list[int]):
-        reads = iter([[(0, 0), (0, 0)], [(b, 100) for b in busy_after]])
+    def sample(busy_after: list[int], niced_after: int = 0, competes: float = 1.0):
+        reads = iter([[(0, 0, 0), (0, 0, 0)], [(b, niced_after // 2, 100) for b in busy_after]])
         clock = iter([0.0, 1.0, 1.0])
         monkeypatch.setattr(device, "cpu_threads", lambda: 2)
         monkeypatch.setattr(device.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
         monkeypatch.setattr(device, "_cpu_jiffies", lambda cores: next(reads))
+        monkeypatch.setattr(device, "_niced_share_that_competes", lambda: competes)
+        monkeypatch.setattr(device, "_own_nice", lambda: 0)
         monkeypatch.setattr(device.time, "perf_counter", lambda: next(clock))
         own = iter([0.0, 1.0])
         monkeypatch.setattr(device.time, "process_time", lambda: next(own))
@@ -57,3 +65,37 @@ def test_the_load_sample_counts_other_programs_cores(monkeypatch):
     assert sample([100, 90]) == 1
     assert sample([100, 20]) == 2
     assert sample([100, 100]) == 1  # never fewer than one
+    assert sample([100, 100], niced_after=100, competes=0.0) == 2  # a nice-19 loop of this session yields
+    assert sample([100, 100], niced_after=100, competes=1.0) == 1  # another session's takes its core
+
+
+@pytest.mark.skipif(not Path("/proc/sys/kernel/sched_autogroup_enabled").exists(), reason="Linux session groups")
+def test_a_niced_program_competes_only_from_another_session_group():
+    """Two real busy loops at nice 19: one in this process's session group yields to it; one started in a
+    new session (its own group, at nice 0) takes a core all the same."""
+    if device._own_nice() > 19 - device._YIELD_NICE or device._autogroup("self")[1] > 0:
+        pytest.skip("this test runs niced: a nice-19 program would not be nicer than it")
+    if any(_running_niced(int(p.name)) for p in Path("/proc").iterdir() if p.name.isdigit()):
+        pytest.skip("other niced programs are running: the share would be theirs too")
+    loop = [sys.executable, "-c", "while True: pass"]
+    for new_session, competes in [(False, 0.0), (True, 1.0)]:
+        if competes and Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1":
+            continue  # without session groups a nice value orders every program
+        proc = subprocess.Popen(["nice", "-n", "19", *loop], start_new_session=new_session)
+        try:
+            deadline = time.monotonic() + 20
+            while not _running_niced(proc.pid):
+                assert time.monotonic() < deadline, "the busy loop never ran"
+                time.sleep(0.02)
+            assert device._niced_share_that_competes(max_age_s=0) == competes
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def _running_niced(pid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] == "R" and int(fields[16]) > 0

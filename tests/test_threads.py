@@ -101,23 +101,88 @@ def test_a_first_unit_three_times_as_slow_ends_the_try_at_once():
     assert w.threads == 1 and t.n == 1 and t.tries == 1 and w.applied == [1, 2, 1]
 
 
-def test_the_load_sample_sets_the_start_and_the_search_corrects_it():
-    answers = iter([None] * 5 + [1])  # the sample answers at the third unit's end: one core is free
-    w = World({1: 1.0, 2: 0.55})  # ...but the machine is in fact quiet: two threads win it back
-    t = tuner(w, sense=lambda: next(answers))
+class Load:
+    """Fake load samples: each sample started answers the free cores ``free`` held when it started,
+    after ``delay`` calls (None before)."""
+
+    def __init__(self, free: int, delay: int = 0) -> None:
+        self.free, self.delay, self.started = free, delay, 0
+
+    def __call__(self):
+        self.started += 1
+        answer, calls = self.free, iter(range(10**9))
+        return lambda: answer if next(calls) >= self.delay else None
+
+
+def test_the_load_sample_sets_the_start_and_more_threads_wait_for_a_free_core():
+    load = Load(1, delay=5)  # the sample answers at the third unit's end: one core is free
+    w = World({1: 1.0, 2: 0.55})  # ...but the machine is in fact quiet
+    t = tuner(w, sense=load)
     w.run(t, 3)
     assert t.sensed == 1 and w.threads == 1 and t.changes == []
-    w.run(t, 40)
-    assert t.n == 2 and [(c.old, c.new, c.why) for c in t.changes] == [(1, 2, "start")]
+    w.run(t, 20)
+    assert t.n == 1 and w.applied.count(2) == 0  # no try of two threads while no core is free
+    load.delay, load.free = 0, 2  # the next sample finds the second core free: it is tried at once
+    w.run(t, 12)
+    assert t.n == 2 and [(c.old, c.new, c.why) for c in t.changes] == [(1, 2, "free")]
     assert t.to_json()["free_at_start"] == 1
     busy = World({1: 1.0, 2: 5.0})
-    t2 = tuner(busy, sense=lambda: 1)
+    t2 = tuner(busy, sense=Load(1))
     busy.run(t2, 60)
-    assert t2.n == 1 and busy.applied.count(2) == 1  # one try, cut short by its first unit
+    assert t2.n == 1 and busy.applied.count(2) == 0  # the sample said no core was free: never tried
     quiet = World({1: 1.0, 2: 0.55})
-    t3 = tuner(quiet, sense=lambda: 2)
+    t3 = tuner(quiet, sense=Load(2, delay=1))
     quiet.run(t3, 10)
     assert t3.sensed == 2 and quiet.applied[:2] == [1, 2]  # one thread until it knows; all cores were free
+
+
+def test_a_free_core_that_does_not_help_is_not_tried_again_at_every_window():
+    load = Load(1)
+    w = World({1: 1.0, 2: 1.5})  # two threads are slower even with both cores free
+    t = tuner(w, sense=load)
+    w.run(t, 20)
+    load.free = 2
+    w.run(t, 30)
+    assert t.n == 1 and w.applied.count(2) == 1 and t.tries == 1  # one try, lost: not again...
+    w.run(t, 200)
+    assert t.n == 1 and 1 < w.applied.count(2) <= 5  # ...until the periodic search, which ignores the sample
+
+
+def test_a_sample_that_never_sees_a_free_core_cannot_hold_the_count_down_for_good():
+    w = World({1: 1.0, 2: 0.55})
+    t = tuner(w, sense=Load(1))  # wrong: the machine is quiet
+    w.run(t, 200)
+    assert t.n == 2 and t.changes[-1].why == "recheck"
+
+
+def test_a_cost_that_falls_tries_more_threads_only_with_a_core_free():
+    load = Load(1)
+    w = World({1: 2.0, 2: 6.0})
+    t = tuner(w, sense=load)
+    w.run(t, 20)
+    w.cost[1] = 1.0  # one thread's cost falls: a jump, but the sample still sees no core free
+    w.run(t, 12)
+    assert w.applied.count(2) == 0 and t.n == 1
+
+
+def test_a_try_slower_by_four_margins_over_half_a_window_ends_there():
+    w = World({1: 1.3, 2: 1.0})  # one thread 30 % slower: clear after half a window, not a whole one
+    t = ThreadTuner(2, window=8, warmup=2, recheck_every=1000, clock=w.clock, apply=w.apply)
+    w.run(t, 2 + 8 + 1 + 4)  # warm-up, a window on 2, the switch's unit, half a window on 1
+    assert w.threads == 2 and t.n == 2 and t.tries == 1
+    w2 = World({1: 1.1, 2: 1.0})  # 10 % slower: within four margins, so it gets the whole window
+    t2 = ThreadTuner(2, window=8, warmup=2, recheck_every=1000, clock=w2.clock, apply=w2.apply)
+    w2.run(t2, 2 + 8 + 1 + 4)
+    assert w2.threads == 1
+
+
+def test_units_run_while_the_start_sample_is_pending_measure_nothing():
+    w = World({1: 1.0, 2: 0.55})
+    t = tuner(w, sense=Load(2, delay=40))  # a slow answer: a whole window passes on one thread meanwhile
+    w.run(t, 20)
+    assert t.sensed is None and t.tries == 0 and w.applied == [1]  # no search on a count about to change
+    w.run(t, 25)
+    assert t.sensed == 2 and w.threads == 2 and t.changes == []  # it starts where the sample says
 
 
 def test_bursts_of_other_work_start_no_search():

@@ -62,12 +62,11 @@ def cpu_threads() -> int:
 def idle_sampler(min_s: float = 0.1) -> Callable[[], int | None] | None:
     """Start sampling the load; the returned function answers, once ``min_s`` has passed, how many of
     :func:`cpu_threads` other programs leave free: each allowed core's busy share over the interval, from
-    ``/proc/stat``, less this process's own CPU time; any other program's share past a quarter of a core
-    takes a whole one, since a busy neighbour gets less than a core while this process computes (at least
-    1 is left). Before then it answers None. Niced programs count: with the scheduler's session groups
-    (autogroup) they take their share all the same. None instead of a function off Linux (no
-    ``/proc/stat``). The sample costs no waiting: the caller's own first units of work are its interval
-    (:class:`attnlab.threads.ThreadTuner` starts on the answer)."""
+    ``/proc/stat``, less this process's own CPU time and less niced programs that yield to it
+    (:func:`_niced_share_that_competes`); any other program's share past a quarter of a core takes a whole
+    one, since a busy neighbour gets less than a core while this process computes (at least 1 is left).
+    Before then it answers None. None instead of a function off Linux (no ``/proc/stat``). The sample
+    costs no waiting: the caller's own units of work are its interval (:class:`attnlab.threads.ThreadTuner`)."""
     most = cpu_threads()
     try:
         cores = sorted(os.sched_getaffinity(0))
@@ -84,21 +83,80 @@ def idle_sampler(min_s: float = 0.1) -> Callable[[], int | None] | None:
             after = _cpu_jiffies(cores)
         except (OSError, ValueError, KeyError):
             return most  # cannot tell: every core
-        busy = sum((a[0] - b[0]) / max(1, a[1] - b[1]) for a, b in zip(after, before, strict=True))
-        others = max(0.0, busy - (time.process_time() - own0) / (t1 - t0))
+        share = [(a[0] - b[0]) / max(1, a[2] - b[2]) for a, b in zip(after, before, strict=True)]
+        niced = sum((a[1] - b[1]) / max(1, a[2] - b[2]) for a, b in zip(after, before, strict=True))
+        own = (time.process_time() - own0) / (t1 - t0)
+        if _own_nice() > 0:  # this process's own time is niced time too
+            niced = max(0.0, niced - own)
+        others = max(0.0, sum(share) - own)
+        if niced > 0.25:
+            others = max(0.0, others - niced * (1 - _niced_share_that_competes()))
         return max(1, min(most, len(cores) - math.ceil(max(0.0, others - 0.25))))
 
     return ready
 
 
-def _cpu_jiffies(cores: list[int]) -> list[tuple[int, int]]:
-    """(busy, total) jiffies of each of ``cores`` from ``/proc/stat``: all but idle and iowait."""
+def _own_nice() -> int:
+    try:
+        return os.getpriority(os.PRIO_PROCESS, 0)
+    except (AttributeError, OSError):
+        return 0
+
+
+_NICED_CACHE: list[float] = []  # [when, share]: the processes change less often than a tuner samples
+_YIELD_NICE = 10  # a program this much nicer gets under a tenth of a core beside one that computes
+
+
+def _niced_share_that_competes(max_age_s: float = 10.0) -> float:
+    """Of the niced programs running now, the share that takes a core from this process as if it were not
+    niced: one that yields is :data:`_YIELD_NICE` nicer than this process. With the scheduler's session
+    groups (autogroup) a nice value only orders the programs of one group, and groups share the cores by
+    their own nice values, so a niced program of another session competes unless its group is that much
+    nicer. With no niced program seen running: 1 under session groups, else 0."""
+    now = time.monotonic()
+    if _NICED_CACHE and now - _NICED_CACHE[0] < max_age_s:
+        return _NICED_CACHE[1]
+    try:
+        groups = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+        mine = _autogroup("self") if groups else ("", 0)
+    except OSError:
+        groups, mine = False, ("", 0)
+    running = competing = 0
+    own = _own_nice()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[16]) <= 0 or fields[0] != "R":
+                continue
+            group = _autogroup(entry.name) if groups else mine
+        except (OSError, ValueError, IndexError):
+            continue
+        running += 1
+        # another group: the groups' nice values share the cores; this group: the programs' own
+        nicer = group[1] - mine[1] if group[0] != mine[0] else int(fields[16]) - own
+        competing += nicer < _YIELD_NICE
+    share = competing / running if running else float(groups)
+    _NICED_CACHE[:] = [now, share]
+    return share
+
+
+def _autogroup(pid: str) -> tuple[str, int]:
+    """``(name, nice)`` of a process's scheduler session group, from ``/proc/PID/autogroup``."""
+    name, _word, nice = Path(f"/proc/{pid}/autogroup").read_text().split()
+    return name, int(nice)
+
+
+def _cpu_jiffies(cores: list[int]) -> list[tuple[int, int, int]]:
+    """(busy, niced, total) jiffies of each of ``cores`` from ``/proc/stat``: busy is all but idle and
+    iowait, niced the user time of niced programs (part of busy)."""
     rows = {}
     for line in Path("/proc/stat").read_text().splitlines():
         name, *ticks = line.split()
         if name.startswith("cpu") and name != "cpu":
             t = [int(x) for x in ticks[:8]]
-            rows[int(name[3:])] = (sum(t) - t[3] - t[4], sum(t))
+            rows[int(name[3:])] = (sum(t) - t[3] - t[4], t[1], sum(t))
     return [rows[c] for c in cores]
 
 

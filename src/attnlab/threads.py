@@ -7,12 +7,14 @@ work times each unit (a training update, a batch of sentences) per unit of its s
 
 - with ``sense`` (:func:`attnlab.device.idle_sampler`) the first units run on ``min_threads`` and sample
   the load; the count then starts no higher than the cores others leave free (an extra thread on a busy
-  core can cost a step several times over, a missing one at most its share);
+  core can cost a step several times over, a missing one at most its share), and more threads are tried
+  only when a load sample over the last window says a core is free: the sample is free, a try is not;
 - a window's cost is its median unit; a neighbour count (``n ± 1``) is kept when more than ``margin``
   faster, and the walk goes on while it wins; a try three times as slow in its first unit (which pays
-  for the switch), or twice as slow in the next two, is given up;
-- then it holds, and searches again every ``recheck_every`` units, or when two windows running cost
-  ``jump`` more or less (a neighbour came or went: only fewer threads can win when the cost rose).
+  for the switch), twice as slow in the next two, or four margins slower over half a window, is given up;
+- then it holds, and searches again every ``recheck_every`` units, when two windows running cost
+  ``jump`` more or less (a neighbour came or went: only fewer threads can win when the cost rose), or
+  when the load sample finds more free cores than threads in use.
 
 OpenMP's passive wait policy avoids the spinning but slows a quiet machine, so the count adapts instead
 (as CTranslate2's ``intra_threads``). The count is per OS thread: each decoding thread of a server tunes
@@ -37,7 +39,7 @@ from attnlab.i18n import _
 class Change:
     """One settled change of thread count: after ``at`` units, ``old`` → ``new``, because the new count's
     cost per unit of work was ``old_cost / new_cost`` times lower (``speedup``); ``why`` is what started the
-    search: ``start``, ``recheck`` or ``jump``."""
+    search: ``start``, ``recheck``, ``jump`` or ``free`` (the load sample found a core free)."""
 
     at: int
     old: int
@@ -58,15 +60,17 @@ class ThreadTuner:
     each change (the thread pool grows); ``window``: units per measurement. ``clock`` (seconds) and
     ``apply`` (sets the count; default ``torch.set_num_threads``) are injected for tests; ``say`` is
     called with one line per settled change. :attr:`changes` lists them; :attr:`tries` counts the
-    neighbours tried. ``sense``: answers the free cores once it knows (None before), see the module
-    docstring; :attr:`sensed` keeps its answer. Raises ``ValueError`` for bounds that are not ``1 <= min <= max``.
+    neighbours tried. ``sense`` starts a load sample (``idle_sampler``): it returns a function that
+    answers the free cores once it knows (None before), or None where the load cannot be read; see the
+    module docstring. :attr:`sensed` keeps the first answer. Raises ``ValueError`` for bounds that are
+    not ``1 <= min <= max``.
     """
 
     def __init__(self, max_threads: int, min_threads: int = 1, *, start: int | None = None, window: int = 12,
                  warmup: int = 3, margin: float = 0.05, recheck_every: int = 400, jump: float = 0.3,
                  clock: Callable[[], float] = time.perf_counter, apply: Callable[[int], None] | None = None,
                  say: Callable[[str], None] | None = None, unit: str = "step",
-                 sense: Callable[[], int | None] | None = None) -> None:
+                 sense: Callable[[], Callable[[], int | None] | None] | None = None) -> None:
         if not 1 <= min_threads <= max_threads:
             raise ValueError(f"thread bounds must satisfy 1 <= min ({min_threads}) <= max ({max_threads})")
         self.min, self.max = min_threads, max_threads
@@ -76,7 +80,11 @@ class ThreadTuner:
         self.clock, self._apply, self.say, self.unit = clock, apply or torch.set_num_threads, say, unit
         self.changes: list[Change] = []
         self.tries = 0
-        self._sense, self.sensed = sense, None
+        self._sampler, self.sensed = sense, None
+        self._sense = sense() if sense is not None else None  # the start's sample, until it answers
+        self._window_sample = None  # in hold: the sample over the window running now
+        self._capped = False  # the start was lowered by the sample: no core was free for more threads
+        self._up_lost = False  # more threads lost their last try: a free core alone does not try again
         self.count = 0  # units seen
         self._lock = threading.Lock()
         self._skip = self.warmup
@@ -91,7 +99,7 @@ class ThreadTuner:
         self._since = 0
         self._every = self.recheck_every
         self._goal = self.n  # with ``sense``: the start it waits to confirm, on ``min_threads`` meanwhile
-        if sense is not None:
+        if self._sense is not None:
             self.n = self._cand = self.min
         self._set(self.n)
 
@@ -111,6 +119,8 @@ class ThreadTuner:
             self.count += 1
             if self._sense is not None:
                 self._sensing()
+                if self._sense is not None:
+                    return  # the count may change once the sample answers: this unit measures nothing
             if work <= 0:
                 return
             if self._phase == "try" and self._skip > 0 and self._base > 0 and dt / work > 3 * self._base:
@@ -121,13 +131,14 @@ class ThreadTuner:
                 self._skip -= 1
                 return
             self._costs.append(dt / work)
-            if self._phase == "try" and len(self._costs) >= 2 and min(self._costs) > 2 * self._base:
-                self._judge(statistics.median(self._costs))  # clearly slower: not a whole window on it
+            if self._phase == "try" and self._clearly_slower():
+                self._judge(statistics.median(self._costs))  # not a whole window on it
             elif len(self._costs) >= self.window:
                 cost = statistics.median(self._costs)  # a burst of another program's work moves it little
                 self._costs.clear()
                 if self._phase == "base":
-                    self._search(self._why, self._prefer, cost)
+                    self._search(self._why, self._prefer, cost,
+                                 frozenset({"down"}) if self._capped else frozenset({"up", "down"}))
                 elif self._phase == "try":
                     self._judge(cost)
                 else:
@@ -162,6 +173,7 @@ class ThreadTuner:
             return
         self._sense, self.sensed = None, free
         start = max(self.min, min(self._goal, free))
+        self._capped = free < self._goal
         if start != self.n and self._phase == "base" and not self.changes and self.tries == 0:
             self.n = self._cand = start
             self._set(self.n)
@@ -182,6 +194,13 @@ class ThreadTuner:
                 return
         self._settle()
 
+    def _clearly_slower(self) -> bool:
+        """The try so far: its first two units both twice as slow, or half a window's median slower by
+        four margins."""
+        k, base = len(self._costs), self._base
+        return ((k >= 2 and min(self._costs) > 2 * base)
+                or (k >= max(2, self.window // 2) and statistics.median(self._costs) > (1 + 4 * self.margin) * base))
+
     def _judge(self, cost: float) -> None:
         """Keep the neighbour tried if it won (see the module docstring) and walk on that way, else go
         back and try the other way (not after a jump: see :meth:`_hold`), else hold."""
@@ -194,9 +213,11 @@ class ThreadTuner:
                 self.say(_("threads: {move}").format(move=self._move(change)))
             self.n, self._base, self._moved = cand, cost, True
             self._allow = {"up" if up else "down"}  # never straight back to the count just left
+            self._up_lost = self._up_lost and not up
         else:
             self._set(self.n)
             self._allow.discard("up" if up else "down")
+            self._up_lost = self._up_lost or up
         self._next_try()
 
     def _search(self, why: str, prefer: str, base: float, allow: frozenset[str] = frozenset({"up", "down"})) -> None:
@@ -208,19 +229,29 @@ class ThreadTuner:
         """Hold ``n``; the next periodic try comes later after a search that changed nothing."""
         self._every = self.recheck_every if self._moved else min(2 * self._every, 8 * self.recheck_every)
         self._phase, self._ref, self._since = "hold", self._base, 0
+        self._window_sample = self._sampler() if self._sampler is not None else None
 
     def _hold(self, cost: float) -> None:
         """Search again after ``recheck_every`` units (longer after fruitless tries), or when two windows
         running cost more than ``jump`` away from the settled cost (a neighbour came or went; one window
         can be a burst). After a jump only one way can win: fewer threads when the cost rose, more when it
-        fell."""
+        fell. With a load sample, more threads are tried after a jump only when the sample over the last
+        window finds a core free for them, and then also without a jump; the periodic search tries both
+        ways whatever the sample says, so a sample that is wrong cannot hold the count down for good."""
         self._since += self.window
         self._jumps = self._jumps + 1 if abs(cost - self._ref) > self.jump * self._ref else 0
+        free = self._window_sample() if self._window_sample is not None else None
+        self._window_sample = self._sampler() if self._sampler is not None else None  # over the next window
+        allow = {"up", "down"} if free is None or free > self.n else {"down"}
         if self._jumps >= 2 or self._since >= self._every:
             jumped, self._jumps = self._jumps >= 2, 0
             prefer = "down" if cost > self._ref else "up"
-            self._search("jump" if jumped else "recheck", prefer, cost,
-                         frozenset({prefer}) if jumped else frozenset({"up", "down"}))
+            self._up_lost = self._up_lost and not jumped  # the load changed: a free core may now win
+            wanted = {prefer} & allow if jumped else {"up", "down"}
+            if wanted:
+                self._search("jump" if jumped else "recheck", prefer, cost, frozenset(wanted))
+        elif free is not None and free > self.n < self.max and not self._up_lost:
+            self._search("free", "up", cost, frozenset({"up"}))
 
 
 class PerThread:

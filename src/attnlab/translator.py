@@ -262,8 +262,8 @@ class Translator:
         ``most``, by timing its batches (attnlab/threads.py); ``say`` gets one line per change. On a GPU
         the CPU threads do not set the pace, and nothing changes."""
         if self.device.type == "cpu":
-            self.threads = PerThread(lambda: ThreadTuner(most, window=6, warmup=1, recheck_every=60, unit="batch",
-                                                         say=say, sense=idle_sampler()))
+            self.threads = PerThread(lambda: ThreadTuner(most, window=6, warmup=1, recheck_every=200, unit="batch",
+                                                         say=say, sense=idle_sampler))
 
     def set_decode(self, decode: DecodeConfig) -> None:
         """Decode with ``decode`` from now on (``translate RUN decode.beam_size=4``, ``--beam 4``): the

@@ -176,7 +176,7 @@ def thread_tuner(cfg: Config, device: torch.device) -> ThreadTuner | None:
     if cfg.train.threads > 0 or device.type != "cpu":
         return None
     most = D.threads_per_process() if D.is_distributed() else cpu_threads()
-    return ThreadTuner(most, start=min(torch.get_num_threads(), most), sense=idle_sampler())
+    return ThreadTuner(most, start=min(torch.get_num_threads(), most), sense=idle_sampler)
 
 
 def use_threads(cfg: Config) -> None:
