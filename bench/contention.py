@@ -7,8 +7,8 @@ the adaptive one (attnlab/threads.py), in one invocation.
 For each model (the demo's Bahdanau and Transformer, sized as ``attnlab demo`` sizes them for a probe of
 ``--peak`` GFLOP/s and ``--minutes``) and each case (``0``, ``1`` or ``2`` busy neighbours: plain busy loops
 this script starts at nice 0 or 19 and stops), it times a FIXED number of updates (a fresh model and
-optimizer each time, the same batches) and a fixed greedy decode, once per fixed thread count (1 to this
-process's CPUs) and once adaptive. It prints seconds and each time over the best fixed count's for that
+optimizer each time, the same batches) and a fixed greedy decode, on each fixed thread count (1 to this
+process's CPUs) and adaptive, ``--repeats`` times each in turn (the median is kept). It prints seconds and each time over the best fixed count's for that
 case (< 1: the adaptive choice beat every fixed count; 1.00: it matched the best). Timings mean something
 only on a machine with nothing else running: the neighbours must be the only load.
 """
@@ -82,6 +82,12 @@ def timed(cfg, prepared, batches, sources, threads: int | str) -> tuple[float, f
     return t_train, t_decode, changes
 
 
+def _median_run(runs: list[tuple[float, float, list[dict]]]) -> tuple[float, float, list[dict]]:
+    """The median training and decoding seconds of repeated runs, with the changes of the median training."""
+    train = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+    return train[0], sorted(r[1] for r in runs)[len(runs) // 2], train[2]
+
+
 def overhead_us(units: int = 20000) -> float:
     """Microseconds the controller adds per unit (its begin and end, with a no-op setter), with a clock
     that moves as a real one does."""
@@ -96,6 +102,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a few updates and sentences, 0 and 1 neighbour, nice 0")
     ap.add_argument("--updates", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each count in each case, taking turns; "
+                    "the median is printed (single timings beside busy neighbours vary by 10-20 %%)")
     ap.add_argument("--sentences", type=int, default=2048, help="sentences decoded greedily: the validation sources, repeated as needed")
     ap.add_argument("--neighbours", default="0,1,2")
     ap.add_argument("--nice", default="0,19")
@@ -124,10 +132,11 @@ def main() -> int:
         sources = [valid[i % len(valid)] for i in range(args.sentences)]
         for k, nice in cases:
             procs = neighbours(k, nice)
-            try:
-                rows = {n: timed(cfg, prepared, batches, sources, n) for n in counts}
+            try:  # the counts take turns, so that a drift in the neighbours' share spreads over all of them
+                runs = [(n, timed(cfg, prepared, batches, sources, n)) for _ in range(args.repeats) for n in counts]
             finally:
                 stop(procs)
+            rows = {n: _median_run([r for m, r in runs if m == n]) for n in counts}
             best_train = min(rows[n][0] for n in counts if n != "auto")
             best_decode = min(rows[n][1] for n in counts if n != "auto")
             most = counts[-2]
