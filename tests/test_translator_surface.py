@@ -59,3 +59,19 @@ def test_decoding_times_each_batch_for_the_thread_tuner(tiny_runs):
     tr.cfg = dataclasses.replace(tr.cfg, decode=dataclasses.replace(tr.cfg.decode, batch_size=2))
     assert tr.translate(sentences) == plain
     assert tuner.count == 3  # three batches of two
+
+
+def test_tuned_batches_are_taken_in_a_spread_order_that_samples_every_length():
+    """Sorted batches grow longer along the order and their cost per token drifts with them; a tuner that
+    judged the next window against the last would see the drift. The spread order is a permutation whose
+    every window of six covers short and long batches alike."""
+    from attnlab.translator import spread_order
+
+    for m in [0, 1, 2, 3, 7, 64, 100]:
+        assert sorted(spread_order(m)) == list(range(m))
+    order = spread_order(64)
+    for i in range(0, 60, 6):
+        window = order[i : i + 6]
+        assert max(window) - min(window) >= 32, window  # half the range or more: not one stretch of lengths
+    means = [sum(order[i : i + 6]) / 6 for i in range(0, 60, 6)]
+    assert max(means) - min(means) < 16  # no trend from window to window (sorted: 6 to 57)

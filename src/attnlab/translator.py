@@ -78,7 +78,9 @@ def decode_many(
     ``max_len`` caps the decoding steps per sentence (the final ``<eos>`` included) below what
     ``decode.max_len_a/b`` and the model's position table allow (the web server's output limit).
     ``threads``: times each batch per padded source token, so the thread count follows the load
-    (attnlab/threads.py). ``sampler``: the draws to continue (a caller decoding batch by batch), else
+    (attnlab/threads.py); the batches are then taken in a spread order (:func:`spread_order`; the same
+    batches, so the same results), since the cost per token drifts along the sorted order and a
+    window of short sentences must not be judged against one of long ones. ``sampler``: the draws to continue (a caller decoding batch by batch), else
     a new one seeded from ``decode.seed``. The model decodes in eval mode; its previous mode is
     restored, also when decoding raises.
     """
@@ -95,7 +97,10 @@ def decode_many(
     model.eval()
     try:
         with torch.inference_mode():
-            for idx in decode_batches(order, src_seqs, bs, dcfg.max_tokens):
+            batches = decode_batches(order, src_seqs, bs, dcfg.max_tokens)
+            if threads is not None and sampler is None:  # sampling draws in batch order: kept as it is
+                batches = [batches[k] for k in spread_order(len(batches))]
+            for idx in batches:
                 rows = [i for i in idx for _ in range(draws)]  # sampling: `draws` rows a sentence
                 batch = collate([src_seqs[i] for i in rows], [[] for _ in rows], rows)
                 src = batch.src.to(device)
@@ -122,6 +127,17 @@ def decode_many(
     finally:
         model.train(was_training)
     return results
+
+
+def spread_order(m: int) -> list[int]:
+    """``0 … m-1`` by a golden-ratio stride coprime with ``m``: any run of consecutive positions samples the
+    whole range about evenly (a low-discrepancy order), so length-sorted batches lose their trend."""
+    if m < 3:
+        return list(range(m))
+    stride = max(1, round(m * 0.618))
+    while math.gcd(stride, m) != 1:
+        stride += 1
+    return [(k * stride) % m for k in range(m)]
 
 
 def decode_batches(order: list[int], src_seqs: list[list[int]], rows: int, max_tokens: int) -> list[list[int]]:
