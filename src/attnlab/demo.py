@@ -78,7 +78,10 @@ def machine_speed(threads: int) -> tuple[float, str]:
     ``n`` threads reach less than :data:`QUIET_SCALING` of ``n`` times its speed, the cores are shared, and
     it sizes for the median batch of the faster of the two counts and starts training on that count (the
     training then re-measures: attnlab/threads.py). ``threads``: the user's ``--threads``, never changed.
-    The load average is not read: inside a container it counts the host's programs, not this one's cores."""
+    The line blames other programs only when the load sample over the probes (:func:`device.idle_sampler`)
+    saw them; a quiet machine's poor scaling is said as such. The load average is not read: inside a
+    container it counts the host's programs, not this one's cores."""
+    sample = device.idle_sampler()
     peak, n = device.measure_peak_gflops(), torch.get_num_threads()
     if threads > 0 or n == 1:
         return peak, ""
@@ -90,6 +93,13 @@ def machine_speed(threads: int) -> tuple[float, str]:
     start = 1 if one >= peak else n
     torch.set_num_threads(start)
     typical = device.measure_peak_gflops(seconds=0.5, typical=True)
+    free = sample() if sample is not None else None
+    if free is not None and free >= n:  # nobody else on the cores: the probe's own noise, or slow memory
+        return typical, _("note: {n} threads ran only {ratio:.1f}× one thread's speed though no other program was "
+                          "seen on the cores (a quiet machine's about {n}×): the demo sizes for {typical:.0f} "
+                          "GFLOP/s, the typical speed on {start} thread(s), not the best moment's {peak:.0f}, and "
+                          "starts training there").format(n=n, ratio=peak / one, typical=typical, start=start,
+                                                           peak=max(peak, one))
     return typical, _("note: other programs are using this machine's cores ({n} threads ran {ratio:.1f}× one "
                       "thread's speed, a quiet machine's about {n}×): the demo sizes for {typical:.0f} GFLOP/s, the "
                       "typical speed on {start} thread(s), not the best moment's {peak:.0f}, and starts training "
