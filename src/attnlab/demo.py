@@ -95,15 +95,14 @@ def machine_speed(threads: int) -> tuple[float, str]:
     typical = device.measure_peak_gflops(seconds=0.5, typical=True)
     free = sample() if sample is not None else None
     if free is not None and free >= n:  # nobody else on the cores: the probe's own noise, or slow memory
-        return typical, _("note: {n} threads ran only {ratio:.1f}× one thread's speed though no other program was "
-                          "seen on the cores (a quiet machine's about {n}×): the demo sizes for {typical:.0f} "
-                          "GFLOP/s, the typical speed on {start} thread(s), not the best moment's {peak:.0f}, and "
-                          "starts training there").format(n=n, ratio=peak / one, typical=typical, start=start,
-                                                           peak=max(peak, one))
-    return typical, _("note: other programs are using this machine's cores ({n} threads ran {ratio:.1f}× one "
-                      "thread's speed, a quiet machine's about {n}×): the demo sizes for {typical:.0f} GFLOP/s, the "
-                      "typical speed on {start} thread(s), not the best moment's {peak:.0f}, and starts training "
-                      "there").format(n=n, ratio=peak / one, typical=typical, start=start, peak=max(peak, one))
+        line = _("note: {n} threads ran only {ratio:.1f}× one thread's speed though no other program was seen on "
+                 "the cores (a quiet machine's about {n}×): the demo sizes for {typical:.0f} GFLOP/s, the typical "
+                 "speed on {start} thread(s), not the best moment's {peak:.0f}, and starts training there")
+    else:
+        line = _("note: other programs are using this machine's cores ({n} threads ran {ratio:.1f}× one thread's "
+                 "speed, a quiet machine's about {n}×): the demo sizes for {typical:.0f} GFLOP/s, the typical speed "
+                 "on {start} thread(s), not the best moment's {peak:.0f}, and starts training there")
+    return typical, line.format(n=n, ratio=peak / one, typical=typical, start=start, peak=max(peak, one))
 
 
 def _dataset(data: str | None, name: str) -> tuple[str, str | None]:
