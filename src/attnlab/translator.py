@@ -79,9 +79,9 @@ def decode_many(
     ``decode.max_len_a/b`` and the model's position table allow (the web server's output limit).
     ``threads``: times each batch per padded source token, so the thread count follows the load
     (attnlab/threads.py); the batches are then taken in a spread order (:func:`spread_order`; the same
-    batches, so the same results), since the cost per token drifts along the sorted order and a
-    window of short sentences must not be judged against one of long ones. ``sampler``: the draws to continue (a caller decoding batch by batch), else
-    a new one seeded from ``decode.seed``. The model decodes in eval mode; its previous mode is
+    batches, so the same results), since the cost per token drifts along the sorted order and a window of
+    short sentences must not be judged against one of long ones. ``sampler``: the draws to continue (a
+    caller decoding batch by batch), else a new one seeded from ``decode.seed``. The model decodes in eval mode; its previous mode is
     restored, also when decoding raises.
     """
     beam = beam_size or dcfg.beam_size
