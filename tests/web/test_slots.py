@@ -96,11 +96,12 @@ def sources():
 
 def _held(server) -> dict[str | None, int]:
     """Admitted connections per client address: open and not closing. A refused one is closing while its 503
-    is flushed (the tests give the server a small send buffer, so that can take a moment): not a slot held."""
+    is flushed (the tests give the server a small send buffer, so that can take a moment): not a slot held.
+    Nor is one this thread sees between its arrival in the set and the server's decision on it."""
     counts: dict[str | None, int] = {}
     for c in list(server.server_state.connections):
         t = getattr(c, "transport", None)
-        if not slots.gone(c) and t is not None and not t.is_closing():
+        if getattr(c, "admitted", False) and not slots.gone(c) and t is not None and not t.is_closing():
             counts[slots.client_key(c)] = counts.get(slots.client_key(c), 0) + 1
     return counts
 

@@ -150,6 +150,7 @@ class DeadlineH11Protocol(H11Protocol):
             self.transport.close()
             self._writes.arm()
             return
+        self.admitted = True  # holds a slot from here on (a refused one never does)
         self._arm("head")  # a connection that sends nothing is closed too
 
     def reclaim(self) -> None:
