@@ -69,17 +69,31 @@ def test_the_load_sample_counts_other_programs_cores(monkeypatch):
     assert sample([100, 100], niced_after=100, competes=1.0) == 1  # another session's takes its core
 
 
-@pytest.mark.skipif(not Path("/proc/sys/kernel/sched_autogroup_enabled").exists(), reason="Linux session groups")
-def test_a_niced_program_competes_only_from_another_session_group():
+def _session_group() -> tuple[str, int] | None:
+    try:
+        on = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return None
+    return device._autogroup("self") if on else None
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
+@pytest.mark.parametrize("groups", ["as found", "none"])
+def test_a_niced_program_competes_only_from_another_session_group(monkeypatch, groups):
     """Two real busy loops at nice 19: one in this process's session group yields to it; one started in a
-    new session (its own group, at nice 0) takes a core all the same."""
-    if device._own_nice() > 19 - device._YIELD_NICE or device._autogroup("self")[1] > 0:
+    new session (its own group, at nice 0) takes a core all the same. With no session group (autogroup
+    off, or a container's cgroup, where ``/proc/PID/autogroup`` reads empty) nice values order every
+    program, and the first loop yields."""
+    if groups == "none":
+        monkeypatch.setattr(device, "_autogroup", lambda pid: None)
+    mine = _session_group() if groups == "as found" else None
+    if device._own_nice() > 19 - device._YIELD_NICE or (mine or ("", 0))[1] > 0:
         pytest.skip("this test runs niced: a nice-19 program would not be nicer than it")
     if any(_running_niced(int(p.name)) for p in Path("/proc").iterdir() if p.name.isdigit()):
         pytest.skip("other niced programs are running: the share would be theirs too")
     loop = [sys.executable, "-c", "while True: pass"]
     for new_session, competes in [(False, 0.0), (True, 1.0)]:
-        if competes and Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1":
+        if competes and mine is None:
             continue  # without session groups a nice value orders every program
         proc = subprocess.Popen(["nice", "-n", "19", *loop], start_new_session=new_session)
         try:

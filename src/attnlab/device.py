@@ -117,10 +117,11 @@ def _niced_share_that_competes(max_age_s: float = 10.0) -> float:
     if _NICED_CACHE and now - _NICED_CACHE[0] < max_age_s:
         return _NICED_CACHE[1]
     try:
-        groups = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
-        mine = _autogroup("self") if groups else ("", 0)
+        enabled = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+        found = _autogroup("self") if enabled else None
     except OSError:
-        groups, mine = False, ("", 0)
+        found = None
+    groups, mine = found is not None, found or ("", 0)
     running = competing = 0
     own = _own_nice()
     for entry in Path("/proc").iterdir():
@@ -130,7 +131,7 @@ def _niced_share_that_competes(max_age_s: float = 10.0) -> float:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             if int(fields[16]) <= 0 or fields[0] != "R":
                 continue
-            group = _autogroup(entry.name) if groups else mine
+            group = (_autogroup(entry.name) or ("", 0)) if groups else mine
         except (OSError, ValueError, IndexError):
             continue
         running += 1
@@ -142,10 +143,12 @@ def _niced_share_that_competes(max_age_s: float = 10.0) -> float:
     return share
 
 
-def _autogroup(pid: str) -> tuple[str, int]:
-    """``(name, nice)`` of a process's scheduler session group, from ``/proc/PID/autogroup``."""
-    name, _word, nice = Path(f"/proc/{pid}/autogroup").read_text().split()
-    return name, int(nice)
+def _autogroup(pid: str) -> tuple[str, int] | None:
+    """``(name, nice)`` of a process's scheduler session group, from ``/proc/PID/autogroup``; None when it
+    is in none (the file reads empty for a process whose cgroup has its own CPU share, as in a container:
+    there the cgroup, not a session group, is what shares the cores with other programs)."""
+    words = Path(f"/proc/{pid}/autogroup").read_text().split()
+    return (words[0], int(words[2])) if len(words) == 3 else None
 
 
 def _cpu_jiffies(cores: list[int]) -> list[tuple[int, int, int]]:
