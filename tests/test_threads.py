@@ -49,6 +49,11 @@ def test_fewer_threads_must_be_more_than_the_margin_faster():
     t = tuner(w)
     w.run(t, 200)
     assert t.n == 2 and w.threads == 2 and t.changes == []
+    w2 = World({1: 0.9, 2: 1.0})  # 10 % faster, window after window: kept once the check confirms it
+    t2 = tuner(w2)
+    w2.run(t2, 200)
+    assert t2.n == 1 and w2.threads == 1 and [(c.old, c.new) for c in t2.changes] == [(2, 1)]
+    assert t2.changes[0].speedup == pytest.approx(1 / 0.9)
 
 
 def test_it_switches_when_the_other_count_is_faster():
@@ -94,6 +99,25 @@ def test_a_try_that_is_clearly_slower_is_cut_short():
     assert w.threads == 2 and t.n == 2
 
 
+@pytest.mark.parametrize("load", ["a burst over the first window", "a cost that drifts down"])
+def test_a_win_is_checked_against_the_old_count_measured_again(load):
+    """One thread is 10-20 % slower, but the window on two threads just before its try ran slow (a burst
+    that spanned it, or a cost per unit that falls along the run): the try wins against that window alone,
+    not against the mean of it and the old count measured again right after."""
+    w = World({1: 1.0, 2: 0.83 if load.startswith("a burst") else 0.91})
+    t = tuner(w)  # windows of 4 after 2 warm-up units
+
+    def factor(i: int) -> float:
+        return (1.5 if 2 <= i < 6 else 1.0) if load.startswith("a burst") else max(0.3, 1 - 0.03 * i)
+
+    for i in range(30):
+        t0 = t.begin()
+        w.t += w.cost[w.threads] * 100 * factor(i)
+        t.end(t0, 100)
+    assert t.changes == [] and t.n == 2 and w.threads == 2
+    assert w.applied[:3] == [2, 1, 2]  # it was tried, and won its window
+
+
 def test_a_first_unit_three_times_as_slow_ends_the_try_at_once():
     w = World({1: 1.0, 2: 3.5})  # a busy neighbour: the second thread costs two and a half steps more
     t = tuner(w, start=1)
@@ -123,7 +147,7 @@ def test_the_load_sample_sets_the_start_and_more_threads_wait_for_a_free_core():
     w.run(t, 20)
     assert t.n == 1 and w.applied.count(2) == 0  # no try of two threads while no core is free
     load.delay, load.free = 0, 2  # the next sample finds the second core free: it is tried at once
-    w.run(t, 12)
+    w.run(t, 16)
     assert t.n == 2 and [(c.old, c.new, c.why) for c in t.changes] == [(1, 2, "free")]
     assert t.to_json()["free_at_start"] == 1
     busy = World({1: 1.0, 2: 5.0})

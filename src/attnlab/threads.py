@@ -9,9 +9,12 @@ work times each unit (a training update, a batch of sentences) per unit of its s
   the load; the count then starts no higher than the cores others leave free (an extra thread on a busy
   core can cost a step several times over, a missing one at most its share), and more threads are tried
   only when a load sample over the last window says a core is free: the sample is free, a try is not;
-- a window's cost is its median unit; a neighbour count (``n ± 1``) is kept when more than ``margin``
-  faster, and the walk goes on while it wins; a try three times as slow in its first unit (which pays
-  for the switch), twice as slow in the next two, or four margins slower over half a window, is given up;
+- a window's cost is its median unit; a neighbour count (``n ± 1``) that is more than ``margin`` faster
+  is checked against the old count once more, in the window right after it (A-B-A: the mean of the two
+  old windows is what the old count cost while the try ran, whatever burst or drift moved one of them),
+  kept if it still wins, and the walk goes on while it wins; a try three times as slow in its first unit
+  (which pays for the switch), twice as slow in the next two, or four margins slower over half a window,
+  is given up, as is the check of a win as soon as the old count is that much slower;
 - then it holds, and searches again every ``recheck_every`` units, when two windows running cost
   ``jump`` more or less (a neighbour came or went: only fewer threads can win when the cost rose), or
   when the load sample finds more free cores than threads in use.
@@ -90,11 +93,13 @@ class ThreadTuner:
         self._skip = self.warmup
         self._costs: list[float] = []  # seconds per unit of work of each unit in the current window
         self._jumps = 0  # consecutive held windows whose cost moved by more than ``jump``
-        self._phase = "base"  # "base": measure n; "try": measure self._cand; "hold": watch for a jump
+        self._phase = "base"  # "base": measure n; "try": measure self._cand; "check": n again after a
+        # try that won (its cost in self._won); "hold": watch for a jump
         self._why, self._prefer = "start", "down"
         self._allow: set[str] = {"up", "down"}
         self._moved = False
-        self._base = self._ref = 0.0
+        self._base = self._ref = self._won = 0.0
+        self._applied: int | None = None
         self._cand = self.n
         self._since = 0
         self._every = self.recheck_every
@@ -123,16 +128,20 @@ class ThreadTuner:
                     return  # the count may change once the sample answers: this unit measures nothing
             if work <= 0:
                 return
-            if self._phase == "try" and self._skip > 0 and self._base > 0 and dt / work > 3 * self._base:
-                self._skip = 0
-                self._judge(dt / work)  # the first unit, switching cost and all, is three times slower
-                return
+            if self._skip > 0 and self._phase in ("try", "check"):
+                ref = self._base if self._phase == "try" else self._won
+                if ref > 0 and dt / work > 3 * ref:  # the first unit, switching cost and all, 3× slower
+                    self._skip = 0
+                    (self._judge if self._phase == "try" else self._keep)(dt / work)
+                    return
             if self._skip > 0:
                 self._skip -= 1
                 return
             self._costs.append(dt / work)
-            if self._phase == "try" and self._clearly_slower():
+            if self._phase == "try" and self._clearly_slower(self._base):
                 self._judge(statistics.median(self._costs))  # not a whole window on it
+            elif self._phase == "check" and self._clearly_slower(self._won):
+                self._keep(statistics.median(self._costs))  # the old count is clearly the slower
             elif len(self._costs) >= self.window:
                 cost = statistics.median(self._costs)  # a burst of another program's work moves it little
                 self._costs.clear()
@@ -141,6 +150,8 @@ class ThreadTuner:
                                  frozenset({"down"}) if self._capped else frozenset({"up", "down"}))
                 elif self._phase == "try":
                     self._judge(cost)
+                elif self._phase == "check":
+                    self._check(cost)
                 else:
                     self._hold(cost)
 
@@ -180,7 +191,10 @@ class ThreadTuner:
             self._costs.clear()
 
     def _set(self, n: int) -> None:
+        if n == self._applied:
+            return
         self._apply(n)
+        self._applied = n
         self._skip = max(self._skip, 1 if self.count else self.warmup)
 
     def _next_try(self) -> None:
@@ -194,30 +208,53 @@ class ThreadTuner:
                 return
         self._settle()
 
-    def _clearly_slower(self) -> bool:
-        """The try so far: its first two units both twice as slow, or half a window's median slower by
-        four margins."""
-        k, base = len(self._costs), self._base
+    def _clearly_slower(self, base: float) -> bool:
+        """The window so far against ``base``: its first two units both twice as slow, or half a window's
+        median slower by four margins."""
+        k = len(self._costs)
         return ((k >= 2 and min(self._costs) > 2 * base)
                 or (k >= max(2, self.window // 2) and statistics.median(self._costs) > (1 + 4 * self.margin) * base))
 
     def _judge(self, cost: float) -> None:
-        """Keep the neighbour tried if it won (see the module docstring) and walk on that way, else go
-        back and try the other way (not after a jump: see :meth:`_hold`), else hold."""
+        """A neighbour tried that beat the old count goes to :meth:`_check`, on the old count for a window;
+        one that lost is given up (:meth:`_lose`)."""
         self._costs.clear()
-        cand, base, up = self._cand, self._base, self._cand > self.n
-        if cost < base * (1 - self.margin):
-            change = Change(self.count, self.n, cand, base / cost, self._why)
-            self.changes.append(change)
-            if self.say is not None:
-                self.say(_("threads: {move}").format(move=self._move(change)))
-            self.n, self._base, self._moved = cand, cost, True
-            self._allow = {"up" if up else "down"}  # never straight back to the count just left
-            self._up_lost = self._up_lost and not up
+        self._set(self.n)
+        if cost < self._base * (1 - self.margin):
+            self._phase, self._won = "check", cost
         else:
-            self._set(self.n)
-            self._allow.discard("up" if up else "down")
-            self._up_lost = self._up_lost or up
+            self._lose()
+
+    def _check(self, again: float) -> None:
+        """The old count measured again after the try that beat it: keep the try if it beats the mean
+        of the old count's two windows, else give it up, with the fresh window as the old count's cost."""
+        self._costs.clear()
+        if self._won < (self._base + again) / 2 * (1 - self.margin):
+            self._keep(again)
+        else:
+            self._base = again
+            self._lose()
+
+    def _keep(self, again: float) -> None:
+        """Move to the neighbour that won, and walk on that way (never straight back to the count just
+        left); ``again``: the old count's cost in the check."""
+        self._costs.clear()
+        cand, up = self._cand, self._cand > self.n
+        change = Change(self.count, self.n, cand, (self._base + again) / 2 / self._won, self._why)
+        self.changes.append(change)
+        if self.say is not None:
+            self.say(_("threads: {move}").format(move=self._move(change)))
+        self.n, self._base, self._moved = cand, self._won, True
+        self._set(cand)
+        self._allow = {"up" if up else "down"}
+        self._up_lost = self._up_lost and not up
+        self._next_try()
+
+    def _lose(self) -> None:
+        """Stay on ``n`` and try the other way (not after a jump: see :meth:`_hold`), else hold."""
+        up = self._cand > self.n
+        self._allow.discard("up" if up else "down")
+        self._up_lost = self._up_lost or up
         self._next_try()
 
     def _search(self, why: str, prefer: str, base: float, allow: frozenset[str] = frozenset({"up", "down"})) -> None:
