@@ -179,6 +179,23 @@ def test_a_sample_that_never_sees_a_free_core_cannot_hold_the_count_down_for_goo
     assert t.n == 2 and t.changes[-1].why == "recheck"
 
 
+def test_a_sample_slower_than_a_window_still_rules_on_more_threads():
+    """Decoding's windows can end before a sample's minimum time: the sample runs on over the next
+    windows, and until it answers the last answer stands (it used to restart every window, never answer,
+    and leave a jump free to try a thread on a busy core)."""
+    load = Load(1, delay=3)  # a sample answers at its fourth reading: one window's end reads it once
+    w = World({1: 2.0, 2: 10.0})
+    t = tuner(w, sense=load)
+    w.run(t, 20)
+    assert t.sensed == 1 and t.n == 1
+    w.cost[1] = 1.0  # one thread's cost falls: a jump, while no window's sample has answered
+    w.run(t, 12)
+    assert w.applied.count(2) == 0
+    load.free, w.cost[2] = 2, 0.55  # a core comes free: the next sample started finds it
+    w.run(t, 60)
+    assert t.n == 2 and t.changes[-1].why == "free"
+
+
 def test_a_cost_that_falls_tries_more_threads_only_with_a_core_free():
     load = Load(1)
     w = World({1: 2.0, 2: 6.0})

@@ -8,7 +8,7 @@ work times each unit (a training update, a batch of sentences) per unit of its s
 - with ``sense`` (:func:`attnlab.device.idle_sampler`) the first units run on ``min_threads`` and sample
   the load; the count then starts no higher than the cores others leave free (an extra thread on a busy
   core can cost a step several times over, a missing one at most its share), and more threads are tried
-  only when a load sample over the last window says a core is free: the sample is free, a try is not;
+  only when the last load sample (over a window, or more until it answers) finds a core free for them;
 - a window's cost is its median unit; a neighbour count (``n ± 1``) that is more than ``margin`` faster
   is checked against the old count once more, in the window right after it (A-B-A: the mean of the two
   old windows is what the old count cost while the try ran, whatever burst or drift moved one of them),
@@ -85,7 +85,8 @@ class ThreadTuner:
         self.tries = 0
         self._sampler, self.sensed = sense, None
         self._sense = sense() if sense is not None else None  # the start's sample, until it answers
-        self._window_sample = None  # in hold: the sample over the window running now
+        self._window_sample = None  # in hold: the sample running now (over one window or more)
+        self._free: int | None = None  # the last answer of a load sample
         self._capped = False  # the start was lowered by the sample: no core was free for more threads
         self._up_lost = False  # more threads lost their last try: a free core alone does not try again
         self.count = 0  # units seen
@@ -182,7 +183,7 @@ class ThreadTuner:
         free = self._sense()
         if free is None:
             return
-        self._sense, self.sensed = None, free
+        self._sense, self.sensed, self._free = None, free, free
         start = max(self.min, min(self._goal, free))
         self._capped = free < self._goal
         if start != self.n and self._phase == "base" and not self.changes and self.tries == 0:
@@ -272,14 +273,17 @@ class ThreadTuner:
         """Search again after ``recheck_every`` units (longer after fruitless tries), or when two windows
         running cost more than ``jump`` away from the settled cost (a neighbour came or went; one window
         can be a burst). After a jump only one way can win: fewer threads when the cost rose, more when it
-        fell. With a load sample, more threads are tried after a jump only when the sample over the last
-        window finds a core free for them, and then also without a jump; the periodic search tries both
-        ways whatever the sample says, so a sample that is wrong cannot hold the count down for good."""
+        fell. With a load sample, more threads are tried after a jump only when the last sample found a
+        core free for them, and at once when a new sample does (one runs over a window, or over several
+        where a window is shorter than the sample's minimum, as decoding's may be); the periodic search
+        tries both ways whatever the samples say, so a wrong sample cannot hold the count down for good."""
         self._since += self.window
         self._jumps = self._jumps + 1 if abs(cost - self._ref) > self.jump * self._ref else 0
         free = self._window_sample() if self._window_sample is not None else None
-        self._window_sample = self._sampler() if self._sampler is not None else None  # over the next window
-        allow = {"up", "down"} if free is None or free > self.n else {"down"}
+        if free is not None or self._window_sample is None:  # a sample shorter than its minimum runs on
+            self._window_sample = self._sampler() if self._sampler is not None else None
+            self._free = free if free is not None else self._free
+        allow = {"up", "down"} if self._free is None or self._free > self.n else {"down"}
         if self._jumps >= 2 or self._since >= self._every:
             jumped, self._jumps = self._jumps >= 2, 0
             prefer = "down" if cost > self._ref else "up"
