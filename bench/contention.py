@@ -104,7 +104,9 @@ def main() -> int:
     ap.add_argument("--updates", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=1, help="runs of each count in each case, taking turns; "
                     "the median is printed (single timings beside busy neighbours vary by 10-20 %%)")
-    ap.add_argument("--sentences", type=int, default=4096, help="sentences decoded greedily: the validation sources, repeated as needed (about a test split: a decode of 2048 took about 1 s and varied by 15 %% from run to run)")
+    ap.add_argument("--sentences", type=int, default=4096,
+                    help="sentences decoded greedily: the validation sources, repeated as needed (about a test "
+                    "split; a decode of a second or so varies too much from run to run to judge a 10 %% difference)")
     ap.add_argument("--neighbours", default="0,1,2")
     ap.add_argument("--nice", default="0,19")
     ap.add_argument("--models", default=",".join(demo.DEMO_MODELS))
