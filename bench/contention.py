@@ -88,6 +88,15 @@ def _median_run(runs: list[tuple[float, float, list[dict]]]) -> tuple[float, flo
     return train[0], sorted(r[1] for r in runs)[len(runs) // 2], train[2]
 
 
+def _spread(runs: list, n: int | str) -> str:
+    """The repeats' range for count ``n``, train and decode (empty for one run): how far a median can be trusted."""
+    mine = [r for m, r in runs if m == n]
+    if len(mine) < 2:
+        return ""
+    tt, td = sorted(r[0] for r in mine), sorted(r[1] for r in mine)
+    return f"  range: train {tt[0]:.2f}-{tt[-1]:.2f} decode {td[0]:.2f}-{td[-1]:.2f}"
+
+
 def overhead_us(units: int = 20000) -> float:
     """Microseconds the controller adds per unit (its begin and end, with a no-op setter), with a clock
     that moves as a real one does."""
@@ -149,7 +158,7 @@ def main() -> int:
                           if n == "auto" else "")
                 print(f"{kind:<12} neighbours {k} nice {nice:>2}  threads {n!s:>4}: train {tt:7.2f} s "
                       f"({tt / best_train:4.2f}x best fixed)  decode {td:6.2f} s ({td / best_decode:4.2f}x)"
-                      + versus + free + (f"  changes: {moves}" if moves else ""), flush=True)
+                      + versus + free + (f"  changes: {moves}" if moves else "") + _spread(runs, n), flush=True)
     print(f"# controller overhead: {overhead_us():.1f} us per unit (begin + end)", flush=True)
     return 0
 
