@@ -131,7 +131,7 @@ class ThreadTuner:
                 return
             if self._skip > 0 and self._phase in ("try", "check"):
                 ref = self._base if self._phase == "try" else self._won
-                if ref > 0 and dt / work > 3 * ref:  # the first unit, switching cost and all, 3× slower
+                if ref > 0 and dt / work > 3 * ref:  # the first unit (switch and all) three times slower
                     self._skip = 0
                     (self._judge if self._phase == "try" else self._keep)(dt / work)
                     return
