@@ -280,9 +280,10 @@ class ThreadTuner:
         self._since += self.window
         self._jumps = self._jumps + 1 if abs(cost - self._ref) > self.jump * self._ref else 0
         free = self._window_sample() if self._window_sample is not None else None
-        if free is not None or self._window_sample is None:  # a sample shorter than its minimum runs on
+        if free is not None:
+            self._free = free
+        if free is not None or self._window_sample is None:  # one not yet at its minimum time runs on
             self._window_sample = self._sampler() if self._sampler is not None else None
-            self._free = free if free is not None else self._free
         allow = {"up", "down"} if self._free is None or self._free > self.n else {"down"}
         if self._jumps >= 2 or self._since >= self._every:
             jumped, self._jumps = self._jumps >= 2, 0

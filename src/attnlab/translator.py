@@ -81,8 +81,8 @@ def decode_many(
     (attnlab/threads.py); the batches are then taken in a spread order (:func:`spread_order`; the same
     batches, so the same results), since the cost per token drifts along the sorted order and a window of
     short sentences must not be judged against one of long ones. ``sampler``: the draws to continue (a
-    caller decoding batch by batch), else a new one seeded from ``decode.seed``. The model decodes in eval mode; its previous mode is
-    restored, also when decoding raises.
+    caller decoding batch by batch), else a new one seeded from ``decode.seed``. The model decodes in eval
+    mode; its previous mode is restored, also when decoding raises.
     """
     beam = beam_size or dcfg.beam_size
     if dcfg.sampling and sampler is None:
